@@ -1,0 +1,16 @@
+"""One exception type for bad user input.
+
+The CLI turns `InputError` into a one-line message on stderr and exit code 2 (no traceback);
+anything else is an internal error (exit 1). Raise it *before* writing anything, so bad input
+never leaves partial files behind.
+"""
+
+from __future__ import annotations
+
+
+class InputError(Exception):
+    """Bad input from the user: a file, key, column or value that must be fixed.
+
+    The message should name where (file, line or key/column), what is wrong and what would be
+    valid, in one line.
+    """

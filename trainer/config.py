@@ -1,0 +1,268 @@
+"""TrainConfig: every knob of one RL run, with the ScaleRL recipe as the defaults.
+
+Plain data (pydantic v2, `extra="forbid"` everywhere so a typo is an error, not a silent
+default). Section names are the dotted prefixes that study YAMLs use as axes, e.g.
+`loss.type`, `loss.aggregation`, `advantage.normalization`, `off_policy.mode`.
+
+Sources: ScaleRL = Khatri et al., "The Art of Scaling RL Compute for LLMs", arXiv 2510.13786
+(see shared/scalerl.md). DAPO = Yu et al. 2025 (arXiv 2503.14476). GSPO = Zheng et al. 2025
+(arXiv 2507.18071). CISPO = MiniMax-M1 (arXiv 2506.13585). PipelineRL = Piche et al. 2025.
+
+Each Literal below names registered implementations (trainer registries); a test checks that
+the names here and the registries agree. This module imports only pydantic so that `ablate`
+can validate thousands of variants quickly without importing torch.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ProxyModelConfig(_Strict):
+    """A tiny Llama-style model built from a config (no download) with a character tokenizer.
+
+    Used when `model.name_or_path` is None: the CPU proxy that lets a study run on a laptop.
+    """
+
+    hidden_size: int = Field(128, gt=0, description="Width of the tiny model.")
+    num_layers: int = Field(4, gt=0, description="Transformer blocks.")
+    num_heads: int = Field(4, gt=0, description="Attention heads (hidden_size must divide).")
+    intermediate_size: int = Field(256, gt=0, description="MLP width.")
+    max_position_embeddings: int = Field(256, gt=0, description="Longest prompt+completion.")
+    warmup_steps: int = Field(
+        800, ge=0,
+        description="Supervised warm-up steps on the task before RL so that RL starts from a "
+        "partial pass rate (a model from a config has zero reward). Cached by config.",
+    )
+    warmup_lr: float = Field(3e-3, gt=0, description="Learning rate of the supervised warm-up.")
+    warmup_batch_size: int = Field(64, gt=0, description="Batch size of the supervised warm-up.")
+
+
+class ModelConfig(_Strict):
+    name_or_path: Optional[str] = Field(
+        None,
+        description="HF model id or local path. None builds the tiny CPU proxy from `proxy`.",
+    )
+    proxy: ProxyModelConfig = Field(default_factory=ProxyModelConfig)
+    chat_template: bool = Field(
+        False, description="Wrap prompts with the tokenizer's chat template (real models)."
+    )
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute activations in backward to save memory (large models)."
+    )
+
+
+class PrecisionConfig(_Strict):
+    """ScaleRL: an FP32 LM head in BOTH generator and trainer fixes the log-prob mismatch
+    between them (A rose 0.52 -> 0.61 in the paper)."""
+
+    dtype: Literal["fp32", "bf16"] = Field(
+        "bf16", description="Compute dtype of the model body (trainer and generator)."
+    )
+    generator_lm_head_fp32: bool = Field(
+        True, description="Compute the generator's final projection (LM head) in fp32."
+    )
+    trainer_lm_head_fp32: bool = Field(
+        True, description="Compute the trainer's final projection (LM head) in fp32."
+    )
+
+
+class TaskConfig(_Strict):
+    """Where prompts come from and how answers are scored (verifiable rewards)."""
+
+    name: str = Field(
+        "arithmetic",
+        description="'arithmetic' (built-in fixed-width a+b, the fast CPU proxy), "
+        "'reasoning_gym:<task>' (any reasoning-gym task), or 'math' (local JSONL/parquet with "
+        "`problem`/`answer` columns scored by math-verify).",
+    )
+    digits: int = Field(2, ge=1, le=12, description="arithmetic: digits per operand.")
+    operators: list[Literal["+", "-", "*"]] = Field(
+        default_factory=lambda: ["+"], min_length=1, description="arithmetic: operators drawn."
+    )
+    path: Optional[str] = Field(None, description="math: local .jsonl/.parquet file.")
+    num_train_prompts: int = Field(4096, gt=0, description="Size of the training prompt pool.")
+    num_eval_prompts: int = Field(
+        1000, gt=0, description="Held-out prompts, disjoint from training (paper: 1,000)."
+    )
+    data_seed: int = Field(
+        1234, description="Seed of the prompt pool; fixed across runs so variants see the same data."
+    )
+
+
+class RewardConfig(_Strict):
+    correct: float = Field(1.0, description="Reward of a verified-correct answer (ScaleRL: +1).")
+    incorrect: float = Field(-1.0, description="Reward of a wrong answer (ScaleRL: -1).")
+
+
+class RolloutConfig(_Strict):
+    backend: Literal["hf", "vllm"] = Field(
+        "hf", description="'hf': transformers generate (any device); 'vllm': vLLM engine."
+    )
+    prompts_per_step: int = Field(48, gt=0, description="Prompts per step (ScaleRL: 48).")
+    generations_per_prompt: int = Field(
+        16, gt=1, description="Samples per prompt, G (ScaleRL: 16 -> 768 completions/step)."
+    )
+    max_new_tokens: int = Field(
+        12288, gt=0, description="Hard cap on generated tokens per sample (thinking + answer)."
+    )
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature (ScaleRL: 1.0).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling (1.0 = off).")
+
+
+class LengthConfig(_Strict):
+    """Length control (ScaleRL: forced interruption; alternative: DAPO overlong penalty)."""
+
+    control: Literal["interrupt", "overlong_penalty", "none"] = Field(
+        "interrupt", description="How over-long generations are handled."
+    )
+    thinking_budget: int = Field(
+        12288, gt=0, description="interrupt: thinking tokens before the interruption text."
+    )
+    budget_min_fraction: float = Field(
+        10 / 12, gt=0, le=1,
+        description="interrupt: per-sample budget drawn uniformly in [fraction*budget, budget] "
+        "(paper: 10k-12k for a 12k budget).",
+    )
+    answer_budget: int = Field(
+        2048, gt=0, description="interrupt: tokens allowed for the answer after interruption."
+    )
+    interrupt_text: str = Field(
+        "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>",
+        description="interrupt: text appended when the budget is hit (paper's wording).",
+    )
+    overlong_max: int = Field(
+        12288, gt=0, description="overlong_penalty: L_max in clip((L_max-|y|)/L_cache - 1, -1, 0)."
+    )
+    overlong_cache: int = Field(
+        2048, gt=0, description="overlong_penalty: L_cache, the soft-penalty window."
+    )
+
+
+class LossConfig(_Strict):
+    type: Literal["ppo", "dapo", "gspo", "cispo"] = Field(
+        "cispo",
+        description="Policy loss. cispo (ScaleRL): -sg(min(r, eps_max)) * A * logp; "
+        "ppo: clipped ratio (eps 0.2/0.2); dapo: clip-higher (eps_high 0.28); "
+        "gspo: sequence-level geometric-mean ratio (eps ~1e-3).",
+    )
+    aggregation: Literal["sample", "prompt", "token"] = Field(
+        "prompt", description="How per-token terms are averaged (ScaleRL: prompt)."
+    )
+    eps_low: Optional[float] = Field(
+        None, ge=0, description="Lower clip range; None = the type's default (ppo/dapo 0.2, gspo 3e-4)."
+    )
+    eps_high: Optional[float] = Field(
+        None, ge=0, description="Upper clip range; None = default (ppo 0.2, dapo 0.28, gspo 4e-4)."
+    )
+    eps_max: float = Field(4.0, gt=0, description="cispo: importance-weight truncation (4-8 work).")
+
+
+class AdvantageConfig(_Strict):
+    normalization: Literal["prompt", "batch", "none"] = Field(
+        "batch",
+        description="A_i = r_i - mean(group); then / std of the group (prompt), / std of all "
+        "advantages in the batch (batch, ScaleRL), or not at all (none).",
+    )
+    eps: float = Field(1e-6, gt=0, description="Added to the std to avoid division by zero.")
+
+
+class DataConfig(_Strict):
+    """Prompt-pool filtering and curriculum."""
+
+    zero_variance_filter: bool = Field(
+        True, description="Drop prompt groups whose samples all got the same reward (no gradient); "
+        "drop, don't resample (ScaleRL)."
+    )
+    no_positive_resampling: bool = Field(
+        True, description="Remove a prompt from later epochs once its historical pass rate >= "
+        "`npr_threshold` (ScaleRL)."
+    )
+    npr_threshold: float = Field(0.9, gt=0, le=1, description="Pass rate that retires a prompt.")
+    curriculum: Literal["none", "easy_to_hard", "pass_rate"] = Field(
+        "none",
+        description="Order of prompts: 'none' (shuffled epochs), 'easy_to_hard' (by the task's "
+        "difficulty score), 'pass_rate' (highest measured pass rate first).",
+    )
+
+
+class OffPolicyConfig(_Strict):
+    mode: Literal["pipeline", "ppo_off_policy"] = Field(
+        "pipeline",
+        description="pipeline (PipelineRL-k, ScaleRL): generation runs concurrently; weights are "
+        "pushed in flight after every step; trainer waits when k steps ahead. ppo_off_policy: "
+        "generate a big batch, then k optimizer steps on its minibatches.",
+    )
+    k: int = Field(8, ge=1, description="Max staleness (pipeline) or minibatches per batch (ppo).")
+
+
+class OptimConfig(_Strict):
+    lr: float = Field(5e-7, gt=0, description="Constant LR after warm-up (ScaleRL: 5e-7).")
+    warmup_steps: int = Field(100, ge=0, description="Linear LR warm-up steps (ScaleRL: 100).")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    eps: float = Field(1e-15, gt=0, description="AdamW eps (ScaleRL: 1e-15).")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay (ScaleRL: 0.01).")
+    grad_clip: float = Field(1.0, gt=0, description="Global grad-norm clip (ScaleRL: 1.0).")
+
+
+class EngineConfig(_Strict):
+    type: Literal["torch", "deepspeed"] = Field("torch", description="Optimizer engine.")
+    zero_stage: int = Field(0, ge=0, le=3, description="deepspeed: ZeRO stage 0-3.")
+    device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda'.")
+    threads: Optional[int] = Field(None, gt=0, description="torch CPU threads (None = default).")
+
+
+class EvalConfig(_Strict):
+    every_steps: int = Field(100, gt=0, description="Evaluate every N steps (paper: 100).")
+    num_prompts: Optional[int] = Field(
+        None, gt=0, description="Held-out prompts per eval (None = all of task.num_eval_prompts)."
+    )
+    samples_per_prompt: int = Field(16, gt=0, description="k of mean@k (paper: 16).")
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature at eval.")
+
+
+class BudgetConfig(_Strict):
+    """When to stop: the first limit reached ends the run."""
+
+    steps: Optional[int] = Field(None, gt=0, description="Optimizer steps.")
+    gpu_hours: Optional[float] = Field(None, gt=0, description="Device-hours (wall x devices).")
+    flops: Optional[float] = Field(None, gt=0, description="Generation + training FLOPs.")
+
+    @model_validator(mode="after")
+    def _one_limit(self) -> "BudgetConfig":
+        if self.steps is None and self.gpu_hours is None and self.flops is None:
+            raise ValueError("budget needs at least one of steps, gpu_hours, flops")
+        return self
+
+
+class CheckpointConfig(_Strict):
+    every_steps: int = Field(
+        50, gt=0, description="Save a resumable checkpoint every N steps (and at every eval)."
+    )
+
+
+class TrainConfig(_Strict):
+    """One RL run. Defaults are the ScaleRL recipe."""
+
+    seed: int = Field(0, description="Seed of sampling, init and data order for this run.")
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    precision: PrecisionConfig = Field(default_factory=PrecisionConfig)
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    length: LengthConfig = Field(default_factory=LengthConfig)
+    loss: LossConfig = Field(default_factory=LossConfig)
+    advantage: AdvantageConfig = Field(default_factory=AdvantageConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    off_policy: OffPolicyConfig = Field(default_factory=OffPolicyConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    budget: BudgetConfig = Field(default_factory=lambda: BudgetConfig(steps=2000))
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
