@@ -1,0 +1,206 @@
+"""torch.distributed from the launcher's environment (Slurm srun or torchrun), device placement,
+and the GPU split between generation and training for pipeline mode.
+
+Why its own module: every job of a study is launched by submitit (one Slurm task per process)
+or by torchrun; both describe the process group in environment variables, but with different
+names. DeepSpeed and torch.distributed read RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT
+(without them DeepSpeed falls back to MPI discovery and fails on a missing mpi4py), so we
+translate Slurm's variables into those once, before anything initialises a process group.
+
+Sources of truth, in order: torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK) when present,
+else Slurm's (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_JOB_NODELIST), else one process.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Literal, Mapping, Optional
+
+import torch
+
+Role = Literal["generator", "trainer"]
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this process sits in the job."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+    launcher: Literal["torchrun", "slurm", "single"]
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def num_nodes(self) -> int:
+        return max(1, self.world_size // max(1, self.local_world_size))
+
+
+def first_host(nodelist: str) -> str:
+    """First host of a Slurm nodelist ("gpu[01-04,07]" -> "gpu01").
+
+    `scontrol show hostnames` is the authoritative expander (ranges, zero padding, several
+    bracket groups); the fallback parser only handles the common "prefix[a-b,c]" form, for
+    machines where scontrol is not on PATH (e.g. inside a container).
+    """
+    if shutil.which("scontrol"):
+        try:
+            out = subprocess.run(
+                ["scontrol", "show", "hostnames", nodelist],
+                capture_output=True, text=True, check=True, timeout=30,
+            ).stdout.split()
+            if out:
+                return out[0]
+        except (subprocess.SubprocessError, OSError):
+            pass
+    head = nodelist.split(",")[0] if "[" not in nodelist.split(",")[0] else nodelist
+    if "[" not in head:
+        return head.strip()
+    prefix, rest = head.split("[", 1)
+    first = rest.split(",")[0].split("]")[0].split("-")[0]
+    return prefix + first
+
+
+def _slurm_tasks_per_node(env: Mapping[str, str], world_size: int) -> int:
+    # SLURM_NTASKS_PER_NODE is set only with --ntasks-per-node; SLURM_TASKS_PER_NODE always
+    # ("4(x2)" or "4,3"): the first count is this layout's per-node width.
+    if env.get("SLURM_NTASKS_PER_NODE"):
+        return int(env["SLURM_NTASKS_PER_NODE"])
+    tpn = env.get("SLURM_TASKS_PER_NODE", "")
+    if tpn:
+        return int(tpn.split("(")[0].split(",")[0])
+    return world_size
+
+
+def default_port(job_id: Optional[str]) -> int:
+    """A port every task of one Slurm job derives alike without talking to each other;
+    different jobs sharing a node get different ports."""
+    if job_id and job_id.isdigit():
+        return 15000 + int(job_id) % 20000
+    return 29500
+
+
+def read_env(env: Optional[Mapping[str, str]] = None) -> DistEnv:
+    """Describe this process from torchrun's or Slurm's variables (no side effects)."""
+    env = os.environ if env is None else env
+    if "RANK" in env and "WORLD_SIZE" in env:
+        world = int(env["WORLD_SIZE"])
+        return DistEnv(
+            rank=int(env["RANK"]),
+            world_size=world,
+            local_rank=int(env.get("LOCAL_RANK", 0)),
+            local_world_size=int(env.get("LOCAL_WORLD_SIZE", world)),
+            master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+            master_port=int(env.get("MASTER_PORT", 29500)),
+            launcher="torchrun",
+        )
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        world = int(env["SLURM_NTASKS"])
+        nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "127.0.0.1"
+        return DistEnv(
+            rank=int(env["SLURM_PROCID"]),
+            world_size=world,
+            local_rank=int(env.get("SLURM_LOCALID", 0)),
+            local_world_size=_slurm_tasks_per_node(env, world),
+            master_addr=env.get("MASTER_ADDR") or first_host(nodelist),
+            master_port=int(env.get("MASTER_PORT") or default_port(env.get("SLURM_JOB_ID"))),
+            launcher="slurm",
+        )
+    return DistEnv(0, 1, 0, 1, env.get("MASTER_ADDR", "127.0.0.1"),
+                   int(env.get("MASTER_PORT", 29500)), "single")
+
+
+def export_env(d: DistEnv) -> None:
+    """Write the torchrun-style variables that torch.distributed's env:// and DeepSpeed read."""
+    os.environ.update({
+        "RANK": str(d.rank), "WORLD_SIZE": str(d.world_size),
+        "LOCAL_RANK": str(d.local_rank), "LOCAL_WORLD_SIZE": str(d.local_world_size),
+        "MASTER_ADDR": d.master_addr, "MASTER_PORT": str(d.master_port),
+    })
+
+
+def resolve_device(device: str = "auto", local_rank: int = 0) -> torch.device:
+    """'auto' -> this rank's GPU when CUDA is there, else CPU. One GPU per local rank."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("engine.device is 'cuda' but torch sees no CUDA device")
+        index = local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device(device)
+
+
+def init_distributed(device: str = "auto", backend: Optional[str] = None,
+                     timeout_s: float = 1800.0) -> tuple[DistEnv, torch.device]:
+    """Initialise the default process group once (gloo on CPU, nccl on GPU).
+
+    Safe to call in a single process: it still creates a world of one so that DeepSpeed and
+    collective code paths are the same everywhere.
+    """
+    import datetime
+
+    import torch.distributed as dist
+
+    d = read_env()
+    export_env(d)
+    dev = resolve_device(device, d.local_rank)
+    if not dist.is_initialized():
+        backend = backend or ("nccl" if dev.type == "cuda" else "gloo")
+        dist.init_process_group(
+            backend=backend, init_method="env://", rank=d.rank, world_size=d.world_size,
+            timeout=datetime.timedelta(seconds=timeout_s),
+        )
+    return d, dev
+
+
+@dataclass(frozen=True)
+class GpuSplit:
+    """Which local GPUs generate (vLLM) and which train, for pipeline mode on one node."""
+
+    generation: tuple[int, ...]
+    training: tuple[int, ...]
+
+    @property
+    def shared(self) -> bool:
+        """One GPU for both: vLLM gets a memory fraction of it, the trainer the rest."""
+        return bool(set(self.generation) & set(self.training))
+
+
+def split_gpus(num_gpus: int, generation_gpus: Optional[int] = None) -> GpuSplit:
+    """Split a node's GPUs between the generator and the trainer.
+
+    PipelineRL keeps the generator busy while the trainer steps, so they want disjoint devices;
+    the default gives generation half (rounded down, at least one), as PipelineRL's reference
+    setups do. One GPU is shared (vLLM then runs with a smaller gpu_memory_utilization).
+    `generation_gpus` (or env ABLATE_GENERATION_GPUS) overrides the count.
+    """
+    if num_gpus < 1:
+        raise ValueError("split_gpus needs at least one GPU")
+    if generation_gpus is None and os.environ.get("ABLATE_GENERATION_GPUS"):
+        generation_gpus = int(os.environ["ABLATE_GENERATION_GPUS"])
+    if num_gpus == 1:
+        return GpuSplit((0,), (0,))
+    g = generation_gpus if generation_gpus is not None else max(1, num_gpus // 2)
+    if not 1 <= g < num_gpus:
+        raise ValueError(
+            f"generation GPUs must be between 1 and {num_gpus - 1} on a {num_gpus}-GPU node, got {g}"
+        )
+    return GpuSplit(tuple(range(g)), tuple(range(g, num_gpus)))
+
+
+def role_of(local_rank: int, split: GpuSplit) -> Role:
+    """Local ranks [0, len(generation)) run generation; the rest train (disjoint split)."""
+    if split.shared:
+        return "trainer"
+    return "generator" if local_rank < len(split.generation) else "trainer"

@@ -1,0 +1,141 @@
+"""Engine `deepspeed`: ZeRO stages 0-3 (engine.zero_stage), bf16 body with an fp32 LM head.
+
+Why DeepSpeed: models of 0.5B-8B+ do not fit optimizer state (fp32 master + two Adam moments =
+16 bytes/param) on one GPU; ZeRO-1/2/3 partition optimizer state / gradients / parameters
+across the data-parallel ranks. Same contract as the torch engine (trainer/engine.py):
+`model`, `step(loss) -> grad norm`, `save(path)`, `load(path)`.
+
+Precision: with precision.dtype=bf16 DeepSpeed casts the module to bf16 and keeps fp32 master
+weights in its optimizer. The LM head's *computation* stays fp32 because the trainer applies
+the head through trainer/precision.py's LMHead (hidden states and head weight upcast, fp32
+matmul) when precision.trainer_lm_head_fp32 is set: ScaleRL's "FP32 at the LM head" (the vLLM
+generator does the same, see trainer/rollout_vllm.py). The head's stored weight stays bf16
+because ZeRO flattens each parameter group into one dtype.
+
+Distributed: one process per device, launched by Slurm or torchrun (trainer/distributed.py
+turns their environment into the one torch.distributed reads); gloo on CPU, nccl on GPU.
+Every rank must call step/save/load (they are collectives).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer.config import TrainConfig
+from trainer.distributed import init_distributed
+
+
+def deepspeed_config(config: TrainConfig, world_size: int) -> dict[str, Any]:
+    """The DeepSpeed JSON config for this TrainConfig (one micro-batch per optimizer step:
+    the trainer hands `step` the already-aggregated loss of its whole batch)."""
+    zero: dict[str, Any] = {"stage": config.engine.zero_stage}
+    if config.engine.zero_stage == 3:
+        # Gather whole layers at a time; small thresholds keep tiny CPU models partitioned
+        # too, so stage 3 is really exercised in tests.
+        zero.update({"stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 0})
+    return {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "train_batch_size": world_size,
+        "gradient_clipping": config.optim.grad_clip,
+        "bf16": {"enabled": config.precision.dtype == "bf16"},
+        "zero_optimization": zero,
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+
+
+def persist_head_weight(ds_engine) -> None:
+    """ZeRO-3: keep the LM head's weight whole on every rank.
+
+    The trainer applies the head itself (trainer/precision.py LMHead: fp32 F.linear on
+    `head.weight`) instead of calling the head module, so ZeRO-3's per-module gather hooks never
+    fire for it and the partitioned weight would be an empty tensor. Marking it persistent (as
+    ZeRO-3 does for small parameters) and adding it to the optimizer's persistent list makes
+    DeepSpeed all-gather it after every step; its gradient is still reduce-scattered into the
+    partitions by the usual per-parameter hooks. Costs one replicated vocab x hidden matrix.
+    """
+    head = ds_engine.module.get_output_embeddings()
+    weight = getattr(head, "weight", None)
+    if weight is None or not hasattr(weight, "ds_persist") or weight.ds_persist:
+        return
+    weight.ds_persist = True
+    # The coordinator releases every parameter of a module after its forward until it has
+    # recorded a complete trace (first step, or after a trace change such as generation);
+    # parameters flagged external are exempt from that release.
+    weight.is_external_param = True
+    persistent = ds_engine.optimizer.persistent_parameters
+    persistent.append(weight)
+    weight.all_gather([weight])
+
+
+def _lr_lambda(warmup_steps: int):
+    # Linear warm-up then constant (ScaleRL); same shape as the torch engine's schedule.
+    return lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0
+
+
+class DeepSpeedEngine:
+    """The Engine protocol over a deepspeed.DeepSpeedEngine."""
+
+    def __init__(self, config: TrainConfig, model: torch.nn.Module) -> None:
+        import deepspeed
+
+        self.config = config
+        self.dist, self.device = init_distributed(config.engine.device)
+        if config.engine.threads:
+            torch.set_num_threads(config.engine.threads)
+        if config.model.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.to(self.device)
+        o = config.optim
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps,
+            weight_decay=o.weight_decay, **({"fused": True} if self.device.type == "cuda" else {}),
+        )
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(o.warmup_steps))
+        self.ds, self.optimizer, _, self.scheduler = deepspeed.initialize(
+            model=model, optimizer=optimizer, lr_scheduler=scheduler,
+            config=deepspeed_config(config, self.dist.world_size), dist_init_required=False,
+        )
+        self.model: torch.nn.Module = self.ds.module
+        if config.engine.zero_stage == 3:
+            persist_head_weight(self.ds)
+
+    def step(self, loss: torch.Tensor) -> float:
+        """backward, clip (DeepSpeed's gradient_clipping), optimizer + scheduler step, zero grad.
+
+        Gradients are averaged over the data-parallel ranks by DeepSpeed."""
+        self.ds.backward(loss)
+        # Stage 0 without a bf16 optimizer wrapper clips inside step() but does not record the
+        # norm; read it from the (already all-reduced) gradients first.
+        pre = None
+        if self.config.engine.zero_stage == 0:
+            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            pre = float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
+        self.ds.step()
+        norm = self.ds.get_global_grad_norm()
+        return float(norm) if norm is not None else pre
+
+    def save(self, path: str | os.PathLike) -> None:
+        """DeepSpeed checkpoint (model, partitioned optimizer state, scheduler); collective."""
+        Path(path).mkdir(parents=True, exist_ok=True)
+        self.ds.save_checkpoint(str(path), tag="state", save_latest=False)
+
+    def load(self, path: str | os.PathLike) -> None:
+        load_path, _ = self.ds.load_checkpoint(str(path), tag="state")
+        if load_path is None:
+            raise FileNotFoundError(f"no DeepSpeed checkpoint under {path}")
+
+    @property
+    def lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+
+def make_deepspeed_engine(config: TrainConfig, model: torch.nn.Module) -> DeepSpeedEngine:
+    """Factory registered as engine type "deepspeed" (lazily, from trainer/engine.py)."""
+    return DeepSpeedEngine(config, model)
