@@ -1,0 +1,23 @@
+"""The shared RL trainer every ablate job runs: `trainer.run(config, run_dir)`.
+
+Importing `trainer` (or `trainer.config`) does not import torch; `run` loads the loop lazily.
+This package never imports `ablate`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trainer.config import TrainConfig
+
+
+def run(config: "TrainConfig", run_dir: Path) -> None:
+    """Train (or resume, if `run_dir` has a checkpoint) one run; see trainer/loop.py."""
+    from trainer.loop import run as _run
+
+    _run(config, Path(run_dir))
+
+
+__all__ = ["run"]

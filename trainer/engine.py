@@ -1,0 +1,81 @@
+"""Optimizer engines: what turns a loss into an update.
+
+Contract (DeepSpeed plugs in as `trainer.engine_deepspeed:make_deepspeed_engine`):
+`Engine.model` is the module to forward; `step(loss)` does backward, grad clip, optimizer and
+LR-scheduler step, zero grad, and returns the grad norm; `save(path)` / `load(path)` round-trip
+model + optimizer + scheduler. A non-finite grad norm skips the update (the loop then stops the
+run as diverged) so a NaN never reaches the weights that get checkpointed.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Callable, Protocol
+
+import torch
+from torch import nn
+
+from trainer.config import TrainConfig
+from trainer.registry import Registry
+
+
+class Engine(Protocol):
+    model: nn.Module
+
+    def step(self, loss: torch.Tensor) -> float: ...
+
+    def save(self, path: Path) -> None: ...
+
+    def load(self, path: Path) -> None: ...
+
+
+ENGINES: Registry[Callable[..., Engine]] = Registry("engine.type")
+ENGINES.register_lazy("deepspeed", "trainer.engine_deepspeed:make_deepspeed_engine")
+
+
+def make_engine(config: TrainConfig, model: nn.Module) -> Engine:
+    return ENGINES.get(config.engine.type)(config, model)
+
+
+def constant_with_warmup(warmup: int) -> Callable[[int], float]:
+    """ScaleRL's schedule: linear warm-up for `warmup` steps, then constant."""
+    return lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
+
+
+@ENGINES.register("torch")
+def make_torch_engine(config: TrainConfig, model: nn.Module) -> Engine:
+    return TorchEngine(config, model)
+
+
+class TorchEngine:
+    """Plain AdamW (ScaleRL: eps 1e-15, wd 0.01, clip 1.0) on one device."""
+
+    def __init__(self, config: TrainConfig, model: nn.Module) -> None:
+        o = config.optim
+        self.model = model
+        self.clip = o.grad_clip
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas),
+                                           eps=o.eps, weight_decay=o.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, constant_with_warmup(o.warmup_steps))
+
+    def step(self, loss: torch.Tensor) -> float:
+        loss.backward()
+        norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip))
+        if math.isfinite(norm):
+            self.optimizer.step()
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    def save(self, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict()}, path / "engine.pt")
+
+    def load(self, path: Path) -> None:
+        state = torch.load(path / "engine.pt", map_location="cpu", weights_only=True)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
