@@ -1,3 +1,121 @@
-"""CLI commands: study (placeholder until implemented)."""
+"""CLI commands for studies: `sweep` (expand + launch, resumable), `status`, `schema`."""
 
-from ablate.cli import app  # noqa: F401
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ablate.cli import app
+
+_STATE_STYLE = {"done": "green", "running": "cyan", "queued": "blue", "failed": "red",
+                "diverged": "magenta", "cancelled": "yellow", "interrupted": "yellow",
+                "pending": "dim"}
+
+
+@app.command()
+def sweep(
+    study: Path = typer.Argument(..., help="Study YAML, e.g. recipes/loss_agg.yaml."),
+    executor: Optional[str] = typer.Option(
+        None, "--executor", "-e",
+        help="local | slurm | debug. Default: the profile's, else slurm where `sinfo` works, "
+        "else local.",
+    ),
+    profile: Optional[str] = typer.Option(
+        None, "--profile", "-p", help="Launch profile: sweeps/NAME.yaml or a bare NAME."
+    ),
+    results: Path = typer.Option(Path("results"), "--results", help="Results root folder."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the expansion; run nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
+    wait: bool = typer.Option(False, "--wait", help="Block with a progress bar until all runs end."),
+    entry: str = typer.Option("trainer:run", "--entry", hidden=True,
+                              help="module:function each job calls (tests)."),
+) -> None:
+    """Expand a study into runs and launch the ones not done, queued or running.
+
+    Safe to re-run after anything breaks: finished runs are skipped, failed ones are resubmitted
+    up to the study's max_attempts, and adding a value to an axis adds only the new runs.
+    """
+    from ablate.sweep import plan_sweep, run_sweep
+    from ablate.sweep import wait as wait_for
+
+    if dry_run:
+        from ablate.expand import expand
+        from ablate.study import load_study
+
+        from ablate.launch.profile import EXECUTORS, find_profile, load_profile
+
+        loaded = load_study(study)
+        variants = expand(loaded)
+        ref = profile or loaded.study.profile
+        if ref:
+            load_profile(find_profile(ref, study.parent))
+        if executor is not None and executor not in EXECUTORS:
+            from ablate.errors import InputError
+
+            raise InputError(f"--executor: unknown executor '{executor}' (valid: {', '.join(EXECUTORS)})")
+        if as_json:
+            print(json.dumps([v.to_json() for v in variants]))
+        else:
+            t = Table(title=f"{study}: {len(variants)} runs")
+            for col in ("run_id", "name", "seed"):
+                t.add_column(col)
+            for v in variants:
+                t.add_row(v.run_id, v.name, str(v.seed))
+            Console().print(t)
+        return
+    plan = plan_sweep(study, executor=executor, profile=profile, results=results)
+    out = run_sweep(plan, entry=entry)
+    if wait:
+        wait_for(plan.store.root, show=True)
+    if as_json:
+        print(json.dumps(out))
+        return
+    con = Console()
+    con.print(f"[bold]{plan.loaded.study.name}[/]: {len(plan.variants)} runs, "
+              f"submitted {len(out['submitted'])} via {out['executor']}, skipped "
+              f"{len(out['skipped'])}  ->  {out['study_dir']}")
+    for rid, why in plan.skipped.items():
+        con.print(f"  skipped {rid}: {why}", style="dim")
+    if not wait:
+        con.print(f"follow with: ablate status {out['study_dir']}")
+
+
+@app.command()
+def status(
+    study_dir: Path = typer.Argument(..., help="A study results dir, e.g. results/loss_agg."),
+    as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
+) -> None:
+    """Per-run state of a study (run dir files first; squeue/sacct add detail)."""
+    from ablate.status import study_states
+
+    states = study_states(study_dir)
+    if as_json:
+        keys = ("run_id", "name", "seed", "state", "step", "job_id", "attempts", "error")
+        print(json.dumps([{k: getattr(s, k) for k in keys} for s in states]))
+        return
+    t = Table(title=str(study_dir))
+    for col in ("run_id", "name", "seed", "state", "step", "job", "attempts"):
+        t.add_column(col)
+    for s in states:
+        style = _STATE_STYLE.get(s.state, "")
+        t.add_row(s.run_id, s.name, str(s.seed), f"[{style}]{s.state}[/]",
+                  "" if s.step is None else str(s.step), s.job_id or "", str(s.attempts))
+    con = Console()
+    con.print(t)
+    counts: dict[str, int] = {}
+    for s in states:
+        counts[s.state] = counts.get(s.state, 0) + 1
+    con.print(" ".join(f"{k}={n}" for k, n in sorted(counts.items())))
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of the study file (point your editor's YAML plugin at it)."""
+    from ablate.study import study_json_schema
+
+    print(json.dumps(study_json_schema(), indent=2))

@@ -1,0 +1,30 @@
+"""Debug executor: runs every job in this process, in order, when submitted.
+
+Use it to step through a run with a debugger: submitit's DebugExecutor opens a post-mortem
+pdb on an exception. Nothing runs in the background, so `ablate sweep` returns when done.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import submitit
+
+from ablate.launch.job import RunJob
+
+
+def submit(run_dirs: list[Path], folder: Path, entry: str) -> dict[str, str]:
+    ex = submitit.DebugExecutor(folder=folder)
+    out: dict[str, str] = {}
+    for d in run_dirs:
+        job = ex.submit(RunJob([str(d)], entry=entry))
+        out[d.name] = f"debug:{job.job_id}"
+        try:
+            job.result()
+        except Exception:  # noqa: BLE001 - already recorded as failed in the run dir
+            pass
+    return out
+
+
+def job_states(job_ids: list[str]) -> dict[str, str]:
+    return {jid: "GONE" for jid in job_ids}  # finished before submit() returned

@@ -1,0 +1,104 @@
+"""Launch profiles (sweeps/*.yaml): *where* and *how* jobs run, kept apart from *what* runs.
+
+A study says what to train; a profile says which executor, partition, GPUs, time limit and
+setup lines. The same study runs on a laptop (`sweeps/local.yaml`) or a cluster
+(`sweeps/slurm.yaml`) unchanged. Values pass straight through to submitit's parameters.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ablate.errors import InputError
+from ablate.study import format_validation_error
+from ablate.yamlio import load_yaml
+
+Executor = Literal["local", "slurm", "debug"]
+EXECUTORS: tuple[str, ...] = ("local", "slurm", "debug")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LocalProfile(_Strict):
+    max_parallel: int = Field(
+        1, ge=1, description="Runs at once on this machine; the runs are split into this many "
+        "background jobs that each run their share one after another."
+    )
+    timeout_min: float = Field(
+        7 * 24 * 60, gt=0, description="Wall-clock limit of one background job (then requeued)."
+    )
+    setup: list[str] = Field(default_factory=list, description="Shell lines run before each job.")
+
+
+class SlurmProfile(_Strict):
+    partition: Optional[str] = Field(None, description="sbatch --partition (None: the default).")
+    account: Optional[str] = Field(None, description="sbatch --account.")
+    qos: Optional[str] = Field(None, description="sbatch --qos.")
+    nodes: int = Field(1, ge=1, description="Nodes per run.")
+    tasks_per_node: int = Field(
+        1, ge=1, description="Processes per node (one per GPU for multi-GPU training: each runs "
+        "the trainer under srun with RANK/WORLD_SIZE/MASTER_ADDR set from Slurm)."
+    )
+    gpus_per_node: int = Field(0, ge=0, description="GPUs per node (0: CPU-only job).")
+    cpus_per_task: int = Field(1, ge=1, description="CPU cores per process.")
+    mem_gb: Optional[float] = Field(None, gt=0, description="Memory per node in GB (None: default).")
+    time_min: int = Field(60, gt=0, description="Time limit per job in minutes; jobs checkpoint "
+                          "and requeue themselves when it runs out.")
+    signal_delay_s: int = Field(
+        90, ge=1, description="Seconds before the time limit at which Slurm signals the job to "
+        "checkpoint and requeue."
+    )
+    max_num_timeout: int = Field(20, ge=0, description="Requeues allowed after timeouts.")
+    array_parallelism: int = Field(64, ge=1, description="Array tasks running at once.")
+    sbatch: dict[str, Union[str, int, float, bool]] = Field(
+        default_factory=dict,
+        description="Extra `#SBATCH --key=value` lines, e.g. {constraint: a100, exclusive: true}.",
+    )
+    setup: list[str] = Field(
+        default_factory=list,
+        description="Shell lines at the top of the job script (module load, venv activate, exports).",
+    )
+    srun_args: list[str] = Field(default_factory=list, description="Extra arguments to srun.")
+    python: Optional[str] = Field(
+        None, description="Python on the compute nodes (None: the one running `ablate sweep`)."
+    )
+
+
+class Profile(_Strict):
+    executor: Optional[Executor] = Field(
+        None, description="Default executor for this profile; `--executor` wins."
+    )
+    local: LocalProfile = Field(default_factory=LocalProfile)
+    slurm: SlurmProfile = Field(default_factory=SlurmProfile)
+
+
+def find_profile(ref: str, study_dir: Optional[Path] = None) -> Path:
+    """Resolve `--profile`/`profile:`: a path, or a bare name looked up in sweeps/ folders."""
+    candidates: list[Path] = []
+    p = Path(ref)
+    if p.suffix in (".yaml", ".yml") or "/" in ref:
+        if study_dir is not None and not p.is_absolute():
+            candidates.append(study_dir / p)
+        candidates.append(p)
+    else:
+        if study_dir is not None:
+            candidates += [study_dir / "sweeps" / f"{ref}.yaml", study_dir.parent / "sweeps" / f"{ref}.yaml"]
+        candidates.append(Path("sweeps") / f"{ref}.yaml")
+    for c in candidates:
+        if c.is_file():
+            return c
+    looked = ", ".join(str(c) for c in candidates)
+    raise InputError(f"profile '{ref}' not found (looked for {looked})")
+
+
+def load_profile(path: Path) -> Profile:
+    doc = load_yaml(path)
+    try:
+        return Profile.model_validate(doc.data or {})
+    except ValidationError as err:
+        raise InputError(format_validation_error(err, doc.where, Profile)) from None

@@ -1,0 +1,117 @@
+"""Slurm executor: job arrays through submitit, split to fit the cluster's MaxArraySize.
+
+One array task per run, so a failing or preempted run touches nothing else. submitit writes
+the sbatch script (profile values pass through as its parameters) and, because jobs are
+`Checkpointable`, answers a timeout/preemption signal by `scontrol requeue`.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import submitit
+
+from ablate.launch.job import RunJob
+from ablate.launch.profile import SlurmProfile
+
+DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default when scontrol says nothing
+
+
+def available() -> bool:
+    """A usable Slurm: `sinfo` exists and answers (a controller is reachable)."""
+    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
+        return False
+    try:
+        return subprocess.run(["sinfo", "-h"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def max_array_size() -> int:
+    """MaxArraySize from `scontrol show config` (array indices must stay below it)."""
+    try:
+        text = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True,
+                              timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return DEFAULT_MAX_ARRAY_SIZE
+    m = re.search(r"^MaxArraySize\s*=\s*(\d+)", text, re.M)
+    return int(m.group(1)) if m else DEFAULT_MAX_ARRAY_SIZE
+
+
+def executor(folder: Path, prof: SlurmProfile, job_name: str) -> submitit.SlurmExecutor:
+    ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=prof.max_num_timeout,
+                                python=prof.python)
+    params = dict(
+        job_name=job_name, nodes=prof.nodes, ntasks_per_node=prof.tasks_per_node,
+        cpus_per_task=prof.cpus_per_task, time=prof.time_min, signal_delay_s=prof.signal_delay_s,
+        array_parallelism=prof.array_parallelism, setup=list(prof.setup),
+        srun_args=list(prof.srun_args), additional_parameters=dict(prof.sbatch),
+    )
+    if prof.gpus_per_node:
+        params["gpus_per_node"] = prof.gpus_per_node
+    if prof.mem_gb:
+        params["mem"] = f"{int(prof.mem_gb * 1024)}M"
+    for key in ("partition", "account", "qos"):
+        if getattr(prof, key):
+            params[key] = getattr(prof, key)
+    ex.update_parameters(**params)
+    return ex
+
+
+def submit(run_dirs: list[Path], folder: Path, prof: SlurmProfile, entry: str,
+           job_name: str) -> dict[str, str]:
+    """Submit one array task per run (several arrays if above MaxArraySize)."""
+    if not run_dirs:
+        return {}
+    ex = executor(folder, prof, job_name)
+    size = max(1, max_array_size() - 1)
+    out: dict[str, str] = {}
+    for start in range(0, len(run_dirs), size):
+        chunk = run_dirs[start:start + size]
+        with ex.batch():
+            jobs = [ex.submit(RunJob([str(d)], entry=entry)) for d in chunk]
+        for d, job in zip(chunk, jobs):
+            out[d.name] = f"slurm:{job.job_id}"
+    return out
+
+
+def _run(cmd: list[str]) -> str | None:
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout if r.returncode == 0 else None
+
+
+def job_states(job_ids: list[str]) -> dict[str, str]:
+    """Scheduler state per job: squeue for live jobs, sacct for finished ones, else UNKNOWN.
+
+    A missing or failing sacct is not fatal: the run dir files stay the truth.
+    """
+    ids = [j.split(":", 1)[1] for j in job_ids]
+    if not ids:
+        return {}
+    mains = sorted({i.split("_")[0] for i in ids})
+    found: dict[str, str] = {}
+    text = _run(["squeue", "-h", "-r", "-o", "%i|%T", "-j", ",".join(mains)])
+    for line in (text or "").splitlines():
+        jid, _, state = line.strip().partition("|")
+        found[jid] = state
+    missing = [i for i in ids if i not in found]
+    if missing:
+        text = _run(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j",
+                     ",".join(sorted({i.split("_")[0] for i in missing}))])
+        for line in (text or "").splitlines():
+            jid, _, state = line.strip().partition("|")
+            if jid in missing:
+                found[jid] = state.split()[0] if state else "UNKNOWN"
+    return {f"slurm:{i}": found.get(i, "UNKNOWN" if text is None else "GONE") for i in ids}
+
+
+def cancel(job_ids: list[str]) -> None:
+    ids = [j.split(":", 1)[1] for j in job_ids]
+    if ids:
+        subprocess.run(["scancel", *ids], capture_output=True, timeout=30)

@@ -1,0 +1,115 @@
+"""The study directory on disk: what was asked, what it expanded to, what was submitted.
+
+    <results>/<study>/study.yaml         the study file as submitted (verbatim)
+    <results>/<study>/variants.json      [{"run_id", "name", "seed", "config"}], the expansion
+    <results>/<study>/submissions.json   {run_id: {"attempts", "jobs": [...], "submitted_at"}}
+    <results>/<study>/<run_id>/config.yaml   the resolved TrainConfig the job trains
+Run dirs' status.json / metrics.jsonl / checkpoint/ belong to the trainer and are the truth
+about a run; submissions.json only says which job to ask the scheduler about. Every file is
+written atomically (temp file + rename) so a crash never leaves half a record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import yaml
+
+from ablate.errors import InputError
+from ablate.expand import Variant
+
+
+def atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def study_dir_for(results: Path, name: str) -> Path:
+    """`results/name`, refusing any name that would land outside `results`."""
+    root = results.resolve()
+    d = (root / name).resolve()
+    if d.parent != root:
+        raise InputError(f"study name '{name}' would write outside {results}/ ; use a plain name")
+    return d
+
+
+class StudyStore:
+    """Reads and writes one study directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    # -- layout ---------------------------------------------------------------------------
+    @property
+    def variants_path(self) -> Path:
+        return self.root / "variants.json"
+
+    @property
+    def submissions_path(self) -> Path:
+        return self.root / "submissions.json"
+
+    @property
+    def submitit_dir(self) -> Path:
+        return self.root / "_submitit"
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.root / run_id
+
+    # -- writing --------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """One `ablate sweep` at a time per study (a second would double-submit)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".lock", "w") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise InputError(f"{self.root}: another `ablate sweep` is submitting this study") from None
+            yield
+
+    def write_study(self, study_text: str, variants: list[Variant]) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.root / "study.yaml", study_text)
+        atomic_write(self.variants_path, json.dumps([v.to_json() for v in variants], indent=1))
+        for v in variants:
+            d = self.run_dir(v.run_id)
+            d.mkdir(exist_ok=True)
+            cfg = d / "config.yaml"
+            if not cfg.exists():  # same id = same config: never rewrite what may be running
+                atomic_write(cfg, yaml.safe_dump(v.config.model_dump(mode="json"), sort_keys=False))
+
+    def record_submissions(self, job_ids: dict[str, str], executor: str) -> None:
+        subs = self.submissions()
+        now = time.time()
+        for run_id, job_id in job_ids.items():
+            rec = subs.setdefault(run_id, {"attempts": 0, "jobs": []})
+            rec["attempts"] += 1
+            rec["jobs"].append(job_id)
+            rec["executor"] = executor
+            rec["submitted_at"] = now
+        atomic_write(self.submissions_path, json.dumps(subs, indent=1, sort_keys=True))
+
+    # -- reading --------------------------------------------------------------------------
+    def variants(self) -> list[dict[str, Any]]:
+        try:
+            return json.loads(self.variants_path.read_text())
+        except FileNotFoundError:
+            raise InputError(f"{self.root}: not a study directory (no variants.json; run "
+                             "`ablate sweep STUDY.yaml` first)") from None
+        except ValueError as e:
+            raise InputError(f"{self.variants_path}: unreadable ({e})") from None
+
+    def submissions(self) -> dict[str, dict[str, Any]]:
+        try:
+            return json.loads(self.submissions_path.read_text())
+        except FileNotFoundError:
+            return {}
+        except ValueError as e:
+            raise InputError(f"{self.submissions_path}: unreadable ({e})") from None

@@ -1,0 +1,108 @@
+"""`ablate sweep`: validate everything, then submit only what still needs to run.
+
+Planning reads and checks (study, expansion, profile, executor, existing run states) and
+writes nothing, so bad input leaves no trace. Submitting writes the study dir, submits the
+runs that are not done and not queued/running (failed ones until `max_attempts`), records the
+job ids, and returns; `wait()` blocks with a progress bar for those who ask.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ablate import launch
+from ablate.errors import InputError
+from ablate.expand import Variant, expand
+from ablate.launch.profile import Profile, find_profile, load_profile
+from ablate.status import FINAL, RunState, run_states, study_states
+from ablate.store import StudyStore, study_dir_for
+from ablate.study import LoadedStudy, load_study
+
+RESUBMIT_ALWAYS = ("pending", "cancelled")  # never ran to a verdict, or the user cancelled it
+RESUBMIT_BOUNDED = ("failed", "interrupted")  # up to the study's max_attempts
+
+
+@dataclass
+class SweepPlan:
+    loaded: LoadedStudy
+    variants: list[Variant]
+    profile: Profile
+    executor: str
+    store: StudyStore
+    submit: list[Variant] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # run_id -> why
+
+
+def plan_sweep(study_path: Path | str, *, executor: Optional[str] = None,
+               profile: Optional[str] = None, results: Path | str = "results") -> SweepPlan:
+    """Everything `sweep` will do, decided without writing anything."""
+    loaded = load_study(study_path)
+    variants = expand(loaded)
+    ref = profile or loaded.study.profile
+    prof = load_profile(find_profile(ref, Path(study_path).parent)) if ref else Profile()
+    if executor is not None and executor not in launch.EXECUTORS:
+        raise InputError(f"--executor: unknown executor '{executor}' (valid: "
+                         f"{', '.join(launch.EXECUTORS)})")
+    store = StudyStore(study_dir_for(Path(results), loaded.study.name))
+    plan = SweepPlan(loaded, variants, prof, "", store)
+    states = {s.run_id: s for s in run_states(store, [v.to_json() for v in variants])}
+    for v in variants:
+        st = states[v.run_id]
+        if st.state in RESUBMIT_ALWAYS or (
+            st.state in RESUBMIT_BOUNDED and st.attempts < loaded.study.max_attempts
+        ):
+            plan.submit.append(v)
+        else:
+            why = st.state
+            if st.state in RESUBMIT_BOUNDED:
+                why += f" after {st.attempts} attempts (max_attempts={loaded.study.max_attempts})"
+            plan.skipped[v.run_id] = why
+    plan.executor = launch.choose_executor(executor, prof)
+    return plan
+
+
+def run_sweep(plan: SweepPlan, *, entry: str = "trainer:run") -> dict[str, Any]:
+    """Write the study dir, submit, record. Returns the `sweep --json` object."""
+    store = plan.store
+    with store.locked():
+        store.write_study(plan.loaded.path.read_text(), plan.variants)
+        dirs = [store.run_dir(v.run_id) for v in plan.submit]
+        jobs = launch.submit(plan.executor, dirs, store.submitit_dir, plan.profile,
+                             entry=entry, job_name=f"ablate-{plan.loaded.study.name}")
+        store.record_submissions(jobs, plan.executor)
+    return {
+        "submitted": [v.run_id for v in plan.submit],
+        "skipped": list(plan.skipped),
+        "executor": plan.executor,
+        "study_dir": str(store.root),
+    }
+
+
+def wait(study_dir: Path, *, poll_s: float = 2.0, timeout_s: Optional[float] = None,
+         show: bool = True) -> list[RunState]:
+    """Block until no run is queued/running/pending-in-a-live-job; progress bar on stderr."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    t0 = time.time()
+    states = study_states(study_dir)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
+                  console=Console(stderr=True), disable=not show, transient=False) as bar:
+        task = bar.add_task("runs", total=len(states), detail="")
+        while True:
+            states = study_states(study_dir)
+            counts: dict[str, int] = {}
+            for s in states:
+                counts[s.state] = counts.get(s.state, 0) + 1
+            settled = sum(n for k, n in counts.items() if k not in ("queued", "running"))
+            bar.update(task, completed=sum(counts.get(k, 0) for k in FINAL),
+                       detail=" ".join(f"{k}={n}" for k, n in sorted(counts.items())))
+            if settled == len(states):
+                return states
+            if timeout_s is not None and time.time() - t0 > timeout_s:
+                return states
+            time.sleep(poll_s)
