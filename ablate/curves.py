@@ -154,8 +154,11 @@ def compute_for(score, A, B, C_mid, R0):
 
 def _pct(v: np.ndarray, level: float) -> tuple[float, float]:
     a = (1 - level) / 2
-    lo, hi = np.nanquantile(np.asarray(v, float), [a, 1 - a])
-    return (float(lo), float(hi))
+    v = np.asarray(v, float)
+    big = np.finfo(float).max
+    # quantiles of draws that include inf (a target some draws never reach) without inf - inf
+    q = np.nanquantile(np.clip(v, -big, big), [a, 1 - a], method="inverted_cdf")
+    return tuple(float(np.inf if x >= big else -np.inf if x <= -big else x) for x in q)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,3 +1,240 @@
-"""CLI commands: curves (placeholder until implemented)."""
+"""CLI: `ablate fit`, `ablate compare`, `ablate extrapolate` (scaling-curve analysis).
 
-from ablate.cli import app  # noqa: F401
+Tables and notes go to the terminal (notes on stderr); `--json` prints only JSON on stdout.
+Input problems raise InputError before anything is written (the plot, the metrics cache).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from ablate.cli import app
+from ablate.curves import EARLY_FRACTION
+from ablate.errors import InputError
+from ablate.fitgroups import GroupFit, fit_groups
+from ablate.sources import Curves, load
+
+# Wide when piped (rich would wrap at 80 columns): the tables carry intervals in every cell.
+out = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+
+SourceArg = typer.Argument(..., help="Study results dir, .csv/.jsonl/.parquet long table "
+                           "(variant, seed, compute, score), or TensorBoard log dir.")
+XOpt = typer.Option(None, "--x", help="Compute column/tag [study dir: gpu_hours; table: compute; "
+                    "TensorBoard: step].")
+YOpt = typer.Option(None, "--y", help="Score column/tag [study dir: eval/pass_rate; table: score].")
+ByOpt = typer.Option(None, "--by", help="Comma-separated columns naming a variant [variant].")
+MinOpt = typer.Option(None, "--min-compute", help="Fit only points with compute >= X. Default: "
+                      f"skip the early phase, points below {EARLY_FRACTION:.0%} of the largest compute.")
+MaxOpt = typer.Option(None, "--max-compute", help="Fit only points with compute <= X.")
+MethodOpt = typer.Option("default", "--method", help="default (fast multi-start least squares) "
+                         "or paper (the paper's A x C_mid grid with curve_fit for B).")
+JsonOpt = typer.Option(False, "--json", help="Print only JSON on stdout.")
+PlotOpt = typer.Option(None, "--plot", help="Write a log-x PNG of points, fits and extrapolation.")
+
+
+def _check_plot(plot: Optional[Path]) -> None:
+    if plot is None:
+        return
+    if plot.suffix.lower() != ".png":
+        raise InputError(f"--plot {plot}: the figure must be a .png file")
+    if not plot.parent.exists():
+        raise InputError(f"--plot {plot}: folder {plot.parent} does not exist")
+
+
+def _run_fits(source: Path, x, y, by, min_compute, max_compute, method, quiet: bool
+              ) -> tuple[Curves, list[GroupFit]]:
+    if method not in ("default", "paper"):
+        raise InputError(f"--method {method!r}: valid methods are default, paper")
+    if min_compute is not None and max_compute is not None and min_compute >= max_compute:
+        raise InputError(f"--min-compute {min_compute:g} must be below --max-compute {max_compute:g}")
+    curves = load(source, x=x, y=y, by=by)
+    variants = curves.variants()
+    with Progress(console=err, transient=True, disable=quiet) as bar:
+        task = bar.add_task("fitting", total=len(variants))
+        groups = []
+        for v in variants:
+            bar.update(task, description=f"fitting {v}")
+            sub = Curves(curves.frame[curves.frame["variant"] == v], curves.source, curves.x,
+                         curves.y, curves.defaults)
+            groups += fit_groups(sub, min_compute=min_compute, max_compute=max_compute,
+                                 method=method)
+            bar.advance(task)
+    for g in groups:
+        if g.fit is not None and g.fit.skipped and min_compute is None \
+                and curves.defaults.get("min_compute") is None:
+            err.print(f"[dim]{g.variant}: skipped {g.fit.skipped} early point(s) below "
+                      f"{curves.x}={g.fit.min_compute:.4g} ({EARLY_FRACTION:.0%} of its largest "
+                      "compute; set --min-compute to change)[/dim]")
+    return curves, groups
+
+
+def _finish(groups: list[GroupFit]) -> None:
+    """Exit 2 when no variant could be fit at all (every reason is already in the output)."""
+    failed = [g for g in groups if g.fit is None]
+    if groups and len(failed) == len(groups):
+        raise InputError(f"no variant could be fit; {failed[0].error}")
+
+
+def _clean(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    return v
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(_clean(obj), indent=2))
+
+
+def _ci(v: float, ci, fmt: str) -> str:
+    lo, hi = ci
+    return f"{v:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
+
+
+def _fit_cells(g: GroupFit) -> list[str]:
+    f = g.fit
+    if f is None:
+        return ["—"] * 5 + [str(0)]
+    return [_ci(f.A, f.ci["A"], ".3f"), _ci(f.B, f.ci["B"], ".2f"), _ci(f.C_mid, f.ci["C_mid"], ".3g"),
+            _ci(f.R0, f.ci["R0"], ".3f"), f"{f.r2:.3f}", str(f.n_points)]
+
+
+def _fit_table(title: str, caption: str, first: tuple[str, ...] = ()) -> Table:
+    t = Table(title=title, caption=caption)
+    for c in first + ("variant", "A [95%]", "B [95%]", "C_mid [95%]", "R0 [95%]", "R²", "points"):
+        t.add_column(c, justify="left" if c == "variant" else "right")
+    return t
+
+
+def _interval_caption(groups: list[GroupFit]) -> str:
+    kinds = sorted({g.fit.interval_method for g in groups if g.fit is not None})
+    return ("intervals: " + ", ".join({"seeds": "across seeds (t, k-1 dof)",
+                                       "bootstrap": "AR(1)+noise residual bootstrap"}.get(k, k)
+                                      for k in kinds)) if kinds else ""
+
+
+@app.command()
+def fit(source: Path = SourceArg, x: Optional[str] = XOpt, y: Optional[str] = YOpt,
+        by: Optional[str] = ByOpt, min_compute: Optional[float] = MinOpt,
+        max_compute: Optional[float] = MaxOpt, method: str = MethodOpt, json_: bool = JsonOpt,
+        plot: Optional[Path] = PlotOpt) -> None:
+    """Fit the ScaleRL sigmoid R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B) to each variant."""
+    _check_plot(plot)
+    curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_)
+    if plot is not None and any(g.fit for g in groups):
+        from ablate.plots import plot_fits
+
+        plot_fits(curves, groups, plot)
+    if json_:
+        _print_json([g.as_dict() for g in groups])
+    else:
+        t = _fit_table(f"sigmoid fits: {curves.y} vs {curves.x}", _interval_caption(groups))
+        t.add_column("note")
+        for g in groups:
+            t.add_row(g.variant, *_fit_cells(g), g.error or "")
+        out.print(t)
+    _finish(groups)
+
+
+@app.command()
+def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
+                None, "--baseline", help="Variant to compare against [the first variant]."),
+            margin: float = typer.Option(0.02, "--margin", help="A's within this are tied: "
+                                         "refit with the shared A and compare B (paper's rule)."),
+            plot: Optional[Path] = PlotOpt, json_: bool = JsonOpt, x: Optional[str] = XOpt,
+            y: Optional[str] = YOpt, by: Optional[str] = ByOpt,
+            min_compute: Optional[float] = MinOpt, max_compute: Optional[float] = MaxOpt,
+            method: str = MethodOpt) -> None:
+    """Rank variants by asymptote A (ties within --margin broken by B at a shared A)."""
+    from ablate.compare import compare as rank
+
+    _check_plot(plot)
+    if not (margin >= 0 and math.isfinite(margin)):
+        raise InputError(f"--margin {margin}: must be a number >= 0 (the paper uses 0.02)")
+    curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_)
+    if baseline is not None and baseline not in curves.variants():
+        raise InputError(f"--baseline {baseline!r}: no such variant; variants: "
+                         + ", ".join(curves.variants()))
+    if baseline is not None and next(g for g in groups if g.variant == baseline).fit is None:
+        raise InputError(f"--baseline {baseline!r}: its fit failed, pick another "
+                         f"({next(g for g in groups if g.variant == baseline).error})")
+    rows = rank(groups, baseline=baseline, margin=margin)
+    base = baseline or next((g.variant for g in groups if g.fit is not None), None)
+    if plot is not None and any(g.fit for g in groups):
+        from ablate.plots import plot_fits
+
+        plot_fits(curves, groups, plot)
+    if json_:
+        _print_json([r.as_dict() for r in rows])
+    else:
+        t = _fit_table(f"ranking by asymptote A ({curves.y} vs {curves.x})",
+                       f"baseline: {base}; margin on A: {margin:g}; " + _interval_caption(groups),
+                       first=("rank",))
+        t.add_column(f"P(beats {base})", justify="right")
+        t.add_column("note")
+        for r in rows:
+            p = "—" if r.p_beats is None else f"{r.p_beats:.2f}"
+            t.add_row("—" if r.rank is None else str(r.rank), r.group.variant,
+                      *_fit_cells(r.group), p, r.note)
+        out.print(t)
+    _finish(groups)
+
+
+@app.command()
+def extrapolate(source: Path = SourceArg,
+                budget: Optional[float] = typer.Option(None, "--budget", help="Compute to "
+                                                       "predict the score at (units of --x)."),
+                target: Optional[float] = typer.Option(None, "--target", help="Score to find "
+                                                       "the compute for."),
+                max_compute: Optional[float] = MaxOpt, json_: bool = JsonOpt,
+                x: Optional[str] = XOpt, y: Optional[str] = YOpt, by: Optional[str] = ByOpt,
+                min_compute: Optional[float] = MinOpt, method: str = MethodOpt,
+                plot: Optional[Path] = PlotOpt) -> None:
+    """Predict the score at --budget, or the compute to reach --target, with 95% intervals."""
+    from ablate.extrapolate import extrapolate as predict
+
+    if (budget is None) == (target is None):
+        raise InputError("give exactly one of --budget C (compute) or --target R (score)")
+    if budget is not None and not (budget > 0 and math.isfinite(budget)):
+        raise InputError(f"--budget {budget}: must be a finite compute > 0")
+    if target is not None and not (0 < target < 1):
+        raise InputError(f"--target {target}: must be a score strictly between 0 and 1")
+    _check_plot(plot)
+    curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_)
+    rows = predict(groups, budget=budget, target=target)
+    if plot is not None and any(g.fit for g in groups):
+        from ablate.plots import plot_fits
+
+        plot_fits(curves, groups, plot, extend_to=budget)
+    if json_:
+        _print_json(rows)
+    else:
+        what = f"score at {curves.x}={budget:g}" if budget is not None else \
+            f"{curves.x} to reach {curves.y}={target:g}"
+        t = Table(title=f"extrapolation: {what}", caption="★ = the variant to scale")
+        for c in ("", "variant", "predicted", "95% interval", "note"):
+            t.add_column(c)
+        key = "score" if budget is not None else "compute"
+        for r in rows:
+            v = r.get(key)
+            ci = r.get("ci")
+            t.add_row("★" if r.get("recommended") else "", r["variant"],
+                      "—" if v is None else f"{v:.4g}",
+                      "—" if not ci else "[" + ", ".join("∞" if c is None else f"{c:.4g}"
+                                                         for c in ci) + "]",
+                      r.get("note") or "")
+        out.print(t)
+    _finish(groups)

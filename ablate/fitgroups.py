@@ -1,0 +1,41 @@
+"""Fit every variant of a set of curves; a failed variant is kept with its reason, never dropped."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ablate.curves import N_BOOT, Fit, FitError, fit_sigmoid
+from ablate.sources import Curves
+
+
+@dataclass
+class GroupFit:
+    variant: str
+    fit: Fit | None
+    error: str | None
+    n_points: int  # points in the variant's data (all seeds, before the window)
+
+    def as_dict(self) -> dict:
+        if self.fit is None:
+            return {"variant": self.variant, "A": None, "B": None, "C_mid": None, "R0": None,
+                    "A_ci": None, "B_ci": None, "C_mid_ci": None, "r2": None,
+                    "n_points": 0, "error": self.error}
+        return {"variant": self.variant, **self.fit.as_dict()}
+
+
+def fit_groups(curves: Curves, *, min_compute: float | None = None,
+               max_compute: float | None = None, method: str = "default",
+               n_boot: int = N_BOOT, intervals: bool = True) -> list[GroupFit]:
+    """One fit per variant (its seeds pooled), window defaults taken from the source."""
+    lo = min_compute if min_compute is not None else curves.defaults.get("min_compute")
+    hi = max_compute if max_compute is not None else curves.defaults.get("max_compute")
+    out = []
+    for name, g in curves.frame.groupby("variant", sort=False):
+        try:
+            fit = fit_sigmoid(g["compute"].to_numpy(), g["score"].to_numpy(), min_compute=lo,
+                              max_compute=hi, method=method, seeds=g["seed"].to_numpy(),
+                              n_boot=n_boot, intervals=intervals)
+            out.append(GroupFit(str(name), fit, None, len(g)))
+        except FitError as e:
+            out.append(GroupFit(str(name), None, f"variant {name!r}: {e}", len(g)))
+    return out

@@ -1,0 +1,178 @@
+"""Read a study results dir into one pandas frame (one row per evaluation point of every run).
+
+    results/<study>/variants.json            [{"run_id", "name", "seed", "config"}, ...]
+    results/<study>/<run_id>/metrics.jsonl   one JSON object per eval point (append-only)
+    results/<study>/<run_id>/status.json     {"state": ...}
+    results/<study>/metrics.parquet          the gathered frame, a cache (written atomically)
+
+The cache is reused while it is newer than every metrics.jsonl / status.json / variants.json, so
+`compare` on a finished study of 1,000 runs reads one file. A run being written may end in a
+half-written line: text after the last newline is used only if it parses as a whole object.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ablate.errors import InputError
+
+CACHE = "metrics.parquet"
+META_COLUMNS = ["variant", "seed", "run_id", "state"]
+
+
+def is_study_dir(path: Path) -> bool:
+    return path.is_dir() and (path / "variants.json").is_file()
+
+
+def read_variants(study: Path) -> list[dict]:
+    f = study / "variants.json"
+    try:
+        variants = json.loads(f.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise InputError(f"{f}: cannot read variants ({e}); expected a JSON list of "
+                         '{"run_id", "name", "seed", "config"}') from None
+    if not isinstance(variants, list):
+        raise InputError(f"{f}: expected a JSON list of runs, got {type(variants).__name__}")
+    for i, v in enumerate(variants):
+        if not isinstance(v, dict) or "run_id" not in v or "name" not in v:
+            raise InputError(f"{f}: entry {i} lacks \"run_id\"/\"name\"; each entry must be "
+                             '{"run_id", "name", "seed", "config"}')
+    return variants
+
+
+def _complete_lines(path: Path) -> bytes:
+    """The file's bytes up to its last whole JSON line (a trailing partial line is dropped)."""
+    data = path.read_bytes()
+    cut = data.rfind(b"\n") + 1
+    tail = data[cut:].strip()
+    if tail:
+        try:
+            json.loads(tail)
+            return data[:cut] + tail + b"\n"
+        except ValueError:
+            pass  # still being written
+    return data[:cut]
+
+
+def _parse(path: Path, blob: bytes) -> list[dict]:
+    rows = []
+    for i, line in enumerate(blob.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            raise InputError(f"{path}:{i}: not a JSON object ({e}); each line of metrics.jsonl "
+                             "must be one JSON object") from None
+        if not isinstance(obj, dict):
+            raise InputError(f"{path}:{i}: expected a JSON object, got {type(obj).__name__}")
+        rows.append(obj)
+    return rows
+
+
+def _state(run_dir: Path) -> str:
+    try:
+        return str(json.loads((run_dir / "status.json").read_text()).get("state", "unknown"))
+    except (OSError, ValueError, AttributeError):
+        return "unknown"
+
+
+def _fresh(cache: Path, study: Path, variants: list[dict]) -> bool:
+    if not cache.is_file():
+        return False
+    t = cache.stat().st_mtime
+    deps = [study / "variants.json"]
+    for v in variants:
+        deps += [study / v["run_id"] / "metrics.jsonl", study / v["run_id"] / "status.json"]
+    return all(not d.exists() or d.stat().st_mtime < t for d in deps)
+
+
+def cache_is_fresh(study: str | Path) -> bool:
+    """True when results/<study>/metrics.parquet is newer than everything it was built from."""
+    study = Path(study)
+    return _fresh(study / CACHE, study, read_variants(study))
+
+
+def write_cache(study: str | Path, frame: pd.DataFrame) -> None:
+    _write_atomic(frame, Path(study) / CACHE)
+
+
+def gather(study: str | Path, *, use_cache: bool = True, write_cache: bool = True) -> pd.DataFrame:
+    """All runs' metrics as one frame: variant, seed, run_id, state, then every metric column."""
+    study = Path(study)
+    variants = read_variants(study)
+    cache = study / CACHE
+    if use_cache and _fresh(cache, study, variants):
+        return pd.read_parquet(cache)
+
+    blobs, counts = [], []
+    for v in variants:
+        f = study / v["run_id"] / "metrics.jsonl"
+        blob = _complete_lines(f) if f.is_file() else b""
+        blobs.append(blob)
+        counts.append(blob.count(b"\n"))
+    frame = _frame_from_blobs(study, variants, blobs, counts)
+    meta = pd.DataFrame({
+        "variant": np.repeat([str(v["name"]) for v in variants], counts),
+        "seed": np.repeat([int(v.get("seed", 0) or 0) for v in variants], counts),
+        "run_id": np.repeat([str(v["run_id"]) for v in variants], counts),
+        "state": np.repeat([_state(study / v["run_id"]) for v in variants], counts),
+    })
+    frame = pd.concat([meta, frame.drop(columns=[c for c in META_COLUMNS if c in frame],
+                                        errors="ignore")], axis=1)
+    if write_cache:
+        _write_atomic(frame, cache)
+    return frame
+
+
+def _frame_from_blobs(study, variants, blobs, counts) -> pd.DataFrame:
+    """Parse all lines at once with pandas' C JSON reader; fall back per file to name errors."""
+    allb = b"".join(blobs)
+    if not allb:
+        return pd.DataFrame(index=range(0))
+    try:
+        frame = pd.read_json(io.BytesIO(allb), lines=True, orient="records", dtype=False,
+                             convert_dates=False)
+        if len(frame) == sum(counts):
+            return frame.reset_index(drop=True)
+    except ValueError:
+        pass
+    rows = []
+    for v, blob in zip(variants, blobs):
+        rows += _parse(study / v["run_id"] / "metrics.jsonl", blob)
+    return pd.DataFrame.from_records(rows)
+
+
+def _write_atomic(frame: pd.DataFrame, path: Path) -> None:
+    """Write to a temp file beside `path` and rename: readers never see a half-written cache."""
+    fd, tmp = tempfile.mkstemp(prefix=".metrics.", suffix=".parquet.tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        frame.to_parquet(tmp, index=False)
+        os.replace(tmp, path)
+    except OSError:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def study_fit_defaults(study: Path) -> dict:
+    """`fit:` defaults from results/<study>/study.yaml (x, y, min_compute, max_compute)."""
+    f = study / "study.yaml"
+    if not f.is_file():
+        return {}
+    import yaml
+
+    try:
+        doc = yaml.safe_load(f.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise InputError(f"{f}: not valid YAML ({str(e).splitlines()[0]})") from None
+    fit = doc.get("fit") if isinstance(doc, dict) else None
+    if not isinstance(fit, dict):
+        return {}
+    return {k: fit[k] for k in ("x", "y", "min_compute", "max_compute") if fit.get(k) is not None}
