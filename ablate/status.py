@@ -69,9 +69,10 @@ def derive_state(status: dict[str, Any], fresh: bool, sub: Optional[dict[str, An
     if sub is None:
         return "failed" if fs == "failed" else "pending"
     if sched in launch.ALIVE:
-        if fresh and fs == "failed":
-            return "failed"  # a local share job still running other runs
-        if sched == "RUNNING" and (fresh and fs == "running" or sub["jobs"][-1].startswith("slurm:")):
+        local = sub["jobs"][-1].startswith("local:")
+        if local and fresh and fs == "failed":
+            return "failed"  # its local share job is still running the other runs
+        if sched == "RUNNING" and (fresh and fs == "running" or not local):
             return "running"
         return "queued"
     if fresh and fs == "failed":

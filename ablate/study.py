@@ -255,7 +255,8 @@ def format_validation_error(
     got_s = repr(got)
     if len(got_s) > 60:
         got_s = got_s[:57] + "..."
-    return f"{where(loc)}: {dotted or '<root>'}: {e['msg']} (got {got_s})"
+    msg = e["msg"].removeprefix("Value error, ")
+    return f"{where(loc)}: {dotted or '<root>'}: {msg} (got {got_s})"
 
 
 def validate_config(tree: dict[str, Any], prov: Provenance, fallback: str) -> TrainConfig:

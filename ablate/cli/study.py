@@ -100,7 +100,7 @@ def status(
         return
     t = Table(title=str(study_dir))
     for col in ("run_id", "name", "seed", "state", "step", "job", "attempts"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")
     for s in states:
         style = _STATE_STYLE.get(s.state, "")
         t.add_row(s.run_id, s.name, str(s.seed), f"[{style}]{s.state}[/]",

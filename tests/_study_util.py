@@ -1,0 +1,64 @@
+"""Helpers for the study/launch tests: write study files, run the CLI, tiny proxy configs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A really tiny CPU proxy (1-layer 32-wide char Llama): a run of a few steps takes ~2 s, so
+# launch tests exercise the real trainer, its checkpoints and its status files.
+TINY_OVERRIDES = f"""  model.proxy: {{hidden_size: 32, num_layers: 1, num_heads: 2, intermediate_size: 64, warmup_steps: 5}}
+  task: {{num_train_prompts: 64, num_eval_prompts: 16}}
+  rollout: {{prompts_per_step: 4, generations_per_prompt: 2}}
+  eval: {{every_steps: 2, num_prompts: 16, samples_per_prompt: 1}}
+  checkpoint.every_steps: 2
+  engine.threads: 1
+"""
+
+
+def tiny_study(folder: Path, name: str, axes: str, *, seeds: str = "[0]", steps: int = 4,
+               extra: str = "", overrides: str = "") -> Path:
+    """Write a study over recipes/proxy.yaml with the tiny overrides; returns its path."""
+    text = (f"name: {name}\nbase: {ROOT / 'recipes' / 'proxy.yaml'}\noverrides:\n"
+            f"{TINY_OVERRIDES}{overrides}axes:\n{axes}\nseeds: {seeds}\nbudget: {{steps: {steps}}}\n{extra}")
+    path = folder / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m ablate ARGS` in a subprocess (the real entry point, exit codes included)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "ablate", *args], capture_output=True,
+                           text=True, timeout=timeout, cwd=ROOT, env=env)
+
+
+def cli_json(*args: str, timeout: float = 300):
+    r = cli(*args, "--json", timeout=timeout)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout)
+
+
+def states(study_dir: Path) -> dict[str, dict]:
+    return {s["run_id"]: s for s in cli_json("status", str(study_dir))}
+
+
+def wait_until(pred, timeout: float, poll: float = 1.0, what: str = "condition"):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        out = pred()
+        if out:
+            return out
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def metric_steps(run_dir: Path) -> list[int]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(x)["step"] for x in lines if x.strip()]

@@ -1,0 +1,109 @@
+"""Expansion: modes, seeds, collapsing, names, ids, chained bases, budgets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ablate.expand import expand, run_id_of
+from ablate.study import load_study
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = ROOT / "recipes" / "scalerl.yaml"
+
+
+def study(tmp_path: Path, body: str) -> list:
+    p = tmp_path / "s.yaml"
+    p.write_text(f"name: s\nbase: {BASE}\n{body}")
+    return expand(load_study(p))
+
+
+def test_grid_times_seeds(tmp_path):
+    vs = study(tmp_path, "axes:\n  loss.type: [ppo, cispo]\n  loss.aggregation: [sample, token]\nseeds: [0, 1, 2]\n")
+    assert len(vs) == 2 * 2 * 3
+    names = {v.name for v in vs}
+    assert "loss.type=ppo,loss.aggregation=token" in names
+    for v in vs:
+        kv = dict(x.split("=") for x in v.name.split(","))
+        assert v.config.loss.type == kv["loss.type"]
+        assert v.config.loss.aggregation == kv["loss.aggregation"]
+        assert v.config.seed == v.seed
+    assert len({v.run_id for v in vs}) == len(vs)
+
+
+def test_one_at_a_time_collapses_value_equal_to_base(tmp_path):
+    # prompt is the ScaleRL default aggregation: that point is the base itself.
+    vs = study(tmp_path, "mode: one_at_a_time\naxes:\n  loss.aggregation: [sample, prompt]\n"
+                         "  advantage.normalization: [none]\nseeds: [0]\n")
+    assert [v.name for v in vs] == ["base", "loss.aggregation=sample", "advantage.normalization=none"]
+    base = vs[0].config
+    assert vs[1].config.advantage.normalization == base.advantage.normalization
+    assert vs[2].config.loss.aggregation == base.loss.aggregation
+
+
+def test_zip_pairs_values(tmp_path):
+    vs = study(tmp_path, "mode: zip\naxes:\n  rollout.prompts_per_step: [32, 64]\n"
+                         "  rollout.generations_per_prompt: [24, 12]\n")
+    assert [(v.config.rollout.prompts_per_step, v.config.rollout.generations_per_prompt) for v in vs] == [(32, 24), (64, 12)]
+
+
+def test_leave_one_out_reverts_each_component_from_full_recipe():
+    vs = expand(load_study(ROOT / "recipes" / "loo.yaml"))
+    by = {(v.name, v.seed): v.config for v in vs}
+    full = by[("base", 0)]
+    assert full.loss.type == "cispo" and full.precision.trainer_lm_head_fp32
+    fp32 = by[("revert=fp32_head", 0)]
+    assert not fp32.precision.trainer_lm_head_fp32 and not fp32.precision.generator_lm_head_fp32
+    assert fp32.loss == full.loss  # only that component changed
+    assert by[("revert=loss_type", 1)].loss.type == "dapo"
+    assert len({n for n, _ in by}) == 1 + 8
+
+
+def test_ids_are_content_hashes(tmp_path):
+    a = study(tmp_path, "axes:\n  loss.type: [ppo]\n")
+    # the same config reached through overrides instead of an axis has the same id
+    b = study(tmp_path, "overrides:\n  loss: {type: ppo}\n")
+    assert a[0].run_id == b[0].run_id and len(a[0].run_id) == 12
+    assert a[0].run_id == run_id_of(a[0].config.model_dump(mode="json"))
+    c = study(tmp_path, "axes:\n  loss.type: [ppo]\nseeds: [1]\n")
+    assert c[0].run_id != a[0].run_id
+
+
+def test_adding_an_axis_value_keeps_existing_ids(tmp_path):
+    before = study(tmp_path, "axes:\n  loss.type: [ppo, dapo]\n")
+    after = study(tmp_path, "axes:\n  loss.type: [ppo, dapo, gspo]\n")
+    assert {v.run_id for v in before} < {v.run_id for v in after}
+
+
+def test_budget_and_chained_base(tmp_path):
+    (tmp_path / "r1.yaml").write_text(f"base: {BASE}\nloss: {{eps_max: 6.0}}\n")
+    (tmp_path / "r2.yaml").write_text("base: r1.yaml\noptim.lr: 1.0e-6\n")
+    p = tmp_path / "s.yaml"
+    p.write_text("name: s\nbase: r2.yaml\nbudget: {gpu_hours: 3.5}\naxes:\n  loss.type: [ppo]\n")
+    (v,) = expand(load_study(p))
+    assert v.config.loss.eps_max == 6.0 and v.config.optim.lr == 1e-6
+    assert v.config.budget.gpu_hours == 3.5 and v.config.budget.steps is None
+
+
+def test_variant_json_shape(tmp_path):
+    (v,) = study(tmp_path, "axes:\n  loss.type: [ppo]\n")
+    j = v.to_json()
+    assert set(j) == {"run_id", "name", "seed", "config"}
+    assert j["config"]["loss"]["type"] == "ppo"
+
+
+@pytest.mark.parametrize("recipe", ["loss_type", "loss_agg", "adv_norm", "precision", "curriculum",
+                                    "off_policy", "length", "scale", "loo", "quickstart"])
+def test_shipped_study_axes_change_what_they_say(recipe):
+    ls = load_study(ROOT / "recipes" / f"{recipe}.yaml")
+    vs = expand(ls)
+    for v in vs:
+        if v.name in ("base",) or v.name.startswith("revert="):
+            continue
+        for part in v.name.split(","):
+            path, val = part.split("=", 1)
+            node = v.config
+            for k in path.split("."):
+                node = getattr(node, k)
+            assert str(node).lower() == val.lower(), (v.name, node)

@@ -1,0 +1,133 @@
+"""Bad study input: exit 2, one line naming file/line/key and what is valid, nothing written."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from ablate.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = ROOT / "recipes" / "scalerl.yaml"
+
+
+def run_main(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["ablate", *args])
+    try:
+        main()
+        code = 0
+    except SystemExit as e:
+        code = e.code or 0
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+GOOD = f"name: s\nbase: {BASE}\naxes:\n  loss.aggregation: [sample, token]\nseeds: [0, 1]\n"
+
+CASES = {
+    # id: (study text, expected fragments of the one-line message)
+    "syntax": ("name: s\naxes: [unclosed\n", ["s.yaml:3", "YAML syntax error"]),
+    "tab": ("name: s\naxes:\n\tloss.type: [ppo]\n", ["s.yaml:3", "tab"]),
+    "duplicate": ("name: s\nseeds: [0]\nseeds: [1]\n", ["s.yaml:3", "duplicate key 'seeds'", "line 2"]),
+    "unknown_key": (GOOD + "sedes: [3]\n", ["s.yaml:6", "unknown key 'sedes'", "did you mean 'seeds'"]),
+    "unknown_axis": (f"name: s\nbase: {BASE}\naxes:\n  loss.agregation: [token]\n",
+                     ["s.yaml:4", "loss.agregation", "did you mean 'loss.aggregation'"]),
+    "unknown_override": (f"name: s\noverrides:\n  optim:\n    lrr: 0.1\n",
+                         ["s.yaml:4", "optim.lrr", "did you mean 'optim.lr'"]),
+    "invalid_value": (f"name: s\naxes:\n  loss.aggregation: [sample, tokn]\n",
+                      ["s.yaml:3", "loss.aggregation", "'sample', 'prompt' or 'token'", "tokn"]),
+    "invalid_override": ("name: s\noverrides:\n  rollout.temperature: -1\n",
+                         ["s.yaml:3", "rollout.temperature", "greater than 0"]),
+    "empty_axis": ("name: s\naxes:\n  loss.type: []\n", ["s.yaml:3", "no values"]),
+    "empty_axes": ("name: s\naxes: {}\n", ["s.yaml:2", "axes is empty"]),
+    "wrong_type": ("name: s\nseeds: zero\n", ["s.yaml:2", "seeds", "list"]),
+    "wrong_type_axis": ("name: s\naxes:\n  loss.type: ppo\n", ["s.yaml:3", "axes.loss.type", "list"]),
+    "missing_base": ("name: s\nbase: nope.yaml\n", ["s.yaml:2", "nope.yaml", "not found"]),
+    "escape_name": ("name: ../evil\n", ["s.yaml:1", "name", "plain folder name"]),
+    "python_tag": ("name: s\nseeds: !!python/object/apply:os.system [echo hi]\n",
+                   ["s.yaml:2", "python/object/apply", "not allowed"]),
+    "zip_lengths": ("name: s\nmode: zip\naxes:\n  loss.type: [ppo, dapo]\n  loss.aggregation: [token]\n",
+                    ["mode zip", "equal length"]),
+    "loo_without_components": ("name: s\nmode: leave_one_out\n", ["leave_one_out", "components"]),
+    "bad_mode": ("name: s\nmode: random\n", ["s.yaml:2", "mode", "grid"]),
+    "missing_name": ("seeds: [0]\n", ["name", "missing"]),
+    "dup_seeds": ("name: s\nseeds: [0, 0]\n", ["s.yaml:2", "listed twice"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_study_exits_2_with_one_line(case, tmp_path, monkeypatch, capsys):
+    text, fragments = CASES[case]
+    study = tmp_path / "s.yaml"
+    study.write_text(text)
+    results = tmp_path / "results"
+    code, out, err = run_main(monkeypatch, capsys, "sweep", str(study), "--results", str(results),
+                              "--executor", "local")
+    assert code == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    for frag in fragments:
+        assert frag in lines[0], (frag, lines[0])
+    assert "Traceback" not in err and out == ""
+    assert not results.exists()
+
+
+def test_circular_base(tmp_path, monkeypatch, capsys):
+    (tmp_path / "a.yaml").write_text("base: b.yaml\nloss: {type: ppo}\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    (tmp_path / "s.yaml").write_text("name: s\nbase: a.yaml\n")
+    code, _, err = run_main(monkeypatch, capsys, "sweep", str(tmp_path / "s.yaml"), "--dry-run")
+    assert code == 2 and "circular base" in err and "a.yaml" in err and "b.yaml" in err
+
+
+def test_error_in_chained_base_points_at_recipe_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "r.yaml").write_text("loss:\n  type: ppo\n  eps_max: -2\n")
+    (tmp_path / "s.yaml").write_text("name: s\nbase: r.yaml\n")
+    code, _, err = run_main(monkeypatch, capsys, "sweep", str(tmp_path / "s.yaml"), "--dry-run")
+    assert code == 2 and "r.yaml:3" in err and "loss.eps_max" in err
+
+
+def test_missing_profile_and_unknown_executor(tmp_path, monkeypatch, capsys):
+    study = tmp_path / "s.yaml"
+    study.write_text(GOOD)
+    results = tmp_path / "results"
+    code, _, err = run_main(monkeypatch, capsys, "sweep", str(study), "--results", str(results),
+                            "--profile", "nosuchprofile")
+    assert code == 2 and "profile 'nosuchprofile' not found" in err
+    code, _, err = run_main(monkeypatch, capsys, "sweep", str(study), "--results", str(results),
+                            "--executor", "kubernetes")
+    assert code == 2 and "unknown executor 'kubernetes'" in err and "local, slurm, debug" in err
+    bad = tmp_path / "p.yaml"
+    bad.write_text("executor: local\nlocal:\n  max_paralel: 2\n")
+    code, _, err = run_main(monkeypatch, capsys, "sweep", str(study), "--results", str(results),
+                            "--profile", str(bad))
+    assert code == 2 and "p.yaml:3" in err and "did you mean 'max_parallel'" in err
+    assert not results.exists()
+
+
+def test_schema_lists_axis_paths(monkeypatch, capsys):
+    import json
+
+    code, out, _ = run_main(monkeypatch, capsys, "schema")
+    schema = json.loads(out)
+    assert code == 0
+    assert "loss.aggregation" in schema["properties"]["axes"]["propertyNames"]["enum"]
+    assert schema["additionalProperties"] is False
+
+
+def test_shipped_recipes_and_profiles_validate():
+    from ablate.expand import expand
+    from ablate.launch.profile import load_profile
+    from ablate.study import load_study
+
+    for study in sorted((ROOT / "recipes").glob("*.yaml")):
+        if study.name in ("scalerl.yaml", "proxy.yaml"):
+            continue
+        variants = expand(load_study(study))
+        assert len(variants) >= 2, study
+    for prof in sorted((ROOT / "sweeps").glob("*.yaml")):
+        if "search" in prof.name or "tune" in prof.name:
+            continue
+        load_profile(prof)
