@@ -146,9 +146,11 @@ def sigmoid(compute, A, B, C_mid, R0):
 def compute_for(score, A, B, C_mid, R0):
     """Inverse of `sigmoid`: compute where R(C) = score; inf where the curve never gets there."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        s = (score - R0) / (A - R0)
-        c = C_mid * (s / (1.0 - s)) ** (1.0 / B)
-        c = np.where((s > 0) & (s < 1), c, np.where(s <= 0, 0.0, np.inf))
+        s = np.asarray((score - R0) / (A - R0), float)
+        inside = (s > 0) & (s < 1)
+        ratio = np.where(inside, s, 0.5) / (1.0 - np.where(inside, s, 0.5))
+        c = C_mid * ratio ** (1.0 / B)
+        c = np.where(inside, c, np.where(s <= 0, 0.0, np.inf))
     return float(c) if np.ndim(c) == 0 else c
 
 
@@ -307,8 +309,10 @@ def _fit_paper(x, y, w, r0, c_max):
             def f(c, B, A=A, cm=cm):
                 return r0 + (A - r0) / (1 + (cm / c) ** B)
             try:
-                (B,), _ = curve_fit(f, C, yy, p0=[1.0], bounds=(1e-3, 50.0))
+                (B,), _ = curve_fit(f, C, yy, p0=[1.0])
             except (RuntimeError, ValueError):
+                continue
+            if not B > 0:  # the model needs B > 0; curve_fit itself is unconstrained
                 continue
             sse = float(np.sum((yy - f(C, B)) ** 2))
             if sse < best[0]:
@@ -498,7 +502,8 @@ def fit_sigmoid(
     if A <= r0 + 1e-6:
         raise FitError(f"fitted asymptote A={A:.3f} is not above the starting score R0={r0:.3f}: "
                        "flat or decreasing curve")
-    if theta[2] >= x.max() + _M_ABOVE - 1e-6 or theta[1] <= math.log(_B_MIN) + 1e-9:
+    if theta[2] >= x.max() + _M_ABOVE - 1e-6 or theta[1] <= math.log(_B_MIN) + 1e-9 \
+            or (A >= 1.0 - 1e-9 and yw.max() < 0.9):
         raise FitError("the fit did not converge: the curve has not bent within the data, so "
                        "A and C_mid are not identified (train longer or widen the window)")
     ss_tot = float(np.sum((yw - yw.mean()) ** 2))

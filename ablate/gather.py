@@ -138,8 +138,7 @@ def _frame_from_blobs(study, variants, blobs, counts) -> pd.DataFrame:
     if not allb:
         return pd.DataFrame(index=range(0))
     try:
-        frame = pd.read_json(io.BytesIO(allb), lines=True, orient="records", dtype=False,
-                             convert_dates=False)
+        frame = pd.read_json(io.BytesIO(allb), lines=True, orient="records", dtype=False)
         if len(frame) == sum(counts):
             return frame.reset_index(drop=True)
     except ValueError:
@@ -175,4 +174,11 @@ def study_fit_defaults(study: Path) -> dict:
     fit = doc.get("fit") if isinstance(doc, dict) else None
     if not isinstance(fit, dict):
         return {}
-    return {k: fit[k] for k in ("x", "y", "min_compute", "max_compute") if fit.get(k) is not None}
+    out = {k: fit[k] for k in ("x", "y", "min_compute", "max_compute") if fit.get(k) is not None}
+    for k in ("min_compute", "max_compute"):
+        if k in out:
+            try:  # YAML 1.1 reads 1e12 (no dot) as a string
+                out[k] = float(out[k])
+            except (TypeError, ValueError):
+                raise InputError(f"{f}: fit.{k} = {out[k]!r} is not a number") from None
+    return out

@@ -74,7 +74,7 @@ def _read_table(p: Path) -> pd.DataFrame:
         if p.suffix == ".csv":
             return pd.read_csv(p)
         if p.suffix == ".jsonl":
-            return pd.read_json(p, lines=True, dtype=False, convert_dates=False)
+            return pd.read_json(p, lines=True, dtype=False)
         return pd.read_parquet(p)
     except Exception as e:  # every reader raises its own types; all mean "unreadable file"
         raise InputError(f"{p}: cannot read as {p.suffix[1:]} ({str(e).splitlines()[0]})") from None

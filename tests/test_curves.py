@@ -1,0 +1,152 @@
+"""The sigmoid fit: exact recovery, paper mode, window rule, failures, honest intervals."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from ablate import synthetic as sy
+from ablate.curves import (FitError, compute_for, default_min_compute, fit_sigmoid,
+                           paper_cmid_grid, refit_with_A, sigmoid)
+from ablate.errors import InputError
+
+
+def test_sigmoid_and_inverse_roundtrip():
+    c = np.geomspace(1e-4, 1e2, 50)
+    r = sigmoid(c, 0.7, 1.3, 0.5, 0.1)
+    assert np.all(np.diff(r) > 0) and r[0] > 0.1 and r[-1] < 0.7
+    assert sigmoid(0.5, 0.7, 1.3, 0.5, 0.1) == pytest.approx(0.4)  # half the gain at C_mid
+    assert sigmoid(0.0, 0.7, 1.3, 0.5, 0.1) == pytest.approx(0.1)
+    np.testing.assert_allclose(compute_for(r, 0.7, 1.3, 0.5, 0.1), c, rtol=1e-8)
+    assert compute_for(0.75, 0.7, 1.3, 0.5, 0.1) == math.inf
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e4, 1e18])  # device-hours .. FLOPs
+def test_noiseless_curve_is_recovered_in_any_unit(scale):
+    c = np.linspace(0, 1, 81) * scale
+    y = sigmoid(c, 0.62, 1.7, 0.2 * scale, 0.12)
+    f = fit_sigmoid(c, y, intervals=False)
+    assert f.A == pytest.approx(0.62, abs=1e-4)
+    assert f.B == pytest.approx(1.7, rel=1e-3)
+    assert f.C_mid == pytest.approx(0.2 * scale, rel=1e-3)
+    assert f.R0 == pytest.approx(0.12)
+    assert f.r2 > 0.9999
+    assert f.compute_for(f.predict(0.5 * scale)) == pytest.approx(0.5 * scale, rel=1e-6)
+
+
+def test_paper_method_reproduces_grid_and_default_is_no_worse():
+    rng = np.random.default_rng(3)
+    tr = sy.Truth(A=0.611, B=1.4, C_mid=3000.0, R0=0.1)
+    c, y = sy.curve(tr, rng, c_max=16000.0, n_points=40)  # paper-scale GPU-hours
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fp = fit_sigmoid(c, y, method="paper", intervals=False)
+    fd = fit_sigmoid(c, y, intervals=False)
+    assert round(fp.A * 1000) % 5 == 0 and 0.45 <= fp.A <= 0.8  # A is on the paper's grid
+    assert np.isclose(paper_cmid_grid(16000.0), fp.C_mid).any()
+    assert fd.sse <= fp.sse + 1e-12
+    assert abs(fd.A - tr.A) < 0.02 and abs(fp.A - tr.A) < 0.02
+
+
+def test_paper_grid_rescales_off_gpu_hour_scale():
+    np.testing.assert_allclose(paper_cmid_grid(16000.0)[[0, -1]], [100, 40000])
+    g = paper_cmid_grid(0.05)
+    assert g[0] == pytest.approx(100 * 0.05 / 16000) and g[-1] == pytest.approx(40000 * 0.05 / 16000)
+
+
+def test_window_rule_skips_early_phase_and_reports_it():
+    c = np.linspace(0, 100, 101)
+    assert default_min_compute(c) == pytest.approx(10.0)
+    assert default_min_compute(np.array([0, 1, 2, 3, 4, 50.0])) == 1.0  # keeps >= 5 points
+    y = sigmoid(c, 0.6, 1.5, 20, 0.1)
+    f = fit_sigmoid(c, y, intervals=False)
+    assert f.skipped == 9 and f.n_points == 91 and f.min_compute == pytest.approx(10)
+    g = fit_sigmoid(c, y, min_compute=50, max_compute=90, intervals=False)
+    assert g.n_points == 41 and g.skipped == 49
+
+
+@pytest.mark.parametrize("y, match", [
+    (lambda c: 0.3 + 0 * c, "flat or decreasing"),
+    (lambda c: 0.6 - 0.003 * c, "flat or decreasing"),
+])
+def test_flat_or_decreasing_curves_fail_with_reason(y, match):
+    c = np.linspace(0, 100, 50)
+    with pytest.raises(FitError, match=match):
+        fit_sigmoid(c, y(c))
+
+
+def test_bad_input_is_named():
+    c = np.linspace(0, 1, 20)
+    with pytest.raises(FitError, match="only 3 point"):
+        fit_sigmoid(c[:4], c[:4] * 0.5)
+    with pytest.raises(InputError, match="score has 10 NaN"):
+        fit_sigmoid(c, np.where(c > 0.5, np.nan, c * 0.5))
+    with pytest.raises(InputError, match="outside \\[0, 1\\]"):
+        fit_sigmoid(c, c * 3)
+    with pytest.raises(InputError, match="unknown fit method"):
+        fit_sigmoid(c, c * 0.5, method="magic")
+
+
+def test_curve_that_has_not_bent_is_not_identified():
+    c = np.linspace(0, 1, 40)
+    y = sigmoid(c, 0.9, 1.0, 500.0, 0.05)  # still in its exponential phase: A not in the data
+    with pytest.raises(FitError, match="not identified|not above"):
+        fit_sigmoid(c, y + np.random.default_rng(0).normal(0, 0.001, c.size))
+
+
+def test_bootstrap_intervals_cover_truth_on_synthetic_curves():
+    rng = np.random.default_rng(11)
+    hits = {"A": 0, "B": 0, "C_mid": 0}
+    n = 30
+    for _ in range(n):
+        tr = sy.random_truth(rng, 0.05)
+        c, y = sy.curve(tr, rng, c_max=0.05, n_points=80)
+        f = fit_sigmoid(c, y, n_boot=300, random_state=rng)
+        assert f.interval_method == "bootstrap"
+        for k in hits:
+            lo, hi = f.ci[k]
+            hits[k] += lo <= getattr(tr, k) <= hi
+    # Honest-but-small-sample check (the benchmark measures coverage on many more curves).
+    assert all(h / n >= 0.7 for h in hits.values()), hits
+
+
+def test_seed_intervals_with_three_seeds_are_wider_than_one_runs_noise():
+    rng = np.random.default_rng(5)
+    tr = sy.Truth(0.6, 1.5, 0.01, 0.1)
+    cs, ys, ss = [], [], []
+    for s in range(3):
+        c, y = sy.curve(tr, rng, c_max=0.05, n_points=50)
+        cs.append(c); ys.append(y); ss.append(np.full(c.size, s))
+    f = fit_sigmoid(np.concatenate(cs), np.concatenate(ys), seeds=np.concatenate(ss))
+    assert f.interval_method == "seeds" and f.n_seeds == 3
+    lo, hi = f.ci["A"]
+    assert lo < f.A < hi and lo <= tr.A <= hi
+    assert len(f.samples["A"]) == 1000
+
+
+def test_refit_with_shared_A_holds_A_and_moves_B():
+    rng = np.random.default_rng(2)
+    c, y = sy.curve(sy.Truth(0.6, 1.5, 0.01, 0.1), rng, c_max=0.05, n_points=60)
+    f = fit_sigmoid(c, y, n_boot=200)
+    g = refit_with_A(f, f.A + 0.03, n_boot=200)
+    assert g.A == pytest.approx(f.A + 0.03) and g.ci["A"] == (g.A, g.A)
+    assert g.sse >= f.sse and g.B != pytest.approx(f.B)
+    assert g.ci["B"][0] < g.B < g.ci["B"][1]
+
+
+def test_prediction_and_target_intervals():
+    rng = np.random.default_rng(4)
+    tr = sy.Truth(0.6, 1.5, 0.01, 0.1)
+    c, y = sy.curve(tr, rng, c_max=0.05, n_points=80)
+    f = fit_sigmoid(c, y, n_boot=400)
+    lo, hi = f.predict_interval(0.2)
+    assert lo < f.predict(0.2) < hi
+    true_final = sigmoid(0.1, tr.A, tr.B, tr.C_mid, tr.R0)
+    half = fit_sigmoid(c, y, max_compute=0.025, n_boot=200)
+    assert abs(half.predict(0.1) - true_final) < 0.03
+    clo, chi = f.compute_for_interval(0.55)
+    assert clo < f.compute_for(0.55) < chi
+    assert f.compute_for_interval(0.99) == (math.inf, math.inf)
