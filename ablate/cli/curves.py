@@ -51,13 +51,16 @@ def _check_plot(plot: Optional[Path]) -> None:
         raise InputError(f"--plot {plot}: folder {plot.parent} does not exist")
 
 
-def _run_fits(source: Path, x, y, by, min_compute, max_compute, method, quiet: bool
-              ) -> tuple[Curves, list[GroupFit]]:
+def _run_fits(source: Path, x, y, by, min_compute, max_compute, method, quiet: bool,
+              check=None) -> tuple[Curves, list[GroupFit]]:
+    """Load, validate (`check(curves)` before any work), fit each variant with a progress bar."""
     if method not in ("default", "paper"):
         raise InputError(f"--method {method!r}: valid methods are default, paper")
     if min_compute is not None and max_compute is not None and min_compute >= max_compute:
         raise InputError(f"--min-compute {min_compute:g} must be below --max-compute {max_compute:g}")
     curves = load(source, x=x, y=y, by=by)
+    if check is not None:
+        check(curves)
     variants = curves.variants()
     with Progress(console=err, transient=True, disable=quiet) as bar:
         task = bar.add_task("fitting", total=len(variants))
@@ -164,10 +167,13 @@ def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
     _check_plot(plot)
     if not (margin >= 0 and math.isfinite(margin)):
         raise InputError(f"--margin {margin}: must be a number >= 0 (the paper uses 0.02)")
-    curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_)
-    if baseline is not None and baseline not in curves.variants():
-        raise InputError(f"--baseline {baseline!r}: no such variant; variants: "
-                         + ", ".join(curves.variants()))
+
+    def check(curves: Curves) -> None:
+        if baseline is not None and baseline not in curves.variants():
+            raise InputError(f"--baseline {baseline!r}: no such variant; variants: "
+                             + ", ".join(curves.variants()))
+
+    curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_, check)
     if baseline is not None and next(g for g in groups if g.variant == baseline).fit is None:
         raise InputError(f"--baseline {baseline!r}: its fit failed, pick another "
                          f"({next(g for g in groups if g.variant == baseline).error})")
