@@ -107,6 +107,10 @@ class VLLMGenerator:
             kwargs["gpu_memory_utilization"] = float(
                 os.environ.get("ABLATE_VLLM_GPU_MEMORY_UTILIZATION", "0.3"))
         self.llm = LLM(**kwargs)
+        # vLLM's CPU attention plans its work for the thread count seen at start-up and checks
+        # it at run time; OpenMP settings are per thread, and pipeline mode generates from
+        # another thread, so generate() restores this count in whichever thread calls it.
+        self._threads = torch.get_num_threads()
         self._calls = 0
         self._cache_stale = False
         self._pending: Optional[tuple[list, int]] = None
@@ -131,6 +135,8 @@ class VLLMGenerator:
         from vllm.sampling_params import RequestOutputKind
 
         engine = self.llm.llm_engine
+        if torch.get_num_threads() != self._threads:
+            torch.set_num_threads(self._threads)
         self._apply_pending()
         if self._cache_stale:  # nothing is running now, so the reset goes through
             self._cache_stale = not self.llm.reset_prefix_cache()

