@@ -1,0 +1,77 @@
+"""One rank of a 2-process DeepSpeed trainer run on CPU (gloo), launched by
+tests/test_deepspeed.py with Slurm-style environment variables (as `srun` would set them).
+
+It runs real trainer steps (the trainer's own loop, rollout, rewards, loss) with
+engine.type=deepspeed, then writes this rank's full parameter vector (ZeRO-3 partitions
+gathered) so the test can check that ranks agree and that every ZeRO stage trains alike.
+Usage: python tests/_deepspeed_script.py STAGE DTYPE WORKDIR
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def config(stage: int, dtype: str):
+    from trainer.config import TrainConfig
+
+    return TrainConfig.model_validate({
+        "seed": 0,
+        "model": {"proxy": {"hidden_size": 64, "num_layers": 2, "num_heads": 4,
+                            "intermediate_size": 128, "max_position_embeddings": 64,
+                            "warmup_steps": 150, "warmup_batch_size": 32}},
+        "precision": {"dtype": dtype},
+        "task": {"num_train_prompts": 64, "num_eval_prompts": 8},
+        "rollout": {"prompts_per_step": 4, "generations_per_prompt": 4, "max_new_tokens": 6},
+        "length": {"control": "none"},
+        "off_policy": {"mode": "ppo_off_policy", "k": 1},
+        "engine": {"type": "deepspeed", "zero_stage": stage, "device": "cpu", "threads": 1},
+        "optim": {"lr": 3e-3, "warmup_steps": 0},
+        "eval": {"every_steps": 3, "num_prompts": 8, "samples_per_prompt": 2},
+        "budget": {"steps": 3},
+    })
+
+
+def flat_params(model):
+    """All parameters as one fp32 list; ZeRO-3 partitions are gathered (a collective)."""
+    import deepspeed
+    import torch
+
+    params = list(model.parameters())
+    with deepspeed.zero.GatheredParameters(params, modifier_rank=None) if hasattr(params[0], "ds_id") \
+            else _null():
+        return torch.cat([p.detach().float().reshape(-1) for p in params]).tolist()
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+if __name__ == "__main__":
+    from trainer import rundir
+    from trainer.loop import _Run
+
+    stage, dtype, work = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+    rank = int(os.environ["SLURM_PROCID"])
+    cfg = config(stage, dtype)
+    run_dir = work / f"rank{rank}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    rundir.write_config(run_dir, cfg)
+    state = _Run(cfg, run_dir)
+    state.train()
+    import torch.distributed as dist
+
+    out = {"rank": rank, "world": dist.get_world_size(), "backend": dist.get_backend(),
+           "step": state.step, "params": flat_params(state.engine.model),
+           "status": rundir.read_status(run_dir).get("state"),
+           "metrics_steps": [m["step"] for m in rundir.read_metrics(run_dir)]}
+    (work / f"rank{rank}.json").write_text(json.dumps(out))
+    dist.barrier()
+    dist.destroy_process_group()
