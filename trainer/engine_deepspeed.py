@@ -27,6 +27,7 @@ import torch
 
 from trainer.config import TrainConfig
 from trainer.distributed import init_distributed
+from trainer.engine import constant_with_warmup
 
 
 def deepspeed_config(config: TrainConfig, world_size: int) -> dict[str, Any]:
@@ -74,11 +75,6 @@ def persist_head_weight(ds_engine) -> None:
     weight.all_gather([weight])
 
 
-def _lr_lambda(warmup_steps: int):
-    # Linear warm-up then constant (ScaleRL); same shape as the torch engine's schedule.
-    return lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else 1.0
-
-
 class DeepSpeedEngine:
     """The Engine protocol over a deepspeed.DeepSpeedEngine."""
 
@@ -97,7 +93,7 @@ class DeepSpeedEngine:
             model.parameters(), lr=o.lr, betas=tuple(o.betas), eps=o.eps,
             weight_decay=o.weight_decay, **({"fused": True} if self.device.type == "cuda" else {}),
         )
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(o.warmup_steps))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, constant_with_warmup(o.warmup_steps))
         self.ds, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=scheduler,
             config=deepspeed_config(config, self.dist.world_size), dist_init_required=False,

@@ -1,0 +1,73 @@
+"""trainer/distributed.py: process-group settings from Slurm / torchrun environments, the
+generation/training GPU split, and the DeepSpeed config built from a TrainConfig."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from trainer.config import TrainConfig
+from trainer.distributed import default_port, first_host, read_env, role_of, split_gpus
+
+
+def test_slurm_env_multi_node():
+    env = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1",
+           "SLURM_TASKS_PER_NODE": "4(x2)", "SLURM_JOB_NODELIST": "gpu[07-08]",
+           "SLURM_JOB_ID": "123456"}
+    d = read_env(env)
+    assert (d.rank, d.world_size, d.local_rank, d.local_world_size) == (5, 8, 1, 4)
+    assert d.num_nodes == 2 and d.launcher == "slurm" and not d.is_main
+    assert d.master_addr == "gpu07"  # first host, zero padding kept
+    assert d.master_port == default_port("123456")
+    assert read_env({**env, "MASTER_PORT": "31000", "MASTER_ADDR": "head"}).master_port == 31000
+
+
+def test_torchrun_env_wins_over_slurm():
+    env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "10.0.0.1",
+           "MASTER_PORT": "29999", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}
+    d = read_env(env)
+    assert (d.rank, d.world_size, d.master_addr, d.master_port, d.launcher) == \
+        (1, 2, "10.0.0.1", 29999, "torchrun")
+
+
+def test_single_process_default():
+    d = read_env({})
+    assert (d.rank, d.world_size, d.launcher) == (0, 1, "single")
+
+
+@pytest.mark.parametrize("nodelist,first", [
+    ("node1", "node1"), ("gpu[01-04,07]", "gpu01"), ("a[3,5],b1", "a3"), ("x1,x2", "x1"),
+])
+def test_first_host(nodelist, first):
+    assert first_host(nodelist) == first
+
+
+@pytest.mark.skipif(shutil.which("scontrol") is None, reason="scontrol not installed")
+def test_first_host_uses_scontrol_expansion():
+    assert first_host("n[009-011]") == "n009"
+
+
+def test_gpu_split_for_pipeline_mode():
+    s = split_gpus(8)
+    assert s.generation == (0, 1, 2, 3) and s.training == (4, 5, 6, 7) and not s.shared
+    assert [role_of(r, s) for r in (0, 3, 4, 7)] == ["generator", "generator", "trainer", "trainer"]
+    assert split_gpus(4, generation_gpus=1).training == (1, 2, 3)
+    one = split_gpus(1)
+    assert one.shared and role_of(0, one) == "trainer"
+    with pytest.raises(ValueError, match="between 1 and 3"):
+        split_gpus(4, generation_gpus=4)
+
+
+def test_deepspeed_config_follows_train_config():
+    pytest.importorskip("torch")
+    from trainer.engine_deepspeed import deepspeed_config
+
+    c = TrainConfig.model_validate({"engine": {"type": "deepspeed", "zero_stage": 3},
+                                    "optim": {"grad_clip": 0.5}, "precision": {"dtype": "bf16"}})
+    ds = deepspeed_config(c, world_size=4)
+    assert ds["zero_optimization"]["stage"] == 3 and ds["bf16"]["enabled"]
+    assert ds["gradient_clipping"] == 0.5 and ds["train_batch_size"] == 4
+    c2 = TrainConfig.model_validate({"engine": {"type": "deepspeed", "zero_stage": 1},
+                                     "precision": {"dtype": "fp32"}})
+    assert not deepspeed_config(c2, 1)["bf16"]["enabled"]
