@@ -71,3 +71,15 @@ def test_deepspeed_config_follows_train_config():
     c2 = TrainConfig.model_validate({"engine": {"type": "deepspeed", "zero_stage": 1},
                                      "precision": {"dtype": "fp32"}})
     assert not deepspeed_config(c2, 1)["bf16"]["enabled"]
+
+
+def test_slurm_gpu_profile_is_valid():
+    """sweeps/slurm_gpu.yaml follows the studies' profile schema: one rank per GPU."""
+    from pathlib import Path
+
+    from ablate.launch.profile import load_profile
+
+    p = load_profile(Path(__file__).resolve().parents[1] / "sweeps" / "slurm_gpu.yaml")
+    assert p.executor == "slurm"
+    assert p.slurm.gpus_per_node > 0 and p.slurm.tasks_per_node == p.slurm.gpus_per_node
+    assert p.slurm.nodes >= 2
