@@ -187,9 +187,10 @@ def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
         _print_json([r.as_dict() for r in rows])
     else:
         t = _fit_table(f"ranking by asymptote A ({curves.y} vs {curves.x})",
-                       f"baseline: {base}; margin on A: {margin:g}; " + _interval_caption(groups),
+                       f"baseline: {base or '—'}; margin on A: {margin:g}; "
+                       + _interval_caption(groups),
                        first=("rank",))
-        t.add_column(f"P(beats {base})", justify="right")
+        t.add_column(f"P(beats {base or 'baseline'})", justify="right")
         t.add_column("note")
         for r in rows:
             p = "—" if r.p_beats is None else f"{r.p_beats:.2f}"
