@@ -128,21 +128,27 @@ def export_env(d: DistEnv) -> None:
     })
 
 
-def resolve_device(device: str = "auto", local_rank: int = 0) -> torch.device:
-    """'auto' -> this rank's GPU when CUDA is there, else CPU. One GPU per local rank."""
+def resolve_device(device: str = "auto", local_rank: int = 0,
+                   separate_generation: bool = False) -> torch.device:
+    """'auto' -> this rank's GPU when CUDA is there, else CPU. One GPU per local rank; with
+    `separate_generation` (pipeline mode with vLLM) ranks use only the split's training GPUs."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
         if not torch.cuda.is_available():
             raise RuntimeError("engine.device is 'cuda' but torch sees no CUDA device")
-        index = local_rank % torch.cuda.device_count()
+        gpus = list(range(torch.cuda.device_count()))
+        if separate_generation:
+            gpus = list(split_gpus(len(gpus)).training)
+        index = gpus[local_rank % len(gpus)]
         torch.cuda.set_device(index)
         return torch.device("cuda", index)
     return torch.device(device)
 
 
 def init_distributed(device: str = "auto", backend: Optional[str] = None,
-                     timeout_s: float = 1800.0) -> tuple[DistEnv, torch.device]:
+                     timeout_s: float = 1800.0,
+                     separate_generation: bool = False) -> tuple[DistEnv, torch.device]:
     """Initialise the default process group once (gloo on CPU, nccl on GPU).
 
     Safe to call in a single process: it still creates a world of one so that DeepSpeed and
@@ -154,7 +160,7 @@ def init_distributed(device: str = "auto", backend: Optional[str] = None,
 
     d = read_env()
     export_env(d)
-    dev = resolve_device(device, d.local_rank)
+    dev = resolve_device(device, d.local_rank, separate_generation)
     if not dist.is_initialized():
         backend = backend or ("nccl" if dev.type == "cuda" else "gloo")
         dist.init_process_group(

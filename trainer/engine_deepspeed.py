@@ -82,10 +82,11 @@ class DeepSpeedEngine:
         import deepspeed
 
         self.config = config
-        self.dist, self.device = init_distributed(config.engine.device)
+        separate = config.off_policy.mode == "pipeline" and config.rollout.backend == "vllm"
+        self.dist, self.device = init_distributed(config.engine.device, separate_generation=separate)
         if config.engine.threads:
             torch.set_num_threads(config.engine.threads)
-        if config.model.gradient_checkpointing and hasattr(model, "gradient_checkpointing_enable"):
+        if config.model.gradient_checkpointing and not getattr(model, "is_gradient_checkpointing", True):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.to(self.device)
         o = config.optim

@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -57,6 +57,41 @@ def _named_weights(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[tuple
             gather = deepspeed.zero.GatheredParameters([p], modifier_rank=None)
         with gather:
             yield name, p.detach().to(dtype).clone()
+
+
+def generation_placement() -> tuple[dict[str, str], int, bool]:
+    """Where vLLM runs on this node: (env for the engine process, tensor-parallel size, shared).
+
+    Pipeline mode wants generation and training on different GPUs (trainer/distributed.py
+    split_gpus: half and half by default, ABLATE_GENERATION_GPUS overrides). The engine then
+    runs in its own process (V1 multiprocessing) started with CUDA_VISIBLE_DEVICES limited to
+    the generation GPUs and tensor parallelism across them; this process keeps its own CUDA
+    context on the training GPUs. One GPU is shared in-process with a smaller memory share.
+    """
+    from trainer.distributed import split_gpus
+
+    split = split_gpus(torch.cuda.device_count())
+    if split.shared:
+        return {}, 1, True
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    physical = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
+    return ({"CUDA_VISIBLE_DEVICES": ",".join(physical[i] for i in split.generation),
+             "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}, len(split.generation), False)
+
+
+@contextmanager
+def _environ(values: dict[str, str]):
+    """Set env vars while the engine process is spawned (it inherits them); restore after."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _retie_lm_head(model: torch.nn.Module) -> None:
@@ -103,10 +138,13 @@ class VLLMGenerator:
             seed=config.seed, enforce_eager=os.environ.get("ABLATE_VLLM_EAGER", "1") == "1",
             hf_overrides=overrides, logprobs_mode="processed_logprobs", max_model_len=max_len,
         )
+        env = {}
         if torch.cuda.is_available():
-            kwargs["gpu_memory_utilization"] = float(
-                os.environ.get("ABLATE_VLLM_GPU_MEMORY_UTILIZATION", "0.3"))
-        self.llm = LLM(**kwargs)
+            env, kwargs["tensor_parallel_size"], shared = generation_placement()
+            kwargs["gpu_memory_utilization"] = float(os.environ.get(
+                "ABLATE_VLLM_GPU_MEMORY_UTILIZATION", "0.3" if shared else "0.9"))
+        with _environ(env):
+            self.llm = LLM(**kwargs)
         # vLLM's CPU attention plans its work for the thread count seen at start-up and checks
         # it at run time; OpenMP settings are per thread, and pipeline mode generates from
         # another thread, so generate() restores this count in whichever thread calls it.
