@@ -29,10 +29,11 @@ err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 SourceArg = typer.Argument(..., help="Study results dir, .csv/.jsonl/.parquet long table "
                            "(variant, seed, compute, score), or TensorBoard log dir.")
-XOpt = typer.Option(None, "--x", help="Compute column/tag [study dir: gpu_hours; table: compute; "
-                    "TensorBoard: step].")
-YOpt = typer.Option(None, "--y", help="Score column/tag [study dir: eval/pass_rate; table: score].")
-ByOpt = typer.Option(None, "--by", help="Comma-separated columns naming a variant [variant].")
+XOpt = typer.Option(None, "--x", help="Compute column/tag (default: study dir gpu_hours or its "
+                    "study.yaml fit.x; table compute; TensorBoard the step).")
+YOpt = typer.Option(None, "--y", help="Score column/tag (default: study dir eval/pass_rate or "
+                    "study.yaml fit.y; table score; TensorBoard eval/pass_rate).")
+ByOpt = typer.Option(None, "--by", help="Comma-separated columns naming a variant (default: variant).")
 MinOpt = typer.Option(None, "--min-compute", help="Fit only points with compute >= X. Default: "
                       f"skip the early phase, points below {EARLY_FRACTION:.0%} of the largest compute.")
 MaxOpt = typer.Option(None, "--max-compute", help="Fit only points with compute <= X.")
@@ -154,7 +155,7 @@ def fit(source: Path = SourceArg, x: Optional[str] = XOpt, y: Optional[str] = YO
 
 @app.command()
 def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
-                None, "--baseline", help="Variant to compare against [the first variant]."),
+                None, "--baseline", help="Variant to compare against (default: the first variant fit)."),
             margin: float = typer.Option(0.02, "--margin", help="A's within this are tied: "
                                          "refit with the shared A and compare B (paper's rule)."),
             plot: Optional[Path] = PlotOpt, json_: bool = JsonOpt, x: Optional[str] = XOpt,
