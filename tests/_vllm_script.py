@@ -146,6 +146,41 @@ def check_generator(work: Path) -> None:
     gen.close()
 
 
+def check_bf16(work: Path) -> None:
+    """bf16 body: the fp32 head is a real choice here (with an fp32 body it is a no-op).
+    Compare vLLM's log-probs with the trainer's (bf16 autocast body + fp32 head) recompute."""
+    import torch
+
+    from trainer.model import build_proxy, completion_logprobs, pack
+    from trainer.precision import LMHead
+    from trainer.rollout import make_generator
+
+    torch.manual_seed(0)
+    prompts = [[10, 20, 30, 40], [11, 12, 13], [50, 60, 70, 80, 90]]
+    n = 4
+    for fp32_head in (True, False):
+        config = tiny_config(**{"precision.dtype": "bf16",
+                                "precision.generator_lm_head_fp32": fp32_head,
+                                "precision.trainer_lm_head_fp32": fp32_head})
+        model, tok = build_proxy(config)
+        gen = make_generator(config, model, tok)
+        g = gen.generate(prompts, n=n, max_new_tokens=12, temperature=1.0, top_p=1.0, seed=3)
+        rows = [p for p in prompts for _ in range(n)]
+        batch = pack(rows, g.tokens, pad=0)
+        with torch.no_grad():
+            logp, _ = completion_logprobs(model.get_decoder(),
+                                          LMHead(model.get_output_embeddings(), fp32_head),
+                                          batch, torch.device("cpu"), "bf16")
+        diffs = [abs(float(logp[i, j]) - lp) for i, lps in enumerate(g.logprobs)
+                 for j, lp in enumerate(lps)]
+        report(f"bf16_head_fp32_{fp32_head}", body_dtype=str(gen.llm.llm_engine.model_config.dtype),
+               logits_processor_dtype=gen.llm.apply_model(
+                   lambda m: str(m.logits_processor.head_dtype))[0],
+               max_diff=max(diffs), mean_diff=sum(diffs) / len(diffs))
+        gen.llm.llm_engine.engine_core.shutdown()
+        del gen
+
+
 def check_trainer(work: Path, mode: str) -> None:
     import trainer
     from trainer import rundir
@@ -171,5 +206,7 @@ if __name__ == "__main__":
     os.environ.setdefault("ABLATE_CACHE", str(work / "cache"))
     if what == "generator":
         check_generator(work)
+    elif what == "bf16":
+        check_bf16(work)
     else:
         check_trainer(work, what.removeprefix("trainer_"))

@@ -102,3 +102,15 @@ def test_trainer_steps_with_vllm_backend(tmp_path, mode):
     r = run_checks(f"trainer_{mode}", tmp_path)[f"trainer_{mode}"]
     assert r["state"] == "done"
     assert r["steps"][-1] == 3 and r["pass_rate_keys"], r
+
+
+def test_bf16_body_with_fp32_head(tmp_path):
+    """With a bf16 body the fp32 head is a real switch: vLLM projects in fp32 only when
+    precision.generator_lm_head_fp32 is set, and its log-probs stay close to the trainer's
+    (bf16 autocast body + fp32 head) recompute of the same tokens."""
+    r = run_checks("bf16", tmp_path)
+    on, off = r["bf16_head_fp32_True"], r["bf16_head_fp32_False"]
+    assert on["body_dtype"] == off["body_dtype"] == "torch.bfloat16"
+    assert on["logits_processor_dtype"] == "torch.float32"
+    assert off["logits_processor_dtype"] == "torch.bfloat16"
+    assert on["mean_diff"] < 0.01 and on["max_diff"] < 0.05, on
