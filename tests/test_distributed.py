@@ -83,3 +83,13 @@ def test_slurm_gpu_profile_is_valid():
     assert p.executor == "slurm"
     assert p.slurm.gpus_per_node > 0 and p.slurm.tasks_per_node == p.slurm.gpus_per_node
     assert p.slurm.nodes >= 2
+
+
+def test_zero3_pipeline_hf_is_refused_with_a_clear_message():
+    pytest.importorskip("deepspeed")
+    from trainer.engine_deepspeed import make_deepspeed_engine
+
+    c = TrainConfig.model_validate({"engine": {"type": "deepspeed", "zero_stage": 3},
+                                    "off_policy": {"mode": "pipeline"}})
+    with pytest.raises(ValueError, match="needs rollout.backend: vllm"):
+        make_deepspeed_engine(c, model=None)
