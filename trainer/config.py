@@ -17,7 +17,11 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# Task kinds registered in trainer.tasks.TASKS; `task.name` is one of them ("reasoning_gym"
+# takes the task after a colon).
+TASK_KINDS = ("arithmetic", "reasoning_gym", "math")
 
 
 class _Strict(BaseModel):
@@ -94,6 +98,15 @@ class TaskConfig(_Strict):
     data_seed: int = Field(
         1234, description="Seed of the prompt pool; fixed across runs so variants see the same data."
     )
+
+    @field_validator("name")
+    @classmethod
+    def _known_task(cls, v: str) -> str:
+        kind, _, rest = v.partition(":")
+        if kind not in TASK_KINDS or (kind == "reasoning_gym") != bool(rest):
+            raise ValueError("must be 'arithmetic', 'math' or 'reasoning_gym:<task>' "
+                             "(e.g. reasoning_gym:basic_arithmetic)")
+        return v
 
 
 class RewardConfig(_Strict):
@@ -199,7 +212,12 @@ class OffPolicyConfig(_Strict):
         "pushed in flight after every step; trainer waits when k steps ahead. ppo_off_policy: "
         "generate a big batch, then k optimizer steps on its minibatches.",
     )
-    k: int = Field(8, ge=1, description="Max staleness (pipeline) or minibatches per batch (ppo).")
+    k: int = Field(
+        8, ge=1,
+        description="pipeline: max staleness in optimizer steps (older data is refused). "
+        "ppo_off_policy: one generation of k x rollout.prompts_per_step prompts is split into "
+        "k minibatches, one optimizer step each (so every step sees prompts_per_step prompts).",
+    )
 
 
 class OptimConfig(_Strict):
@@ -215,7 +233,11 @@ class EngineConfig(_Strict):
     type: Literal["torch", "deepspeed"] = Field("torch", description="Optimizer engine.")
     zero_stage: int = Field(0, ge=0, le=3, description="deepspeed: ZeRO stage 0-3.")
     device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda'.")
-    threads: Optional[int] = Field(None, gt=0, description="torch CPU threads (None = default).")
+    threads: Optional[int] = Field(
+        None, gt=0,
+        description="torch CPU threads (None = torch default). On a shared CPU 1 is often "
+        "fastest for the proxy: spinning thread pools collapse under contention.",
+    )
 
 
 class EvalConfig(_Strict):
@@ -225,6 +247,9 @@ class EvalConfig(_Strict):
     )
     samples_per_prompt: int = Field(16, gt=0, description="k of mean@k (paper: 16).")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature at eval.")
+    # Eval samples with the hf sampler on the trainer's own weights (whatever the rollout
+    # backend), with the same length control and a fixed seed, so successive points differ
+    # only by the model.
 
 
 class BudgetConfig(_Strict):

@@ -17,6 +17,7 @@ from trainer import rundir
 from trainer.advantages import compute_advantages
 from trainer.config import TrainConfig
 from trainer.engine import make_engine
+from trainer.filters import zero_variance_keep
 from trainer.length import generate_rollout
 from trainer.losses import policy_loss_with_stats
 from trainer.model import completion_logprobs, load_model, pack, pick_device
@@ -122,6 +123,7 @@ class _Run:
             self.evaluate()
             self.checkpoint()
         source = MODES.get(c.off_policy.mode)(self.ctx)
+        source.after_step(self.model, self.step)  # resumed: stamp generator with this version
         try:
             while not self.budget_spent():
                 t0 = time.perf_counter()
@@ -163,8 +165,7 @@ class _Run:
         for j, pid in enumerate(batch.prompt_ids):
             self.pool.record(pid, sum(correct[j * G:(j + 1) * G]), G)
         # Zero-variance filter: groups with identical rewards carry no gradient; drop them.
-        keep = [j for j in range(len(batch.prompt_ids))
-                if not (c.data.zero_variance_filter and len(set(rewards[j * G:(j + 1) * G])) == 1)]
+        keep = zero_variance_keep(rewards, G, c.data.zero_variance_filter)
         dropped = len(batch.prompt_ids) - len(keep)
         self.counters["zero_variance_dropped"] += dropped
         rows = [j * G + s for j in keep for s in range(G)]
@@ -223,7 +224,7 @@ class _Run:
         m = mask.sum().clamp(min=1)
         with torch.no_grad():
             mismatch = float(((old - logp.detach()).abs() * mask).sum() / m)
-        return {"train/loss": float(loss), "train/grad_norm": gnorm,
+        return {"train/loss": float(loss.detach()), "train/grad_norm": gnorm,
                 "train/entropy": float((ent * mask).sum() / m),
                 "train/is_ratio_mean": st["is_ratio_mean"], "train/is_ratio_max": st["is_ratio_max"],
                 "train/clip_frac": st["clip_frac"], "train/logprob_mismatch": mismatch,

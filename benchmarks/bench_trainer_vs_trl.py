@@ -1,0 +1,135 @@
+"""Samples/s of ablate's trainer vs TRL's GRPOTrainer on the same model, task and batch.
+
+Same warmed proxy (recipes/proxy.yaml's char Llama), "NN+NN=" prompts, 16 prompts x 8
+completions per optimizer step, 4 new tokens max, on-policy, no KL, constant LR, fp32, CPU.
+TRL is set up as notes/machine-facts.md says is fair (use_cpu, bf16=False, no gradient
+checkpointing, per_device_train_batch_size=128 => one generation round per step). Each
+program runs in its own process, alternating, and we compare medians of the per-step time
+after the first step.
+
+    python benchmarks/bench_trainer_vs_trl.py --steps 30 --repeats 3 [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PROMPTS, G, NEW = 16, 8, 4
+
+
+def base_config(steps: int, mode: str):
+    import yaml
+
+    from trainer.config import TrainConfig
+
+    d = yaml.safe_load((REPO / "recipes" / "proxy.yaml").read_text())
+    d["rollout"].update(prompts_per_step=PROMPTS, generations_per_prompt=G, max_new_tokens=NEW)
+    d["off_policy"] = {"mode": mode, "k": 1 if mode == "ppo_off_policy" else 8}
+    d["data"].update(zero_variance_filter=False, no_positive_resampling=False)  # like TRL
+    d["optim"].update(warmup_steps=0)
+    d["eval"] = {"every_steps": 5, "num_prompts": 1, "samples_per_prompt": 1}
+    d["budget"] = {"steps": steps}
+    d["checkpoint"] = {"every_steps": 10_000}
+    return TrainConfig.model_validate(d)
+
+
+def run_ablate(steps: int, mode: str) -> float:
+    import trainer
+
+    cfg = base_config(steps, mode)
+    with tempfile.TemporaryDirectory() as d:
+        trainer.run(cfg, Path(d))
+        rows = [json.loads(x) for x in (Path(d) / "metrics.jsonl").read_text().splitlines()]
+    # Per-step train-loop wall between the first eval point after step 0 and the last.
+    a, b = rows[1], rows[-1]
+    return (b["samples"] - a["samples"]) / (b["time/wall_s"] - a["time/wall_s"])
+
+
+def run_trl(steps: int) -> float:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trainer.model import proxy_path
+    from trainer.tasks import build_task
+
+    cfg = base_config(steps, "ppo_off_policy")
+    path = proxy_path(cfg)
+    task = build_task(cfg.task)
+    ds = Dataset.from_list([{"prompt": p.prompt, "answer": p.answer} for p in task.train])
+
+    def reward(prompts, completions, answer, **_):
+        return [1.0 if c.strip() == a else -1.0 for c, a in zip(completions, answer)]
+
+    times: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, *a, **k):
+            times.append(time.perf_counter())
+
+    tok = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    with tempfile.TemporaryDirectory() as out:
+        args = GRPOConfig(
+            output_dir=out, use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False,
+            learning_rate=cfg.optim.lr, lr_scheduler_type="constant", warmup_steps=0, beta=0.0,
+            num_generations=G, per_device_train_batch_size=PROMPTS * G,
+            max_completion_length=NEW, temperature=1.0, max_steps=steps, report_to="none",
+            logging_steps=10_000, save_strategy="no", seed=0, dataloader_num_workers=0,
+        )
+        GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds,
+                    processing_class=tok, callbacks=[Clock()]).train()
+    dt = statistics.median(b - a for a, b in zip(times[1:], times[2:]))
+    return PROMPTS * G / dt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--one", choices=["trl", "ablate", "ablate-pipeline"], help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.one:
+        import torch
+
+        torch.set_num_threads(a.threads)
+        sps = run_trl(a.steps) if a.one == "trl" else run_ablate(
+            a.steps, "pipeline" if a.one == "ablate-pipeline" else "ppo_off_policy")
+        print(json.dumps({"samples_per_s": sps}))
+        return
+    # Build the cached proxy once before timing anything.
+    from trainer.model import proxy_path
+
+    proxy_path(base_config(a.steps, "ppo_off_policy"))
+    res: dict[str, list[float]] = {"trl": [], "ablate": [], "ablate-pipeline": []}
+    env = dict(os.environ, PYTHONPATH=str(REPO), TOKENIZERS_PARALLELISM="false",
+               OMP_NUM_THREADS=str(a.threads))
+    for r in range(a.repeats):
+        for name in res:
+            out = subprocess.run([sys.executable, __file__, "--one", name, "--steps", str(a.steps),
+                                  "--threads", str(a.threads)], env=env, capture_output=True,
+                                 text=True, cwd=REPO)
+            if out.returncode != 0:
+                sys.exit(f"{name} failed:\n{out.stderr[-3000:]}")
+            sps = json.loads(out.stdout.strip().splitlines()[-1])["samples_per_s"]
+            res[name].append(sps)
+            print(f"repeat {r} {name:16s} {sps:8.0f} samples/s", flush=True)
+    med = {k: statistics.median(v) for k, v in res.items()}
+    print(json.dumps({"median_samples_per_s": med,
+                      "speedup_vs_trl": {k: med[k] / med["trl"] for k in ("ablate", "ablate-pipeline")},
+                      "runs": res}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""Shared helpers for the trainer tests: the proxy recipe shrunk to a few steps.
+
+The warmed proxy model is cached on disk by its config (trainer.model.proxy_path), so every
+test module and test process builds it at most once; ABLATE_CACHE points at a temp dir unless
+the environment already chose one.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import yaml
+
+os.environ.setdefault("ABLATE_CACHE", str(Path(tempfile.gettempdir()) / "ablate-test-cache"))
+
+REPO = Path(__file__).resolve().parents[1]
+PROXY = yaml.safe_load((REPO / "recipes" / "proxy.yaml").read_text())
+
+
+def merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def tiny(**over) -> dict:
+    """The proxy recipe (same cached model) with a tiny batch, eval and budget."""
+    base = merge(PROXY, {
+        "rollout": {"prompts_per_step": 8, "generations_per_prompt": 4},
+        "eval": {"every_steps": 2, "num_prompts": 24, "samples_per_prompt": 2},
+        "budget": {"steps": 4},
+        "checkpoint": {"every_steps": 2},
+    })
+    return merge(base, over)
+
+
+def config(d: dict):
+    from trainer.config import TrainConfig
+
+    return TrainConfig.model_validate(d)
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def status(run_dir: Path) -> dict:
+    return json.loads((run_dir / "status.json").read_text())

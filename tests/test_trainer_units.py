@@ -1,0 +1,182 @@
+"""Unit tests of the trainer's pure parts: advantages, filters, pool, length penalty, fp32 head,
+run-dir crash safety, registries vs config Literals."""
+
+from __future__ import annotations
+
+import json
+import random
+import typing
+
+import pytest
+import torch
+
+from trainer import config as C
+from trainer.advantages import NORMALIZATIONS, compute_advantages
+from trainer.filters import zero_variance_keep
+from trainer.length import CONTROLS, overlong
+from trainer.pool import CURRICULA, PromptPool
+from trainer.precision import LMHead
+from trainer import rundir
+
+REWARDS = torch.tensor([1.0, -1.0, -1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+GROUPS = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+
+
+def test_advantage_none_is_group_centered():
+    adv = compute_advantages(REWARDS, GROUPS, normalization="none")
+    assert adv.tolist() == [1.0, -1.0, -1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+
+
+def test_advantage_prompt_divides_by_group_std():
+    adv = compute_advantages(REWARDS, GROUPS, normalization="prompt", eps=1e-6)
+    # group 0: centered [1,-1,-1,1], unbiased std sqrt(4/3); group 1: all zero stays zero.
+    assert adv[0].item() == pytest.approx(1 / (4 / 3) ** 0.5, rel=1e-5)
+    assert adv[4:].abs().max().item() == 0.0
+
+
+def test_advantage_batch_divides_by_batch_std():
+    adv = compute_advantages(REWARDS, GROUPS, normalization="batch", eps=1e-6)
+    # all centered advantages [1,-1,-1,1,0,0,0,0]: unbiased std sqrt(4/7).
+    assert adv[0].item() == pytest.approx(1 / (4 / 7) ** 0.5, rel=1e-5)
+    assert adv[4:].abs().max().item() == 0.0
+
+
+def test_zero_variance_filter_drops_uniform_groups():
+    r = [1, 1, 1, -1, -1, -1, 1, -1, -1]
+    assert zero_variance_keep(r, 3) == [2]
+    assert zero_variance_keep(r, 3, enabled=False) == [0, 1, 2]
+
+
+def _pool(curriculum="none", npr=True, n=10):
+    cfg = C.DataConfig(curriculum=curriculum, no_positive_resampling=npr, npr_threshold=0.9)
+    return PromptPool([float(9 - i) for i in range(n)], cfg, seed=0)
+
+
+def test_npr_retires_solved_prompts_from_later_epochs():
+    pool = _pool()
+    first = pool.next_batch(10)  # one full epoch
+    assert sorted(first) == list(range(10))
+    for i in first:
+        pool.record(i, 8 if i < 3 else 4, 8)  # prompts 0,1,2 solved (pass rate 1.0)
+    second = pool.next_batch(7)
+    assert set(second) == set(range(3, 10)) and pool.retired == {0, 1, 2}
+
+
+def test_without_npr_nothing_is_retired():
+    pool = _pool(npr=False)
+    for i in pool.next_batch(10):
+        pool.record(i, 8, 8)
+    assert sorted(pool.next_batch(10)) == list(range(10)) and not pool.retired
+
+
+def test_curriculum_easy_to_hard_orders_by_difficulty():
+    pool = _pool("easy_to_hard")
+    assert pool.next_batch(10) == list(range(9, -1, -1))  # difficulty = 9 - i
+
+
+def test_curriculum_pass_rate_orders_by_measured_pass_rate():
+    pool = _pool("pass_rate", npr=False)
+    for i in pool.next_batch(10):
+        pool.record(i, i % 5, 8)
+    order = pool.next_batch(10)
+    rates = [pool.pass_rate(i) for i in order]
+    assert rates == sorted(rates, reverse=True)
+
+
+def test_pool_state_round_trip():
+    a = _pool()
+    a.next_batch(13)
+    a.record(3, 5, 8)
+    b = _pool()
+    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    assert a.next_batch(20) == b.next_batch(20)
+
+
+def test_overlong_penalty_formula():
+    # clip((L_max - |y|) / L_cache - 1, -1, 0) with L_max 20, L_cache 5
+    assert overlong(10, 20, 5) == 0.0
+    assert overlong(15, 20, 5) == 0.0
+    assert overlong(17, 20, 5) == pytest.approx(-0.4)
+    assert overlong(25, 20, 5) == -1.0
+
+
+def test_fp32_head_under_bf16_autocast():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(64, 100, bias=False)
+    h = torch.randn(8, 64)
+    ref = h.double() @ lin.weight.double().T
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fp32 = LMHead(lin, fp32=True)(h)
+        bf16 = LMHead(lin, fp32=False)(h)
+    assert fp32.dtype == torch.float32 and bf16.dtype == torch.float32
+    err32 = (fp32.double() - ref).abs().max().item()
+    err16 = (bf16.double() - ref).abs().max().item()
+    assert err32 < 1e-5 < err16
+
+
+def test_metrics_truncation_drops_lines_past_checkpoint_and_torn_tail(tmp_path):
+    for s in (0, 10, 20, 30):
+        rundir.append_metrics(tmp_path, {"step": s})
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 40, "eval/pa')  # kill -9 mid-write
+    assert [r["step"] for r in rundir.read_metrics(tmp_path)] == [0, 10, 20, 30]
+    rundir.truncate_metrics(tmp_path, 20)
+    assert [r["step"] for r in rundir.read_metrics(tmp_path)] == [0, 10, 20]
+
+
+def test_checkpoint_recovers_after_kill_between_renames(tmp_path):
+    (tmp_path / "checkpoint.old").mkdir()
+    (tmp_path / "checkpoint.old" / "state.pt").write_text("old")
+    assert rundir.checkpoint_dir(tmp_path) == tmp_path / "checkpoint.old"
+    new = tmp_path / "checkpoint.tmp-x"
+    new.mkdir()
+    (new / "state.pt").write_text("new")
+    rundir.commit_checkpoint(tmp_path, new)
+    assert (tmp_path / "checkpoint" / "state.pt").read_text() == "new"
+    assert not (tmp_path / "checkpoint.old").exists()
+
+
+def _literal(model, field):
+    return sorted(typing.get_args(model.model_fields[field].annotation))
+
+
+def test_config_literals_equal_registry_keys():
+    from trainer.engine import ENGINES
+    from trainer.losses import AGGREGATIONS, LOSSES
+    from trainer.offpolicy import MODES
+    from trainer.rollout import BACKENDS
+    from trainer.tasks import TASKS
+
+    assert _literal(C.LossConfig, "type") == LOSSES.keys()
+    assert _literal(C.LossConfig, "aggregation") == AGGREGATIONS.keys()
+    assert _literal(C.AdvantageConfig, "normalization") == NORMALIZATIONS.keys()
+    assert _literal(C.LengthConfig, "control") == CONTROLS.keys()
+    assert _literal(C.DataConfig, "curriculum") == CURRICULA.keys()
+    assert _literal(C.OffPolicyConfig, "mode") == MODES.keys()
+    assert _literal(C.RolloutConfig, "backend") == BACKENDS.keys()
+    assert _literal(C.EngineConfig, "type") == ENGINES.keys()
+    assert sorted(C.TASK_KINDS) == TASKS.keys()
+
+
+def test_unknown_registry_name_lists_valid_ones():
+    with pytest.raises(KeyError, match="valid"):
+        NORMALIZATIONS.get("group")
+
+
+def test_trainer_does_not_import_ablate():
+    import pathlib
+
+    src = pathlib.Path(C.__file__).parent
+    for f in src.glob("*.py"):
+        text = f.read_text()
+        assert "import ablate" not in text and "from ablate" not in text, f
+
+
+def test_arithmetic_eval_is_disjoint_from_train():
+    from trainer.tasks import build_task
+
+    t = build_task(C.TaskConfig(num_train_prompts=500, num_eval_prompts=100))
+    assert not {p.prompt for p in t.train} & {p.prompt for p in t.eval}
+    p = t.train[0]
+    assert t.score(p, p.answer) and not t.score(p, p.answer + "1")
+    random.seed(0)
