@@ -250,11 +250,15 @@ def test_kill_9_mid_run_then_resume_keeps_metrics_continuous(tmp_path, warm_prox
 
 
 def test_nan_marks_diverged_and_stops_cleanly(tmp_path, warm_proxy):
-    rows, st = _run(tmp_path, "nan", {"optim": {"lr": 1e30, "warmup_steps": 0, "eps": 1e-30},
-                                      "off_policy": {"mode": "ppo_off_policy", "k": 1},
+    # A correct answer worth NaN poisons the advantages, hence the loss, on the first update.
+    rows, st = _run(tmp_path, "nan", {"reward": {"correct": float("nan")},
                                       "budget": {"steps": 20}})
-    assert st["state"] == "diverged" and 1 <= st["step"] < 20
-    assert all(r["step"] < st["step"] for r in rows)
+    assert st["state"] == "diverged" and st["step"] == 1
+    assert [r["step"] for r in rows] == [0]
+    d = tmp_path / "nan"
+    assert (d / "checkpoint").exists()  # the last good state stays resumable
+    trainer.run(config(tiny(reward={"correct": float("nan")}, budget={"steps": 20})), d)
+    assert status(d)["state"] == "diverged"  # a diverged run is not silently restarted
 
 
 def test_cli_bad_config_exits_2_and_writes_nothing(tmp_path):
