@@ -37,8 +37,10 @@ Intervals (95%, percentile, stored as `Fit.ci` and as draws in `Fit.samples`):
                persistence, the noise estimate is bias-corrected by simulation (noise drawn from
                the estimate, refit, re-estimated, estimate moved by the gap; 3 rounds of 40).
                1000 noise draws are then added to the fit and all are refit at once by the
-               batched LM warm-started from the point fit; R0 is resampled too. An i.i.d. or
-               plain AR(1) bootstrap covered the truth only ~65-80% of the time here.
+               batched LM warm-started from the point fit; R0 is resampled too. Slow drift leaves
+               few effectively independent points, so the spread is widened like a t interval
+               with n*var/long-run-var - 3 degrees of freedom. An i.i.d. or plain AR(1) bootstrap
+               covered the truth only ~65-80% of the time here; this one ~90%, 95% without drift.
   Coverage on synthetic curves with known parameters is checked in benchmarks/bench_curves.py.
 """
 
@@ -400,14 +402,16 @@ def _noise_model(x, f, res, series, theta, r0, w, rng) -> tuple[float, float, fl
         return 0.0, 0.0, v
     est = _whittle(wf, I)[0]
 
+    # Correct in (atanh phi, drift share, log total variance): all stay finite and average well
+    # even when one component is estimated as exactly zero (log-variances would not).
     def u(p):
         p = np.atleast_2d(p)
-        return np.column_stack([np.arctanh(np.minimum(p[:, 0], 0.97)),
-                                np.log(np.maximum(p[:, 1], 1e-12)),
-                                np.log(np.maximum(p[:, 2], 1e-12))])
+        tot = np.maximum(p[:, 1] + p[:, 2], 1e-300)
+        return np.column_stack([np.arctanh(np.minimum(p[:, 0], 0.97)), p[:, 1] / tot, np.log(tot)])
 
     def from_u(v):
-        return np.array([np.clip(math.tanh(v[0]), 0.0, 0.97), math.exp(v[1]), math.exp(v[2])])
+        phi_, share, tot = np.clip(math.tanh(v[0]), 0.0, 0.97), np.clip(v[1], 0.0, 1.0), math.exp(v[2])
+        return np.array([phi_, share * tot, (1 - share) * tot])
 
     u_hat = u(est)[0]
     cur = u_hat.copy()
@@ -421,8 +425,9 @@ def _noise_model(x, f, res, series, theta, r0, w, rng) -> tuple[float, float, fl
         # Move so that the estimator, applied to noise from `cur`, would return what we saw.
         cur = cur + (u_hat - u_sim)
         cur[0] = min(cur[0], math.atanh(0.97))
-        cur[1:] = np.minimum(cur[1:], u_hat[1:] + math.log(10.0))
-    phi, vd, vw = from_u(np.maximum(cur, u_hat))  # never below the raw (shrunken) estimate
+        cur[1] = float(np.clip(cur[1], 0.0, 1.0))
+        cur[2] = min(cur[2], u_hat[2] + math.log(10.0))
+    phi, vd, vw = from_u(cur)
     return float(phi), float(vd), float(vw)
 
 
@@ -442,6 +447,12 @@ def _bootstrap(x, y, w, sid, theta, r0, r0_groups, n_boot, rng, fix_a=False):
     r0b = np.clip(r0 + r0b, 0.0, 1.0)
     th, _, _ = _lm(x, Y, np.broadcast_to(w, Y.shape), np.broadcast_to(theta, (n_boot, 3)), r0b,
                    fix_a=fix_a)
+    # Few effectively independent points (slow drift) make the bootstrap spread itself
+    # uncertain; widen it like a t interval on the effective sample size n * var / long-run var.
+    lrv = vd * (1 + phi) / max(1 - phi, 1e-6) + vw
+    n_eff = sum(ix.size for ix in series) * (vd + vw) / max(lrv, 1e-300)
+    k = stats.t.ppf(0.5 + LEVEL / 2, max(n_eff - 3, 2.0)) / stats.norm.ppf(0.5 + LEVEL / 2)
+    th = theta[None, :] + (th - theta[None, :]) * k
     return np.column_stack([th, r0b])
 
 

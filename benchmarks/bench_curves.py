@@ -100,6 +100,22 @@ def accuracy(curves, fits):
     }
 
 
+def white_coverage(n, c_max, seed):
+    """Coverage when there is no drift (evaluation noise only): intervals must not balloon."""
+    rng = np.random.default_rng(seed)
+    hits = {"A": 0, "B": 0, "C_mid": 0}
+    widths = []
+    for _ in range(n):
+        tr = sy.random_truth(rng, c_max)
+        c, y = sy.curve(tr, rng, c_max=c_max, drift_sd=0.0)
+        f = fit_sigmoid(c, y)
+        widths.append(f.ci["A"][1] - f.ci["A"][0])
+        for k in hits:
+            hits[k] += f.ci[k][0] <= getattr(tr, k) <= f.ci[k][1]
+    return {"curves": n, "A_ci_width_median": float(np.median(widths)),
+            "coverage": {k: v / n for k, v in hits.items()}}
+
+
 def seed_coverage(n_groups, c_max, seed):
     rng = np.random.default_rng(seed)
     hits = {"A": 0, "B": 0, "C_mid": 0}
@@ -141,6 +157,8 @@ def main():
     res["accuracy"] = accuracy(more, fits)
     res["accuracy"]["curves"] = len(more)
     print(json.dumps(res["accuracy"], indent=1), flush=True)
+    res["white_noise_coverage"] = white_coverage(20 if a.quick else 100, 0.05, seed=5)
+    print(json.dumps(res["white_noise_coverage"], indent=1), flush=True)
     res["seed_coverage"] = seed_coverage(20 if a.quick else 100, 0.05, seed=4)
     print(json.dumps(res["seed_coverage"], indent=1), flush=True)
     with open(a.out, "w") as f:
