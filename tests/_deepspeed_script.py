@@ -37,21 +37,15 @@ def config(stage: int, dtype: str):
 
 def flat_params(model):
     """All parameters as one fp32 list; ZeRO-3 partitions are gathered (a collective)."""
+    from contextlib import nullcontext
+
     import deepspeed
     import torch
 
     params = list(model.parameters())
-    with deepspeed.zero.GatheredParameters(params, modifier_rank=None) if hasattr(params[0], "ds_id") \
-            else _null():
+    zero3 = hasattr(params[0], "ds_id")
+    with deepspeed.zero.GatheredParameters(params, modifier_rank=None) if zero3 else nullcontext():
         return torch.cat([p.detach().float().reshape(-1) for p in params]).tolist()
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 if __name__ == "__main__":
@@ -68,7 +62,9 @@ if __name__ == "__main__":
     state.train()
     import torch.distributed as dist
 
-    out = {"rank": rank, "world": dist.get_world_size(), "backend": dist.get_backend(),
+    from trainer.distributed import broadcast_object
+
+    out = {"broadcast": broadcast_object("from-rank-0" if rank == 0 else "other"),"rank": rank, "world": dist.get_world_size(), "backend": dist.get_backend(),
            "step": state.step, "params": flat_params(state.engine.model),
            "status": rundir.read_status(run_dir).get("state"),
            "metrics_steps": [m["step"] for m in rundir.read_metrics(run_dir)]}

@@ -210,3 +210,28 @@ def role_of(local_rank: int, split: GpuSplit) -> Role:
     if split.shared:
         return "trainer"
     return "generator" if local_rank < len(split.generation) else "trainer"
+
+
+def rank() -> int:
+    """This process's global rank (0 when torch.distributed is not initialised)."""
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def world_size() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def broadcast_object(obj, src: int = 0):
+    """Rank `src`'s Python object on every rank (e.g. the checkpoint directory every rank must
+    pass to a collective DeepSpeed save, or a batch of rollouts made only on rank 0)."""
+    import torch.distributed as dist
+
+    if world_size() == 1:
+        return obj
+    box = [obj if rank() == src else None]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]

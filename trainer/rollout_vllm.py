@@ -243,6 +243,8 @@ class VLLMGenerator:
         self.version = version
 
     def close(self) -> None:
+        """Stop the engine (its worker process / KV cache memory) and drop the temp weights."""
+        self.llm.llm_engine.engine_core.shutdown()
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
