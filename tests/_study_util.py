@@ -13,20 +13,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # A really tiny CPU proxy (1-layer 32-wide char Llama): a run of a few steps takes ~2 s, so
 # launch tests exercise the real trainer, its checkpoints and its status files.
-TINY_OVERRIDES = f"""  model.proxy: {{hidden_size: 32, num_layers: 1, num_heads: 2, intermediate_size: 64, warmup_steps: 5}}
+TINY_OVERRIDES = """  model.proxy: {{hidden_size: 32, num_layers: 1, num_heads: 2, intermediate_size: 64, warmup_steps: 5}}
   task: {{num_train_prompts: 64, num_eval_prompts: 16}}
   rollout: {{prompts_per_step: 4, generations_per_prompt: 2}}
-  eval: {{every_steps: 2, num_prompts: 16, samples_per_prompt: 1}}
-  checkpoint.every_steps: 2
+  eval: {{every_steps: {every}, num_prompts: 16, samples_per_prompt: 1}}
+  checkpoint.every_steps: {every}
   engine.threads: 1
 """
 
 
 def tiny_study(folder: Path, name: str, axes: str, *, seeds: str = "[0]", steps: int = 4,
-               extra: str = "", overrides: str = "") -> Path:
+               extra: str = "", overrides: str = "", every: int = 2) -> Path:
     """Write a study over recipes/proxy.yaml with the tiny overrides; returns its path."""
     text = (f"name: {name}\nbase: {ROOT / 'recipes' / 'proxy.yaml'}\noverrides:\n"
-            f"{TINY_OVERRIDES}{overrides}axes:\n{axes}\nseeds: {seeds}\nbudget: {{steps: {steps}}}\n{extra}")
+            f"{TINY_OVERRIDES.format(every=every)}{overrides}axes:\n{axes}\nseeds: {seeds}\nbudget: {{steps: {steps}}}\n{extra}")
     path = folder / f"{name}.yaml"
     path.write_text(text)
     return path
@@ -46,7 +46,10 @@ def cli_json(*args: str, timeout: float = 300):
 
 
 def states(study_dir: Path) -> dict[str, dict]:
-    return {s["run_id"]: s for s in cli_json("status", str(study_dir))}
+    """`ablate status` in-process (polling through a subprocess would steal the jobs' CPU)."""
+    from ablate.status import study_states
+
+    return {s.run_id: s.to_json() for s in study_states(study_dir)}
 
 
 def wait_until(pred, timeout: float, poll: float = 1.0, what: str = "condition"):

@@ -67,7 +67,9 @@ def submit(run_dirs: list[Path], folder: Path, prof: SlurmProfile, entry: str,
     if not run_dirs:
         return {}
     ex = executor(folder, prof, job_name)
-    size = max(1, max_array_size() - 1)
+    # Balanced chunks (not limit + remainder) so no run is left alone outside an array.
+    n_arrays = -(-len(run_dirs) // max(1, max_array_size()))  # indices 0..MaxArraySize-1
+    size = -(-len(run_dirs) // n_arrays)
     out: dict[str, str] = {}
     for start in range(0, len(run_dirs), size):
         chunk = run_dirs[start:start + size]

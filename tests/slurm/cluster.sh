@@ -64,9 +64,11 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
 SchedulerType=sched/backfill
-SchedulerParameters=defer_batch=0
+# Short scheduling intervals: tests should not wait a minute for the next pass.
+SchedulerParameters=sched_interval=5,bf_interval=5
 SlurmctldParameters=preempt_send_user_signal
-MaxArraySize=1001
+# Small on purpose: the tests check that bigger studies are split into several arrays.
+MaxArraySize=3
 MinJobAge=300
 KillWait=5
 AccountingStorageType=accounting_storage/slurmdbd
