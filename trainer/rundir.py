@@ -16,12 +16,15 @@ from pathlib import Path
 import yaml
 
 
-def atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str, durable: bool = True) -> None:
+    """Temp file + rename. `durable=False` skips fsync: still atomic against a killed process
+    (what resume needs), just not against power loss; status.json is rewritten every step."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "w") as f:
         f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
@@ -32,7 +35,8 @@ def write_config(run_dir: Path, config) -> None:
 
 def write_status(run_dir: Path, state: str, step: int, **extra) -> None:
     atomic_write(run_dir / "status.json", json.dumps(
-        {"state": state, "step": step, "updated": time.time(), "pid": os.getpid(), **extra}))
+        {"state": state, "step": step, "updated": time.time(), "pid": os.getpid(), **extra}),
+        durable=state != "running")
 
 
 def read_status(run_dir: Path) -> dict:
