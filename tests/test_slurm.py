@@ -155,3 +155,24 @@ def test_preemption_signal_checkpoints_requeues_and_resumes(tmp_path):
     assert "REQUEUED" in _sacct_states(job)
     steps = metric_steps(run_dir)
     assert steps == sorted(set(steps)) == list(range(0, 601, 20)), steps  # none twice, none missing
+
+
+def test_multi_task_profile_runs_under_srun_with_torch_distributed_env(tmp_path):
+    results = tmp_path / "results"
+    study = tiny_study(tmp_path, "mt", "  loss.type: [cispo]", steps=2)
+    prof = tmp_path / "two_tasks.yaml"
+    prof.write_text("executor: slurm\nslurm:\n  tasks_per_node: 2\n  cpus_per_task: 1\n"
+                    "  time_min: 5\n  sbatch: {comment: ablate-test}\n"
+                    "  setup: ['export ABLATE_SETUP_RAN=1']\n")
+    # PYTHONPATH lets the job import the tests' helper module as its entry point.
+    r = cli("sweep", str(study), "--profile", str(prof), "--results", str(results), "--json",
+            "--entry", "_study_util:record_env")
+    assert r.returncode == 0, r.stderr
+    (rid,) = json.loads(r.stdout)["submitted"]
+    sdir = results / "mt"
+    wait_until(lambda: states(sdir)[rid]["state"] == "done", 120, 1.0, "two-task job")
+    envs = [json.loads((sdir / rid / f"env_rank{i}.json").read_text()) for i in (0, 1)]
+    assert {e["RANK"] for e in envs} == {"0", "1"} and all(e["WORLD_SIZE"] == "2" for e in envs)
+    assert all(e["MASTER_ADDR"] and e["ABLATE_SETUP_RAN"] == "1" for e in envs)
+    script = next((sdir / "_submitit").glob("*_submission.sh")).read_text()
+    assert "#SBATCH --ntasks-per-node=2" in script and "#SBATCH --comment=ablate-test" in script

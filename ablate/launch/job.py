@@ -56,9 +56,10 @@ class RunJob(submitit.helpers.Checkpointable):
 
         fn = _entry(self.entry)
         failed: list[str] = []
-        for d in map(Path, self.run_dirs):
-            if read_status(d).get("state") in FINAL_STATES:
-                continue
+        # Decided once, up front, so every rank of a multi-task job runs the same runs even
+        # after rank 0 marks one done.
+        todo = [d for d in map(Path, self.run_dirs) if read_status(d).get("state") not in FINAL_STATES]
+        for d in todo:
             config = TrainConfig.model_validate(yaml.safe_load((d / "config.yaml").read_text()))
             try:
                 fn(config, d)

@@ -138,7 +138,8 @@ start_slurmdbd() {
 }
 
 start_slurmctld() {
-  alive "$PIDS/slurmctld.pid" && return 0
+  # Already up: apply a possibly changed slurm.conf instead of restarting.
+  alive "$PIDS/slurmctld.pid" && { scontrol reconfigure >/dev/null 2>&1 || true; return 0; }
   /usr/sbin/slurmctld
   for _ in $(seq 100); do scontrol ping >/dev/null 2>&1 && break; sleep 0.2; done
 }
