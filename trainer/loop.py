@@ -67,7 +67,7 @@ class _Run:
         self.device = pick_device(config.engine.device)
         model, self.tok = load_model(config)
         self.task = build_task(config.task)
-        enc = lambda s: self.tok(s, add_special_tokens=False).input_ids  # noqa: E731
+        enc = self.encode
         self.train_prompts = [enc(p.prompt) for p in self.task.train]
         n_eval = config.eval.num_prompts or config.task.num_eval_prompts
         self.eval_problems = self.task.eval[:n_eval]
@@ -87,6 +87,13 @@ class _Run:
                            self.counters["gen_counter"])
         self.loss_kw = {"eps_low": config.loss.eps_low, "eps_high": config.loss.eps_high,
                         "eps_max": config.loss.eps_max}
+
+    def encode(self, prompt: str) -> list[int]:
+        """Prompt text -> ids; real chat models get their chat template (model.chat_template)."""
+        if self.c.model.chat_template:
+            return self.tok.apply_chat_template([{"role": "user", "content": prompt}],
+                                                add_generation_prompt=True, tokenize=True)
+        return self.tok(prompt, add_special_tokens=False).input_ids
 
     # -- resume / checkpoint -------------------------------------------------------------
     def _resume(self) -> None:
@@ -231,6 +238,8 @@ class _Run:
                 "train/lr": self.engine_lr()}
 
     def engine_lr(self) -> float:
+        if callable(getattr(self.engine, "lr", None)):
+            return float(self.engine.lr())
         opt = getattr(self.engine, "optimizer", None)
         return float(opt.param_groups[0]["lr"]) if opt is not None else float("nan")
 

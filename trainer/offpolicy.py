@@ -100,7 +100,7 @@ class PPOOffPolicy:
         pass  # weights reach the generator only at the next big generation
 
     def close(self) -> None:
-        pass
+        _close(self.gen)
 
 
 @MODES.register("pipeline")
@@ -153,3 +153,11 @@ class Pipeline:
     def close(self) -> None:
         self.stop.set()
         self.thread.join(timeout=60)
+        _close(self.gen)
+
+
+def _close(gen: Generator) -> None:
+    """Backends holding processes or devices (vllm) expose close(); hf needs nothing."""
+    close = getattr(gen, "close", None)
+    if callable(close):
+        close()

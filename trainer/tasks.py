@@ -105,9 +105,15 @@ def math_task(cfg: TaskConfig) -> Task:
     import pandas as pd
 
     if not cfg.path:
-        raise ValueError("task.path: 'math' needs a local .jsonl or .parquet file")
+        raise ValueError("task.path: 'math' needs a local .jsonl/.parquet file or an HF dataset name")
     path = Path(cfg.path)
-    df = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_json(path, lines=True)
+    if path.suffix in (".parquet", ".jsonl", ".json"):
+        df = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_json(path, lines=True)
+    else:  # an HF dataset name ("org/name[:split]"), where a network exists; never in tests
+        import datasets
+
+        name, _, split = cfg.path.partition(":")
+        df = datasets.load_dataset(name, split=split or "train").to_pandas()
     missing = {"problem", "answer"} - set(df.columns)
     if missing:
         raise ValueError(f"{path}: missing column(s) {sorted(missing)}; need problem, answer")
