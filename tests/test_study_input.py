@@ -131,3 +131,22 @@ def test_shipped_recipes_and_profiles_validate():
         if "search" in prof.name or "tune" in prof.name:
             continue
         load_profile(prof)
+
+
+def test_status_of_a_folder_that_is_not_a_study(tmp_path, monkeypatch, capsys):
+    code, out, err = run_main(monkeypatch, capsys, "status", str(tmp_path))
+    assert code == 2 and out == "" and "not a study directory" in err and "ablate sweep" in err
+
+
+def test_dry_run_json_is_the_expansion_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    import json
+
+    study = tmp_path / "s.yaml"
+    study.write_text(GOOD)
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run_main(monkeypatch, capsys, "sweep", str(study), "--dry-run", "--json")
+    runs = json.loads(out)
+    assert code == 0 and len(runs) == 4
+    assert {r["name"] for r in runs} == {"loss.aggregation=sample", "loss.aggregation=token"}
+    assert all(r["config"]["seed"] == r["seed"] for r in runs)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
