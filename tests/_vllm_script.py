@@ -73,9 +73,8 @@ def check_generator(work: Path) -> None:
     model, tok = build_proxy(config)
     model.eval()
     gen = make_generator(config, model, tok)
-    report("head", head_dtype=str(gen.head_dtype), body_dtype=str(gen.llm.llm_engine.model_config.dtype),
-           logits_processor_dtype=gen.llm.apply_model(
-               lambda m: str(m.logits_processor.head_dtype))[0])
+    report("head", body_dtype=str(gen.llm.llm_engine.model_config.dtype),
+           logits_processor_dtype=gen.head_dtype)
 
     prompts = [tok("12+34=", add_special_tokens=False).input_ids,
                tok("7+5=", add_special_tokens=False).input_ids,
@@ -146,6 +145,30 @@ def check_generator(work: Path) -> None:
     gen.close()
 
 
+def check_engine_process(work: Path) -> None:
+    """The GPU-split layout: vLLM's engine in its own process (V1 multiprocessing); weights
+    cross the process boundary on sync."""
+    import torch
+
+    from trainer.model import build_proxy
+    from trainer.rollout import make_generator
+
+    torch.manual_seed(0)
+    config = tiny_config()
+    model, tok = build_proxy(config)
+    gen = make_generator(config, model, tok)
+    prompts = [[10, 20, 30, 40], [11, 12, 13]]
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    gen.sync_weights(model, version=1)
+    g = gen.generate(prompts, n=4, max_new_tokens=12, temperature=1.0, top_p=1.0, seed=5)
+    mx, _ = recompute(model, prompts, g, 4, 1.0)
+    report("engine_process", in_process=gen._in_process, max_diff=mx,
+           versions=sorted({v for r in g.versions for v in r}))
+    gen.close()
+
+
 def check_bf16(work: Path) -> None:
     """bf16 body: the fp32 head is a real choice here (with an fp32 body it is a no-op).
     Compare vLLM's log-probs with the trainer's (bf16 autocast body + fp32 head) recompute."""
@@ -174,11 +197,9 @@ def check_bf16(work: Path) -> None:
         diffs = [abs(float(logp[i, j]) - lp) for i, lps in enumerate(g.logprobs)
                  for j, lp in enumerate(lps)]
         report(f"bf16_head_fp32_{fp32_head}", body_dtype=str(gen.llm.llm_engine.model_config.dtype),
-               logits_processor_dtype=gen.llm.apply_model(
-                   lambda m: str(m.logits_processor.head_dtype))[0],
+               logits_processor_dtype=gen.head_dtype,
                max_diff=max(diffs), mean_diff=sum(diffs) / len(diffs))
-        gen.llm.llm_engine.engine_core.shutdown()
-        del gen
+        gen.close()
 
 
 def check_trainer(work: Path, mode: str) -> None:
@@ -206,6 +227,9 @@ if __name__ == "__main__":
     os.environ.setdefault("ABLATE_CACHE", str(work / "cache"))
     if what == "generator":
         check_generator(work)
+    elif what == "engine_process":
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
+        check_engine_process(work)
     elif what == "bf16":
         check_bf16(work)
     else:

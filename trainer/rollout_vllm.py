@@ -94,6 +94,20 @@ def _environ(values: dict[str, str]):
                 os.environ[k] = v
 
 
+def _reload_from_bytes(worker, blob: bytes) -> None:
+    """Runs in an engine *process*: vLLM's RPC encoder turns tensors into nested lists, so the
+    weights travel as one torch.save blob and are reloaded in place from it."""
+    import io
+
+    weights = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
+    worker.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
+
+
+def _logits_head_dtype(model: torch.nn.Module) -> str:
+    """Runs in the worker: the dtype of vLLM's LM-head projection."""
+    return str(model.logits_processor.head_dtype)
+
+
 def _retie_lm_head(model: torch.nn.Module) -> None:
     """Runs on the vLLM model in the worker after a reload: refresh a tied LM head.
 
@@ -116,6 +130,10 @@ class VLLMGenerator:
 
     def __init__(self, config: TrainConfig, model: torch.nn.Module, tokenizer) -> None:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        # When the engine runs in its own process (GPU split), collective_rpc must ship a Python
+        # function (_retie_lm_head) to it; vLLM only pickles with this opt-in. The peer is our
+        # own child process on a local socket.
+        os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
         from vllm import LLM
 
         self.config = config
@@ -149,6 +167,7 @@ class VLLMGenerator:
         # it at run time; OpenMP settings are per thread, and pipeline mode generates from
         # another thread, so generate() restores this count in whichever thread calls it.
         self._threads = torch.get_num_threads()
+        self._in_process = not env and os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
         self._calls = 0
         self._cache_stale = False
         self._pending: Optional[tuple[list, int]] = None
@@ -156,10 +175,10 @@ class VLLMGenerator:
         self._gen_lock = threading.Lock()  # held while generate() drives the engine
         self.head_dtype = self._head_dtype()
 
-    def _head_dtype(self) -> torch.dtype:
-        """The dtype vLLM's logits processor projects in (for tests and the run log)."""
-        cfg = self.llm.llm_engine.model_config
-        return cfg.head_dtype
+    def _head_dtype(self) -> str:
+        """The dtype the LM head really projects in, read from the model inside the worker
+        (LogitsProcessor.head_dtype), for the run log and tests."""
+        return self.llm.apply_model(_logits_head_dtype)[0]
 
     def generate(self, prompts: list[list[int]], *, n: int, max_new_tokens: int,
                  temperature: float, top_p: float, seed: Optional[int]) -> Generation:
@@ -234,8 +253,15 @@ class VLLMGenerator:
         # Worker.reload_weights: vLLM's in-place reload (layerwise: re-runs each layer's
         # post-load processing, e.g. the CPU backend's GEMM weight repacking, so a plain
         # model.load_weights after start-up is not enough).
-        self.llm.collective_rpc("reload_weights", kwargs={
-            "weights_iterator": weights, "is_checkpoint_format": True})
+        if self._in_process:  # same process: tensors handed over by reference
+            self.llm.collective_rpc("reload_weights", kwargs={
+                "weights_iterator": weights, "is_checkpoint_format": True})
+        else:  # engine process (GPU split): one serialized blob through the RPC channel
+            import io
+
+            buf = io.BytesIO()
+            torch.save([(n, t.cpu()) for n, t in weights], buf)
+            self.llm.collective_rpc(_reload_from_bytes, args=(buf.getvalue(),))
         self.llm.apply_model(_retie_lm_head)
         # Cached prompt KV came from the old weights. Mid-generation the running requests hold
         # blocks and the reset is refused: retry before the next batch is admitted.
