@@ -281,3 +281,30 @@ def test_short_real_run_pass_rate_rises(tmp_path, warm_proxy):
     assert status(d)["state"] == "done"
     first, last = rows[0]["eval/pass_rate"], rows[-1]["eval/pass_rate"]
     assert last > first + 0.08, (first, last)
+
+
+def test_shared_prefix_forward_equals_packed_forward(warm_proxy):
+    """The training forward shares each prompt across its samples; it must be the same math."""
+    from trainer.model import completion_logprobs, pack, shared_prefix_logprobs
+    from trainer.precision import LMHead
+
+    model, tok = warm_proxy
+    enc = lambda s: tok(s, add_special_tokens=False).input_ids  # noqa: E731
+    prompts = [enc("12+34="), enc("7+5=")]  # different lengths: left padding in play
+    group = [0, 0, 0, 1, 1, 1]
+    comps = [enc("46") + [2], [2], enc("4"), enc("12") + [2], enc("1"), enc("999")]
+    head = LMHead(model.get_output_embeddings(), True)
+    b = pack([prompts[g] for g in group], comps, tok.pad_token_id)
+    grads = []
+    for fn in ("packed", "shared"):
+        model.zero_grad()
+        if fn == "packed":
+            lp, _ = completion_logprobs(model.get_decoder(), head, b, torch.device("cpu"), "fp32")
+        else:
+            lp, _ = shared_prefix_logprobs(model.get_decoder(), head, prompts, group, comps,
+                                           tok.pad_token_id, torch.device("cpu"), "fp32")
+        (lp * b["mask"]).sum().backward()
+        grads.append((lp.detach() * b["mask"], model.model.layers[0].mlp.up_proj.weight.grad.clone()))
+    model.zero_grad()
+    assert torch.allclose(grads[0][0], grads[1][0], atol=1e-5)
+    assert torch.allclose(grads[0][1], grads[1][1], atol=1e-4)

@@ -20,7 +20,8 @@ from trainer.engine import make_engine
 from trainer.filters import zero_variance_keep
 from trainer.length import generate_rollout
 from trainer.losses import policy_loss_with_stats
-from trainer.model import completion_logprobs, load_model, pack, pick_device
+from trainer.model import (completion_logprobs, load_model, pack, pick_device,
+                           shared_prefix_logprobs)
 from trainer.offpolicy import MODES, Context
 from trainer.pool import PromptPool
 from trainer.precision import LMHead
@@ -214,8 +215,19 @@ class _Run:
         adv = compute_advantages(torch.tensor([rewards[r] for r in rows]), group,
                                  normalization=c.advantage.normalization, eps=c.advantage.eps)
         dev = self.device
-        logp, ent = completion_logprobs(self.body, self.head, b, dev, c.precision.dtype,
-                                        c.rollout.temperature, with_entropy=True)
+        if c.model.gradient_checkpointing:  # recomputation and a grad-carrying KV cache clash
+            logp, ent = completion_logprobs(self.body, self.head, b, dev, c.precision.dtype,
+                                            c.rollout.temperature, with_entropy=True)
+            n_proc = int(b["attention_mask"].sum())
+        else:  # each prompt's forward/backward shared by its G samples
+            kept = sorted({r // G for r in rows})
+            slot = {g: i for i, g in enumerate(kept)}
+            uniq = [ro.prompts[g * G] for g in kept]
+            logp, ent = shared_prefix_logprobs(
+                self.body, self.head, uniq, [slot[r // G] for r in rows],
+                [ro.tokens[r] for r in rows], self.tok.pad_token_id, dev, c.precision.dtype,
+                c.rollout.temperature, with_entropy=True)
+            n_proc = sum(len(p) for p in uniq) + sum(max(len(ro.tokens[r]) - 1, 0) for r in rows)
         mask, old = mask.to(dev), old.to(dev)
         loss, st = policy_loss_with_stats(logp, old, adv.to(dev), mask, group.to(dev),
                                           loss_type=c.loss.type, aggregation=c.loss.aggregation,
@@ -225,9 +237,8 @@ class _Run:
         gnorm = self.engine.step(loss)
         if not math.isfinite(gnorm):
             raise Diverged(self.step + 1)
-        n_tok = int(b["attention_mask"].sum())
-        self.counters["tokens"] += n_tok
-        self.counters["flops_train"] += 6.0 * self.n_params * n_tok
+        self.counters["tokens"] += int(b["attention_mask"].sum())  # prompt + completion per sample
+        self.counters["flops_train"] += 6.0 * self.n_params * n_proc  # what was actually computed
         m = mask.sum().clamp(min=1)
         with torch.no_grad():
             mismatch = float(((old - logp.detach()).abs() * mask).sum() / m)

@@ -164,3 +164,57 @@ def completion_logprobs(body: nn.Module, head: LMHead, batch: dict, device: torc
             lp = logits - logz[..., None]
             ent = -(lp.exp() * lp).sum(-1)
     return logp, ent
+
+
+def shared_prefix_logprobs(body: nn.Module, head: LMHead, prompts: list[list[int]],
+                           group: list[int], completions: list[list[int]], pad: int,
+                           device: torch.device, dtype: str, temperature: float = 1.0,
+                           with_entropy: bool = False):
+    """`completion_logprobs` computing each distinct prompt once, not once per sample.
+
+    With G samples per prompt, the prompt's forward (and backward) is shared by its G
+    completions: the prefix runs on the U distinct prompts, its KV cache (with autograd
+    history) is indexed out to the B samples, and only completion tokens run per sample.
+    Same math as the packed forward; ~G x less prompt compute.
+    `prompts[u]` are the distinct prompts, `group[b]` the prompt of sample b.
+    """
+    from transformers import DynamicCache
+
+    U, B = len(prompts), len(completions)
+    P = max(len(p) for p in prompts)
+    T = max(1, max(len(c) for c in completions))
+    ids_p = torch.full((U, P), pad, dtype=torch.long)
+    attn_p = torch.zeros((U, P), dtype=torch.long)
+    for u, p in enumerate(prompts):
+        ids_p[u, P - len(p):] = torch.tensor(p)
+        attn_p[u, P - len(p):] = 1
+    comp = torch.full((B, T), pad, dtype=torch.long)
+    for b, c in enumerate(completions):
+        comp[b, : len(c)] = torch.tensor(c, dtype=torch.long)
+    ids_p, attn_p, comp = ids_p.to(device), attn_p.to(device), comp.to(device)
+    idx = torch.tensor(group, device=device)
+    padded = bool((attn_p == 0).any())
+    cache = DynamicCache()
+    with autocast(device, dtype):
+        kw = {"attention_mask": attn_p, "position_ids": (attn_p.cumsum(-1) - 1).clamp(min=0)} \
+            if padded else {}
+        h_p = body(input_ids=ids_p, past_key_values=cache, use_cache=True, **kw).last_hidden_state
+        hidden = [h_p[:, -1:].index_select(0, idx)]  # predicts each completion's first token
+        if T > 1:
+            cache.reorder_cache(idx)  # index_select: differentiable, gradients reach the prefix
+            attn = torch.cat([attn_p.index_select(0, idx),
+                              torch.ones((B, T - 1), dtype=attn_p.dtype, device=device)], 1)
+            pos = attn_p.sum(-1).index_select(0, idx)[:, None] + torch.arange(T - 1, device=device)
+            h_c = body(input_ids=comp[:, : T - 1], past_key_values=cache, use_cache=True,
+                       attention_mask=attn, position_ids=pos).last_hidden_state
+            hidden.append(h_c)
+        logits = head(torch.cat(hidden, 1))
+    logits = logits / temperature
+    logz = torch.logsumexp(logits, -1)
+    logp = logits.gather(-1, comp[..., None]).squeeze(-1) - logz
+    ent = None
+    if with_entropy:
+        with torch.no_grad():
+            lp = logits - logz[..., None]
+            ent = -(lp.exp() * lp).sum(-1)
+    return logp, ent
