@@ -67,7 +67,8 @@ if __name__ == "__main__":
     out = {"broadcast": broadcast_object("from-rank-0" if rank == 0 else "other"),"rank": rank, "world": dist.get_world_size(), "backend": dist.get_backend(),
            "step": state.step, "params": flat_params(state.engine.model),
            "status": rundir.read_status(run_dir).get("state"),
-           "metrics_steps": [m["step"] for m in rundir.read_metrics(run_dir)]}
+           "metrics_steps": [m["step"] for m in rundir.read_metrics(run_dir)],
+           "lr": [m["train/lr"] for m in rundir.read_metrics(run_dir) if "train/lr" in m]}
     (work / f"rank{rank}.json").write_text(json.dumps(out))
     dist.barrier()
     dist.destroy_process_group()

@@ -98,6 +98,7 @@ def test_zero_stage_two_ranks_real_trainer_steps(stage, runs, cache, tmp_path_fa
         assert r["world"] == 2 and r["backend"] == "gloo"
         assert r["status"] == "done" and r["step"] == 3
         assert r["metrics_steps"][0] == 0 and r["metrics_steps"][-1] == 3
+        assert r["lr"] and all(abs(lr - 3e-3) < 1e-12 for lr in r["lr"])  # constant, no warm-up
     assert _max_abs_diff(r0["params"], r1["params"]) == 0.0  # ranks hold the same model
     assert r0["broadcast"] == r1["broadcast"] == "from-rank-0"
     if stage > 0:

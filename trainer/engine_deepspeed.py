@@ -128,9 +128,9 @@ class DeepSpeedEngine:
         if load_path is None:
             raise FileNotFoundError(f"no DeepSpeed checkpoint under {path}")
 
-    @property
     def lr(self) -> float:
-        return float(self.optimizer.param_groups[0]["lr"])
+        """Current learning rate (the loop's `engine.lr()` hook for metrics)."""
+        return float(self.ds.get_lr()[0])
 
 
 def make_deepspeed_engine(config: TrainConfig, model: torch.nn.Module) -> DeepSpeedEngine:
