@@ -10,7 +10,7 @@ from pathlib import Path
 
 import submitit
 
-from ablate.launch.job import RunJob
+from ablate.launch.job import RunJob, stdout_to_stderr
 
 
 def submit(run_dirs: list[Path], folder: Path, entry: str) -> dict[str, str]:
@@ -20,7 +20,8 @@ def submit(run_dirs: list[Path], folder: Path, entry: str) -> dict[str, str]:
         job = ex.submit(RunJob([str(d)], entry=entry))
         out[d.name] = f"debug:{job.job_id}"
         try:
-            job.result()
+            with stdout_to_stderr():
+                job.result()
         except Exception:  # noqa: BLE001 - already recorded as failed in the run dir
             pass
     return out

@@ -8,9 +8,11 @@ the trainer resumes the unfinished one from its checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
+import sys
 import traceback
 from pathlib import Path
 from typing import Callable
@@ -25,6 +27,22 @@ def _entry(spec: str) -> Callable:
     """'module:function' -> the function (lets tests swap in a tiny job; default trainer:run)."""
     mod, _, fn = spec.partition(":")
     return getattr(importlib.import_module(mod), fn)
+
+
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """Run in-process jobs with stdout sent to stderr (fd level too), so `--json` output stays
+    pure even when a library logs to stdout (deepspeed does, imported via transformers)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def read_status(run_dir: Path) -> dict:
