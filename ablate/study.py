@@ -324,6 +324,24 @@ def load_recipe(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict[str, Any
     return tree, prov, [*files, path]
 
 
+def resolve_base(doc: YamlDoc, base: Optional[str], overrides: dict[str, Any],
+                 budget: Optional[BudgetConfig]) -> tuple[dict[str, Any], Provenance, list[Path]]:
+    """Config tree of a study-like file: its base recipe chain, then overrides, then budget."""
+    tree: dict[str, Any] = {}
+    prov: Provenance = {}
+    recipes: list[Path] = []
+    if base is not None:
+        bpath = doc.path.parent / base
+        if not bpath.exists():
+            raise InputError(f"{doc.where(('base',))}: base recipe '{base}' not found (looked for {bpath})")
+        tree, prov, recipes = load_recipe(bpath, (doc.path.resolve(),))
+    tree = merge_layer(tree, prov, overrides, doc, ("overrides",), "overrides")
+    if budget is not None:
+        tree = set_path(tree, ("budget",), budget.model_dump(exclude_none=True))
+        prov[("budget",)] = doc.where(("budget",))
+    return tree, prov, recipes
+
+
 def load_study(path: Path | str) -> LoadedStudy:
     """Parse, validate and resolve a study file (nothing is written)."""
     path = Path(path)
@@ -337,20 +355,7 @@ def load_study(path: Path | str) -> LoadedStudy:
     except ValidationError as err:
         raise InputError(format_validation_error(err, doc.where, Study)) from None
 
-    tree: dict[str, Any] = {}
-    prov: Provenance = {}
-    recipes: list[Path] = []
-    if study.base is not None:
-        bpath = path.parent / study.base
-        if not bpath.exists():
-            raise InputError(
-                f"{doc.where(('base',))}: base recipe '{study.base}' not found (looked for {bpath})"
-            )
-        tree, prov, recipes = load_recipe(bpath, (path.resolve(),))
-    tree = merge_layer(tree, prov, study.overrides, doc, ("overrides",), "overrides")
-    if study.budget is not None:
-        tree = set_path(tree, ("budget",), study.budget.model_dump(exclude_none=True))
-        prov[("budget",)] = doc.where(("budget",))
+    tree, prov, recipes = resolve_base(doc, study.base, study.overrides, study.budget)
     _check_axes(study, doc)
     validate_config(tree, prov, str(path))  # the base itself must be a valid run
     return LoadedStudy(study=study, doc=doc, base_tree=tree, prov=prov, recipes=recipes)

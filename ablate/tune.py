@@ -19,7 +19,7 @@ from ablate.errors import InputError
 from ablate.expand import run_id_of
 from ablate.store import atomic_write, study_dir_for
 from ablate.study import (Provenance, _NAME_RE, check_config_path, format_validation_error,
-                          load_recipe, merge_layer, set_path, validate_config)
+                          resolve_base, set_path, validate_config)
 from ablate.yamlio import YamlDoc, load_yaml
 from trainer.config import BudgetConfig
 
@@ -77,16 +77,7 @@ def load_space(path: Path) -> tuple[TuneSpace, dict[str, Any], Provenance, YamlD
         raise InputError(format_validation_error(err, doc.where, TuneSpace)) from None
     if not _NAME_RE.match(space.name) or ".." in space.name:
         raise InputError(f"{doc.where(('name',))}: name '{space.name}' must be a plain folder name")
-    tree: dict[str, Any] = {}
-    prov: Provenance = {}
-    if space.base:
-        bpath = path.parent / space.base
-        if not bpath.exists():
-            raise InputError(f"{doc.where(('base',))}: base recipe '{space.base}' not found ({bpath})")
-        tree, prov, _ = load_recipe(bpath, (path.resolve(),))
-    tree = merge_layer(tree, prov, space.overrides, doc, ("overrides",), "overrides")
-    if space.budget is not None:
-        tree = set_path(tree, ("budget",), space.budget.model_dump(exclude_none=True))
+    tree, prov, _ = resolve_base(doc, space.base, space.overrides, space.budget)
     for dotted, p in space.params.items():
         where = doc.where(("params", dotted))
         check_config_path(dotted, where, "param")
