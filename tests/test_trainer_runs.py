@@ -203,8 +203,7 @@ def test_checkpoint_resume_is_exact(tmp_path, warm_proxy):
     d = tmp_path / "resumed"
     trainer.run(config(tiny(**merge(over, {"budget": {"steps": 2}}))), d)
     assert status(d)["state"] == "done"
-    (d / "status.json").unlink()  # extend the budget: a new run over the same checkpoint
-    trainer.run(config(tiny(**over)), d)
+    trainer.run(config(tiny(**over)), d)  # a larger budget continues from the checkpoint
     resumed = metrics(d)
     keys = ["step", "samples", "tokens", "flops", "eval/pass_rate", "train/reward",
             "train/grad_norm"]
@@ -308,3 +307,31 @@ def test_shared_prefix_forward_equals_packed_forward(warm_proxy):
     model.zero_grad()
     assert torch.allclose(grads[0][0], grads[1][0], atol=1e-5)
     assert torch.allclose(grads[0][1], grads[1][1], atol=1e-4)
+
+
+def _build(cache: str, q) -> None:
+    os.environ["ABLATE_CACHE"] = cache
+    from trainer.model import proxy_path
+
+    q.put(str(proxy_path(config(tiny(model={"proxy": {"hidden_size": 32, "num_layers": 1,
+                                                       "num_heads": 2, "intermediate_size": 64,
+                                                       "warmup_steps": 20}})))))
+
+
+def test_concurrent_proxy_builders_share_one_cache_entry(tmp_path):
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_build, args=(str(tmp_path), q)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(180)
+    paths = {q.get(timeout=5), q.get(timeout=5)}
+    assert len(paths) == 1 and all(p.exitcode == 0 for p in procs)
+    entries = [e for e in (tmp_path / "proxy").iterdir() if not e.name.endswith(".lock")]
+    assert [e.name for e in entries] == [Path(paths.pop()).name]  # no half-written leftovers
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(entries[0]).config.hidden_size == 32

@@ -39,7 +39,10 @@ def run(config: TrainConfig, run_dir: Path) -> None:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     rundir.write_config(run_dir, config)
-    if rundir.read_status(run_dir).get("state") in ("done", "diverged") and \
+    # A diverged run stays diverged (its last good checkpoint is kept for inspection). A done
+    # run resumes like any other: with an unchanged budget it finishes at once, with a larger
+    # one it continues from its checkpoint.
+    if rundir.read_status(run_dir).get("state") == "diverged" and \
             rundir.checkpoint_dir(run_dir) is not None:
         return
     step = 0
