@@ -153,18 +153,28 @@ def check_engine_process(work: Path) -> None:
     from trainer.model import build_proxy
     from trainer.rollout import make_generator
 
+    from transformers import AutoModelForCausalLM
+
     torch.manual_seed(0)
     config = tiny_config()
     model, tok = build_proxy(config)
+    model.save_pretrained(work / "ckpt")
+    # As after a resume: the trainer's weights differ from the checkpoint vLLM starts from.
+    model = AutoModelForCausalLM.from_pretrained(work / "ckpt", dtype=torch.float32)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
     gen = make_generator(config, model, tok)
     prompts = [[10, 20, 30, 40], [11, 12, 13]]
+    g0 = gen.generate(prompts, n=4, max_new_tokens=12, temperature=1.0, top_p=1.0, seed=5)
+    mx0, _ = recompute(model, prompts, g0, 4, 1.0)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.5)
     gen.sync_weights(model, version=1)
     g = gen.generate(prompts, n=4, max_new_tokens=12, temperature=1.0, top_p=1.0, seed=5)
     mx, _ = recompute(model, prompts, g, 4, 1.0)
-    report("engine_process", in_process=gen._in_process, max_diff=mx,
+    report("engine_process", in_process=gen._in_process, start_max_diff=mx0, max_diff=mx,
            versions=sorted({v for r in g.versions for v in r}))
     gen.close()
 

