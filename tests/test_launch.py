@@ -72,7 +72,7 @@ def test_failing_run_is_resubmitted_up_to_the_bound(tmp_path):
 def test_debug_executor_runs_in_process(tmp_path):
     results = tmp_path / "results"
     study = tiny_study(tmp_path, "dbg", "  loss.type: [ppo]", steps=2)
-    out = cli_json("sweep", str(study), "--executor", "debug", "--results", str(results))
+    out = cli_json("sweep", str(study), "--executor", "debug", "--results", str(results), "--wait")
     (rid,) = out["submitted"]
     st = states(results / "dbg")[rid]
     assert st["state"] == "done" and st["step"] == 2 and st["job_id"].startswith("debug:")
