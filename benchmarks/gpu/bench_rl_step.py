@@ -231,6 +231,7 @@ def main() -> None:
     if args.tiny:
         args.prompt_len, args.completion_len = min(args.prompt_len, 8), min(args.completion_len, 8)
         args.prompts, args.generations = min(args.prompts, 4), min(args.generations, 4)
+    torch.set_flush_denormal(True)  # as the trainer does; process-wide, so both sides get it
     if not torch.cuda.is_available():
         args.dtype = "fp32"  # bf16 matmuls are emulated slowly on most CPUs; TRL runs fp32 there
     shapes = TINY if args.tiny else QWEN25_05B
