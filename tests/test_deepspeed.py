@@ -107,15 +107,15 @@ def test_zero_stage_two_ranks_real_trainer_steps(stage, runs, cache, tmp_path_fa
         assert _max_abs_diff(base, r0["params"]) < 1e-4
 
 
-def test_zero_updates_the_weights(runs, cache, tmp_path_factory):
+def test_zero_updates_the_weights(runs, cache, tmp_path_factory, monkeypatch):
     """Guard against a vacuous match: training really moved the weights from the proxy."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    sys.path.insert(0, str(ROOT / "tests"))
+    monkeypatch.syspath_prepend(str(ROOT / "tests"))
     from _deepspeed_script import config
 
-    os.environ["ABLATE_CACHE"] = str(cache)
+    monkeypatch.setenv("ABLATE_CACHE", str(cache))
     from trainer.model import proxy_path
 
     init = AutoModelForCausalLM.from_pretrained(proxy_path(config(0, "fp32")), dtype=torch.float32)
