@@ -176,3 +176,12 @@ def test_multi_task_profile_runs_under_srun_with_torch_distributed_env(tmp_path)
     assert all(e["MASTER_ADDR"] and e["ABLATE_SETUP_RAN"] == "1" for e in envs)
     script = next((sdir / "_submitit").glob("*_submission.sh")).read_text()
     assert "#SBATCH --ntasks-per-node=2" in script and "#SBATCH --comment=ablate-test" in script
+
+
+def test_profile_rejected_by_sbatch_is_a_one_line_input_error(tmp_path):
+    study = tiny_study(tmp_path, "badpart", "  loss.type: [cispo]", steps=2)
+    prof = tmp_path / "p.yaml"
+    prof.write_text("executor: slurm\nslurm:\n  partition: nosuchpartition\n")
+    r = cli("sweep", str(study), "--profile", str(prof), "--results", str(tmp_path / "res"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "partition" in r.stderr.lower()

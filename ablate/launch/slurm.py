@@ -7,13 +7,18 @@ the sbatch script (profile values pass through as its parameters) and, because j
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import submitit
 
+from ablate.errors import InputError
 from ablate.launch.job import RunJob
 from ablate.launch.profile import SlurmProfile
 
@@ -73,11 +78,38 @@ def submit(run_dirs: list[Path], folder: Path, prof: SlurmProfile, entry: str,
     out: dict[str, str] = {}
     for start in range(0, len(run_dirs), size):
         chunk = run_dirs[start:start + size]
-        with ex.batch():
-            jobs = [ex.submit(RunJob([str(d)], entry=entry)) for d in chunk]
+        try:
+            with _quiet_stderr(), ex.batch():
+                jobs = [ex.submit(RunJob([str(d)], entry=entry)) for d in chunk]
+        except (submitit.core.utils.FailedSubmissionError, submitit.core.utils.FailedJobError) as e:
+            # Almost always the profile (partition, account, GPUs...): say what sbatch said.
+            lines = [x for x in str(e).splitlines() if "error" in x.lower()] or [str(e)]
+            raise InputError(f"sbatch refused the job ({lines[-1].strip()}); check the "
+                             "launch profile's slurm section") from None
         for d, job in zip(chunk, jobs):
             out[d.name] = f"slurm:{job.job_id}"
     return out
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Hold back what sbatch prints on fd 2 (submitit echoes it): on failure the error becomes
+    one InputError line; on success it is passed on unchanged."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as buf:
+        os.dup2(buf.fileno(), 2)
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if ok:
+                buf.seek(0)
+                sys.stderr.write(buf.read().decode(errors="replace"))
 
 
 def _run(cmd: list[str]) -> str | None:
