@@ -161,7 +161,11 @@ class _Run:
                 or (b.flops is not None and k["flops_gen"] + k["flops_train"] >= b.flops))
 
     def gpu_hours(self) -> float:
-        devices = torch.cuda.device_count() if self.device.type == "cuda" else 1
+        """Device-hours: train-loop wall (eval and checkpoints excluded) x devices in the job
+        (the world size under torch.distributed, else 1; a CPU counts as one device)."""
+        import torch.distributed as dist
+
+        devices = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         return self.counters["wall"] * devices / 3600
 
     def train_step(self, batch) -> None:
