@@ -65,9 +65,11 @@ def test_deepspeed_config_follows_train_config():
 
     c = TrainConfig.model_validate({"engine": {"type": "deepspeed", "zero_stage": 3},
                                     "optim": {"grad_clip": 0.5}, "precision": {"dtype": "bf16"}})
-    ds = deepspeed_config(c, world_size=4)
+    ds = deepspeed_config(c, world_size=4, on_gpu=False)
     assert ds["zero_optimization"]["stage"] == 3 and ds["bf16"]["enabled"]
     assert ds["gradient_clipping"] == 0.5 and ds["train_batch_size"] == 4
+    assert ds["zero_optimization"]["stage3_param_persistence_threshold"] == 0  # CPU: all sharded
+    assert "stage3_param_persistence_threshold" not in deepspeed_config(c, 4)["zero_optimization"]
     c2 = TrainConfig.model_validate({"engine": {"type": "deepspeed", "zero_stage": 1},
                                      "precision": {"dtype": "fp32"}})
     assert not deepspeed_config(c2, 1)["bf16"]["enabled"]

@@ -30,13 +30,13 @@ from trainer.distributed import init_distributed
 from trainer.engine import constant_with_warmup
 
 
-def deepspeed_config(config: TrainConfig, world_size: int) -> dict[str, Any]:
+def deepspeed_config(config: TrainConfig, world_size: int, on_gpu: bool = True) -> dict[str, Any]:
     """The DeepSpeed JSON config for this TrainConfig (one micro-batch per optimizer step:
     the trainer hands `step` the already-aggregated loss of its whole batch)."""
     zero: dict[str, Any] = {"stage": config.engine.zero_stage}
-    if config.engine.zero_stage == 3:
-        # Gather whole layers at a time; small thresholds keep tiny CPU models partitioned
-        # too, so stage 3 is really exercised in tests.
+    if config.engine.zero_stage == 3 and not on_gpu:
+        # CPU (the tiny proxy, tests): partition even the smallest tensors so that stage 3 is
+        # really exercised; on GPUs DeepSpeed's defaults keep small ones whole (fewer gathers).
         zero.update({"stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 0})
     return {
         "train_micro_batch_size_per_gpu": 1,
@@ -97,7 +97,8 @@ class DeepSpeedEngine:
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, constant_with_warmup(o.warmup_steps))
         self.ds, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=scheduler,
-            config=deepspeed_config(config, self.dist.world_size), dist_init_required=False,
+            config=deepspeed_config(config, self.dist.world_size, self.device.type == "cuda"),
+            dist_init_required=False,
         )
         self.model: torch.nn.Module = self.ds.module
         if config.engine.zero_stage == 3:
