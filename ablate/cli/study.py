@@ -99,11 +99,9 @@ def status(
         print(json.dumps([{k: getattr(s, k) for k in keys} for s in states]))
         return
     t = Table(title=str(study_dir))
-    # ids and names stay whole (they are what users copy); the rest may fold on narrow terminals
-    for col in ("run_id", "name"):
-        t.add_column(col, no_wrap=True)
-    for col in ("seed", "state", "step", "job", "attempts"):
-        t.add_column(col, overflow="fold")
+    # ids, names and job ids stay whole (they are what users copy); the rest may fold
+    for col in ("run_id", "name", "seed", "state", "step", "job", "attempts"):
+        t.add_column(col, no_wrap=col in ("run_id", "name", "job"), overflow="fold")
     for s in states:
         style = _STATE_STYLE.get(s.state, "")
         t.add_row(s.run_id, s.name, str(s.seed), f"[{style}]{s.state}[/]",
