@@ -55,16 +55,17 @@ if __name__ == "__main__":
     stage, dtype, work = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
     rank = int(os.environ["SLURM_PROCID"])
     cfg = config(stage, dtype)
-    run_dir = work / f"rank{rank}"
+    run_dir = work / "run"  # ONE run dir shared by both ranks, as in a real multi-rank job
     run_dir.mkdir(parents=True, exist_ok=True)
-    rundir.write_config(run_dir, cfg)
+    if rank == 0:
+        rundir.write_config(run_dir, cfg)
     state = _Run(cfg, run_dir)
     state.train()
     import torch.distributed as dist
 
     from trainer.distributed import broadcast_object
 
-    out = {"broadcast": broadcast_object("from-rank-0" if rank == 0 else "other"),"rank": rank, "world": dist.get_world_size(), "backend": dist.get_backend(),
+    out = {"broadcast": broadcast_object("from-rank-0" if rank == 0 else "other"), "rank": rank, "world": dist.get_world_size(), "backend": dist.get_backend(),
            "step": state.step, "params": flat_params(state.engine.model),
            "status": rundir.read_status(run_dir).get("state"),
            "metrics_steps": [m["step"] for m in rundir.read_metrics(run_dir)],

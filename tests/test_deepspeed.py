@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from _multirank_util import ROOT, launch_ranks
 
 pytestmark = pytest.mark.deepspeed
-ROOT = Path(__file__).resolve().parents[1]
 
 try:
     import deepspeed  # noqa: F401
@@ -29,39 +28,8 @@ except Exception as e:  # noqa: BLE001 - any import failure means: cannot test h
     pytest.skip(f"deepspeed cannot be imported: {e}", allow_module_level=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _env(cache: Path, rank: int, port: int) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env.update(SLURM_PROCID=str(rank), SLURM_NTASKS="2", SLURM_LOCALID=str(rank),
-               SLURM_TASKS_PER_NODE="2", SLURM_JOB_NODELIST="127.0.0.1", MASTER_PORT=str(port),
-               SLURM_JOB_ID="4242", ABLATE_CACHE=str(cache), PYTHONPATH=str(ROOT),
-               OMP_NUM_THREADS="1", DS_ACCELERATOR="cpu", HF_HUB_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1")
-    return env
-
-
 def launch(stage: int, dtype: str, work: Path, cache: Path) -> list[dict]:
-    port = _free_port()
-    procs = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "_deepspeed_script.py"),
-                               str(stage), dtype, str(work)], cwd=ROOT,
-                              env=_env(cache, r, port), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in range(2)]
-    logs = []
-    for p in procs:
-        try:
-            logs.append(p.communicate(timeout=300)[0])
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-    for p, log in zip(procs, logs):
-        assert p.returncode == 0, f"rank failed (stage {stage}, {dtype}):\n{log[-6000:]}"
+    launch_ranks(ROOT / "tests" / "_deepspeed_script.py", [str(stage), dtype, str(work)], cache)
     return [json.loads((work / f"rank{r}.json").read_text()) for r in range(2)]
 
 

@@ -49,7 +49,17 @@ def make_torch_engine(config: TrainConfig, model: nn.Module) -> Engine:
 
 
 class TorchEngine:
-    """Plain AdamW (ScaleRL: eps 1e-15, wd 0.01, clip 1.0) on one device."""
+    """Plain AdamW (ScaleRL: eps 1e-15, wd 0.01, clip 1.0), one device per process.
+
+    Data parallel over a torch.distributed group (world > 1): gradients are averaged across
+    ranks before clipping, so every rank applies the same update to identical weights (the
+    loop gives each rank its share of the batch with the loss weighted accordingly). An
+    explicit all-reduce instead of DistributedDataParallel because the trainer calls the
+    decoder body and the LM head separately (DDP only hooks module.forward). Only rank 0 saves:
+    the state is identical on every rank.
+    """
+
+    collective_save = False
 
     def __init__(self, config: TrainConfig, model: nn.Module) -> None:
         o = config.optim
@@ -62,6 +72,7 @@ class TorchEngine:
 
     def step(self, loss: torch.Tensor) -> float:
         loss.backward()
+        _average_grads(self.model)
         norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip))
         if math.isfinite(norm):
             self.optimizer.step()
@@ -79,3 +90,23 @@ class TorchEngine:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+
+
+def _average_grads(model: nn.Module) -> None:
+    """Mean of every gradient over the data-parallel ranks (no-op in a single process)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:  # a rank whose forward skipped a parameter still joins the reduce
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    dist.all_reduce(flat)
+    flat /= dist.get_world_size()
+    i = 0
+    for p in params:
+        n = p.numel()
+        p.grad.copy_(flat[i:i + n].view_as(p.grad))
+        i += n

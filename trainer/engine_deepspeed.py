@@ -78,6 +78,8 @@ def persist_head_weight(ds_engine) -> None:
 class DeepSpeedEngine:
     """The Engine protocol over a deepspeed.DeepSpeedEngine."""
 
+    collective_save = True  # every rank writes its partitions (save/load are collectives)
+
     def __init__(self, config: TrainConfig, model: torch.nn.Module) -> None:
         import deepspeed
 

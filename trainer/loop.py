@@ -1,12 +1,25 @@
 """The training loop, top to bottom: pool -> generate -> reward -> filter -> advantages ->
 loss -> step -> weight push -> eval + metrics + checkpoint. One function, `run`.
+
+Multi-process jobs (Slurm srun / torchrun; trainer/distributed.py): data parallel on the
+training side, replicated generation. Every rank runs the same prompt source with the same
+seeds, and rank 0's batch is then broadcast so all ranks hold byte-identical rollouts (a GPU's
+non-deterministic kernels could otherwise make them differ); rewards, pool statistics and the
+zero-variance filter therefore agree everywhere. The kept prompt groups are dealt out to the
+ranks; each rank's loss is weighted by its share of the aggregation's denominator so that the
+engine's gradient average equals the single-process gradient of the whole batch, and a rank
+dealt no group still steps on a zero-weighted group so collectives line up. Why not shard
+generation: the hf generator on a ZeRO-3 model all-gathers weights on every decode step, so
+ranks must decode in lockstep anyway; generation throughput at scale comes from the vllm
+backend. Only rank 0 writes the run dir (status, metrics, config); checkpoints are written by
+every rank into one deterministic temp dir (DeepSpeed saves collectively) and rank 0 swaps it
+in after a barrier.
 """
 
 from __future__ import annotations
 
 import math
 import random
-import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -15,13 +28,20 @@ import torch
 
 from trainer import rundir
 from trainer.advantages import compute_advantages
+from trainer.chat import prompt_encoder
 from trainer.config import TrainConfig
+from trainer.distributed import broadcast_object, init_distributed, read_env
 from trainer.engine import make_engine
 from trainer.filters import zero_variance_keep
 from trainer.length import generate_rollout
 from trainer.losses import policy_loss_with_stats
-from trainer.model import (completion_logprobs, load_model, pack, pick_device,
-                           shared_prefix_logprobs)
+from trainer.model import (
+    completion_logprobs,
+    load_model,
+    pack,
+    pick_device,
+    shared_prefix_logprobs,
+)
 from trainer.offpolicy import MODES, Context
 from trainer.pool import PromptPool
 from trainer.precision import LMHead
@@ -37,25 +57,91 @@ def run(config: TrainConfig, run_dir: Path) -> None:
     """Train (or resume) one run into `run_dir`. Returns when the budget is spent, or the run
     diverged (status.json says so with the step); raises after marking status `failed`."""
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    rundir.write_config(run_dir, config)
+    main = _setup_distributed(config)
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        rundir.write_config(run_dir, config)
     # A diverged run stays diverged (its last good checkpoint is kept for inspection). A done
     # run resumes like any other: with an unchanged budget it finishes at once, with a larger
-    # one it continues from its checkpoint.
-    if rundir.read_status(run_dir).get("state") == "diverged" and \
-            rundir.checkpoint_dir(run_dir) is not None:
+    # one it continues from its checkpoint. Rank 0 decides for all.
+    if broadcast_object(rundir.read_status(run_dir).get("state") == "diverged"
+                        and rundir.checkpoint_dir(run_dir) is not None):
         return
     step = 0
     try:
         state = _Run(config, run_dir)
         step = state.step
         state.train()
-    except Diverged as e:
-        rundir.write_status(run_dir, "diverged", int(str(e)), reason="non-finite loss or grad")
+    except Diverged as e:  # every rank sees the same verdict (it is all-reduced)
+        if main:
+            rundir.write_status(run_dir, "diverged", int(str(e)),
+                                reason="non-finite loss or grad")
     except BaseException as e:
-        rundir.write_status(run_dir, "failed", step, error=f"{type(e).__name__}: {e}",
-                            traceback=traceback.format_exc()[-4000:])
+        if main:
+            rundir.write_status(run_dir, "failed", step, error=f"{type(e).__name__}: {e}",
+                                traceback=traceback.format_exc()[-4000:])
         raise
+
+
+def _setup_distributed(config: TrainConfig) -> bool:
+    """Join the launcher's process group when there is more than one process; True on rank 0.
+
+    The torch engine is data parallel through trainer/engine.py's gradient all-reduce, the
+    deepspeed engine through DeepSpeed; both need the group before the engine is built."""
+    env = read_env()
+    if env.world_size > 1:
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            separate = config.off_policy.mode == "pipeline" and config.rollout.backend == "vllm"
+            init_distributed(config.engine.device, separate_generation=separate)
+    return env.rank == 0
+
+
+def _dist():
+    """(rank, world size) of the initialised process group, else (0, 1)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if _dist()[1] > 1:
+        dist.barrier()
+
+
+def _all_reduce(values: list[float], device: torch.device, op: str = "sum") -> list[float]:
+    """Element-wise sum / max over ranks (identity in a single process)."""
+    if _dist()[1] == 1 or not values:
+        return values
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float64 if device.type == "cpu" else torch.float32,
+                     device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
+    return t.tolist()
+
+
+def shard_groups(groups: list[int], rank: int, world: int) -> tuple[list[int], bool]:
+    """This rank's kept prompt groups (dealt round-robin) and whether it got any; a rank with
+    none borrows the first group to run a zero-weighted step (collectives must line up)."""
+    mine = groups[rank::world]
+    return (mine, True) if mine else (groups[:1], False)
+
+
+def shard_weight(aggregation: str, local: dict, total: dict, world: int) -> float:
+    """Loss multiplier making the mean over ranks of the local losses equal the aggregation
+    over the whole batch: world x (this shard's share of the aggregation's denominator:
+    tokens for `token`, samples for `sample`, prompt groups for `prompt`)."""
+    unit = {"token": "tokens", "sample": "samples", "prompt": "groups"}.get(aggregation)
+    if unit is None:
+        raise ValueError(f"loss.aggregation {aggregation!r} has no data-parallel weighting; "
+                         "valid with world size > 1: token, sample, prompt")
+    return world * local[unit] / max(total[unit], 1)
 
 
 class _Run:
@@ -68,6 +154,9 @@ class _Run:
             torch.set_num_threads(config.engine.threads)
         torch.manual_seed(config.seed)
         random.seed(config.seed)
+        _setup_distributed(config)  # idempotent; also for callers that skip run()
+        self.rank, self.world = _dist()
+        self.main = self.rank == 0
         self.device = pick_device(config.engine.device)
         model, self.tok = load_model(config)
         self.task = build_task(config.task)
@@ -77,7 +166,12 @@ class _Run:
         self.eval_problems = self.task.eval[:n_eval]
         self.eval_prompts = [enc(p.prompt) for p in self.eval_problems]
         self.engine = make_engine(config, model.to(self.device))
+        self.device = getattr(self.engine, "device", self.device)
+        self.rank, self.world = _dist()  # a single-process DeepSpeed engine makes a world of 1
+        self.main = self.rank == 0
         self.model = self.engine.model
+        self.model.eval()  # train() only around the update (gradient checkpointing, dropout)
+        self.zero3 = config.engine.type == "deepspeed" and config.engine.zero_stage == 3
         self.head = LMHead(self.model.get_output_embeddings(), config.precision.trainer_lm_head_fp32)
         self.body = self.model.get_decoder()
         self.n_params = sum(p.numel() for p in self.model.parameters())
@@ -92,22 +186,23 @@ class _Run:
         self.loss_kw = {"eps_low": config.loss.eps_low, "eps_high": config.loss.eps_high,
                         "eps_max": config.loss.eps_max}
 
-    def encode(self, prompt: str) -> list[int]:
+    @property
+    def encode(self):
         """Prompt text -> ids; real chat models get their chat template (model.chat_template)."""
-        if self.c.model.chat_template:
-            return self.tok.apply_chat_template([{"role": "user", "content": prompt}],
-                                                add_generation_prompt=True, tokenize=True)
-        return self.tok(prompt, add_special_tokens=False).input_ids
+        return prompt_encoder(self.tok, self.c.model.chat_template)
 
     # -- resume / checkpoint -------------------------------------------------------------
     def _resume(self) -> None:
-        for stale in self.dir.glob("checkpoint.tmp-*"):
-            import shutil
+        import shutil
 
-            shutil.rmtree(stale, ignore_errors=True)
-        ck = rundir.checkpoint_dir(self.dir)
+        if self.main:
+            for stale in self.dir.glob("checkpoint.tmp-*"):
+                shutil.rmtree(stale, ignore_errors=True)
+        _barrier()  # nobody looks for a checkpoint while rank 0 is still cleaning up
+        ck = broadcast_object(rundir.checkpoint_dir(self.dir))
         if ck is None:
-            rundir.truncate_metrics(self.dir, None)
+            if self.main:
+                rundir.truncate_metrics(self.dir, None)
             return
         self.engine.load(ck / "engine")
         s = torch.load(ck / "state.pt", weights_only=False)
@@ -115,22 +210,42 @@ class _Run:
         self.pool.load_state_dict(s["pool"])
         torch.set_rng_state(s["torch_rng"])
         random.setstate(s["py_rng"])
-        rundir.truncate_metrics(self.dir, self.step)
+        _barrier()  # every rank has read checkpoint/ before rank 0 may replace it
+        if self.main:
+            rundir.truncate_metrics(self.dir, self.step)
 
     def checkpoint(self) -> None:
+        """Model, optimizer, scheduler, RNG, pool, counters. Every rank writes into the same
+        deterministic temp dir (DeepSpeed's save is a collective; the torch engine's state is
+        identical on all ranks, so rank 0 alone saves it); rank 0 swaps it in atomically."""
+        import shutil
+
         self.counters["gen_counter"] = self.ctx.gen_counter
-        tmp = Path(tempfile.mkdtemp(dir=self.dir, prefix="checkpoint.tmp-"))
-        self.engine.save(tmp / "engine")
-        torch.save({"step": self.step, "counters": dict(self.counters), "acc": dict(self.acc),
-                    "pool": self.pool.state_dict(), "torch_rng": torch.get_rng_state(),
-                    "py_rng": random.getstate()}, tmp / "state.pt")
-        rundir.commit_checkpoint(self.dir, tmp)
+        tmp = self.dir / f"checkpoint.tmp-{self.step}"
+        if self.main:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+        _barrier()
+        if self.main or getattr(self.engine, "collective_save", False):
+            self.engine.save(tmp / "engine")
+        _barrier()
+        if self.main:
+            torch.save({"step": self.step, "counters": dict(self.counters),
+                        "acc": dict(self.acc), "pool": self.pool.state_dict(),
+                        "torch_rng": torch.get_rng_state(), "py_rng": random.getstate()},
+                       tmp / "state.pt")
+            rundir.commit_checkpoint(self.dir, tmp)
+        _barrier()
 
     # -- the loop ------------------------------------------------------------------------
+    def status(self, state: str) -> None:
+        if self.main:
+            rundir.write_status(self.dir, state, self.step, total_steps=self.c.budget.steps)
+
     def train(self) -> None:
         c = self.c
-        rundir.write_status(self.dir, "running", self.step, total_steps=c.budget.steps)
-        if self.step == 0 and not rundir.read_metrics(self.dir):
+        self.status("running")
+        if self.step == 0 and not broadcast_object(bool(rundir.read_metrics(self.dir))):
             self.evaluate()
             self.checkpoint()
         source = MODES.get(c.off_policy.mode)(self.ctx)
@@ -138,12 +253,12 @@ class _Run:
         try:
             while not self.budget_spent():
                 t0 = time.perf_counter()
-                batch = source.next(self.step)
+                batch = broadcast_object(source.next(self.step))  # rank 0's data everywhere
                 self.train_step(batch)
                 self.step += 1
                 source.after_step(self.model, self.step)
                 self.counters["wall"] += time.perf_counter() - t0
-                rundir.write_status(self.dir, "running", self.step, total_steps=c.budget.steps)
+                self.status("running")
                 last = self.budget_spent()
                 if self.step % c.eval.every_steps == 0 or last:
                     self.evaluate(source)
@@ -152,21 +267,20 @@ class _Run:
                     self.checkpoint()
         finally:
             source.close()
-        rundir.write_status(self.dir, "done", self.step, total_steps=c.budget.steps)
+        self.status("done")
 
     def budget_spent(self) -> bool:
+        """Rank 0's verdict on every rank: wall-clock budgets would differ between ranks."""
         b, k = self.c.budget, self.counters
-        return ((b.steps is not None and self.step >= b.steps)
-                or (b.gpu_hours is not None and self.gpu_hours() >= b.gpu_hours)
-                or (b.flops is not None and k["flops_gen"] + k["flops_train"] >= b.flops))
+        spent = ((b.steps is not None and self.step >= b.steps)
+                 or (b.gpu_hours is not None and self.gpu_hours() >= b.gpu_hours)
+                 or (b.flops is not None and k["flops_gen"] + k["flops_train"] >= b.flops))
+        return broadcast_object(spent)
 
     def gpu_hours(self) -> float:
         """Device-hours: train-loop wall (eval and checkpoints excluded) x devices in the job
         (the world size under torch.distributed, else 1; a CPU counts as one device)."""
-        import torch.distributed as dist
-
-        devices = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-        return self.counters["wall"] * devices / 3600
+        return self.counters["wall"] * _dist()[1] / 3600
 
     def train_step(self, batch) -> None:
         c, ro, G = self.c, batch.rollout, self.c.rollout.generations_per_prompt
@@ -207,9 +321,25 @@ class _Run:
             self.acc["n/" + k] = self.acc.get("n/" + k, 0) + 1
 
     def update(self, ro, rows: list[int], rewards: list[float]) -> dict:
-        """Advantages -> policy loss -> one optimizer step on the kept samples."""
+        """Advantages -> policy loss -> one optimizer step on the kept samples (this rank's
+        share of them in a multi-process job; see the module docstring)."""
         c = self.c
         G = c.rollout.generations_per_prompt
+        # Advantages over the whole kept batch (batch normalization needs all of it).
+        adv_all = compute_advantages(torch.tensor([rewards[r] for r in rows]),
+                                     torch.tensor([r // G for r in rows]),
+                                     normalization=c.advantage.normalization, eps=c.advantage.eps)
+        adv_of = dict(zip(rows, adv_all.tolist()))
+        weight = 1.0
+        if self.world > 1:
+            groups = sorted({r // G for r in rows})
+            mine, real = shard_groups(groups, self.rank, self.world)
+            local = [r for r in rows if r // G in set(mine)]
+            size = lambda rs: {"tokens": sum(sum(ro.loss_mask[r]) for r in rs),
+                               "samples": len(rs), "groups": len({r // G for r in rs})}
+            weight = shard_weight(c.loss.aggregation, size(local), size(rows), self.world) \
+                if real else 0.0
+            rows = local
         b = pack([ro.prompts[r] for r in rows], [ro.tokens[r] for r in rows], self.tok.pad_token_id)
         T = b["mask"].shape[1]
         mask = b["mask"].clone()
@@ -219,40 +349,55 @@ class _Run:
             mask[i, :n] *= torch.tensor(ro.loss_mask[r], dtype=mask.dtype)
             old[i, :n] = torch.tensor(ro.logprobs[r][:T])
         group = torch.tensor([r // G for r in rows])
-        adv = compute_advantages(torch.tensor([rewards[r] for r in rows]), group,
-                                 normalization=c.advantage.normalization, eps=c.advantage.eps)
+        adv = torch.tensor([adv_of[r] for r in rows], dtype=adv_all.dtype)
         dev = self.device
-        if c.model.gradient_checkpointing:  # recomputation and a grad-carrying KV cache clash
-            logp, ent = completion_logprobs(self.body, self.head, b, dev, c.precision.dtype,
-                                            c.rollout.temperature, with_entropy=True)
-            n_proc = int(b["attention_mask"].sum())
-        else:  # each prompt's forward/backward shared by its G samples
-            kept = sorted({r // G for r in rows})
-            slot = {g: i for i, g in enumerate(kept)}
-            uniq = [ro.prompts[g * G] for g in kept]
-            logp, ent = shared_prefix_logprobs(
-                self.body, self.head, uniq, [slot[r // G] for r in rows],
-                [ro.tokens[r] for r in rows], self.tok.pad_token_id, dev, c.precision.dtype,
-                c.rollout.temperature, with_entropy=True)
-            n_proc = sum(len(p) for p in uniq) + sum(max(len(ro.tokens[r]) - 1, 0) for r in rows)
-        mask, old = mask.to(dev), old.to(dev)
-        loss, st = policy_loss_with_stats(logp, old, adv.to(dev), mask, group.to(dev),
-                                          loss_type=c.loss.type, aggregation=c.loss.aggregation,
-                                          **self.loss_kw)
-        if not torch.isfinite(loss):
-            raise Diverged(self.step + 1)
-        gnorm = self.engine.step(loss)
+        self.model.train()  # HF gradient checkpointing (and dropout) act only in train mode
+        try:
+            if c.model.gradient_checkpointing:  # recomputation and a grad-carrying KV cache clash
+                logp, ent = completion_logprobs(self.body, self.head, b, dev, c.precision.dtype,
+                                                c.rollout.temperature, with_entropy=True)
+                n_proc = int(b["attention_mask"].sum())
+            else:  # each prompt's forward/backward shared by its G samples
+                kept = sorted({r // G for r in rows})
+                slot = {g: i for i, g in enumerate(kept)}
+                uniq = [ro.prompts[g * G] for g in kept]
+                logp, ent = shared_prefix_logprobs(
+                    self.body, self.head, uniq, [slot[r // G] for r in rows],
+                    [ro.tokens[r] for r in rows], self.tok.pad_token_id, dev, c.precision.dtype,
+                    c.rollout.temperature, with_entropy=True)
+                n_proc = sum(len(p) for p in uniq) + sum(max(len(ro.tokens[r]) - 1, 0)
+                                                         for r in rows)
+            mask, old = mask.to(dev), old.to(dev)
+            loss, st = policy_loss_with_stats(logp, old, adv.to(dev), mask, group.to(dev),
+                                              loss_type=c.loss.type,
+                                              aggregation=c.loss.aggregation, **self.loss_kw)
+            # Every rank must agree before anyone enters the engine's collectives.
+            if _all_reduce([float(not torch.isfinite(loss))], dev, "max")[0]:
+                raise Diverged(self.step + 1)
+            gnorm = self.engine.step(loss * weight if self.world > 1 else loss)
+        finally:
+            self.model.eval()
         if not math.isfinite(gnorm):
             raise Diverged(self.step + 1)
-        self.counters["tokens"] += int(b["attention_mask"].sum())  # prompt + completion per sample
-        self.counters["flops_train"] += 6.0 * self.n_params * n_proc  # what was actually computed
         m = mask.sum().clamp(min=1)
         with torch.no_grad():
             mismatch = float(((old - logp.detach()).abs() * mask).sum() / m)
-        return {"train/loss": float(loss.detach()), "train/grad_norm": gnorm,
-                "train/entropy": float((ent * mask).sum() / m),
-                "train/is_ratio_mean": st["is_ratio_mean"], "train/is_ratio_max": st["is_ratio_max"],
-                "train/clip_frac": st["clip_frac"], "train/logprob_mismatch": mismatch,
+        real = weight > 0 or self.world == 1
+        tokens, flops = _all_reduce([float(b["attention_mask"].sum()) * real,
+                                     6.0 * self.n_params * n_proc * real], dev)
+        self.counters["tokens"] += int(tokens)  # prompt + completion per sample
+        self.counters["flops_train"] += flops  # what was actually computed (all ranks)
+        means = {"train/loss": float(loss.detach()) * (weight if self.world > 1 else 1.0),
+                 "train/entropy": float((ent * mask).sum() / m),
+                 "train/is_ratio_mean": st["is_ratio_mean"], "train/clip_frac": st["clip_frac"],
+                 "train/logprob_mismatch": mismatch}
+        if self.world > 1:  # the loss sums to the global one; the rest: mean over real shards
+            n_real = _all_reduce([float(real)], dev)[0]
+            vals = _all_reduce([v * (real or k == "train/loss") for k, v in means.items()], dev)
+            means = {k: v / (self.world if k == "train/loss" else n_real)
+                     for k, v in zip(means, vals)}
+        ratio_max = _all_reduce([st["is_ratio_max"] if real else 0.0], dev, "max")[0]
+        return {**means, "train/grad_norm": gnorm, "train/is_ratio_max": ratio_max,
                 "train/lr": self.engine_lr()}
 
     def engine_lr(self) -> float:
@@ -263,8 +408,16 @@ class _Run:
 
     @torch.no_grad()
     def evaluate(self, source=None) -> None:
-        """mean@k on the held-out prompts; writes one metrics line (the curve's point)."""
+        """mean@k on the held-out prompts; writes one metrics line (the curve's point).
+
+        Always the built-in hf sampler on the trainer's weights. Rank 0 alone evaluates (the
+        weights are identical everywhere), except under ZeRO-3 where each rank holds a shard:
+        there every rank runs the same evaluation, the sampler decoding in lockstep so the
+        per-forward all-gathers line up (trainer/rollout.py `synced`)."""
         c = self.c
+        if not (self.main or self.zero3):
+            self.acc = {}
+            return
         gen = HFGenerator(c, self.model, self.tok)  # the trainer's current weights
         was = self.model.training
         self.model.eval()
@@ -292,4 +445,5 @@ class _Run:
             row["pipeline/stale_dropped"] = source.stale_dropped
             row["pipeline/wait_s"] = source.wait_seconds
         self.acc = {}
-        rundir.append_metrics(self.dir, row)
+        if self.main:
+            rundir.append_metrics(self.dir, row)

@@ -26,8 +26,14 @@ def cache_root() -> Path:
 
 
 def pick_device(name: str) -> torch.device:
+    """engine.device -> this process's device: under a multi-process launcher each rank takes
+    the GPU of its LOCAL_RANK (cuda:LOCAL_RANK), never all of them cuda:0."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda":
+        from trainer.distributed import read_env, resolve_device
+
+        return resolve_device("cuda", read_env().local_rank)
     return torch.device(name)
 
 
@@ -44,7 +50,9 @@ def load_model(config: TrainConfig):
         tok.pad_token = tok.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     if config.model.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        # Non-reentrant: gradients reach the weights even though the embedding output (the
+        # checkpointed blocks' input) does not require grad. Active only in train() mode.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model, tok
 
 

@@ -77,6 +77,10 @@ class HFGenerator:
         self.version = 0
         self._pending: tuple[dict, int] | None = None
         self._lock = threading.Lock()
+        # ZeRO-3 partitions the weights: every forward all-gathers them, so all ranks must run
+        # the same number of decode steps (transformers' `synced_gpus` idea): a rank whose
+        # samples all stopped keeps stepping until every rank's have.
+        self.synced = _zero3_partitioned(self.model)
 
     def sync_weights(self, model: nn.Module, version: int) -> None:
         if model is self.model:
@@ -133,7 +137,10 @@ class HFGenerator:
             newly = (tok == self.eos) & ~done
             length = torch.where(newly, t + 1, length)
             done |= newly
-            if t + 1 == max_new_tokens or bool(done.all()):
+            stop = bool(done.all())
+            if self.synced:
+                stop = _all_ranks(stop, dev)
+            if t + 1 == max_new_tokens or stop:
                 break
             x = tok[:, None]
             if padded:
@@ -154,3 +161,20 @@ def _sample(logp: torch.Tensor, top_p: float, gen: torch.Generator) -> torch.Ten
         keep = sp.cumsum(-1) - sp < top_p  # always keeps the top token
         probs = torch.zeros_like(probs).scatter(-1, si, sp * keep)
     return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+
+
+def _zero3_partitioned(model: nn.Module) -> bool:
+    import torch.distributed as dist
+
+    multi = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    return multi and any(hasattr(p, "ds_id") and getattr(p, "ds_numel", 0) != p.numel()
+                         for p in model.parameters())
+
+
+def _all_ranks(flag: bool, device: torch.device) -> bool:
+    """True only when `flag` is True on every rank (a MIN all-reduce)."""
+    import torch.distributed as dist
+
+    t = torch.tensor([int(flag)], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return bool(t.item())

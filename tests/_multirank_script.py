@@ -1,0 +1,78 @@
+"""One rank of a 2-process trainer job on CPU (gloo) sharing ONE run dir, launched by
+tests/test_multirank.py with Slurm-style variables (as `srun` sets them).
+
+Runs the public entry point `trainer.loop.run(config, run_dir)` exactly as a study job does, then
+writes this rank's full parameter vector (ZeRO-3 shards gathered) for the test to compare.
+Usage: python tests/_multirank_script.py ENGINE STAGE STEPS WORKDIR
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def config(engine: str, stage: int, steps: int):
+    from trainer.config import TrainConfig
+
+    return TrainConfig.model_validate({
+        "seed": 0,
+        "model": {"proxy": {"hidden_size": 64, "num_layers": 2, "num_heads": 4,
+                            "intermediate_size": 128, "max_position_embeddings": 64,
+                            "warmup_steps": 150, "warmup_batch_size": 32}},
+        "precision": {"dtype": "fp32"},  # engines compare exactly (DeepSpeed casts for bf16)
+        "task": {"num_train_prompts": 64, "num_eval_prompts": 8},
+        # 5 prompts: an odd number of groups, so the ranks get unequal shares (and, when the
+        # filter keeps one group, rank 1 takes the zero-weighted step).
+        "rollout": {"prompts_per_step": 5, "generations_per_prompt": 4, "max_new_tokens": 6},
+        "length": {"control": "none"},
+        "off_policy": {"mode": "ppo_off_policy", "k": 1},
+        "engine": {"type": engine, "zero_stage": stage, "device": "cpu", "threads": 1},
+        "optim": {"lr": 3e-3, "warmup_steps": 0},
+        "eval": {"every_steps": 1, "num_prompts": 8, "samples_per_prompt": 2},
+        "checkpoint": {"every_steps": 1},
+        "budget": {"steps": steps},
+    })
+
+
+def flat_params(model) -> list[float]:
+    from contextlib import nullcontext
+
+    import torch
+
+    params = list(model.parameters())
+    ctx = nullcontext()
+    if hasattr(params[0], "ds_id"):
+        import deepspeed
+
+        ctx = deepspeed.zero.GatheredParameters(params, modifier_rank=None)
+    with ctx:
+        return torch.cat([p.detach().float().reshape(-1) for p in params]).tolist()
+
+
+if __name__ == "__main__":
+    import torch.distributed as dist
+
+    from trainer import loop
+
+    engine, stage, steps, work = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
+    rank = int(os.environ.get("SLURM_PROCID", "0"))
+    built = {}
+    orig = loop._Run.__init__
+
+    def keep(self, *a, **k):  # hold on to the run state to read its final weights
+        orig(self, *a, **k)
+        built["run"] = self
+
+    loop._Run.__init__ = keep
+    loop.run(config(engine, stage, steps), work / "run")
+    state = built["run"]
+    multi = dist.is_initialized()
+    out = {"rank": rank, "world": dist.get_world_size() if multi else 1, "step": state.step,
+           "params": flat_params(state.engine.model)}
+    (work / f"rank{rank}.json").write_text(json.dumps(out))
+    if multi:
+        dist.barrier()
+        dist.destroy_process_group()

@@ -1,0 +1,55 @@
+"""Launch the ranks of a CPU (gloo) multi-process job the way `srun` would: one process per
+task with SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID / SLURM_JOB_NODELIST set, so
+trainer/distributed.py's Slurm path builds the process group. Shared by test_deepspeed.py and
+test_multirank.py."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_env(cache: Path, rank: int | None, world: int, port: int) -> dict[str, str]:
+    """This test process's environment minus any launcher variables, plus one Slurm task's
+    (rank None: a plain single process)."""
+    env = {k: v for k, v in os.environ.items() if k not in DIST_VARS and not k.startswith("SLURM_")}
+    env.update(ABLATE_CACHE=str(cache), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1",
+               DS_ACCELERATOR="cpu", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    if rank is not None:
+        env.update(SLURM_PROCID=str(rank), SLURM_NTASKS=str(world), SLURM_LOCALID=str(rank),
+                   SLURM_TASKS_PER_NODE=str(world), SLURM_JOB_NODELIST="127.0.0.1",
+                   MASTER_PORT=str(port), SLURM_JOB_ID="4242")
+    return env
+
+
+def launch_ranks(script: Path, args: list[str], cache: Path, world: int = 2,
+                 timeout: float = 300) -> None:
+    """Run `world` ranks of `script` to completion; fail with the log of a rank that failed."""
+    port = free_port()
+    ranks = list(range(world)) if world > 1 else [None]
+    procs = [subprocess.Popen([sys.executable, str(script), *args], cwd=ROOT,
+                              env=rank_env(cache, r, world, port), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in ranks]
+    logs = []
+    try:
+        for p in procs:
+            logs.append(p.communicate(timeout=timeout)[0])
+    finally:
+        for p in procs:  # a rank left waiting in a collective after its peer died
+            if p.poll() is None:
+                p.kill()
+    failed = [f"--- rank {r} (exit {p.returncode}):\n{log[-4000:]}"
+              for r, (p, log) in enumerate(zip(procs, logs)) if p.returncode != 0]
+    assert not failed, f"{script.name} {' '.join(args)} failed:\n" + "\n".join(failed)
