@@ -31,28 +31,28 @@ Intervals (95%, percentile, stored as `Fit.ci` and as draws in `Fit.samples`):
                are the honest replicate: they carry run-to-run drift that no bootstrap over one
                run's points can see).
   * bootstrap: otherwise a parametric residual bootstrap per seed series. Training-curve
-               deviations are slow run drift (AR(1)) plus white evaluation noise; that spectrum
-               is fit to the residuals' periodogram (Whittle likelihood, vectorized grid). Since
-               a fitted curve absorbs the slowest part of the drift and short series understate
-               persistence, the noise estimate is bias-corrected by simulation (noise drawn from
-               the estimate, refit, re-estimated, estimate moved by the gap; 3 rounds of 40).
-               1000 noise draws are then added to the fit and all are refit at once by the
-               batched LM warm-started from the point fit; R0 is resampled too. Slow drift leaves
-               few effectively independent points, so the spread is widened like a t interval
-               with n*var/long-run-var - 3 degrees of freedom. An i.i.d. or plain AR(1) bootstrap
-               covered the truth only ~65-80% of the time here; this one ~90%, 95% without drift.
+               deviations are slow run drift (AR(1)) plus white evaluation noise. One run of
+               ~100 evaluations pins that drift down poorly (its long-run variance is uncertain
+               by a factor of several), so instead of trusting one estimate, each bootstrap
+               sample draws its own noise model from the REML posterior of the residuals (the
+               restricted likelihood knows the fit absorbed the drift that looks like the curve;
+               flat prior over the drift share, flat-in-atanh prior over phi, 1/s on the scale),
+               then 1000 noise draws are added to the fit and all are refit at once by the
+               batched LM warm-started from the point fit; R0 is resampled too. An i.i.d., AR(1)
+               sieve, or single-estimate drift + white bootstrap covered the truth only ~65-90%
+               of the time on single runs with drift; this one ~0.95 (see RESULTS_curves.md).
   Coverage on synthetic curves with known parameters is checked in benchmarks/bench_curves.py.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 from scipy import stats
-from scipy.signal import lfilter
 from scipy.special import expit
 
 from ablate.errors import InputError
@@ -336,123 +336,112 @@ def _fit_paper(x, y, w, r0, c_max):
 # Intervals
 
 
+# Noise-model grid: AR(1) drift coefficient per evaluation x drift share of the variance.
 _PHI_GRID = np.linspace(0.0, 0.97, 50)
 _FRAC_GRID = np.linspace(0.0, 1.0, 26)
-_N_CALIB = 40
-_CALIB_ROUNDS = 3
-
-
-def _periodograms(R: np.ndarray, series: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Frequencies (nf,) and periodograms (K, nf) of K residual sets, series concatenated."""
-    ws, Is = [], []
-    for ix in series:
-        if ix.size < 6:
-            continue
-        e = R[:, ix] - R[:, ix].mean(axis=1, keepdims=True)
-        k = np.arange(1, (ix.size - 1) // 2 + 1)
-        ws.append(2 * np.pi * k / ix.size)
-        Is.append(np.abs(np.fft.rfft(e, axis=1)[:, k]) ** 2 / ix.size)
-    if not ws:
-        return np.zeros(0), np.zeros((R.shape[0], 0))
-    return np.concatenate(ws), np.concatenate(Is, axis=1)
-
-
-def _whittle(w: np.ndarray, I: np.ndarray) -> np.ndarray:
-    """Slow AR(1) drift + white noise fit to K periodograms at once by Whittle likelihood on a
-    (phi, drift share) grid with the scale in closed form. Returns (K, 3): phi, v_drift, v_white.
-
-    This is the structure of a training curve's deviations (sampling noise of each evaluation +
-    the run wandering slowly). An AR model fit by moments to ~100 residuals badly underestimates
-    the low-frequency power that drives the uncertainty of A.
-    """
-    phi, frac = np.meshgrid(_PHI_GRID, _FRAC_GRID, indexing="ij")
-    phi, frac = phi.ravel(), frac.ravel()
-    ar = (1 - phi[:, None] ** 2) / np.abs(1 - phi[:, None] * np.exp(-1j * w[None, :])) ** 2
-    shape = np.maximum(frac[:, None] * ar + (1 - frac[:, None]), 1e-12)  # (G, nf)
-    scale = np.einsum("kf,gf->kg", I, 1 / shape) / w.size  # closed-form optimum per (k, g)
-    nll = w.size * np.log(np.maximum(scale, 1e-300)) + np.log(shape).sum(axis=1)[None, :]
-    g = np.argmin(nll, axis=1)
-    sc = scale[np.arange(len(g)), g]
-    return np.column_stack([phi[g], sc * frac[g], sc * (1 - frac[g])])
+# Prior on phi: flat in atanh(phi), i.e. density 1/(1 - phi^2) on the linear grid. This is the
+# usual uninformative choice for a correlation (flat on the unbounded Fisher-z scale; no scale
+# of persistence is preferred). A flat-in-phi prior makes "slow drift" (phi -> 1) a priori
+# rare, and since one run can barely tell phi 0.8 from 0.95 while the long-run variance differs
+# 4x between them, the posterior then sat at too little drift: on development seeds (101-106,
+# never the benchmark's 1-5) coverage of A was ~0.91 with the flat prior, ~0.95 with this one, and
+# in between with the Jeffreys AR(1) prior (1 - phi^2)^-1/2 (seeds 103/104, 150 curves each:
+# flat 0.92 on 103; Jeffreys 0.95/0.91; this 0.98/0.93). Chosen among those three standard
+# priors, not tuned as a number.
+_LOG_PRIOR_PHI = np.repeat(-np.log(1 - _PHI_GRID**2), _FRAC_GRID.size)
 
 
 def _noise_draws(phi, vd, vw, series, n_total, K, rng) -> np.ndarray:
-    """K noise realisations (stationary AR(1) drift + white) laid out like the data."""
+    """K noise realisations (stationary AR(1) drift + white) laid out like the data. phi, vd, vw
+    are scalars or (K,) arrays (one noise model per realisation)."""
+    phi, vd, vw = (np.broadcast_to(np.asarray(v, float), (K,))[:, None] for v in (phi, vd, vw))
     out = np.zeros((K, n_total))
     for ix in series:
         m = ix.size
-        d = rng.normal(0.0, math.sqrt(vd * (1 - phi**2)), (K, m))
-        d[:, 0] = rng.normal(0.0, math.sqrt(vd), K)
-        out[:, ix] = lfilter([1.0], [1.0, -phi], d, axis=1) + rng.normal(0, math.sqrt(vw), (K, m))
+        e = rng.normal(0.0, 1.0, (K, m)) * np.sqrt(vd * (1 - phi**2))
+        d = np.empty((K, m))
+        d[:, 0] = rng.normal(0.0, 1.0, K) * np.sqrt(vd[:, 0])
+        for t in range(1, m):
+            d[:, t] = phi[:, 0] * d[:, t - 1] + e[:, t]
+        out[:, ix] = d + rng.normal(0.0, 1.0, (K, m)) * np.sqrt(vw)
     return out
 
 
-def _noise_model(x, f, res, series, theta, r0, w, rng) -> tuple[float, float, float]:
-    """(phi, v_drift, v_white) of the residuals, bias-corrected by simulation.
+@functools.lru_cache(maxsize=512)
+def _ar_eig(phi: float, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Eigen-decomposition of the m x m AR(1) correlation matrix phi^|i-j| (cached: every run of
+    a study has the same few series lengths)."""
+    lag = np.abs(np.subtract.outer(np.arange(m), np.arange(m)))
+    return np.linalg.eigh(phi**lag)
 
-    Residuals of a fitted curve have lost the low-frequency part the 3 parameters absorbed, and
-    AR persistence is underestimated on short series, so the raw estimate is too quiet. One
-    round of bootstrap bias correction fixes most of it: simulate noise from the estimate, refit
-    those curves (one batched LM), re-estimate, and move the estimate by the difference
-    (in atanh(phi), log-variance coordinates).
+
+def _reml_posterior(J, res, series, free, K, rng) -> np.ndarray:
+    """K draws of (phi, v_drift, v_white) from the REML posterior of the residuals.
+
+    Noise = AR(1) drift (correlation phi per evaluation) + white evaluation noise, covariance
+    s * (frac * R(phi) + (1 - frac) * I) within each series. The restricted likelihood is that of
+    the residuals after the (linearised) fit: it knows the fit absorbed the part of the noise
+    that looks like the curve, slow drift near the end above all, which a periodogram of the
+    residuals cannot see, so a run whose residuals look white still leaves room for drift the
+    curve hid. Priors: flat over the drift share frac, flat in atanh(phi) (`_LOG_PRIOR_PHI`), 1/s
+    on the scale, which integrates out in closed form (s | grid point is inverse-gamma); no
+    constant is tuned. The eigenvectors of R(phi) are shared by every frac, so the whole
+    50 x 26 grid costs 50 small eigen-decompositions (cached) and a few batched 3x3 solves. One run pins the drift down poorly, and drawing each
+    bootstrap sample's noise model from this posterior carries that uncertainty into the
+    intervals instead of trusting one point estimate of it.
     """
-    wf, I = _periodograms(res[None, :], series)
-    if wf.size < 3:
-        v = float(np.mean(res**2))
-        return 0.0, 0.0, v
-    est = _whittle(wf, I)[0]
-
-    # Correct in (atanh phi, drift share, log total variance): all stay finite and average well
-    # even when one component is estimated as exactly zero (log-variances would not).
-    def u(p):
-        p = np.atleast_2d(p)
-        tot = np.maximum(p[:, 1] + p[:, 2], 1e-300)
-        return np.column_stack([np.arctanh(np.minimum(p[:, 0], 0.97)), p[:, 1] / tot, np.log(tot)])
-
-    def from_u(v):
-        phi_, share, tot = np.clip(math.tanh(v[0]), 0.0, 0.97), np.clip(v[1], 0.0, 1.0), math.exp(v[2])
-        return np.array([phi_, share * tot, (1 - share) * tot])
-
-    u_hat = u(est)[0]
-    cur = u_hat.copy()
-    for _ in range(_CALIB_ROUNDS):
-        phi, vd, vw = from_u(cur)
-        Y = f[None, :] + _noise_draws(phi, vd, vw, series, res.size, _N_CALIB, rng)
-        th, _, _ = _lm(x, Y, np.broadcast_to(w, Y.shape), np.broadcast_to(theta, (_N_CALIB, 3)),
-                       np.full(_N_CALIB, r0), iters=30)
-        fs, _ = _model(x, th, np.full(_N_CALIB, r0))
-        u_sim = u(_whittle(*_periodograms(Y - fs, series))).mean(axis=0)
-        # Move so that the estimator, applied to noise from `cur`, would return what we saw.
-        cur = cur + (u_hat - u_sim)
-        cur[0] = min(cur[0], math.atanh(0.97))
-        cur[1] = float(np.clip(cur[1], 0.0, 1.0))
-        cur[2] = min(cur[2], u_hat[2] + math.log(10.0))
-    phi, vd, vw = from_u(cur)
-    return float(phi), float(vd), float(vw)
+    n, p = res.size, free.size
+    Jf = J[:, free]
+    frac = _FRAC_GRID[:, None]
+    ll, qs = [], []
+    for phi in _PHI_GRID:
+        parts = [_ar_eig(float(phi), ix.size) for ix in series]
+        lam = np.concatenate([e[0] for e in parts])
+        rq = np.concatenate([Q.T @ res[ix] for (_, Q), ix in zip(parts, series)])
+        Jq = np.concatenate([Q.T @ Jf[ix] for (_, Q), ix in zip(parts, series)])
+        v = frac * np.maximum(lam, 0.0)[None, :] + (1 - frac)  # (F, n) eigenvalues of S
+        d = 1.0 / np.maximum(v, 1e-12)
+        JSr = (d * rq[None, :]) @ Jq  # (F, p)
+        JSJ = np.einsum("np,fn,nq->fpq", Jq, d, Jq)
+        q = (d * rq[None, :] ** 2).sum(axis=1) - np.einsum(
+            "fp,fp->f", JSr, np.linalg.solve(JSJ, JSr[:, :, None])[:, :, 0])
+        q = np.maximum(q, 1e-300)
+        ll.append(-0.5 * ((n - p) * np.log(q) + np.log(np.maximum(v, 1e-12)).sum(axis=1)
+                          + np.linalg.slogdet(JSJ)[1]))
+        qs.append(q)
+    ll, qs = np.concatenate(ll), np.concatenate(qs)
+    ll = ll + _LOG_PRIOR_PHI
+    pr = np.exp(ll - ll.max())
+    g = rng.choice(pr.size, size=K, p=pr / pr.sum())
+    phi_g, frac_g = _PHI_GRID[g // _FRAC_GRID.size], _FRAC_GRID[g % _FRAC_GRID.size]
+    s = 0.5 * qs[g] / rng.gamma(0.5 * (n - p), 1.0, K)
+    return np.column_stack([phi_g, s * frac_g, s * (1 - frac_g)])
 
 
 def _bootstrap(x, y, w, sid, theta, r0, r0_groups, n_boot, rng, fix_a=False):
-    """Parametric residual bootstrap with the drift + white noise model, all resamples refit at
-    once by the batched LM warm-started from the point fit. Returns draws (S, 4)."""
-    f, _ = _model(x, theta[None, :], np.array([r0]))
-    f = f[0]
-    res = y - f
+    """Parametric residual bootstrap whose noise model is itself drawn per sample from its REML
+    posterior (`_reml_posterior`); all resamples refit at once by the batched LM warm-started
+    from the point fit. Returns draws (S, 4) of (A, log B, log C_mid, R0).
+
+    A plain bootstrap from one fitted noise model covered the truth only ~65-90% of the time on
+    single runs with slow drift: one run of ~100 evaluations has a handful of effectively
+    independent points, so its drift estimate is off by a factor of several either way, and
+    the intervals inherited that error (too narrow exactly when the drift was underestimated).
+    """
+    f, J = _model(x, theta[None, :], np.array([r0]))
+    f, J = f[0], J[0]
     series = [np.flatnonzero((sid == s) & (w > 0)) for s in np.unique(sid)]
     series = [ix[np.argsort(x[ix])] for ix in series if ix.size]
-    phi, vd, vw = _noise_model(x, f, res, series, theta, r0, w, rng)
+    free = np.array([1, 2]) if fix_a else np.array([0, 1, 2])
+    noise = _reml_posterior(J, y - f, series, free, n_boot, rng)
+    phi, vd, vw = noise[:, 0], noise[:, 1], noise[:, 2]
     Y = f[None, :] + _noise_draws(phi, vd, vw, series, f.size, n_boot, rng)
     # R0 is the mean of the seeds' starting scores; the start is before any drift, so only the
     # white evaluation noise applies to it.
-    r0b = rng.normal(0.0, math.sqrt(vw), size=(n_boot, max(r0_groups, 1))).mean(axis=1)
+    r0b = (rng.normal(0.0, 1.0, (n_boot, max(r0_groups, 1))) * np.sqrt(vw)[:, None]).mean(axis=1)
     r0b = np.clip(r0 + r0b, 0.0, 1.0)
     th, _, _ = _lm(x, Y, np.broadcast_to(w, Y.shape), np.broadcast_to(theta, (n_boot, 3)), r0b,
                    fix_a=fix_a)
-    # Few effectively independent points (slow drift) make the bootstrap spread itself
-    # uncertain; widen it like a t interval on the effective sample size n * var / long-run var.
-    lrv = vd * (1 + phi) / max(1 - phi, 1e-6) + vw
-    n_eff = sum(ix.size for ix in series) * (vd + vw) / max(lrv, 1e-300)
-    k = stats.t.ppf(0.5 + LEVEL / 2, max(n_eff - 3, 2.0)) / stats.norm.ppf(0.5 + LEVEL / 2)
-    th = theta[None, :] + (th - theta[None, :]) * k
     return np.column_stack([th, r0b])
 
 
@@ -506,8 +495,8 @@ def fit_sigmoid(
     """Fit R(C) on the window and attach 95% intervals.
 
     `seeds` labels each point's run (seeds of one variant are pooled for the point fit); with
-    >= SEED_MIN_RUNS distinct seeds the intervals come from per-seed fits, else from the AR(1)
-    sieve bootstrap. Raises FitError when the curve cannot be fit, naming why.
+    >= SEED_MIN_RUNS distinct seeds the intervals come from per-seed fits, else from the
+    drift + white-noise bootstrap with a REML-posterior noise model. Raises FitError when the curve cannot be fit, naming why.
     """
     if method not in ("default", "paper"):
         raise InputError(f"unknown fit method {method!r}; valid: default, paper")

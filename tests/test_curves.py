@@ -97,20 +97,49 @@ def test_curve_that_has_not_bent_is_not_identified():
         fit_sigmoid(c, y + np.random.default_rng(0).normal(0, 0.001, c.size))
 
 
-def test_bootstrap_intervals_cover_truth_on_synthetic_curves():
-    rng = np.random.default_rng(11)
+def _coverage(rng, n, drift_sd):
     hits = {"A": 0, "B": 0, "C_mid": 0}
-    n = 30
+    widths = []
     for _ in range(n):
         tr = sy.random_truth(rng, 0.05)
-        c, y = sy.curve(tr, rng, c_max=0.05, n_points=80)
+        c, y = sy.curve(tr, rng, c_max=0.05, n_points=80, drift_sd=drift_sd)
         f = fit_sigmoid(c, y, n_boot=300, random_state=rng)
         assert f.interval_method == "bootstrap"
+        widths.append(f.ci["A"][1] - f.ci["A"][0])
         for k in hits:
             lo, hi = f.ci[k]
             hits[k] += lo <= getattr(tr, k) <= hi
-    # Honest-but-small-sample check (the benchmark measures coverage on many more curves).
-    assert all(h / n >= 0.7 for h in hits.values()), hits
+    return {k: h / n for k, h in hits.items()}, float(np.median(widths))
+
+
+def test_bootstrap_intervals_cover_truth_on_synthetic_curves():
+    # Small-sample check of the benchmark's claim (~0.95 on 300 curves): a bootstrap that
+    # trusted one noise estimate covered ~0.80-0.90 here; binomial slack for 40 curves.
+    cov, width = _coverage(np.random.default_rng(11), 40, drift_sd=0.006)
+    assert all(v >= 0.85 for v in cov.values()), cov
+    assert width < 0.08, width  # honest, not uselessly wide (drift sd is 0.006)
+
+
+def test_bootstrap_intervals_shrink_without_drift():
+    cov, width = _coverage(np.random.default_rng(12), 20, drift_sd=0.0)
+    assert all(v >= 0.85 for v in cov.values()), cov
+    assert width < 0.025, width
+
+
+def test_reml_noise_posterior_recovers_drift_and_white_noise():
+    """The noise-model posterior, on pure model noise with a known answer (10 series pooled)."""
+    from ablate.curves import _noise_draws, _reml_posterior
+
+    rng = np.random.default_rng(13)
+    series = [np.arange(i * 90, (i + 1) * 90) for i in range(10)]
+    e = _noise_draws(0.9, 4e-5, 1e-5, series, 900, 1, rng)[0]
+    t = np.tile(np.linspace(0, 1, 90), 10)
+    J = np.column_stack([np.ones(900), t, t**2])
+    r = e - J @ np.linalg.lstsq(J, e, rcond=None)[0]
+    post = _reml_posterior(J, r, series, np.arange(3), 2000, rng)
+    phi, vd, vw = np.median(post, axis=0)
+    assert 0.8 <= phi <= 0.95, phi
+    assert 2e-5 <= vd <= 8e-5 and 0.5e-5 <= vw <= 2e-5, (vd, vw)
 
 
 def test_seed_intervals_with_three_seeds_are_wider_than_one_runs_noise():
