@@ -157,6 +157,8 @@ class _Run:
         _setup_distributed(config)  # idempotent; also for callers that skip run()
         self.rank, self.world = _dist()
         self.main = self.rank == 0
+        if self.main:
+            run_dir.mkdir(parents=True, exist_ok=True)
         self.device = pick_device(config.engine.device)
         model, self.tok = load_model(config)
         self.task = build_task(config.task)
