@@ -40,7 +40,7 @@ Intervals (95%, percentile, stored as `Fit.ci` and as draws in `Fit.samples`):
                then 1000 noise draws are added to the fit and all are refit at once by the
                batched LM warm-started from the point fit; R0 is resampled too. An i.i.d., AR(1)
                sieve, or single-estimate drift + white bootstrap covered the truth only ~65-90%
-               of the time on single runs with drift; this one ~0.95 (see RESULTS_curves.md).
+               of the time on single runs with drift; this one ~0.95 (see benchmarks/RESULTS.md).
   Coverage on synthetic curves with known parameters is checked in benchmarks/bench_curves.py.
 """
 
