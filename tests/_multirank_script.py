@@ -3,7 +3,7 @@ tests/test_multirank.py with Slurm-style variables (as `srun` sets them).
 
 Runs the public entry point `trainer.loop.run(config, run_dir)` exactly as a study job does, then
 writes this rank's full parameter vector (ZeRO-3 shards gathered) for the test to compare.
-Usage: python tests/_multirank_script.py ENGINE STAGE STEPS WORKDIR
+Usage: python tests/_multirank_script.py ENGINE STAGE STEPS PROMPTS WORKDIR
 """
 
 from __future__ import annotations
@@ -14,7 +14,10 @@ import sys
 from pathlib import Path
 
 
-def config(engine: str, stage: int, steps: int):
+def config(engine: str, stage: int, steps: int, prompts: int = 5):
+    """prompts=5: an odd number of groups, so the two ranks get unequal shares. prompts=1 (and
+    no zero-variance filter): rank 1 never has a group and always takes the zero-weighted
+    step that keeps its collectives in line with rank 0's."""
     from trainer.config import TrainConfig
 
     return TrainConfig.model_validate({
@@ -24,9 +27,8 @@ def config(engine: str, stage: int, steps: int):
                             "warmup_steps": 150, "warmup_batch_size": 32}},
         "precision": {"dtype": "fp32"},  # engines compare exactly (DeepSpeed casts for bf16)
         "task": {"num_train_prompts": 64, "num_eval_prompts": 8},
-        # 5 prompts: an odd number of groups, so the ranks get unequal shares (and, when the
-        # filter keeps one group, rank 1 takes the zero-weighted step).
-        "rollout": {"prompts_per_step": 5, "generations_per_prompt": 4, "max_new_tokens": 6},
+        "data": {"zero_variance_filter": prompts > 1},
+        "rollout": {"prompts_per_step": prompts, "generations_per_prompt": 4, "max_new_tokens": 6},
         "length": {"control": "none"},
         "off_policy": {"mode": "ppo_off_policy", "k": 1},
         "engine": {"type": engine, "zero_stage": stage, "device": "cpu", "threads": 1},
@@ -57,7 +59,8 @@ if __name__ == "__main__":
 
     from trainer import loop
 
-    engine, stage, steps, work = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4])
+    engine, stage, steps, prompts = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    work = Path(sys.argv[5])
     rank = int(os.environ.get("SLURM_PROCID", "0"))
     built = {}
     orig = loop._Run.__init__
@@ -67,7 +70,7 @@ if __name__ == "__main__":
         built["run"] = self
 
     loop._Run.__init__ = keep
-    loop.run(config(engine, stage, steps), work / "run")
+    loop.run(config(engine, stage, steps, prompts), work / "run")
     state = built["run"]
     multi = dist.is_initialized()
     out = {"rank": rank, "world": dist.get_world_size() if multi else 1, "step": state.step,

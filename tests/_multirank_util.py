@@ -53,3 +53,12 @@ def launch_ranks(script: Path, args: list[str], cache: Path, world: int = 2,
     failed = [f"--- rank {r} (exit {p.returncode}):\n{log[-4000:]}"
               for r, (p, log) in enumerate(zip(procs, logs)) if p.returncode != 0]
     assert not failed, f"{script.name} {' '.join(args)} failed:\n" + "\n".join(failed)
+
+
+def warm_proxy(cache: Path, config_expr: str) -> None:
+    """Build the warmed proxy of `config_expr` (a TrainConfig expression evaluated inside
+    tests/) into `cache` once, before ranks start, so they only load it."""
+    env = dict(os.environ, ABLATE_CACHE=str(cache), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="2")
+    code = ("import sys; sys.path.insert(0, 'tests'); from trainer.model import proxy_path; "
+            f"print(proxy_path({config_expr}))")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, timeout=300)

@@ -11,13 +11,11 @@ where stage 0 does (ZeRO only partitions state; it must not change the math).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from _multirank_util import ROOT, launch_ranks
+from _multirank_util import ROOT, launch_ranks, warm_proxy
 
 pytestmark = pytest.mark.deepspeed
 
@@ -37,10 +35,7 @@ def launch(stage: int, dtype: str, work: Path, cache: Path) -> list[dict]:
 def cache(tmp_path_factory) -> Path:
     """Warm the proxy once (both ranks and all stages load it from this cache)."""
     path = tmp_path_factory.mktemp("ds-cache")
-    env = dict(os.environ, ABLATE_CACHE=str(path), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="2")
-    code = ("import sys; sys.path.insert(0, 'tests'); from _deepspeed_script import config; "
-            "from trainer.model import proxy_path; print(proxy_path(config(0, 'fp32')))")
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, timeout=300)
+    warm_proxy(path, "__import__('_deepspeed_script').config(0, 'fp32')")
     return path
 
 

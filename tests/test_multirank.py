@@ -11,20 +11,18 @@ identical weights on every rank, and data parallelism that is the same math as o
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from _multirank_util import ROOT, launch_ranks
+from _multirank_util import ROOT, launch_ranks, warm_proxy
 
 SCRIPT = ROOT / "tests" / "_multirank_script.py"
 
 
-def launch(engine: str, stage: int, steps: int, work: Path, cache: Path,
+def launch(engine: str, stage: int, steps: int, prompts: int, work: Path, cache: Path,
            world: int = 2) -> list[dict]:
-    launch_ranks(SCRIPT, [engine, str(stage), str(steps), str(work)], cache, world, timeout=240)
+    launch_ranks(SCRIPT, [engine, str(stage), str(steps), str(prompts), str(work)], cache, world,
+                 timeout=240)
     return [json.loads((work / f"rank{r}.json").read_text()) for r in range(world)]
 
 
@@ -32,19 +30,18 @@ def launch(engine: str, stage: int, steps: int, work: Path, cache: Path,
 def cache(tmp_path_factory) -> Path:
     """Warm the proxy once; every launch loads it from here."""
     path = tmp_path_factory.mktemp("mr-cache")
-    env = dict(os.environ, ABLATE_CACHE=str(path), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="2")
-    code = ("import sys; sys.path.insert(0, 'tests'); from _multirank_script import config; "
-            "from trainer.model import proxy_path; print(proxy_path(config('torch', 0, 1)))")
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, timeout=300)
+    warm_proxy(path, "__import__('_multirank_script').config('torch', 0, 1, 5)")
     return path
 
 
 @pytest.fixture(scope="module")
-def single(cache, tmp_path_factory) -> list[dict]:
-    """The same job in one process (torch engine): the reference for the math."""
-    work = tmp_path_factory.mktemp("mr-single")
-    launch("torch", 0, 1, work, cache, world=1)
-    return _metrics(work / "run")
+def single(cache, tmp_path_factory):
+    """The same job in one process (torch engine, one step): the reference for the math."""
+    def run(prompts: int) -> list[dict]:
+        work = tmp_path_factory.mktemp(f"mr-single{prompts}")
+        launch("torch", 0, 1, prompts, work, cache, world=1)
+        return _metrics(work / "run")
+    return run
 
 
 def _metrics(run: Path) -> list[dict]:
@@ -68,8 +65,9 @@ def check_shared_run_dir(run: Path, steps: int) -> list[dict]:
     return rows
 
 
-def check_job(engine: str, stage: int, cache: Path, work: Path, single: list[dict]) -> None:
-    r0, r1 = launch(engine, stage, 2, work, cache)
+def check_job(engine: str, stage: int, prompts: int, cache: Path, work: Path,
+              single: list[dict]) -> None:
+    r0, r1 = launch(engine, stage, 2, prompts, work, cache)
     assert r0["world"] == r1["world"] == 2 and r0["step"] == r1["step"] == 2
     assert _max_abs_diff(r0["params"], r1["params"]) == 0.0  # ranks hold the same model
     first = check_shared_run_dir(work / "run", 2)
@@ -80,7 +78,7 @@ def check_job(engine: str, stage: int, cache: Path, work: Path, single: list[dic
     assert first[1]["train/grad_norm"] == pytest.approx(ref["train/grad_norm"], rel=1e-4)
     assert first[1]["train/reward"] == ref["train/reward"]  # rank 0's batch = the 1-process one
     # A fresh job with a larger budget resumes from the shared checkpoint.
-    r0, r1 = launch(engine, stage, 3, work, cache)
+    r0, r1 = launch(engine, stage, 3, prompts, work, cache)
     assert r0["step"] == r1["step"] == 3
     assert _max_abs_diff(r0["params"], r1["params"]) == 0.0
     rows = check_shared_run_dir(work / "run", 3)
@@ -88,11 +86,12 @@ def check_job(engine: str, stage: int, cache: Path, work: Path, single: list[dic
     assert rows[3]["samples"] > rows[2]["samples"]
 
 
-def test_torch_engine_two_ranks_one_run_dir(cache, single, tmp_path):
-    check_job("torch", 0, cache, tmp_path, single)
+def test_torch_engine_two_ranks_one_run_dir_rank1_empty(cache, single, tmp_path):
+    """One prompt group per step: rank 1 only ever takes zero-weighted steps."""
+    check_job("torch", 0, 1, cache, tmp_path, single(1))
 
 
 @pytest.mark.deepspeed
 def test_deepspeed_zero3_two_ranks_one_run_dir(cache, single, tmp_path):
     pytest.importorskip("deepspeed", reason="deepspeed cannot be imported")
-    check_job("deepspeed", 3, cache, tmp_path, single)
+    check_job("deepspeed", 3, 5, cache, tmp_path, single(5))
