@@ -77,6 +77,10 @@ def check_job(engine: str, stage: int, prompts: int, cache: Path, work: Path,
     assert first[1]["train/loss"] == pytest.approx(ref["train/loss"], rel=1e-4, abs=1e-6)
     assert first[1]["train/grad_norm"] == pytest.approx(ref["train/grad_norm"], rel=1e-4)
     assert first[1]["train/reward"] == ref["train/reward"]  # rank 0's batch = the 1-process one
+    # Work counted once per job (shards summed, a zero-weighted step not counted; ZeRO-3's
+    # empty local shards not mistaken for the model size).
+    for key in ("tokens", "flops/training", "flops/generation"):
+        assert first[1][key] == pytest.approx(ref[key], rel=1e-9), key
     # A fresh job with a larger budget resumes from the shared checkpoint.
     r0, r1 = launch(engine, stage, 3, prompts, work, cache)
     assert r0["step"] == r1["step"] == 3

@@ -176,7 +176,8 @@ class _Run:
         self.zero3 = config.engine.type == "deepspeed" and config.engine.zero_stage == 3
         self.head = LMHead(self.model.get_output_embeddings(), config.precision.trainer_lm_head_fp32)
         self.body = self.model.get_decoder()
-        self.n_params = sum(p.numel() for p in self.model.parameters())
+        # ZeRO-3 leaves each rank an empty shard per parameter; ds_numel is the full size.
+        self.n_params = sum(getattr(p, "ds_numel", p.numel()) for p in self.model.parameters())
         self.pool = PromptPool([p.difficulty for p in self.task.train], config.data, config.seed)
         self.step = 0
         self.counters = {"samples": 0, "tokens": 0, "flops_gen": 0.0, "flops_train": 0.0,
