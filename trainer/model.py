@@ -163,15 +163,7 @@ def completion_logprobs(body: nn.Module, head: LMHead, batch: dict, device: torc
     with autocast(device, dtype):
         hidden = body(input_ids=ids, use_cache=False, **kw).last_hidden_state
         logits = head(hidden[:, P - 1: P + T - 1])
-    logits = logits / temperature
-    logz = torch.logsumexp(logits, -1)
-    logp = logits.gather(-1, ids[:, P: P + T, None]).squeeze(-1) - logz
-    ent = None
-    if with_entropy:
-        with torch.no_grad():
-            lp = logits - logz[..., None]
-            ent = -(lp.exp() * lp).sum(-1)
-    return logp, ent
+    return _logp_entropy(logits, ids[:, P: P + T], temperature, with_entropy)
 
 
 def shared_prefix_logprobs(body: nn.Module, head: LMHead, prompts: list[list[int]],
@@ -217,9 +209,16 @@ def shared_prefix_logprobs(body: nn.Module, head: LMHead, prompts: list[list[int
                        attention_mask=attn, position_ids=pos).last_hidden_state
             hidden.append(h_c)
         logits = head(torch.cat(hidden, 1))
+    return _logp_entropy(logits, comp, temperature, with_entropy)
+
+
+def _logp_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature: float,
+                  with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-prob of each target token at `temperature` (the sampler's distribution), and the
+    entropy of that distribution (a diagnostic, so computed without autograd)."""
     logits = logits / temperature
     logz = torch.logsumexp(logits, -1)
-    logp = logits.gather(-1, comp[..., None]).squeeze(-1) - logz
+    logp = logits.gather(-1, targets[..., None]).squeeze(-1) - logz
     ent = None
     if with_entropy:
         with torch.no_grad():
