@@ -15,9 +15,10 @@ import contextlib
 import fcntl
 import json
 import os
+import shutil
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import yaml
 
@@ -74,7 +75,25 @@ class StudyStore:
                 raise InputError(f"{self.root}: another `ablate sweep` is submitting this study") from None
             yield
 
-    def write_study(self, study_text: str, variants: list[Variant]) -> None:
+    def write_study(self, study_text: str, variants: list[Variant]) -> Callable[[], None]:
+        """Write study.yaml, variants.json and each run's config.yaml.
+
+        Returns an undo that puts the study dir back as it was, for a submission the scheduler
+        refuses (bad partition, account...): bad input must leave nothing written.
+        """
+        before = {p: (p.read_text() if p.exists() else None)
+                  for p in (self.root / "study.yaml", self.variants_path)}
+        new_dirs = [self.run_dir(v.run_id) for v in variants if not self.run_dir(v.run_id).exists()]
+
+        def undo() -> None:
+            for path, text in before.items():
+                if text is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    atomic_write(path, text)
+            for d in new_dirs:
+                shutil.rmtree(d, ignore_errors=True)
+
         self.root.mkdir(parents=True, exist_ok=True)
         atomic_write(self.root / "study.yaml", study_text)
         atomic_write(self.variants_path, json.dumps([v.to_json() for v in variants], indent=1))
@@ -84,6 +103,7 @@ class StudyStore:
             cfg = d / "config.yaml"
             if not cfg.exists():  # same id = same config: never rewrite what may be running
                 atomic_write(cfg, yaml.safe_dump(v.config.model_dump(mode="json"), sort_keys=False))
+        return undo
 
     def record_submissions(self, job_ids: dict[str, str], executor: str) -> None:
         subs = self.submissions()

@@ -8,6 +8,7 @@ job ids, and returns; `wait()` blocks with a progress bar for those who ask.
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,12 +68,22 @@ def plan_sweep(study_path: Path | str, *, executor: Optional[str] = None,
 def run_sweep(plan: SweepPlan, *, entry: str = "trainer:run") -> dict[str, Any]:
     """Write the study dir, submit, record. Returns the `sweep --json` object."""
     store = plan.store
-    with store.locked():
-        store.write_study(plan.loaded.path.read_text(), plan.variants)
-        dirs = [store.run_dir(v.run_id) for v in plan.submit]
-        jobs = launch.submit(plan.executor, dirs, store.submitit_dir, plan.profile,
-                             entry=entry, job_name=f"ablate-{plan.loaded.study.name}")
-        store.record_submissions(jobs, plan.executor)
+    fresh = [d for d in (store.root.parent, store.root) if not d.exists()]
+    try:
+        with store.locked():
+            undo = store.write_study(plan.loaded.path.read_text(), plan.variants)
+            dirs = [store.run_dir(v.run_id) for v in plan.submit]
+            try:
+                jobs = launch.submit(plan.executor, dirs, store.submitit_dir, plan.profile,
+                                     entry=entry, job_name=f"ablate-{plan.loaded.study.name}")
+            except InputError:  # the scheduler refused the profile: leave nothing behind
+                undo()
+                raise
+            store.record_submissions(jobs, plan.executor)
+    except InputError:
+        for d in reversed(fresh):  # folders this call created, with the lock and submitit files
+            shutil.rmtree(d, ignore_errors=True)
+        raise
     return {
         "submitted": [v.run_id for v in plan.submit],
         "skipped": list(plan.skipped),

@@ -185,3 +185,4 @@ def test_profile_rejected_by_sbatch_is_a_one_line_input_error(tmp_path):
     r = cli("sweep", str(study), "--profile", str(prof), "--results", str(tmp_path / "res"))
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "partition" in r.stderr.lower()
+    assert not (tmp_path / "res").exists(), "a refused submission must leave nothing written"
