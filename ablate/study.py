@@ -16,7 +16,7 @@ import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Literal, Optional, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -342,18 +342,26 @@ def resolve_base(doc: YamlDoc, base: Optional[str], overrides: dict[str, Any],
     return tree, prov, recipes
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def load_model(path: Path, model: type[M], what: str) -> tuple[M, YamlDoc]:
+    """Strict-load a YAML file and validate it as `model`; errors name file, line and key."""
+    doc = load_yaml(path)
+    if not isinstance(doc.data, dict):
+        raise InputError(f"{path}:1: {what}")
+    try:
+        return model.model_validate(doc.data), doc
+    except ValidationError as err:
+        raise InputError(format_validation_error(err, doc.where, model)) from None
+
+
 def load_study(path: Path | str) -> LoadedStudy:
     """Parse, validate and resolve a study file (nothing is written)."""
     path = Path(path)
     if path.suffix not in (".yaml", ".yml"):
         raise InputError(f"{path}: expected a study .yaml file")
-    doc = load_yaml(path)
-    if not isinstance(doc.data, dict):
-        raise InputError(f"{path}:1: a study must be a mapping with at least `name`")
-    try:
-        study = Study.model_validate(doc.data)
-    except ValidationError as err:
-        raise InputError(format_validation_error(err, doc.where, Study)) from None
+    study, doc = load_model(path, Study, "a study must be a mapping with at least `name`")
 
     tree, prov, recipes = resolve_base(doc, study.base, study.overrides, study.budget)
     _check_axes(study, doc)

@@ -13,14 +13,14 @@ import json
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ablate.errors import InputError
 from ablate.expand import run_id_of
 from ablate.store import atomic_write, study_dir_for
-from ablate.study import (Provenance, _NAME_RE, check_config_path, format_validation_error,
+from ablate.study import (Provenance, _NAME_RE, check_config_path, load_model,
                           resolve_base, set_path, validate_config)
-from ablate.yamlio import YamlDoc, load_yaml
+from ablate.yamlio import YamlDoc
 from trainer.config import BudgetConfig
 
 
@@ -68,13 +68,7 @@ class TuneSpace(_Strict):
 
 def load_space(path: Path) -> tuple[TuneSpace, dict[str, Any], Provenance, YamlDoc]:
     """Validate a search space and resolve its base (nothing written)."""
-    doc = load_yaml(path)
-    if not isinstance(doc.data, dict):
-        raise InputError(f"{path}:1: a search space must be a mapping with name and params")
-    try:
-        space = TuneSpace.model_validate(doc.data)
-    except ValidationError as err:
-        raise InputError(format_validation_error(err, doc.where, TuneSpace)) from None
+    space, doc = load_model(path, TuneSpace, "a search space must be a mapping with name and params")
     if not _NAME_RE.match(space.name) or ".." in space.name:
         raise InputError(f"{doc.where(('name',))}: name '{space.name}' must be a plain folder name")
     tree, prov, _ = resolve_base(doc, space.base, space.overrides, space.budget)
