@@ -36,8 +36,7 @@ def p_greater(a: np.ndarray, b: np.ndarray) -> float:
 
 def _shared(g1: GroupFit, g2: GroupFit, *, n_boot: int):
     A = 0.5 * (g1.fit.A + g2.fit.A)
-    kw = {"n_boot": n_boot} if n_boot else {}
-    return refit_with_A(g1.fit, A, **kw), refit_with_A(g2.fit, A, **kw), A
+    return refit_with_A(g1.fit, A, n_boot=n_boot), refit_with_A(g2.fit, A, n_boot=n_boot), A
 
 
 def compare(groups: list[GroupFit], *, baseline: str | None = None, margin: float = 0.02,

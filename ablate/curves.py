@@ -591,7 +591,8 @@ def _attach_intervals(fit, x, y, w, sid, theta, r0, n_boot, rng, fix_a=False):
 
 def refit_with_A(fit: Fit, A: float, *, n_boot: int = N_BOOT, random_state=0) -> Fit:
     """Refit `fit`'s data with the asymptote held at `A` (the paper's shared-A rule), so the
-    B of two recipes with nearly equal ceilings can be compared on equal terms."""
+    B of two recipes with nearly equal ceilings can be compared on equal terms. `n_boot=0`
+    skips the intervals (callers that need only the point B)."""
     c, y, sid = fit.data
     hi = np.inf if fit.max_compute is None else fit.max_compute
     inwin = (c > 0) & (c <= hi) & (c >= fit.min_compute)
@@ -607,6 +608,6 @@ def refit_with_A(fit: Fit, A: float, *, n_boot: int = N_BOOT, random_state=0) ->
               n_points=fit.n_points, sse=float(sse[0]), method=fit.method, n_seeds=fit.n_seeds,
               min_compute=fit.min_compute, max_compute=fit.max_compute, skipped=fit.skipped,
               data=fit.data)
-    if fit.samples:
+    if fit.samples and n_boot > 0:
         _attach_intervals(out, x, yw, w, sw, theta, fit.R0, n_boot, rng, fix_a=True)
     return out

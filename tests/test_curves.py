@@ -166,6 +166,17 @@ def test_refit_with_shared_A_holds_A_and_moves_B():
     assert g.ci["B"][0] < g.B < g.ci["B"][1]
 
 
+def test_refit_with_A_n_boot_0_skips_intervals():
+    # compare's shared-A ranking asks for n_boot=0 (point B only); it used to run the
+    # default 1000-draw bootstrap anyway and throw it away.
+    rng = np.random.default_rng(2)
+    c, y = sy.curve(sy.Truth(0.6, 1.5, 0.01, 0.1), rng, c_max=0.05, n_points=60)
+    f = fit_sigmoid(c, y, n_boot=200)
+    g = refit_with_A(f, f.A + 0.03, n_boot=0)
+    assert g.samples == {} and g.ci == {}
+    assert g.B == pytest.approx(refit_with_A(f, f.A + 0.03, n_boot=200).B)
+
+
 def test_prediction_and_target_intervals():
     rng = np.random.default_rng(4)
     tr = sy.Truth(0.6, 1.5, 0.01, 0.1)
