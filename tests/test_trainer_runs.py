@@ -194,6 +194,16 @@ def test_forced_interruption_appends_text_and_masks_it(warm_proxy):
         assert 1 <= j <= 2 and toks[j:j + 2] == text and m[j:j + 2] == [0, 0]
         assert ro.logprobs[i][j:j + 2] == [0.0, 0.0]
         assert len(toks) <= j + 2 + 3
+    # Generation FLOPs count what the generator ran: for a cut sample the first pass (prompt +
+    # up to 2 thinking tokens, some cut away) plus the answer pass's re-prefill of prompt +
+    # kept thinking + text and its decoded answer; more than prompt + final tokens.
+    P = len(prompts[0])
+    for i, toks in enumerate(ro.tokens):
+        if ro.interrupted[i]:
+            j = ro.loss_mask[i].index(0)
+            assert 2 * P + j + len(toks) <= ro.gen_tokens[i] <= 2 * P + 2 + len(toks)
+        else:
+            assert ro.gen_tokens[i] == P + len(toks)
 
 
 def test_checkpoint_resume_is_exact(tmp_path, warm_proxy):

@@ -27,6 +27,10 @@ class Rollout:
     finished: list[bool]
     interrupted: list[bool] = field(default_factory=list)
     penalty: list[float] = field(default_factory=list)  # added to the reward
+    # Tokens the generator ran per sample (prompt prefill + every decoded token), for the
+    # generation FLOPs: more than prompt + final tokens when interruption cuts thinking tokens
+    # and re-prefills prompt + thinking + interruption text for the answer.
+    gen_tokens: list[int] = field(default_factory=list)
 
 
 CONTROLS: Registry[Callable[..., Rollout]] = Registry("length.control")
@@ -37,11 +41,13 @@ def _plain(gen: Generator, prompts, config: TrainConfig, seed: int, n: int, temp
     r = config.rollout
     g = gen.generate(prompts, n=n, max_new_tokens=max_new or r.max_new_tokens,
                      temperature=temperature, top_p=r.top_p, seed=seed)
+    rows = [p for p in prompts for _ in range(n)]
     B = len(g.tokens)
-    return Rollout(prompts=[p for p in prompts for _ in range(n)], tokens=g.tokens,
+    return Rollout(prompts=rows, tokens=g.tokens,
                    logprobs=g.logprobs, versions=g.versions,
                    loss_mask=[[1] * len(t) for t in g.tokens], finished=list(g.finished),
-                   interrupted=[False] * B, penalty=[0.0] * B)
+                   interrupted=[False] * B, penalty=[0.0] * B,
+                   gen_tokens=[len(p) + len(t) for p, t in zip(rows, g.tokens)])
 
 
 @CONTROLS.register("none")
@@ -92,6 +98,7 @@ def interrupt(gen, prompts, config, tokenizer, seed, *, n, temperature) -> Rollo
         g = gen.generate(cont_prompts, n=1, max_new_tokens=answer, temperature=temperature,
                          top_p=config.rollout.top_p, seed=seed + 1)
         for j, i in enumerate(cont_idx):
+            ro.gen_tokens[i] += len(cont_prompts[j]) + len(g.tokens[j])
             ro.tokens[i] += text + g.tokens[j]
             ro.logprobs[i] += [0.0] * len(text) + g.logprobs[j]
             ro.versions[i] += [ver[i]] * len(text) + g.versions[j]

@@ -301,9 +301,8 @@ class _Run:
         dropped = len(batch.prompt_ids) - len(keep)
         self.counters["zero_variance_dropped"] += dropped
         rows = [j * G + s for j in keep for s in range(G)]
-        n_tok = sum(len(p) + len(t) for p, t in zip(ro.prompts, ro.tokens))
         self.counters["samples"] += len(ro.tokens)
-        self.counters["flops_gen"] += 2.0 * self.n_params * n_tok
+        self.counters["flops_gen"] += 2.0 * self.n_params * sum(ro.gen_tokens)
         stats = {
             "train/reward": sum(rewards) / len(rewards),
             "train/pass_rate": sum(correct) / len(correct),

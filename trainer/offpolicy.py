@@ -75,7 +75,8 @@ def split(batch: Batch, k: int, g: int) -> list[Batch]:
         sl = slice(a * g, b * g)
         out.append(Batch(batch.prompt_ids[a:b], Rollout(
             ro.prompts[sl], ro.tokens[sl], ro.logprobs[sl], ro.versions[sl], ro.loss_mask[sl],
-            ro.finished[sl], ro.interrupted[sl], ro.penalty[sl]), batch.gen_seconds / k))
+            ro.finished[sl], ro.interrupted[sl], ro.penalty[sl], ro.gen_tokens[sl]),
+            batch.gen_seconds / k))
     return out
 
 
