@@ -134,6 +134,14 @@ def _tidy(df: pd.DataFrame, src: str, x: str, y: str, by: str, *, drop_missing: 
             raise InputError(f"{src}: column {c!r} has NaN/inf (variant "
                              f"{out['variant'].iloc[i]!r}, row {out.index[i] + 1}); all values "
                              "must be finite numbers")
+    # The fit would reject these too, but without naming the file, column, variant or row.
+    for name, c, bad, valid in (("compute", x, out["compute"] < 0, "compute must be >= 0"),
+                                ("score", y, (out["score"] < 0) | (out["score"] > 1),
+                                 "scores are pass rates in [0, 1]")):
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise InputError(f"{src}: column {c!r} row {out.index[i] + 1} is "
+                             f"{out[name].iloc[i]:g} (variant {out['variant'].iloc[i]!r}); {valid}")
     out["seed"] = pd.to_numeric(out["seed"], errors="coerce").fillna(0).astype(int)
     if out.empty:
         raise InputError(f"{src}: no rows with both {x!r} and {y!r}")

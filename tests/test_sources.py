@@ -50,6 +50,17 @@ def test_table_errors_name_file_and_column(tmp_path):
     df.to_csv(p, index=False)
     with pytest.raises(InputError, match=r"column 'score' has NaN/inf \(variant 'cispo', row 4\)"):
         load(p)
+    df.loc[3, "score"] = 1.5
+    df.to_csv(p, index=False)
+    with pytest.raises(InputError, match=r"t.csv: column 'score' row 4 is 1.5 \(variant 'cispo'\); "
+                                         r"scores are pass rates in \[0, 1\]"):
+        load(p)
+    df.loc[3, "score"] = 0.5
+    df.loc[2, "compute"] = -1.0
+    df.to_csv(p, index=False)
+    with pytest.raises(InputError, match=r"t.csv: column 'compute' row 3 is -1 \(variant 'cispo'\); "
+                                         "compute must be >= 0"):
+        load(p)
     with pytest.raises(InputError, match="no such file"):
         load(tmp_path / "missing.csv")
     (tmp_path / "x.txt").write_text("hello")
