@@ -180,3 +180,30 @@ def test_arithmetic_eval_is_disjoint_from_train():
     p = t.train[0]
     assert t.score(p, p.answer) and not t.score(p, p.answer + "1")
     random.seed(0)
+
+
+def test_pipeline_counts_generation_of_batches_refused_as_stale():
+    """A batch refused as > k versions old was still generated: the next batch carries its
+    generator tokens so the loop counts their FLOPs. (The queue is fed by hand here instead of
+    the generator thread, to make the staleness deterministic.)"""
+    import queue
+
+    from trainer.length import Rollout
+    from trainer.offpolicy import Batch, Context, Pipeline
+
+    cfg = C.TrainConfig(off_policy={"mode": "pipeline", "k": 2})
+
+    def batch(version: int, gen_tokens: int) -> Batch:
+        ro = Rollout(prompts=[[1]], tokens=[[2]], logprobs=[[0.0]], versions=[[version]],
+                     loss_mask=[[1]], finished=[True], interrupted=[False], penalty=[0.0],
+                     gen_tokens=[gen_tokens])
+        return Batch([0], ro, 0.0)
+
+    p = Pipeline.__new__(Pipeline)  # no generator thread: this test is the producer
+    p.ctx = Context(cfg, None, None, None, [], 0)
+    p.queue, p.error, p.stale_dropped, p.wait_seconds = queue.Queue(), None, 0, 0.0
+    for b in (batch(0, 5), batch(1, 7), batch(9, 3)):
+        p.queue.put(b)
+    got = p.next(10)
+    assert got.rollout.gen_tokens == [3] and p.stale_dropped == 2
+    assert got.dropped_gen_tokens == 5 + 7

@@ -302,7 +302,8 @@ class _Run:
         self.counters["zero_variance_dropped"] += dropped
         rows = [j * G + s for j in keep for s in range(G)]
         self.counters["samples"] += len(ro.tokens)
-        self.counters["flops_gen"] += 2.0 * self.n_params * sum(ro.gen_tokens)
+        self.counters["flops_gen"] += 2.0 * self.n_params * (sum(ro.gen_tokens)
+                                                            + batch.dropped_gen_tokens)
         stats = {
             "train/reward": sum(rewards) / len(rewards),
             "train/pass_rate": sum(correct) / len(correct),

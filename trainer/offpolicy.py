@@ -30,6 +30,9 @@ class Batch:
     prompt_ids: list[int]  # pool index of each prompt (samples are prompt-major, G per prompt)
     rollout: Rollout
     gen_seconds: float
+    # Tokens the generator ran for batches refused as too stale just before this one: their
+    # generation was spent, so it counts in the generation FLOPs.
+    dropped_gen_tokens: int = 0
 
 
 @dataclass
@@ -134,7 +137,7 @@ class Pipeline:
 
     def next(self, version: int) -> Batch:
         k = self.ctx.config.off_policy.k
-        t0 = time.perf_counter()
+        t0, dropped = time.perf_counter(), 0
         while True:
             if self.error is not None:
                 raise RuntimeError("generator thread failed") from self.error
@@ -145,8 +148,10 @@ class Pipeline:
             oldest = min((v[0] for v in b.rollout.versions if v), default=version)
             if version - oldest <= k:
                 self.wait_seconds += time.perf_counter() - t0
+                b.dropped_gen_tokens = dropped
                 return b
             self.stale_dropped += 1  # trainer is > k steps ahead of this data: wait for newer
+            dropped += sum(b.rollout.gen_tokens)
 
     def after_step(self, model: nn.Module, version: int) -> None:
         self.gen.sync_weights(model, version)
