@@ -37,9 +37,10 @@ class SweepPlan:
     skipped: dict[str, str] = field(default_factory=dict)  # run_id -> why
 
 
-def plan_sweep(study_path: Path | str, *, executor: Optional[str] = None,
-               profile: Optional[str] = None, results: Path | str = "results") -> SweepPlan:
-    """Everything `sweep` will do, decided without writing anything."""
+def check_inputs(study_path: Path | str, *, executor: Optional[str] = None,
+                 profile: Optional[str] = None) -> tuple[LoadedStudy, list[Variant], Profile]:
+    """Load and check the study, its expansion, the profile and the executor name (shared by
+    `sweep` and `sweep --dry-run`, so both reject the same input); writes nothing."""
     loaded = load_study(study_path)
     variants = expand(loaded)
     ref = profile or loaded.study.profile
@@ -47,6 +48,13 @@ def plan_sweep(study_path: Path | str, *, executor: Optional[str] = None,
     if executor is not None and executor not in launch.EXECUTORS:
         raise InputError(f"--executor: unknown executor '{executor}' (valid: "
                          f"{', '.join(launch.EXECUTORS)})")
+    return loaded, variants, prof
+
+
+def plan_sweep(study_path: Path | str, *, executor: Optional[str] = None,
+               profile: Optional[str] = None, results: Path | str = "results") -> SweepPlan:
+    """Everything `sweep` will do, decided without writing anything."""
+    loaded, variants, prof = check_inputs(study_path, executor=executor, profile=profile)
     store = StudyStore(study_dir_for(Path(results), loaded.study.name))
     plan = SweepPlan(loaded, variants, prof, "", store)
     states = {s.run_id: s for s in run_states(store, [v.to_json() for v in variants])}

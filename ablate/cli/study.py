@@ -44,20 +44,9 @@ def sweep(
     from ablate.sweep import wait as wait_for
 
     if dry_run:
-        from ablate.expand import expand
-        from ablate.study import load_study
+        from ablate.sweep import check_inputs
 
-        from ablate.launch.profile import EXECUTORS, find_profile, load_profile
-
-        loaded = load_study(study)
-        variants = expand(loaded)
-        ref = profile or loaded.study.profile
-        if ref:
-            load_profile(find_profile(ref, study.parent))
-        if executor is not None and executor not in EXECUTORS:
-            from ablate.errors import InputError
-
-            raise InputError(f"--executor: unknown executor '{executor}' (valid: {', '.join(EXECUTORS)})")
+        _, variants, _ = check_inputs(study, executor=executor, profile=profile)
         if as_json:
             print(json.dumps([v.to_json() for v in variants]))
         else:
