@@ -109,7 +109,7 @@ def run_states(store: StudyStore, variants: list[dict[str, Any]]) -> list[RunSta
         fresh = sub is None or mtime >= sub.get("submitted_at", 0)
         state = derive_state(status, fresh, sub, sched.get(job) if job else None)
         out.append(RunState(
-            run_id=rid, name=v["name"], seed=v["seed"], state=state, step=last_step(d, status),
+            run_id=rid, name=v["name"], seed=int(v.get("seed", 0) or 0), state=state, step=last_step(d, status),
             job_id=job, attempts=sub["attempts"] if sub else 0,
             scheduler=sched.get(job) if job else None,
             error=status.get("error") if state == "failed" else None,

@@ -118,13 +118,12 @@ class StudyStore:
 
     # -- reading --------------------------------------------------------------------------
     def variants(self) -> list[dict[str, Any]]:
-        try:
-            return json.loads(self.variants_path.read_text())
-        except FileNotFoundError:
+        if not self.variants_path.is_file():
             raise InputError(f"{self.root}: not a study directory (no variants.json; run "
-                             "`ablate sweep STUDY.yaml` first)") from None
-        except ValueError as e:
-            raise InputError(f"{self.variants_path}: unreadable ({e})") from None
+                             "`ablate sweep STUDY.yaml` first)")
+        from ablate.gather import read_variants  # one reader/validator for `status` and `fit`
+
+        return read_variants(self.root)
 
     def submissions(self) -> dict[str, dict[str, Any]]:
         try:

@@ -138,6 +138,16 @@ def test_status_of_a_folder_that_is_not_a_study(tmp_path, monkeypatch, capsys):
     assert code == 2 and out == "" and "not a study directory" in err and "ablate sweep" in err
 
 
+def test_status_of_a_malformed_variants_json_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    # status used to index a non-list variants.json and crash with a TypeError traceback.
+    (tmp_path / "variants.json").write_text('{"a": 1}')
+    code, out, err = run_main(monkeypatch, capsys, "status", str(tmp_path))
+    assert code == 2 and out == "" and "variants.json: expected a JSON list of runs" in err
+    (tmp_path / "variants.json").write_text('[{"run_id": "r1"}]')
+    code, out, err = run_main(monkeypatch, capsys, "status", str(tmp_path))
+    assert code == 2 and out == "" and 'entry 0 lacks "run_id"/"name"' in err
+
+
 def test_dry_run_json_is_the_expansion_and_writes_nothing(tmp_path, monkeypatch, capsys):
     import json
 
