@@ -52,6 +52,15 @@ def _check_plot(plot: Optional[Path]) -> None:
         raise InputError(f"--plot {plot}: folder {plot.parent} does not exist")
 
 
+def _plot(curves: Curves, groups: list[GroupFit], plot: Optional[Path],
+          extend_to: Optional[float] = None) -> None:
+    """Write the figure when asked and at least one variant was fit."""
+    if plot is not None and any(g.fit for g in groups):
+        from ablate.plots import plot_fits
+
+        plot_fits(curves, groups, plot, extend_to=extend_to)
+
+
 def _run_fits(source: Path, x, y, by, min_compute, max_compute, method, quiet: bool,
               check=None) -> tuple[Curves, list[GroupFit]]:
     """Load, validate (`check(curves)` before any work), fit each variant with a progress bar."""
@@ -138,10 +147,7 @@ def fit(source: Path = SourceArg, x: Optional[str] = XOpt, y: Optional[str] = YO
     """Fit the ScaleRL sigmoid R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B) to each variant."""
     _check_plot(plot)
     curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_)
-    if plot is not None and any(g.fit for g in groups):
-        from ablate.plots import plot_fits
-
-        plot_fits(curves, groups, plot)
+    _plot(curves, groups, plot)
     if json_:
         _print_json([g.as_dict() for g in groups])
     else:
@@ -180,10 +186,7 @@ def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
                          f"({next(g for g in groups if g.variant == baseline).error})")
     rows = rank(groups, baseline=baseline, margin=margin)
     base = baseline or next((g.variant for g in groups if g.fit is not None), None)
-    if plot is not None and any(g.fit for g in groups):
-        from ablate.plots import plot_fits
-
-        plot_fits(curves, groups, plot)
+    _plot(curves, groups, plot)
     if json_:
         _print_json([r.as_dict() for r in rows])
     else:
@@ -223,10 +226,7 @@ def extrapolate(source: Path = SourceArg,
     _check_plot(plot)
     curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_)
     rows = predict(groups, budget=budget, target=target)
-    if plot is not None and any(g.fit for g in groups):
-        from ablate.plots import plot_fits
-
-        plot_fits(curves, groups, plot, extend_to=budget)
+    _plot(curves, groups, plot, extend_to=budget)
     if json_:
         _print_json(rows)
     else:
