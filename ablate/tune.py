@@ -84,8 +84,14 @@ def load_space(path: Path) -> tuple[TuneSpace, dict[str, Any], Provenance, YamlD
 
 
 def _score(run_dir: Path, obj: Objective) -> float:
+    """The trial's objective; RuntimeError (a failed trial, the search goes on) when the run
+    left nothing to score."""
+    try:
+        text = (run_dir / "metrics.jsonl").read_text()
+    except OSError:
+        raise RuntimeError(f"{run_dir}: no metrics.jsonl to score") from None
     vals = []
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+    for line in text.splitlines():
         try:
             row = json.loads(line)
         except ValueError:

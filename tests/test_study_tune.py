@@ -52,3 +52,16 @@ def test_tune_bad_space_exits_2(tmp_path):
     space.write_text(SPACE.replace("low: 1.0e-4, high: 1.0e-2", "low: 1.0e-2, high: 1.0e-4"))
     r = cli("tune", str(space), "--results", str(tmp_path / "res"))
     assert r.returncode == 2 and "low < high" in r.stderr and "space.yaml:11" in r.stderr
+
+
+def test_a_run_without_metrics_fails_its_trial_not_the_search(tmp_path):
+    # A run that ended (e.g. diverged) before writing metrics.jsonl used to raise
+    # FileNotFoundError, which optuna does not catch: the whole `ablate tune` crashed.
+    import pytest
+
+    from ablate.tune import Objective, _score
+
+    with pytest.raises(RuntimeError, match="no metrics.jsonl to score"):
+        _score(tmp_path, Objective())
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "eval/pass_rate": 0.25}\n')
+    assert _score(tmp_path, Objective()) == 0.25
