@@ -160,3 +160,22 @@ def test_dry_run_json_is_the_expansion_and_writes_nothing(tmp_path, monkeypatch,
     assert {r["name"] for r in runs} == {"loss.aggregation=sample", "loss.aggregation=token"}
     assert all(r["config"]["seed"] == r["seed"] for r in runs)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+
+
+def test_ablate_run_config_may_chain_a_base_recipe_and_errors_name_the_line(tmp_path):
+    # `ablate run` used to refuse any config with `base:` as "a study", although a recipe that
+    # chains a base is what study files build on; its errors also lacked the line.
+    from ablate.cli.run import load_train_config
+    from ablate.errors import InputError
+
+    proxy = load_train_config(ROOT / "recipes" / "proxy.yaml")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"base: {ROOT / 'recipes' / 'proxy.yaml'}\nbudget:\n  steps: 3\n")
+    got = load_train_config(cfg)
+    assert got.budget.steps == 3 and got.model.proxy == proxy.model.proxy
+    cfg.write_text("loss:\n  type: cispo\n  agregation: token\n")
+    with pytest.raises(InputError, match=r"c.yaml:3: .*'loss.agregation'.*'loss.aggregation'"):
+        load_train_config(cfg)
+    cfg.write_text("name: s\naxes: {loss.type: [ppo]}\n")
+    with pytest.raises(InputError, match="this is a study"):
+        load_train_config(cfg)

@@ -11,48 +11,25 @@ import threading
 from pathlib import Path
 
 import typer
-import yaml
-from pydantic import ValidationError
 
 from ablate.cli import app
 from ablate.errors import InputError
 
 
 def load_train_config(path: Path):
-    """Parse + validate a TrainConfig YAML; every problem becomes a one-line InputError."""
-    from trainer.config import TrainConfig
+    """Parse + validate a TrainConfig YAML (a recipe, `base:` chains included) with the same
+    loader and one-line, file:line messages as study files."""
+    from ablate.study import load_recipe, validate_config
+    from ablate.yamlio import load_yaml
 
     if not path.is_file():
         raise InputError(f"{path}: no such file (expected a TrainConfig YAML, e.g. recipes/proxy.yaml)")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "?"
-        raise InputError(f"{path}: {where}: invalid YAML ({getattr(e, 'problem', e)})") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: top level must be a mapping of TrainConfig sections")
-    if "axes" in data or "base" in data:
-        raise InputError(f"{path}: this is a study (has 'base'/'axes'); run it with "
+    data = load_yaml(path).data
+    if isinstance(data, dict) and ("axes" in data or "seeds" in data or "name" in data):
+        raise InputError(f"{path}: this is a study (has name/axes/seeds); run it with "
                          "`ablate sweep`, or give `ablate run` a plain TrainConfig YAML")
-    try:
-        return TrainConfig.model_validate(data)
-    except ValidationError as e:
-        err = e.errors()[0]
-        key = ".".join(str(x) for x in err["loc"]) or "(top level)"
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key; valid keys here: " + ", ".join(_valid_keys(TrainConfig, err["loc"][:-1]))
-        raise InputError(f"{path}: {key}: {msg} (got {err.get('input')!r})") from None
-
-
-def _valid_keys(model, loc) -> list[str]:
-    for part in loc:
-        field = model.model_fields.get(str(part))
-        if field is None or not hasattr(field.annotation, "model_fields"):
-            return []
-        model = field.annotation
-    return sorted(model.model_fields)
+    tree, prov, _ = load_recipe(path)
+    return validate_config(tree, prov, str(path))
 
 
 @app.command("run")
