@@ -7,7 +7,6 @@ with the larger B (reaches the shared ceiling with less compute) ranks higher.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,42 +38,53 @@ def _shared(g1: GroupFit, g2: GroupFit, *, n_boot: int):
     return refit_with_A(g1.fit, A, n_boot=n_boot), refit_with_A(g2.fit, A, n_boot=n_boot), A
 
 
+def tie_groups(fits: list[GroupFit], margin: float) -> list[list[GroupFit]]:
+    """Fits sorted by A, cut into groups whose A's lie within `margin` of the group's top A.
+
+    Anchoring each group at its highest A makes the ranking independent of input order: the
+    pairwise test "within margin" is not transitive (0.50 ~ 0.515 ~ 0.53 but 0.50 !~ 0.53),
+    so sorting with it as a comparator could rank the same variants differently.
+    """
+    groups: list[list[GroupFit]] = []
+    for g in sorted(fits, key=lambda g: -g.fit.A):
+        if groups and groups[-1][0].fit.A - g.fit.A < margin:
+            groups[-1].append(g)
+        else:
+            groups.append([g])
+    return groups
+
+
 def compare(groups: list[GroupFit], *, baseline: str | None = None, margin: float = 0.02,
             n_boot: int = N_BOOT) -> list[Ranked]:
-    """Ranked rows (failed fits last, unranked, with their reason)."""
+    """Ranked rows (failed fits last, unranked, with their reason).
+
+    Variants rank by A; within a tie group (see `tie_groups`) all are refit at the group's
+    shared (averaged) A and rank by B — for two variants exactly the paper's rule.
+    """
     ok = [g for g in groups if g.fit is not None]
-    cache: dict[tuple[str, str], tuple[float, float, float]] = {}
-
-    def shared_B(g1, g2):
-        key = (g1.variant, g2.variant)
-        if key not in cache:
-            f1, f2, A = _shared(g1, g2, n_boot=0)
-            cache[key] = (f1.B, f2.B, A)
-            cache[(g2.variant, g1.variant)] = (f2.B, f1.B, A)
-        return cache[key]
-
-    def cmp(g1, g2):
-        if abs(g1.fit.A - g2.fit.A) >= margin:
-            return -1 if g1.fit.A > g2.fit.A else 1
-        b1, b2, _ = shared_B(g1, g2)
-        return -1 if b1 > b2 else (1 if b1 < b2 else 0)
-
-    order = sorted(sorted(ok, key=lambda g: -g.fit.A), key=functools.cmp_to_key(cmp))
+    order: list[GroupFit] = []
+    notes: dict[str, str] = {}
+    for tied in tie_groups(ok, margin):
+        if len(tied) > 1:
+            A = float(np.mean([g.fit.A for g in tied]))
+            B = {g.variant: refit_with_A(g.fit, A, n_boot=0).B for g in tied}
+            tied = sorted(tied, key=lambda g: -B[g.variant])
+            for g in tied:
+                others = ", ".join(f"{h.variant} {B[h.variant]:.2f}" for h in tied if h is not g)
+                notes[g.variant] = (f"A within {margin:g} of {', '.join(h.variant for h in tied if h is not g)}"
+                                    f": at shared A={A:.3f}, B {B[g.variant]:.2f} vs {others}")
+        order += tied
     base = next((g for g in ok if g.variant == baseline), None) if baseline else (ok[0] if ok else None)
     rows = []
     for i, g in enumerate(order, 1):
-        notes, p = [], None
-        near = [h for h in ok if h is not g and abs(h.fit.A - g.fit.A) < margin]
-        for h in near:
-            b1, b2, A = shared_B(g, h)
-            notes.append(f"A within {margin:g} of {h.variant}: shared A={A:.3f}, B {b1:.2f} vs {b2:.2f}")
+        p = None
         if base is not None and g is not base:
             if abs(g.fit.A - base.fit.A) >= margin:
                 p = p_greater(g.fit.samples.get("A", [g.fit.A]), base.fit.samples.get("A", [base.fit.A]))
             else:
                 f1, f2, _ = _shared(g, base, n_boot=n_boot)
                 p = p_greater(f1.samples.get("B", [f1.B]), f2.samples.get("B", [f2.B]))
-        rows.append(Ranked(g, i, p, "; ".join(notes)))
+        rows.append(Ranked(g, i, p, notes.get(g.variant, "")))
     for g in groups:
         if g.fit is None:
             rows.append(Ranked(g, None, None, f"fit failed: {g.error}"))

@@ -190,3 +190,28 @@ def test_prediction_and_target_intervals():
     clo, chi = f.compute_for_interval(0.55)
     assert clo < f.compute_for(0.55) < chi
     assert f.compute_for_interval(0.99) == (math.inf, math.inf)
+
+
+def test_compare_ranking_does_not_depend_on_input_order():
+    """A chain of near-ties (0.50 ~ 0.515 ~ 0.53, but 0.50 !~ 0.53) must rank the same way
+    whatever order the variants come in; the pairwise margin test alone is not transitive."""
+    from ablate.compare import compare, tie_groups
+    from ablate.fitgroups import GroupFit
+    from ablate.synthetic import Truth, curve
+
+    rng = np.random.default_rng(7)
+    fits = []
+    for name, truth in {"lo": Truth(0.50, 2.0, 0.15, 0.1), "mid": Truth(0.515, 1.0, 0.15, 0.1),
+                        "hi": Truth(0.53, 1.5, 0.15, 0.1)}.items():
+        c, s = curve(truth, rng, drift_sd=0.0)
+        fits.append(GroupFit(name, fit_sigmoid(c, s, n_boot=100), None, c.size))
+    As = sorted(g.fit.A for g in fits)
+    assert As[2] - As[0] >= 0.02, "the test needs a chain that spans more than the margin"
+    ranks = set()
+    for perm in ([0, 1, 2], [2, 1, 0], [1, 0, 2], [1, 2, 0], [0, 2, 1], [2, 0, 1]):
+        rows = compare([fits[i] for i in perm], margin=0.02, n_boot=50)
+        ranks.add(tuple(r.group.variant for r in rows))
+    assert len(ranks) == 1
+    groups = tie_groups(fits, 0.02)
+    assert [g.variant for g in groups[0]][0] == max(fits, key=lambda g: g.fit.A).variant
+    assert all(grp[0].fit.A - g.fit.A < 0.02 for grp in groups for g in grp)
