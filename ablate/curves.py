@@ -552,7 +552,7 @@ def fit_sigmoid(
     fit = Fit(A=A, B=B, C_mid=cm, R0=r0, ci={}, r2=r2, n_points=n, sse=sse, method=method,
               n_seeds=len(starts), min_compute=lo, max_compute=None if max_compute is None else hi,
               skipped=skipped, data=(c, y, sid))
-    if intervals:
+    if intervals and n_boot > 0:  # n_boot=0: point fit only, like intervals=False
         _attach_intervals(fit, x, yw, w, sw, np.array([A, theta[1], theta[2]]), r0, n_boot, rng)
     return fit
 

@@ -215,3 +215,9 @@ def test_compare_ranking_does_not_depend_on_input_order():
     groups = tie_groups(fits, 0.02)
     assert [g.variant for g in groups[0]][0] == max(fits, key=lambda g: g.fit.A).variant
     assert all(grp[0].fit.A - g.fit.A < 0.02 for grp in groups for g in grp)
+
+
+def test_n_boot_0_is_a_point_fit():
+    c, s = sy.curve(sy.Truth(0.6, 1.5, 0.15, 0.1), np.random.default_rng(3), drift_sd=0.0)
+    fit = fit_sigmoid(c, s, n_boot=0)
+    assert abs(fit.A - 0.6) < 0.03 and not fit.samples
