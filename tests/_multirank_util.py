@@ -59,6 +59,6 @@ def warm_proxy(cache: Path, config_expr: str) -> None:
     """Build the warmed proxy of `config_expr` (a TrainConfig expression evaluated inside
     tests/) into `cache` once, before ranks start, so they only load it."""
     env = dict(os.environ, ABLATE_CACHE=str(cache), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="2")
-    code = ("import sys; sys.path.insert(0, 'tests'); from trainer.model import proxy_path; "
+    code = ("import sys; sys.path.insert(0, 'tests'); from trainer.proxy import proxy_path; "
             f"print(proxy_path({config_expr}))")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, timeout=300)

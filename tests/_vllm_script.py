@@ -65,7 +65,7 @@ def check_generator(work: Path) -> None:
     import torch
 
     from trainer.length import generate_rollout
-    from trainer.model import build_proxy
+    from trainer.proxy import build_proxy
     from trainer.rollout import make_generator
 
     torch.manual_seed(0)
@@ -150,7 +150,7 @@ def check_engine_process(work: Path) -> None:
     cross the process boundary on sync."""
     import torch
 
-    from trainer.model import build_proxy
+    from trainer.proxy import build_proxy
     from trainer.rollout import make_generator
 
     from transformers import AutoModelForCausalLM
@@ -186,7 +186,8 @@ def check_zero3(work: Path) -> None:
     import torch
 
     from trainer.engine_deepspeed import make_deepspeed_engine
-    from trainer.model import build_proxy, completion_logprobs, pack
+    from trainer.model import completion_logprobs, pack
+    from trainer.proxy import build_proxy
     from trainer.precision import LMHead
     from trainer.rollout import make_generator
 
@@ -223,7 +224,8 @@ def check_bf16(work: Path) -> None:
     Compare vLLM's log-probs with the trainer's (bf16 autocast body + fp32 head) recompute."""
     import torch
 
-    from trainer.model import build_proxy, completion_logprobs, pack
+    from trainer.model import completion_logprobs, pack
+    from trainer.proxy import build_proxy
     from trainer.precision import LMHead
     from trainer.rollout import make_generator
 

@@ -321,7 +321,7 @@ def test_shared_prefix_forward_equals_packed_forward(warm_proxy):
 
 def _build(cache: str, q) -> None:
     os.environ["ABLATE_CACHE"] = cache
-    from trainer.model import proxy_path
+    from trainer.proxy import proxy_path
 
     q.put(str(proxy_path(config(tiny(model={"proxy": {"hidden_size": 32, "num_layers": 1,
                                                        "num_heads": 2, "intermediate_size": 64,

@@ -56,7 +56,7 @@ def test_chat_template_prompts_through_the_loop(tmp_path):
     from transformers import AutoTokenizer
 
     from trainer.chat import prompt_encoder
-    from trainer.model import proxy_path
+    from trainer.proxy import proxy_path
 
     d = tiny(engine={"type": "torch", "device": "cpu"})
     src = proxy_path(config(d))
