@@ -50,7 +50,9 @@ def fmt_value(v: Any) -> str:
 
 
 def run_id_of(config_json: dict[str, Any]) -> str:
-    """Short hash of the resolved config (which includes the seed): 12 hex chars."""
+    """Short hash of the resolved config (which includes the seed): 12 hex chars. The
+    `logging` section (trackers) is left out: where a run is also logged changes no result."""
+    config_json = {k: v for k, v in config_json.items() if k != "logging"}
     blob = json.dumps(config_json, sort_keys=True, separators=(",", ":"))
     return hashlib.sha1(blob.encode()).hexdigest()[:12]
 

@@ -272,6 +272,30 @@ class CheckpointConfig(_Strict):
     )
 
 
+class LoggingConfig(_Strict):
+    """Experiment trackers the run also logs to (metrics.jsonl is always written and stays the
+    truth). Every metrics-line field is logged at its step; run name = the variant's name,
+    study name = W&B group / MLflow experiment. A tracker that fails is switched off with a
+    warning; it never stops the run. Not part of the run id: logging changes no result."""
+
+    backends: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
+        default_factory=list,
+        description="Trackers: tensorboard (event files), wandb, mlflow. wandb and mlflow are "
+        "optional extras: pip install 'ablate[trackers]'.",
+    )
+    dir: Optional[str] = Field(
+        None, description="Where tracker files go (tensorboard/, wandb/, mlruns/). None: the "
+        "study results dir (the run dir's parent), or the run dir for a lone `ablate run`.",
+    )
+    project: str = Field("ablate", description="wandb: the project runs are logged under.")
+    wandb_mode: Optional[Literal["offline", "online"]] = Field(
+        None, description="wandb: None = $WANDB_MODE, else offline (sync later: `wandb sync`).",
+    )
+    mlflow_tracking_uri: Optional[str] = Field(
+        None, description="mlflow: None = $MLFLOW_TRACKING_URI, else a file store at <dir>/mlruns.",
+    )
+
+
 class TrainConfig(_Strict):
     """One RL run. Defaults are the ScaleRL recipe."""
 
@@ -291,3 +315,4 @@ class TrainConfig(_Strict):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     budget: BudgetConfig = Field(default_factory=lambda: BudgetConfig(steps=2000))
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
