@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from trainer import rundir
+from trainer import rundir, trackers
 from trainer.advantages import compute_advantages
 from trainer.chat import prompt_encoder
 from trainer.config import TrainConfig
@@ -81,6 +81,8 @@ def run(config: TrainConfig, run_dir: Path) -> None:
             rundir.write_status(run_dir, "failed", step, error=f"{type(e).__name__}: {e}",
                                 traceback=traceback.format_exc()[-4000:])
         raise
+    finally:
+        trackers.close()  # after the final status: trackers record done / failed / diverged
 
 
 def _setup_distributed(config: TrainConfig) -> bool:
@@ -450,3 +452,4 @@ class _Run:
         self.acc = {}
         if self.main:
             rundir.append_metrics(self.dir, row)
+            trackers.log_metrics(c, self.dir, row)  # TensorBoard / W&B / MLflow, if chosen
