@@ -3,9 +3,11 @@
     study results dir    ablate.gather; x/y default to gpu_hours / eval/pass_rate, or the
                          study.yaml `fit:` section; rows lacking x or y (non-eval lines) are left out
     .csv .jsonl .parquet long tables: columns variant, seed (optional), compute, score
-    TensorBoard dir      event files read with tbparse; each run dir is a curve (variant = its
-                         path, a trailing "seed<N>" component becomes the seed); x is the event
-                         step unless --x names a scalar tag
+    other tools' logs    W&B CSV exports, MLflow tracking dirs, TensorBoard dirs (verl, TRL,
+                         ours), verl/TRL JSONL logs, HF trainer_state.json: ablate.readers;
+                         score/compute auto-detected where unambiguous (Curves.notes says what
+                         was picked), steps x --step-cost when only steps are logged; a trailing
+                         "seed<N>" in a run's name becomes the seed
 --by takes comma-separated columns whose values (joined by "/") name the variant.
 """
 
@@ -32,18 +34,27 @@ class Curves:
     x: str
     y: str
     defaults: dict = field(default_factory=dict)  # fit window defaults from the source
+    notes: list[str] = field(default_factory=list)  # what a reader picked (for stderr)
 
     def variants(self) -> list[str]:
         return list(dict.fromkeys(self.frame["variant"]))
 
 
 def load(source: str | Path, *, x: str | None = None, y: str | None = None,
-         by: str | None = None) -> Curves:
-    """Read any supported SOURCE; raises InputError naming the file/column on bad input."""
+         by: str | None = None, step_cost: float | None = None) -> Curves:
+    """Read any supported SOURCE; raises InputError naming the file/column on bad input.
+
+    `step_cost` (compute per step) applies to other tools' logs that only log steps."""
+    from ablate import readers
+
     p = Path(source)
     if not p.exists():
         raise InputError(f"{p}: no such file or directory; SOURCE is a study results dir, a "
-                         ".csv/.jsonl/.parquet table, or a TensorBoard log dir")
+                         ".csv/.jsonl/.parquet table, a W&B CSV export, an MLflow tracking dir, "
+                         "a TensorBoard log dir, or a verl/TRL JSONL log")
+    if step_cost is not None and (is_study_dir(p) or readers.detect(p) is None):
+        raise InputError(f"{p}: --step-cost converts steps of other tools' logs (W&B, MLflow, "
+                         "TensorBoard, JSONL) to compute; this source has its compute column")
     if is_study_dir(p):
         defaults = study_fit_defaults(p)
         x = x or defaults.get("x", "gpu_hours")
@@ -54,6 +65,10 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
         if not fresh:  # only once the input is known good: bad input writes nothing
             write_cache(p, df)
         return Curves(tidy, str(p), x, y, defaults)
+    if readers.detect(p) is not None:
+        got = readers.read(p, x=x, y=y, step_cost=step_cost)
+        return Curves(_tidy(got.frame, str(p), got.x, got.y, by or "variant", drop_missing=True),
+                      str(p), got.x, got.y, notes=got.notes)
     if p.is_file():
         if p.suffix not in TABLE_SUFFIXES:
             raise InputError(f"{p}: unsupported file type {p.suffix!r}; valid: "
@@ -61,12 +76,9 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
         df = _read_table(p)
         x, y = x or "compute", y or "score"
         return Curves(_tidy(df, str(p), x, y, by or "variant", drop_missing=False), str(p), x, y)
-    if any(p.rglob("events.out.tfevents.*")):
-        x, y = x or "step", y or "eval/pass_rate"
-        return Curves(_tidy(_read_tensorboard(p, x, y), str(p), x, y, by or "variant",
-                            drop_missing=True), str(p), x, y)
-    raise InputError(f"{p}: a directory with neither variants.json (study results dir) nor "
-                     "TensorBoard event files")
+    raise InputError(f"{p}: a directory with none of: variants.json (study results dir), "
+                     "TensorBoard event files, an MLflow tracking dir, JSONL logs, "
+                     "trainer_state.json")
 
 
 def _read_table(p: Path) -> pd.DataFrame:
@@ -78,29 +90,6 @@ def _read_table(p: Path) -> pd.DataFrame:
         return pd.read_parquet(p)
     except Exception as e:  # every reader raises its own types; all mean "unreadable file"
         raise InputError(f"{p}: cannot read as {p.suffix[1:]} ({str(e).splitlines()[0]})") from None
-
-
-def _read_tensorboard(p: Path, x: str, y: str) -> pd.DataFrame:
-    from tbparse import SummaryReader
-
-    df = SummaryReader(str(p), extra_columns={"dir_name"}).scalars
-    if df.empty:
-        raise InputError(f"{p}: TensorBoard logs contain no scalars")
-    tags = sorted(df["tag"].unique())
-    if y not in tags:
-        raise InputError(f"{p}: no scalar tag {y!r} (pass --y); tags: {', '.join(tags[:20])}")
-    if x != "step" and x not in tags:
-        raise InputError(f"{p}: no scalar tag {x!r} (pass --x, or leave it out to use the "
-                         f"step); tags: {', '.join(tags[:20])}")
-    wide = df[df["tag"].isin({x, y})].pivot_table(index=["dir_name", "step"], columns="tag",
-                                                   values="value", aggfunc="last").reset_index()
-    if x == "step":
-        wide[x] = wide["step"].astype(float)
-    run = wide["dir_name"].fillna("").astype(str).replace("", p.name)
-    m = run.str.extract(r"^(?:(.*)/)?seed[_-]?(\d+)$")
-    wide["seed"] = pd.to_numeric(m[1], errors="coerce").fillna(0).astype(int)
-    wide["variant"] = np.where(m[1].notna(), m[0].fillna(p.name), run)
-    return wide
 
 
 def _tidy(df: pd.DataFrame, src: str, x: str, y: str, by: str, *, drop_missing: bool) -> pd.DataFrame:

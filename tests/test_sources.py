@@ -85,9 +85,10 @@ def test_tensorboard_event_dirs(tmp_path):
     g = cur.frame[(cur.frame["variant"] == "ppo") & (cur.frame["seed"] == 1)].sort_values("compute")
     ref = df[(df["variant"] == "ppo") & (df["seed"] == 1)]
     np.testing.assert_allclose(g["score"], ref["score"], rtol=1e-6)  # TB stores float32
-    by_step = load(tmp_path)
+    assert load(tmp_path).x == "gpu_hours"  # the compute tag is auto-detected
+    by_step = load(tmp_path, x="step")
     assert by_step.x == "step" and by_step.frame["compute"].max() == 12
-    with pytest.raises(InputError, match="no scalar tag 'reward'"):
+    with pytest.raises(InputError, match="no metric 'reward' for --y"):
         load(tmp_path, y="reward")
 
 

@@ -28,7 +28,10 @@ out = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 SourceArg = typer.Argument(..., help="Study results dir, .csv/.jsonl/.parquet long table "
-                           "(variant, seed, compute, score), or TensorBoard log dir.")
+                           "(variant, seed, compute, score), W&B CSV export, MLflow tracking "
+                           "dir, TensorBoard log dir, verl/TRL JSONL log or trainer_state.json.")
+StepCostOpt = typer.Option(None, "--step-cost", help="Other tools' logs with only steps: "
+                           "compute = step x this (e.g. GPU-hours per step).")
 XOpt = typer.Option(None, "--x", help="Compute column/tag (default: study dir gpu_hours or its "
                     "study.yaml fit.x; table compute; TensorBoard the step).")
 YOpt = typer.Option(None, "--y", help="Score column/tag (default: study dir eval/pass_rate or "
@@ -62,13 +65,16 @@ def _plot(curves: Curves, groups: list[GroupFit], plot: Optional[Path],
 
 
 def _run_fits(source: Path, x, y, by, min_compute, max_compute, method, quiet: bool,
-              check=None) -> tuple[Curves, list[GroupFit]]:
+              check=None, step_cost: Optional[float] = None) -> tuple[Curves, list[GroupFit]]:
     """Load, validate (`check(curves)` before any work), fit each variant with a progress bar."""
     if method not in ("default", "paper"):
         raise InputError(f"--method {method!r}: valid methods are default, paper")
     if min_compute is not None and max_compute is not None and min_compute >= max_compute:
         raise InputError(f"--min-compute {min_compute:g} must be below --max-compute {max_compute:g}")
-    curves = load(source, x=x, y=y, by=by)
+    curves = load(source, x=x, y=y, by=by, step_cost=step_cost)
+    if not quiet:
+        for note in curves.notes:  # what a reader of another tool's log picked
+            err.print(f"[dim]{note}[/dim]")
     if check is not None:
         check(curves)
     variants = curves.variants()
@@ -143,10 +149,11 @@ def _interval_caption(groups: list[GroupFit]) -> str:
 def fit(source: Path = SourceArg, x: Optional[str] = XOpt, y: Optional[str] = YOpt,
         by: Optional[str] = ByOpt, min_compute: Optional[float] = MinOpt,
         max_compute: Optional[float] = MaxOpt, method: str = MethodOpt, json_: bool = JsonOpt,
-        plot: Optional[Path] = PlotOpt) -> None:
+        plot: Optional[Path] = PlotOpt, step_cost: Optional[float] = StepCostOpt) -> None:
     """Fit the ScaleRL sigmoid R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B) to each variant."""
     _check_plot(plot)
-    curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_)
+    curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_,
+                               step_cost=step_cost)
     _plot(curves, groups, plot)
     if json_:
         _print_json([g.as_dict() for g in groups])
@@ -167,7 +174,7 @@ def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
             plot: Optional[Path] = PlotOpt, json_: bool = JsonOpt, x: Optional[str] = XOpt,
             y: Optional[str] = YOpt, by: Optional[str] = ByOpt,
             min_compute: Optional[float] = MinOpt, max_compute: Optional[float] = MaxOpt,
-            method: str = MethodOpt) -> None:
+            method: str = MethodOpt, step_cost: Optional[float] = StepCostOpt) -> None:
     """Rank variants by asymptote A (ties within --margin broken by B at a shared A)."""
     from ablate.compare import compare as rank
 
@@ -180,7 +187,8 @@ def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
             raise InputError(f"--baseline {baseline!r}: no such variant; variants: "
                              + ", ".join(curves.variants()))
 
-    curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_, check)
+    curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_, check,
+                               step_cost=step_cost)
     if baseline is not None and next(g for g in groups if g.variant == baseline).fit is None:
         raise InputError(f"--baseline {baseline!r}: its fit failed, pick another "
                          f"({next(g for g in groups if g.variant == baseline).error})")
@@ -213,7 +221,7 @@ def extrapolate(source: Path = SourceArg,
                 max_compute: Optional[float] = MaxOpt, json_: bool = JsonOpt,
                 x: Optional[str] = XOpt, y: Optional[str] = YOpt, by: Optional[str] = ByOpt,
                 min_compute: Optional[float] = MinOpt, method: str = MethodOpt,
-                plot: Optional[Path] = PlotOpt) -> None:
+                plot: Optional[Path] = PlotOpt, step_cost: Optional[float] = StepCostOpt) -> None:
     """Predict the score at --budget, or the compute to reach --target, with 95% intervals."""
     from ablate.extrapolate import extrapolate as predict
 
@@ -224,7 +232,8 @@ def extrapolate(source: Path = SourceArg,
     if target is not None and not (0 < target < 1):
         raise InputError(f"--target {target}: must be a score strictly between 0 and 1")
     _check_plot(plot)
-    curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_)
+    curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_,
+                               step_cost=step_cost)
     rows = predict(groups, budget=budget, target=target)
     _plot(curves, groups, plot, extend_to=budget)
     if json_:

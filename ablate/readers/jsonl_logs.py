@@ -1,0 +1,161 @@
+"""Per-run JSON logs of other trainers.
+
+    verl file logger   (trainer.logger=[...,'file']) one JSONL per run, lines
+                       {"step": N, "data": {"val-core/...": x, ...}} (newer verl adds
+                       "elapsed_seconds")
+    flat JSONL         lines {"step": N, "metric": x, ...}, e.g. a TRL/HF `on_log` callback
+                       dumping its logs ("reward", "eval_reward", "num_tokens", ...); "global_step"
+                       or "_step" also name the step
+    trainer_state.json HF Trainer / TRL: {"log_history": [{"step": N, ...}, ...]}; in a
+                       checkpoint-N folder the run is the folder above it
+
+SOURCE is one file or a folder of them (each file a run, named by its path below SOURCE;
+a file called metrics/log/train.jsonl is named by its folder).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import pandas as pd
+
+from ablate.errors import InputError
+from ablate.readers.common import Wide, wide_from_long
+
+STEP_KEYS = ("step", "global_step", "_step")
+_GENERIC = {"metrics", "log", "logs", "train", "training"}
+
+
+def _first_object(path: Path) -> Optional[dict]:
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    obj = json.loads(line)
+                    return obj if isinstance(obj, dict) else None
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return None
+
+
+def _is_log_file(path: Path) -> bool:
+    obj = _first_object(path)
+    return bool(obj) and any(k in obj for k in STEP_KEYS) and "variant" not in obj
+
+
+def _log_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path] if path.suffix == ".jsonl" and _is_log_file(path) else []
+    if path.is_dir():
+        return sorted(f for f in path.rglob("*.jsonl") if _is_log_file(f))
+    return []
+
+
+def is_run_log(path: Path) -> bool:
+    return bool(_log_files(path))
+
+
+def _run_name(f: Path, root: Path) -> str:
+    rel = f.relative_to(root) if root.is_dir() else Path(f.name)
+    name = rel.with_suffix("")
+    if name.name in _GENERIC:
+        name = name.parent if str(name.parent) != "." else Path(f.parent.name)
+    return name.as_posix()
+
+
+def _records(f: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    lines = f.read_text().splitlines()
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            if i == len(lines):  # a run still writing: a torn last line is not an error
+                return
+            raise InputError(f"{f}:{i}: not a JSON object ({e})") from None
+        if not isinstance(obj, dict):
+            raise InputError(f"{f}:{i}: expected a JSON object, got {type(obj).__name__}")
+        yield i, obj
+
+
+def _flatten(obj: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for k, v in obj.items():
+        if isinstance(v, dict):
+            yield from _flatten(v, f"{prefix}{k}/")
+        else:
+            yield f"{prefix}{k}", v
+
+
+def _rows(run: str, f: Path, entries: Iterator[tuple[int, dict[str, Any]]]) -> list[tuple]:
+    rows = []
+    for i, obj in entries:
+        step_key = next((k for k in STEP_KEYS if k in obj), None)
+        if step_key is None:
+            raise InputError(f"{f}:{i}: no step (one of {', '.join(STEP_KEYS)})")
+        try:
+            step = float(obj[step_key])
+        except (TypeError, ValueError):
+            raise InputError(f"{f}:{i}: {step_key} = {obj[step_key]!r} is not a number") from None
+        # verl nests the metrics under "data"; flat logs hold them at the top level
+        data = obj["data"] if isinstance(obj.get("data"), dict) else {
+            k: v for k, v in obj.items() if k not in STEP_KEYS}
+        for k, v in _flatten(data):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue  # text, lists, None: not a curve
+            rows.append((run, step, k, float(v)))
+    return rows
+
+
+def read_run_logs(path: Path) -> Wide:
+    rows = []
+    for f in _log_files(path):
+        rows += _rows(_run_name(f, path), f, _records(f))
+    if not rows:
+        raise InputError(f"{path}: no numeric metrics in the JSONL log(s)")
+    return Wide(wide_from_long(pd.DataFrame(rows, columns=["run", "step", "key", "value"])))
+
+
+# -- HF Trainer / TRL trainer_state.json ------------------------------------------------------
+def _state_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path] if path.name == "trainer_state.json" else []
+    if path.is_dir():
+        return sorted(path.rglob("trainer_state.json"))
+    return []
+
+
+def is_hf_state(path: Path) -> bool:
+    return bool(_state_files(path))
+
+
+def _state_run(f: Path, root: Path) -> str:
+    d = f.parent
+    if re.fullmatch(r"checkpoint-\d+", d.name):
+        d = d.parent
+    if root.is_dir() and d != root and root in d.parents:
+        return d.relative_to(root).as_posix()
+    return d.name
+
+
+def read_hf_state(path: Path) -> Wide:
+    best: dict[str, tuple[int, Path, list]] = {}  # run -> the longest log_history seen
+    for f in _state_files(path):
+        try:
+            hist = json.loads(f.read_text()).get("log_history")
+        except (OSError, ValueError, AttributeError) as e:
+            raise InputError(f"{f}: not a trainer_state.json ({e})") from None
+        if not isinstance(hist, list):
+            raise InputError(f"{f}: no \"log_history\" list")
+        run = _state_run(f, path)
+        if run not in best or len(hist) > best[run][0]:
+            best[run] = (len(hist), f, hist)
+    rows = []
+    for run, (_, f, hist) in best.items():
+        rows += _rows(run, f, ((i, h) for i, h in enumerate(hist, 1) if isinstance(h, dict)))
+    if not rows:
+        raise InputError(f"{path}: trainer_state.json log_history has no numeric metrics")
+    return Wide(wide_from_long(pd.DataFrame(rows, columns=["run", "step", "key", "value"])))
