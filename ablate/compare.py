@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ablate import verdict
 from ablate.curves import N_BOOT, refit_with_A
 from ablate.fitgroups import GroupFit
 
@@ -21,10 +22,14 @@ class Ranked:
     rank: int | None
     p_beats: float | None  # P(beats baseline); None for the baseline itself and failed fits
     note: str
+    at_max: dict | None = None  # predicted score at the largest compute observed
+    at_budget: dict | None = None  # predicted score at --budget
+    disagreement: str | None = None  # where the predicted ordering contradicts the rank, why
 
     def as_dict(self) -> dict:
         return {**self.group.as_dict(), "rank": self.rank, "p_beats_baseline": self.p_beats,
-                "note": self.note}
+                "note": self.note, "predicted_at_max_compute": self.at_max,
+                "predicted_at_budget": self.at_budget, "disagreement": self.disagreement}
 
 
 def p_greater(a: np.ndarray, b: np.ndarray) -> float:
@@ -54,12 +59,12 @@ def tie_groups(fits: list[GroupFit], margin: float) -> list[list[GroupFit]]:
     return groups
 
 
-def compare(groups: list[GroupFit], *, baseline: str | None = None, margin: float = 0.02,
-            n_boot: int = N_BOOT) -> list[Ranked]:
-    """Ranked rows (failed fits last, unranked, with their reason).
+def rank_order(groups: list[GroupFit], margin: float = 0.02) -> tuple[list[GroupFit], dict[str, str]]:
+    """The paper's verdict: fitted variants in rank order, and the shared-A notes of tie groups.
 
     Variants rank by A; within a tie group (see `tie_groups`) all are refit at the group's
-    shared (averaged) A and rank by B — for two variants exactly the paper's rule.
+    shared (averaged) A and rank by B — for two variants exactly the paper's rule. `extrapolate`
+    uses the same order, so the two commands can say where they disagree.
     """
     ok = [g for g in groups if g.fit is not None]
     order: list[GroupFit] = []
@@ -74,6 +79,28 @@ def compare(groups: list[GroupFit], *, baseline: str | None = None, margin: floa
                 notes[g.variant] = (f"A within {margin:g} of {', '.join(h.variant for h in tied if h is not g)}"
                                     f": at shared A={A:.3f}, B {B[g.variant]:.2f} vs {others}")
         order += tied
+    return order, notes
+
+
+def compare(groups: list[GroupFit], *, baseline: str | None = None, margin: float = 0.02,
+            n_boot: int = N_BOOT, budget: float | None = None) -> list[Ranked]:
+    """Ranked rows (failed fits last, unranked, with their reason).
+
+    The rank is the paper's verdict (`rank_order`). Next to it each row carries what the
+    variant is predicted to reach at the largest compute observed (any variant) and at
+    `budget`, and a note wherever that predicted ordering contradicts the rank, with the reason
+    (see ablate.verdict).
+    """
+    ok = [g for g in groups if g.fit is not None]
+    order, notes = rank_order(groups, margin)
+    c_max = verdict.largest_compute(groups)
+    points = [("the largest compute observed", c_max)]
+    if budget is not None:
+        points.append(("the budget", budget))
+    disagree: dict[str, list[str]] = {}
+    for label, at in points:
+        for v, note in verdict.reversals(order, at, c_max, label).items():
+            disagree.setdefault(v, []).append(note)
     base = next((g for g in ok if g.variant == baseline), None) if baseline else (ok[0] if ok else None)
     rows = []
     for i, g in enumerate(order, 1):
@@ -84,7 +111,10 @@ def compare(groups: list[GroupFit], *, baseline: str | None = None, margin: floa
             else:
                 f1, f2, _ = _shared(g, base, n_boot=n_boot)
                 p = p_greater(f1.samples.get("B", [f1.B]), f2.samples.get("B", [f2.B]))
-        rows.append(Ranked(g, i, p, notes.get(g.variant, "")))
+        rows.append(Ranked(g, i, p, notes.get(g.variant, ""),
+                           verdict.predicted(g.fit, c_max),
+                           None if budget is None else verdict.predicted(g.fit, budget),
+                           " | ".join(disagree.get(g.variant, [])) or None))
     for g in groups:
         if g.fit is None:
             rows.append(Ranked(g, None, None, f"fit failed: {g.error}"))

@@ -16,14 +16,18 @@ Two point estimators:
              over (B, C_mid) with A solved in closed form, then LM on (A, log B, log C_mid) from
              the best few distinct starts at once. Continuous, so its SSE is at most the paper grid's.
   "paper"    the paper's grid: A in {0.450, ..., 0.800} x 100 C_mid values linear in [100, 40000],
-             B by scipy curve_fit per pair, lowest SSE kept. The C_mid grid is in GPU-hours; when
-             the data's compute is not on that scale (max compute outside [1e3, 4e5]) the grid is
-             rescaled by max_compute / 16000 (the paper's 16k-GPU-hour runs), so the mode still
-             works on FLOPs or CPU-proxy device-hours. Documented in `paper_cmid_grid`.
+             B by scipy curve_fit per pair, lowest SSE kept. The C_mid grid's unit is an explicit
+             choice (`paper_grid`): "relative" (default) places it where it sits relative to the
+             paper's 16k-GPU-hour runs, i.e. [100, 40000] x max_compute / 16000, so it works on
+             FLOPs, steps or CPU-proxy device-hours alike; "gpu-hours" uses it verbatim (for data
+             in paper-scale GPU-hours). An optimum on the grid's edge is not an answer: the grid
+             is extended on that side (A by 0.005 steps down to R0 or up to 1, C_mid by further
+             spans) until the optimum is inside; if it is still on an edge that cannot move (A
+             at 1, C_mid beyond 3 spans) the fit is refused. `Fit.grid` records the grid used.
 
-Fit window: `min_compute` / `max_compute`. When no minimum is given, `default_min_compute` skips
-the early, near-linear phase: points below 10% of the largest compute (the paper skipped ~1.5k of
-its 16k GPU-hours), never leaving fewer than MIN_POINTS points; the Fit records what was skipped.
+Fit window: `min_compute` / `max_compute`. When no minimum is given, `ablate.window` reads the
+start from the curve's shape: early points are kept unless they are off the sigmoid the later
+points follow (an F-test of nested fits); the Fit records the window and what was skipped.
 
 Intervals (95%, percentile, stored as `Fit.ci` and as draws in `Fit.samples`):
   * seeds:     a variant with >= SEED_MIN_RUNS seeds: fit each seed alone, and use the spread of
@@ -48,6 +52,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -56,15 +61,16 @@ from scipy import stats
 from scipy.special import expit
 
 from ablate.errors import InputError
+from ablate.window import auto_min_compute
 
 MIN_POINTS = 5
-EARLY_FRACTION = 0.10
 SEED_MIN_RUNS = 3
 N_BOOT = 1000
 LEVEL = 0.95
 PAPER_A_GRID = np.round(np.arange(0.450, 0.8000001, 0.005), 3)
 PAPER_CMID_RANGE = (100.0, 40000.0)
 PAPER_RUN_GPU_HOURS = 16000.0
+PAPER_GRIDS = ("relative", "gpu-hours")
 
 _B_MIN, _B_MAX = 0.02, 20.0
 # C_mid may lie beyond the data (a curve that has not bent yet), but not absurdly far: past
@@ -94,6 +100,9 @@ class Fit:
     min_compute: float | None = None
     max_compute: float | None = None
     skipped: int = 0  # points below the window's minimum (early phase) left out of the fit
+    window_rule: str = "given"  # "auto" (ablate.window chose the start) | "given"
+    warnings: list[str] = field(default_factory=list)  # bounds / identifiability, in words
+    grid: dict | None = None  # paper method: the (possibly extended) grid that was searched
     samples: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     data: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
@@ -136,7 +145,24 @@ class Fit:
             "R0_ci": list(self.ci.get("R0", (math.nan, math.nan))),
             "r2": self.r2,
             "n_points": self.n_points,
+            "window": [self.min_compute, self.window_max()],
+            "window_rule": self.window_rule,
+            "skipped": self.skipped,
+            "method": self.method,
+            "interval_method": self.interval_method,
+            "n_seeds": self.n_seeds,
+            "warnings": list(self.warnings),
+            "grid": self.grid,
         }
+
+    def window_max(self) -> float | None:
+        """The window's upper end: --max-compute if given, else the largest compute fit."""
+        if self.max_compute is not None:
+            return self.max_compute
+        if self.data is None:
+            return None
+        c = self.data[0]
+        return float(c[c >= (self.min_compute or 0)].max())
 
 
 def sigmoid(compute, A, B, C_mid, R0):
@@ -150,13 +176,21 @@ def sigmoid(compute, A, B, C_mid, R0):
 
 
 def compute_for(score, A, B, C_mid, R0):
-    """Inverse of `sigmoid`: compute where R(C) = score; inf where the curve never gets there."""
+    """Inverse of `sigmoid`: compute where R(C) first reaches `score`.
+
+    0 where the curve starts at or above it (score <= R0); inf where it never gets there,
+    including a draw whose A is at or below R0 (a flat or falling curve never rises to a score
+    above its start; dividing by A - R0 < 0 would otherwise read as "reached at compute 0").
+    """
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        s = np.asarray((score - R0) / (A - R0), float)
+        score, A, B, C_mid, R0 = np.broadcast_arrays(*(np.asarray(v, float)
+                                                       for v in (score, A, B, C_mid, R0)))
+        gain = A - R0
+        s = np.where(gain > 0, (score - R0) / np.where(gain > 0, gain, 1.0), np.inf)
         inside = (s > 0) & (s < 1)
         ratio = np.where(inside, s, 0.5) / (1.0 - np.where(inside, s, 0.5))
         c = C_mid * ratio ** (1.0 / B)
-        c = np.where(inside, c, np.where(s <= 0, 0.0, np.inf))
+        c = np.where(inside, c, np.where(score <= R0, 0.0, np.inf))
     return float(c) if np.ndim(c) == 0 else c
 
 
@@ -173,30 +207,17 @@ def _pct(v: np.ndarray, level: float) -> tuple[float, float]:
 # Window
 
 
-def default_min_compute(compute: np.ndarray) -> float:
-    """The early-phase rule: skip points below 10% of the largest compute, keep >= MIN_POINTS.
+def paper_cmid_grid(max_compute: float, unit: str = "relative") -> np.ndarray:
+    """The paper's 100 C_mid values, linear in [100, 40000] GPU-hours.
 
-    The paper calls its threshold (1.5k GPU-hours of 16k+) a heuristic and found A robust to it;
-    a fraction of the run keeps the rule unit-free.
+    unit "gpu-hours": verbatim (the data is in paper-scale GPU-hours). "relative": multiplied by
+    max_compute / 16000, i.e. placed where the grid sits relative to the paper's 16k-GPU-hour
+    runs, whatever the compute unit (FLOPs, steps, device-hours).
     """
-    c = np.sort(np.asarray(compute, float)[np.asarray(compute) > 0])
-    if c.size == 0:
-        return 0.0
-    thr = EARLY_FRACTION * c[-1]
-    if np.sum(c >= thr) < MIN_POINTS:
-        thr = c[max(c.size - MIN_POINTS, 0)]
-    return float(thr)
-
-
-def paper_cmid_grid(max_compute: float) -> np.ndarray:
-    """The paper's 100 C_mid values, linear in [100, 40000] GPU-hours, rescaled off that scale.
-
-    If the data's largest compute is in [1e3, 4e5] the units are taken to be paper-scale
-    GPU-hours and the grid is used verbatim; otherwise (FLOPs, CPU-proxy device-hours) it is
-    multiplied by max_compute / 16000, i.e. placed where it sits relative to a 16k-GPU-hour run.
-    """
+    if unit not in PAPER_GRIDS:
+        raise InputError(f"unknown paper grid unit {unit!r}; valid: {', '.join(PAPER_GRIDS)}")
     lo, hi = PAPER_CMID_RANGE
-    scale = 1.0 if 1e3 <= max_compute <= 4e5 else max_compute / PAPER_RUN_GPU_HOURS
+    scale = 1.0 if unit == "gpu-hours" else max_compute / PAPER_RUN_GPU_HOURS
     return np.linspace(lo * scale, hi * scale, 100)
 
 
@@ -307,29 +328,75 @@ def _fit_default(x, y, w, r0):
     return th[i], float(sse[i]), bool(ok[i])
 
 
-def _fit_paper(x, y, w, r0, c_max):
-    """The paper's grid over (A, C_mid) with scipy curve_fit for B; lowest SSE wins."""
-    from scipy.optimize import curve_fit
+def _paper_pair(C, yy, r0, A, cm) -> tuple[float, float]:
+    """(SSE, B) of the paper's inner step: B by scipy curve_fit at fixed (A, C_mid)."""
+    from scipy.optimize import OptimizeWarning, curve_fit
 
-    C = np.exp(x[w > 0])
-    yy = y[w > 0]
-    best = (np.inf, None)
-    for cm in paper_cmid_grid(c_max):
-        for A in PAPER_A_GRID:
-            def f(c, B, A=A, cm=cm):
-                return r0 + (A - r0) / (1 + (cm / c) ** B)
-            try:
-                (B,), _ = curve_fit(f, C, yy, p0=[1.0])
-            except (RuntimeError, ValueError):
-                continue
-            if not B > 0:  # the model needs B > 0; curve_fit itself is unconstrained
-                continue
-            sse = float(np.sum((yy - f(C, B)) ** 2))
-            if sse < best[0]:
-                best = (sse, (A, math.log(B), math.log(cm)))
-    if best[1] is None:
-        return None, np.inf, False
-    return np.array(best[1]), best[0], True
+    def f(c, B):
+        return r0 + (A - r0) / (1 + (cm / c) ** B)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", OptimizeWarning)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            (B,), _ = curve_fit(f, C, yy, p0=[1.0])
+    except (RuntimeError, ValueError, np.linalg.LinAlgError):
+        return np.inf, np.nan
+    if not (B > 0 and np.isfinite(B)):  # the model needs B > 0; curve_fit is unconstrained
+        return np.inf, np.nan
+    sse = float(np.sum((yy - f(C, B)) ** 2))
+    return (sse if np.isfinite(sse) else np.inf), float(B)
+
+
+def _fit_paper(x, y, w, r0, c_max, unit="relative"):
+    """The paper's grid over (A, C_mid) with scipy curve_fit for B; lowest SSE wins.
+
+    An optimum on the grid's edge is the grid's answer, not the data's (A = 0.450 for a curve
+    that never passes 0.07), so the grid is extended on that side and searched again: A by the
+    same 0.005 steps down to just above R0 or up to 1.0, C_mid upward by further copies of its
+    span (at most 3) and downward by 20 geometric steps to 1/100 of its lowest value. Returns
+    (theta, sse, grid): grid records the ranges searched, the extensions and any edge the
+    optimum still sits on (then the caller refuses the fit).
+    """
+    C, yy = np.exp(x[w > 0]), y[w > 0]
+    step = 0.005
+    A_vals = list(PAPER_A_GRID)
+    cm_vals = list(paper_cmid_grid(c_max, unit))
+    span = cm_vals[-1] - cm_vals[0]
+    results: dict[tuple[float, float], tuple[float, float]] = {}
+    extended: list[str] = []
+    up_spans = down = 0
+    for _ in range(8):
+        for A in A_vals:
+            for cm in cm_vals:
+                if (A, cm) not in results:
+                    results[(A, cm)] = _paper_pair(C, yy, r0, A, cm)
+        (A, cm), (sse, B) = min(results.items(), key=lambda kv: kv[1][0])
+        if not np.isfinite(sse):
+            return None, np.inf, None
+        edges, grew = [], False
+        if A == A_vals[0] and A - step > r0:
+            lo = max(r0 + step, step)
+            A_vals = [round(v, 3) for v in np.arange(A - step, lo - 1e-9, -step)][::-1] + A_vals
+            extended.append("A down"); grew = True
+        elif A == A_vals[-1] and A < 1.0:
+            A_vals = A_vals + [round(v, 3) for v in np.arange(A + step, 1.0 + 1e-9, step)]
+            extended.append("A up"); grew = True
+        elif A in (A_vals[0], A_vals[-1]):
+            edges.append(f"A={A:.3f} (the bound)" if A >= 1.0 else f"A={A:.3f} (just above R0)")
+        if cm == cm_vals[-1] and up_spans < 3:
+            cm_vals = cm_vals + list(np.linspace(cm, cm + span, 101)[1:])
+            up_spans += 1; extended.append("C_mid up"); grew = True
+        elif cm == cm_vals[0] and down < 1:
+            cm_vals = list(np.geomspace(cm / 100, cm, 21)[:-1]) + cm_vals
+            down += 1; extended.append("C_mid down"); grew = True
+        elif cm in (cm_vals[0], cm_vals[-1]):
+            edges.append(f"C_mid={cm:.4g} (end of the extended grid)")
+        if not grew:
+            break
+    grid = {"unit": unit, "A": [min(A_vals), max(A_vals), step],
+            "C_mid": [float(min(cm_vals)), float(max(cm_vals)), len(cm_vals)],
+            "extended": extended, "edge": edges}
+    return np.array([A, math.log(B), math.log(cm)]), sse, grid
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,8 +457,13 @@ def _reml_posterior(J, res, series, free, K, rng) -> np.ndarray:
     bootstrap sample's noise model from this posterior carries that uncertainty into the
     intervals instead of trusting one point estimate of it.
     """
-    n, p = res.size, free.size
-    Jf = J[:, free]
+    # An orthonormal basis of the fit's tangent space instead of J itself: the restricted
+    # likelihood depends only on that space, and a degenerate J (a step-like fit with B at its
+    # limit, a grid optimum where dR/dA and dR/dB are collinear) made J'S^-1 J singular, which
+    # crashed the whole command with LinAlgError.
+    U, sv, _ = np.linalg.svd(J[:, free], full_matrices=False)
+    Jf = U[:, sv > max(sv.max(initial=0.0), 1e-300) * 1e-9]
+    n, p = res.size, Jf.shape[1]
     frac = _FRAC_GRID[:, None]
     ll, qs = [], []
     for phi in _PHI_GRID:
@@ -401,13 +473,16 @@ def _reml_posterior(J, res, series, free, K, rng) -> np.ndarray:
         Jq = np.concatenate([Q.T @ Jf[ix] for (_, Q), ix in zip(parts, series)])
         v = frac * np.maximum(lam, 0.0)[None, :] + (1 - frac)  # (F, n) eigenvalues of S
         d = 1.0 / np.maximum(v, 1e-12)
-        JSr = (d * rq[None, :]) @ Jq  # (F, p)
-        JSJ = np.einsum("np,fn,nq->fpq", Jq, d, Jq)
-        q = (d * rq[None, :] ** 2).sum(axis=1) - np.einsum(
-            "fp,fp->f", JSr, np.linalg.solve(JSJ, JSr[:, :, None])[:, :, 0])
+        q = (d * rq[None, :] ** 2).sum(axis=1)
+        logdet = 0.0
+        if p:
+            JSr = (d * rq[None, :]) @ Jq  # (F, p)
+            JSJ = np.einsum("np,fn,nq->fpq", Jq, d, Jq)
+            q = q - np.einsum("fp,fp->f", JSr, np.linalg.solve(JSJ, JSr[:, :, None])[:, :, 0])
+            logdet = np.linalg.slogdet(JSJ)[1]
         q = np.maximum(q, 1e-300)
         ll.append(-0.5 * ((n - p) * np.log(q) + np.log(np.maximum(v, 1e-12)).sum(axis=1)
-                          + np.linalg.slogdet(JSJ)[1]))
+                          + logdet))
         qs.append(q)
     ll, qs = np.concatenate(ll), np.concatenate(qs)
     ll = ll + _LOG_PRIOR_PHI
@@ -491,15 +566,22 @@ def fit_sigmoid(
     n_boot: int = N_BOOT,
     intervals: bool = True,
     random_state: int | np.random.Generator | None = 0,
+    paper_grid: str = "relative",
 ) -> Fit:
     """Fit R(C) on the window and attach 95% intervals.
 
     `seeds` labels each point's run (seeds of one variant are pooled for the point fit); with
     >= SEED_MIN_RUNS distinct seeds the intervals come from per-seed fits, else from the
-    drift + white-noise bootstrap with a REML-posterior noise model. Raises FitError when the curve cannot be fit, naming why.
+    drift + white-noise bootstrap with a REML-posterior noise model. `min_compute=None` lets
+    `ablate.window` choose the start from the curve's shape. `paper_grid` is the unit of the
+    paper method's C_mid grid (see `paper_cmid_grid`). Raises FitError when the curve cannot be
+    fit, naming the cause and the option that helps; fits that stand but sit at a bound carry
+    `warnings`.
     """
     if method not in ("default", "paper"):
         raise InputError(f"unknown fit method {method!r}; valid: default, paper")
+    if paper_grid not in PAPER_GRIDS:
+        raise InputError(f"unknown paper grid unit {paper_grid!r}; valid: {', '.join(PAPER_GRIDS)}")
     c, y = _validate(compute, score)
     sid = np.zeros(c.size, int) if seeds is None else np.unique(np.asarray(seeds), return_inverse=True)[1].ravel()
     if sid.size != c.size:
@@ -515,7 +597,8 @@ def fit_sigmoid(
 
     hi = np.inf if max_compute is None else float(max_compute)
     positive = (c > 0) & (c <= hi)
-    lo = default_min_compute(c[positive]) if min_compute is None else float(min_compute)
+    rule = "auto" if min_compute is None else "given"
+    lo = _auto_start(c[positive], y[positive], r0) if min_compute is None else float(min_compute)
     inwin = positive & (c >= lo)
     skipped = int(np.sum(positive & (c < lo)))
     n = int(inwin.sum())
@@ -529,32 +612,122 @@ def fit_sigmoid(
     rho = stats.spearmanr(x, yw).statistic if np.ptp(yw) > 0 else 0.0
     if not np.isfinite(rho) or rho <= 0:
         raise FitError(f"score is flat or decreasing with compute in the window (Spearman "
-                       f"rho {rho:.2f}); the sigmoid needs a rising curve")
+                       f"rho {rho:.2f}); the sigmoid needs a rising curve"
+                       + _earlier_rise_hint(c, y, positive, lo, skipped))
     w = np.ones(n)
 
+    grid = None
     if method == "paper":
-        theta, sse, ok = _fit_paper(x, yw, w, r0, float(c[inwin].max()))
+        theta, sse, grid = _fit_paper(x, yw, w, r0, float(c[inwin].max()), paper_grid)
     else:
-        theta, sse, ok = _fit_default(x, yw, w, r0)
+        theta, sse, _ = _fit_default(x, yw, w, r0)
     if theta is None or not np.isfinite(sse):
         raise FitError("the fit did not converge")
     A, B, cm = float(theta[0]), float(math.exp(theta[1])), float(math.exp(theta[2]))
     if A <= r0 + 1e-6:
         raise FitError(f"fitted asymptote A={A:.3f} is not above the starting score R0={r0:.3f}: "
                        "flat or decreasing curve")
-    if theta[2] >= x.max() + _M_ABOVE - 1e-6 or theta[1] <= math.log(_B_MIN) + 1e-9 \
-            or (A >= 0.999 and yw.max() < 0.9):
-        raise FitError("the fit did not converge: the curve has not bent within the data, so "
-                       "A and C_mid are not identified (train longer or widen the window)")
+    if grid is not None and grid["edge"]:
+        raise FitError("paper grid: the best fit is on the edge of the grid even after extending "
+                       f"it ({'; '.join(grid['edge'])}), so the grid, not the data, chose it; "
+                       "--method default reports such fits with bound warnings")
+    why = _unidentified(theta, x, yw)
+    if why:
+        raise FitError(f"A and C_mid are not identified ({why}): "
+                       + _unidentified_help(c, y, positive, lo, skipped, max_compute, r0))
     ss_tot = float(np.sum((yw - yw.mean()) ** 2))
     r2 = 1.0 - sse / ss_tot if ss_tot > 0 else float("nan")
 
     fit = Fit(A=A, B=B, C_mid=cm, R0=r0, ci={}, r2=r2, n_points=n, sse=sse, method=method,
               n_seeds=len(starts), min_compute=lo, max_compute=None if max_compute is None else hi,
-              skipped=skipped, data=(c, y, sid))
+              skipped=skipped, window_rule=rule, grid=grid, data=(c, y, sid),
+              warnings=_bound_warnings(A, B, cm, x, r2, grid))
     if intervals and n_boot > 0:  # n_boot=0: point fit only, like intervals=False
         _attach_intervals(fit, x, yw, w, sw, np.array([A, theta[1], theta[2]]), r0, n_boot, rng)
     return fit
+
+
+def _auto_start(c: np.ndarray, y: np.ndarray, r0: float) -> float:
+    """`ablate.window.auto_min_compute` with the default point fit as its SSE."""
+    if c.size == 0:
+        return 0.0
+
+    def sse_of(lo: float) -> float:
+        m = c >= lo
+        if m.sum() < 4:
+            return np.inf
+        return _fit_default(np.log(c[m]), y[m], np.ones(int(m.sum())), r0)[1]
+
+    return auto_min_compute(c, sse_of, MIN_POINTS)[0]
+
+
+def _unidentified(theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> str | None:
+    """Why the point fit does not pin A and C_mid, or None when it does."""
+    if theta[2] >= x.max() + _M_ABOVE - 1e-6:
+        return "C_mid ran to its limit, thousands of times the largest compute"
+    if theta[1] <= math.log(_B_MIN) + 1e-9:
+        return f"B ran to its lower limit {_B_MIN}"
+    if theta[0] >= 0.999 and y.max() < 0.9:
+        return f"A ran to its bound 1.0 while no score in the window exceeds {y.max():.3f}"
+    return None
+
+
+def _earlier_rise_hint(c, y, positive, lo, skipped) -> str:
+    """"; the rise is before the window..." when the skipped early points hold the curve's rise."""
+    if not skipped:
+        start = c == c.min()
+        late = positive & (c >= lo)
+        if c.min() < lo and y[start].mean() < y[late].mean() - 3 * max(y[late].std(), 1e-3):
+            return (f"; the whole rise, from R0={y[start].mean():.3f} at compute {c.min():.4g} to "
+                    f"~{y[late].mean():.3f}, happened before the first evaluation in the window "
+                    f"(compute {c[late].min():.4g}): evaluate more often early in the run, no "
+                    "window setting can recover B and C_mid")
+        return ""
+    early = positive & (c < lo)
+    late = positive & (c >= lo)
+    if y[early].mean() < y[late].mean() - 1e-9:
+        return (f"; the curve rose before the window starts ({skipped} point(s) below "
+                f"compute {lo:.4g} skipped): lower --min-compute, e.g. --min-compute 0")
+    return ""
+
+
+def _unidentified_help(c, y, positive, lo, skipped, max_compute, r0) -> str:
+    """The real cause of an unidentified fit and the option that helps."""
+    hint = _earlier_rise_hint(c, y, positive, lo, skipped)
+    if hint:
+        m = positive.copy()
+        x_all = np.log(c[m])
+        theta, _, _ = _fit_default(x_all, y[m], np.ones(x_all.size), r0)
+        if _unidentified(theta, x_all, y[m]) is None:
+            return "the window holds only the plateau" + hint
+    if max_compute is not None and np.any(c > max_compute):
+        return (f"the curve has not bent by --max-compute {max_compute:.4g}; "
+                f"{int(np.sum(c > max_compute))} later point(s) were held out: raise --max-compute")
+    return ("the curve is still rising at its last point without bending towards a ceiling; "
+            "train longer (more compute), no window setting can identify the ceiling")
+
+
+def _bound_warnings(A: float, B: float, cm: float, x: np.ndarray, r2: float,
+                    grid: dict | None) -> list[str]:
+    """Fits that stand but sit at a bound or outside the data, said in words."""
+    out = []
+    if A >= 0.99:
+        out.append(f"A at its bound ({A:.3f}, max 1.0): the ceiling is not pinned by the data")
+    c_lo, c_hi = math.exp(x.min()), math.exp(x.max())
+    if cm > c_hi:
+        out.append(f"C_mid beyond the data ({cm / c_hi:.3g}x the largest compute in the window): "
+                   "the curve has not reached half its gain, so A is an extrapolation")
+    elif cm < c_lo:
+        out.append(f"C_mid before the window ({cm:.3g} < its start {c_lo:.3g}): the data shows "
+                   "only the saturation, so B and C_mid are weakly identified")
+    if B <= _B_MIN * 1.05 or B >= _B_MAX * 0.95:
+        out.append(f"B at the limit of its range ({B:.3g}; the fitter allows {_B_MIN}-{_B_MAX:g})")
+    if np.isfinite(r2) and r2 < 0:
+        out.append(f"fits worse than a flat line (R^2 {r2:.2f})")
+    if grid is not None and grid["extended"]:
+        out.append("the paper grid's optimum was on its edge; grid extended ("
+                   + ", ".join(dict.fromkeys(grid["extended"])) + ")")
+    return out
 
 
 def _attach_intervals(fit, x, y, w, sid, theta, r0, n_boot, rng, fix_a=False):
@@ -607,7 +780,7 @@ def refit_with_A(fit: Fit, A: float, *, n_boot: int = N_BOOT, random_state=0) ->
               ci={}, r2=1.0 - float(sse[0]) / ss_tot if ss_tot > 0 else float("nan"),
               n_points=fit.n_points, sse=float(sse[0]), method=fit.method, n_seeds=fit.n_seeds,
               min_compute=fit.min_compute, max_compute=fit.max_compute, skipped=fit.skipped,
-              data=fit.data)
+              window_rule=fit.window_rule, data=fit.data)
     if fit.samples and n_boot > 0:
         _attach_intervals(out, x, yw, w, sw, theta, fit.R0, n_boot, rng, fix_a=True)
     return out

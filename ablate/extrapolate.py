@@ -3,13 +3,17 @@
 Fits are made on the window (`--max-compute` can hold back later data to check a prediction)
 and the sigmoid carries them beyond it; intervals come from the fit's parameter draws. The
 variant to scale at a budget is the one with the highest predicted score there, which need not
-be the one with the highest A (a fast, low-ceiling recipe can win at small budgets).
+be the one `compare` ranks first (a fast, low-ceiling recipe can win at small budgets; a variant
+ranked first by B at a shared A can rise later). Every row carries compare's rank, and where the
+recommendation and the rank disagree both rows say why (ablate.verdict), as compare does.
 """
 
 from __future__ import annotations
 
 import math
 
+from ablate import verdict
+from ablate.compare import rank_order
 from ablate.fitgroups import GroupFit
 
 
@@ -17,14 +21,23 @@ def _num(v: float) -> float | None:
     return None if v is None or not math.isfinite(v) else float(v)
 
 
+def _fit_info(g: GroupFit) -> dict:
+    """The window, skipped points, method and warnings of the fit behind a row."""
+    d = g.as_dict()
+    return {k: d.get(k) for k in ("window", "window_rule", "skipped", "method", "warnings")}
+
+
 def extrapolate(groups: list[GroupFit], *, budget: float | None = None,
-                target: float | None = None) -> list[dict]:
+                target: float | None = None, margin: float = 0.02) -> list[dict]:
     """Per-variant dicts {"variant", "budget"|"target", "score"|"compute", "ci", "note",
-    "recommended"}; failed fits carry "error"."""
+    "recommended", "rank", "window", "skipped", "method", "warnings"}; failed fits carry "error"."""
+    order, _ = rank_order(groups, margin)
+    rank = {g.variant: i for i, g in enumerate(order, 1)}
     rows = []
     for g in groups:
+        info = {"rank": rank.get(g.variant), **_fit_info(g)}
         if g.fit is None:
-            row = {"variant": g.variant, "ci": None, "note": g.error, "error": g.error}
+            row = {"variant": g.variant, "ci": None, "note": g.error, "error": g.error, **info}
             row.update({"budget": budget, "score": None} if budget is not None
                        else {"target": target, "compute": None})
             rows.append(row)
@@ -33,21 +46,22 @@ def extrapolate(groups: list[GroupFit], *, budget: float | None = None,
         if budget is not None:
             lo, hi = f.predict_interval(budget)
             rows.append({"variant": g.variant, "budget": budget, "score": float(f.predict(budget)),
-                         "ci": [lo, hi], "note": ""})
+                         "ci": [lo, hi], "note": "", **info})
         else:
             a_hi = f.ci.get("A", (f.A, f.A))[1]
             lo, hi = f.compute_for_interval(target)
             if target >= a_hi:
                 rows.append({"variant": g.variant, "target": target, "compute": None, "ci": None,
-                             "note": f"not reachable: above A's upper bound ({a_hi:.3f})"})
+                             "note": f"not reachable: above A's upper bound ({a_hi:.3f})", **info})
                 continue
             c = f.compute_for(target)
             note = "" if math.isfinite(c) else (
                 f"not reachable at the fitted A={f.A:.3f}; possible only if A is near its "
                 f"upper bound ({a_hi:.3f})")
             rows.append({"variant": g.variant, "target": target, "compute": _num(c),
-                         "ci": [_num(lo), _num(hi)], "note": note})
+                         "ci": [_num(lo), _num(hi)], "note": note, **info})
     _recommend(rows, budget is not None)
+    _explain(rows, order, groups, budget)
     return rows
 
 
@@ -61,3 +75,22 @@ def _recommend(rows: list[dict], by_budget: bool) -> None:
         best = min(cands, key=lambda r: r["compute"], default=None)
     for r in rows:
         r["recommended"] = r is best
+
+
+def _explain(rows: list[dict], order: list[GroupFit], groups: list[GroupFit],
+             budget: float | None) -> None:
+    """Where the recommendation is not compare's first-ranked variant, say so in both rows."""
+    best = next((r for r in rows if r["recommended"]), None)
+    if best is None or not order or best["rank"] == 1:
+        return
+    top = order[0]
+    rec = next(g for g in groups if g.variant == best["variant"])
+    c_max = verdict.largest_compute(groups)
+    at = budget if budget is not None else best["compute"]
+    what = "at this budget" if budget is not None else "to reach this target"
+    why = verdict.why_reversed(top, rec, at, c_max)
+    text = (f"compare ranks {top.variant} first and {rec.variant} #{best['rank']}; "
+            f"{rec.variant} is better {what}: {why}")
+    for r in rows:
+        if r["variant"] in (top.variant, rec.variant):
+            r["note"] = "; ".join(x for x in (r["note"], text) if x)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ablate.curves import N_BOOT, Fit, FitError, fit_sigmoid
 from ablate.sources import Curves
 
@@ -14,19 +16,26 @@ class GroupFit:
     fit: Fit | None
     error: str | None
     n_points: int  # points in the variant's data (all seeds, before the window)
+    method: str = "default"
 
     def as_dict(self) -> dict:
         if self.fit is None:
             return {"variant": self.variant, "A": None, "B": None, "C_mid": None, "R0": None,
                     "A_ci": None, "B_ci": None, "C_mid_ci": None, "r2": None,
-                    "n_points": 0, "error": self.error}
+                    "n_points": 0, "window": None, "window_rule": None, "skipped": None,
+                    "method": self.method, "warnings": [], "error": self.error}
         return {"variant": self.variant, **self.fit.as_dict()}
 
 
 def fit_groups(curves: Curves, *, min_compute: float | None = None,
                max_compute: float | None = None, method: str = "default",
-               n_boot: int = N_BOOT, intervals: bool = True) -> list[GroupFit]:
-    """One fit per variant (its seeds pooled), window defaults taken from the source."""
+               n_boot: int = N_BOOT, intervals: bool = True,
+               paper_grid: str = "relative") -> list[GroupFit]:
+    """One fit per variant (its seeds pooled), window defaults taken from the source.
+
+    A variant whose fit fails, for a reason in the data (FitError) or a numerical breakdown
+    (LinAlgError), is a row with that reason: one bad variant never takes the others down.
+    """
     lo = min_compute if min_compute is not None else curves.defaults.get("min_compute")
     hi = max_compute if max_compute is not None else curves.defaults.get("max_compute")
     out = []
@@ -34,8 +43,11 @@ def fit_groups(curves: Curves, *, min_compute: float | None = None,
         try:
             fit = fit_sigmoid(g["compute"].to_numpy(), g["score"].to_numpy(), min_compute=lo,
                               max_compute=hi, method=method, seeds=g["seed"].to_numpy(),
-                              n_boot=n_boot, intervals=intervals)
-            out.append(GroupFit(str(name), fit, None, len(g)))
+                              n_boot=n_boot, intervals=intervals, paper_grid=paper_grid)
+            out.append(GroupFit(str(name), fit, None, len(g), method))
         except FitError as e:
-            out.append(GroupFit(str(name), None, f"variant {name!r}: {e}", len(g)))
+            out.append(GroupFit(str(name), None, f"variant {name!r}: {e}", len(g), method))
+        except np.linalg.LinAlgError as e:
+            out.append(GroupFit(str(name), None, f"variant {name!r}: numerical failure in the "
+                                f"{method} fit ({e}); try --method default", len(g), method))
     return out

@@ -2,7 +2,9 @@
 
     study results dir    ablate.gather; x/y default to gpu_hours / eval/pass_rate, or the
                          study.yaml `fit:` section; rows lacking x or y (non-eval lines) are left out
-    .csv .jsonl .parquet long tables: columns variant, seed (optional), compute, score
+    .csv .jsonl .parquet long tables: columns variant, seed (optional), compute, score; a table
+                         without a variant column (and no --by) is one curve named after the
+                         file; rows with a blank compute or score cell are dropped and counted
     other tools' logs    W&B CSV exports, MLflow tracking dirs, TensorBoard dirs (verl, TRL,
                          ours), verl/TRL JSONL logs, HF trainer_state.json: ablate.readers;
                          score/compute auto-detected where unambiguous (Curves.notes says what
@@ -34,6 +36,7 @@ class Curves:
     x: str
     y: str
     defaults: dict = field(default_factory=dict)  # fit window defaults from the source
+    dropped: int = 0  # table rows left out for a blank compute or score cell
     notes: list[str] = field(default_factory=list)  # what a reader picked (for stderr)
 
     def variants(self) -> list[str]:
@@ -75,7 +78,10 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
                              + ", ".join(TABLE_SUFFIXES))
         df = _read_table(p)
         x, y = x or "compute", y or "score"
-        return Curves(_tidy(df, str(p), x, y, by or "variant", drop_missing=False), str(p), x, y)
+        if by is None and "variant" not in df.columns:
+            df = df.assign(variant=p.stem)  # one curve: the file is the variant
+        tidy = _tidy(df, str(p), x, y, by or "variant", drop_missing=True)
+        return Curves(tidy, str(p), x, y, dropped=int(tidy.attrs.get("dropped", 0)))
     raise InputError(f"{p}: a directory with none of: variants.json (study results dir), "
                      "TensorBoard event files, an MLflow tracking dir, JSONL logs, "
                      "trainer_state.json")
@@ -115,6 +121,7 @@ def _tidy(df: pd.DataFrame, src: str, x: str, y: str, by: str, *, drop_missing: 
     missing = out["compute"].isna() | out["score"].isna()
     if drop_missing:
         out = out[~missing]
+    dropped = int(missing.sum()) if drop_missing else 0
     for name, c in (("compute", x), ("score", y)):
         v = out[name].to_numpy()
         bad = ~np.isfinite(v)
@@ -134,4 +141,6 @@ def _tidy(df: pd.DataFrame, src: str, x: str, y: str, by: str, *, drop_missing: 
     out["seed"] = pd.to_numeric(out["seed"], errors="coerce").fillna(0).astype(int)
     if out.empty:
         raise InputError(f"{src}: no rows with both {x!r} and {y!r}")
-    return out.reset_index(drop=True)
+    out = out.reset_index(drop=True)
+    out.attrs["dropped"] = dropped
+    return out

@@ -12,7 +12,8 @@ from ablate import synthetic as sy
 
 from _curves_util import curves_frame, run_cli, write_study
 
-KEYS = {"variant", "A", "B", "C_mid", "R0", "A_ci", "B_ci", "C_mid_ci", "r2", "n_points"}
+KEYS = {"variant", "A", "B", "C_mid", "R0", "A_ci", "B_ci", "C_mid_ci", "r2", "n_points",
+        "window", "skipped", "method", "warnings"}
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +31,11 @@ def test_fit_json_matches_contract(table, capsys):
     for r in rows:
         assert KEYS <= set(r)
         assert r["A_ci"][0] <= r["A"] <= r["A_ci"][1]
-        assert r["n_points"] == 2 * 45  # 2 seeds, early 10% skipped
+        # on the sigmoid from compute 0: the shape-based window keeps every point (2 seeds)
+        assert r["n_points"] == 2 * 50 and r["skipped"] == 0 and r["window_rule"] == "auto"
+        assert r["window"][0] > 0 and r["window"][1] == pytest.approx(0.05)
+        assert r["method"] == "default" and r["warnings"] == []
     assert abs(rows[0]["A"] - 0.66) < 0.03 and abs(rows[1]["A"] - 0.55) < 0.03
-    assert "skipped" in err  # the window rule says what it left out
 
 
 def test_fit_table_and_paper_method(table, capsys):
@@ -104,7 +107,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, table, cap
     short.write_text("variant,compute,score\na,1,0.1\na,2,0.2\na,3,0.3\n")
     nan = tmp_path / "nan.csv"
     nan.write_text("variant,compute,score\n" + "".join(f"a,{i},{0.1 + i / 100}\n" for i in range(9))
-                   + "a,10,nan\n")
+                   + "a,10,inf\n")
     before = set(tmp_path.iterdir())
     fmt = {"d": tmp_path, "t": table, "short": short, "nan": nan}
     code, out, err = run_cli([a.format(**fmt) for a in args] + ["--json"], capsys)

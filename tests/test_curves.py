@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from ablate import synthetic as sy
-from ablate.curves import (FitError, compute_for, default_min_compute, fit_sigmoid,
-                           paper_cmid_grid, refit_with_A, sigmoid)
+from ablate.curves import (FitError, compute_for, fit_sigmoid, paper_cmid_grid, refit_with_A,
+                           sigmoid)
 from ablate.errors import InputError
 
 
@@ -53,19 +53,19 @@ def test_paper_method_reproduces_grid_and_default_is_no_worse():
 
 def test_paper_grid_rescales_off_gpu_hour_scale():
     np.testing.assert_allclose(paper_cmid_grid(16000.0)[[0, -1]], [100, 40000])
+    np.testing.assert_allclose(paper_cmid_grid(400.0, "gpu-hours")[[0, -1]], [100, 40000])
     g = paper_cmid_grid(0.05)
     assert g[0] == pytest.approx(100 * 0.05 / 16000) and g[-1] == pytest.approx(40000 * 0.05 / 16000)
 
 
-def test_window_rule_skips_early_phase_and_reports_it():
+def test_window_given_explicitly_is_used_and_reported():
     c = np.linspace(0, 100, 101)
-    assert default_min_compute(c) == pytest.approx(10.0)
-    assert default_min_compute(np.array([0, 1, 2, 3, 4, 50.0])) == 1.0  # keeps >= 5 points
     y = sigmoid(c, 0.6, 1.5, 20, 0.1)
-    f = fit_sigmoid(c, y, intervals=False)
-    assert f.skipped == 9 and f.n_points == 91 and f.min_compute == pytest.approx(10)
+    f = fit_sigmoid(c, y, intervals=False)  # on the sigmoid from the start: nothing skipped
+    assert f.window_rule == "auto" and f.skipped == 0 and f.n_points == 100
     g = fit_sigmoid(c, y, min_compute=50, max_compute=90, intervals=False)
-    assert g.n_points == 41 and g.skipped == 49
+    assert g.n_points == 41 and g.skipped == 49 and g.window_rule == "given"
+    assert g.as_dict()["window"] == [50.0, 90.0]
 
 
 @pytest.mark.parametrize("y, match", [

@@ -46,7 +46,7 @@ def test_table_errors_name_file_and_column(tmp_path):
     with pytest.raises(InputError, match=r"t.csv: no column 'gpu_hours' for --x"):
         load(p, x="gpu_hours")
     df = pd.read_csv(p)
-    df.loc[3, "score"] = np.nan
+    df.loc[3, "score"] = np.inf
     df.to_csv(p, index=False)
     with pytest.raises(InputError, match=r"column 'score' has NaN/inf \(variant 'cispo', row 4\)"):
         load(p)
@@ -140,3 +140,26 @@ def test_study_yaml_fit_defaults_and_missing_rows(tmp_path):
     cur = load(d)
     assert cur.x == "flops" and cur.defaults["min_compute"] == 1e12
     assert len(cur.frame) == 22
+
+
+def test_blank_cells_are_dropped_and_counted(tmp_path):
+    # W&B/TensorBoard exports leave a cell blank where a metric was not logged at that step
+    df = curves_frame(seeds=1, n_points=10)
+    df.loc[[2, 5], "score"] = np.nan
+    df.loc[7, "compute"] = np.nan
+    p = tmp_path / "t.csv"
+    df.to_csv(p, index=False)
+    cur = load(p)
+    assert cur.dropped == 3 and len(cur.frame) == len(df) - 3
+    assert cur.frame["score"].notna().all() and cur.frame["compute"].notna().all()
+
+
+def test_one_curve_without_variant_column_is_one_variant(tmp_path):
+    df = curves_frame(seeds=1, n_points=10)
+    one = df[df["variant"] == "ppo"].drop(columns=["variant", "seed"])
+    p = tmp_path / "my_run.csv"
+    one.to_csv(p, index=False)
+    cur = load(p)
+    assert cur.variants() == ["my_run"] and len(cur.frame) == len(one)
+    with pytest.raises(InputError, match="no column 'recipe' for --by"):
+        load(p, by="recipe")  # an explicit --by still has to exist

@@ -18,7 +18,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from ablate.cli import app
-from ablate.curves import EARLY_FRACTION
+from ablate.curves import PAPER_GRIDS
 from ablate.errors import InputError
 from ablate.fitgroups import GroupFit, fit_groups
 from ablate.sources import Curves, load
@@ -38,10 +38,15 @@ YOpt = typer.Option(None, "--y", help="Score column/tag (default: study dir eval
                     "study.yaml fit.y; table score; TensorBoard eval/pass_rate).")
 ByOpt = typer.Option(None, "--by", help="Comma-separated columns naming a variant (default: variant).")
 MinOpt = typer.Option(None, "--min-compute", help="Fit only points with compute >= X. Default: "
-                      f"skip the early phase, points below {EARLY_FRACTION:.0%} of the largest compute.")
+                      "chosen from each curve's shape: early points are kept unless they are off "
+                      "the sigmoid the later points follow (an early phase); see ablate/window.py.")
 MaxOpt = typer.Option(None, "--max-compute", help="Fit only points with compute <= X.")
 MethodOpt = typer.Option("default", "--method", help="default (fast multi-start least squares) "
                          "or paper (the paper's A x C_mid grid with curve_fit for B).")
+PaperGridOpt = typer.Option("relative", "--paper-grid", help="Unit of the paper method's C_mid "
+                            "grid ([100, 40000] GPU-hours): relative (placed relative to the "
+                            "paper's 16k-GPU-hour runs: x max compute / 16000; any unit) or "
+                            "gpu-hours (verbatim, for data in GPU-hours).")
 JsonOpt = typer.Option(False, "--json", help="Print only JSON on stdout.")
 PlotOpt = typer.Option(None, "--plot", help="Write a log-x PNG of points, fits and extrapolation.")
 
@@ -65,16 +70,22 @@ def _plot(curves: Curves, groups: list[GroupFit], plot: Optional[Path],
 
 
 def _run_fits(source: Path, x, y, by, min_compute, max_compute, method, quiet: bool,
-              check=None, step_cost: Optional[float] = None) -> tuple[Curves, list[GroupFit]]:
+              check=None, step_cost: Optional[float] = None,
+              paper_grid: str = "relative") -> tuple[Curves, list[GroupFit]]:
     """Load, validate (`check(curves)` before any work), fit each variant with a progress bar."""
     if method not in ("default", "paper"):
         raise InputError(f"--method {method!r}: valid methods are default, paper")
+    if paper_grid not in PAPER_GRIDS:
+        raise InputError(f"--paper-grid {paper_grid!r}: valid: {', '.join(PAPER_GRIDS)}")
     if min_compute is not None and max_compute is not None and min_compute >= max_compute:
         raise InputError(f"--min-compute {min_compute:g} must be below --max-compute {max_compute:g}")
     curves = load(source, x=x, y=y, by=by, step_cost=step_cost)
     if not quiet:
         for note in curves.notes:  # what a reader of another tool's log picked
             err.print(f"[dim]{note}[/dim]")
+    if curves.dropped:  # always on stderr, --json or not: the data differs from the file
+        err.print(f"{curves.source}: dropped {curves.dropped} row(s) with a blank "
+                  f"{curves.x!r} or {curves.y!r} cell")
     if check is not None:
         check(curves)
     variants = curves.variants()
@@ -86,14 +97,13 @@ def _run_fits(source: Path, x, y, by, min_compute, max_compute, method, quiet: b
             sub = Curves(curves.frame[curves.frame["variant"] == v], curves.source, curves.x,
                          curves.y, curves.defaults)
             groups += fit_groups(sub, min_compute=min_compute, max_compute=max_compute,
-                                 method=method)
+                                 method=method, paper_grid=paper_grid)
             bar.advance(task)
     for g in groups:
-        if g.fit is not None and g.fit.skipped and min_compute is None \
-                and curves.defaults.get("min_compute") is None:
+        if not quiet and g.fit is not None and g.fit.skipped and g.fit.window_rule == "auto":
             err.print(f"[dim]{g.variant}: skipped {g.fit.skipped} early point(s) below "
-                      f"{curves.x}={g.fit.min_compute:.4g} ({EARLY_FRACTION:.0%} of its largest "
-                      "compute; set --min-compute to change)[/dim]")
+                      f"{curves.x}={g.fit.min_compute:.4g}: they are off the sigmoid the later "
+                      "points follow (an early phase); --min-compute 0 keeps them[/dim]")
     return curves, groups
 
 
@@ -123,6 +133,21 @@ def _ci(v: float, ci, fmt: str) -> str:
     return f"{v:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
 
 
+def _note(g: GroupFit, *more: str) -> str:
+    """The note cell: the failure reason, or the fit's bound/identifiability warnings."""
+    parts = [g.error] if g.error else list(g.fit.warnings) if g.fit is not None else []
+    return "; ".join(p for p in (*parts, *more) if p)
+
+
+def _window(g: GroupFit) -> str:
+    f = g.fit
+    if f is None:
+        return "—"
+    hi = f.window_max()
+    return (f"{f.min_compute:.3g}–{'' if hi is None else format(hi, '.3g')}"
+            + (f" ({f.skipped} skipped)" if f.skipped else ""))
+
+
 def _fit_cells(g: GroupFit) -> list[str]:
     f = g.fit
     if f is None:
@@ -133,7 +158,8 @@ def _fit_cells(g: GroupFit) -> list[str]:
 
 def _fit_table(title: str, caption: str, first: tuple[str, ...] = ()) -> Table:
     t = Table(title=title, caption=caption)
-    for c in first + ("variant", "A [95%]", "B [95%]", "C_mid [95%]", "R0 [95%]", "R²", "points"):
+    for c in first + ("variant", "A [95%]", "B [95%]", "C_mid [95%]", "R0 [95%]", "R²", "points",
+                      "window"):
         t.add_column(c, justify="left" if c == "variant" else "right")
     return t
 
@@ -149,11 +175,12 @@ def _interval_caption(groups: list[GroupFit]) -> str:
 def fit(source: Path = SourceArg, x: Optional[str] = XOpt, y: Optional[str] = YOpt,
         by: Optional[str] = ByOpt, min_compute: Optional[float] = MinOpt,
         max_compute: Optional[float] = MaxOpt, method: str = MethodOpt, json_: bool = JsonOpt,
-        plot: Optional[Path] = PlotOpt, step_cost: Optional[float] = StepCostOpt) -> None:
+        plot: Optional[Path] = PlotOpt, step_cost: Optional[float] = StepCostOpt,
+        paper_grid: str = PaperGridOpt) -> None:
     """Fit the ScaleRL sigmoid R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B) to each variant."""
     _check_plot(plot)
     curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_,
-                               step_cost=step_cost)
+                               step_cost=step_cost, paper_grid=paper_grid)
     _plot(curves, groups, plot)
     if json_:
         _print_json([g.as_dict() for g in groups])
@@ -161,7 +188,7 @@ def fit(source: Path = SourceArg, x: Optional[str] = XOpt, y: Optional[str] = YO
         t = _fit_table(f"sigmoid fits: {curves.y} vs {curves.x}", _interval_caption(groups))
         t.add_column("note")
         for g in groups:
-            t.add_row(g.variant, *_fit_cells(g), g.error or "")
+            t.add_row(g.variant, *_fit_cells(g), _window(g), _note(g))
         out.print(t)
     _finish(groups)
 
@@ -174,13 +201,19 @@ def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
             plot: Optional[Path] = PlotOpt, json_: bool = JsonOpt, x: Optional[str] = XOpt,
             y: Optional[str] = YOpt, by: Optional[str] = ByOpt,
             min_compute: Optional[float] = MinOpt, max_compute: Optional[float] = MaxOpt,
-            method: str = MethodOpt, step_cost: Optional[float] = StepCostOpt) -> None:
-    """Rank variants by asymptote A (ties within --margin broken by B at a shared A)."""
+            method: str = MethodOpt, step_cost: Optional[float] = StepCostOpt,
+            budget: Optional[float] = typer.Option(None, "--budget", help="Also show each "
+                                                   "variant's predicted score at this compute."),
+            paper_grid: str = PaperGridOpt) -> None:
+    """Rank variants by asymptote A (ties within --margin broken by B at a shared A), next to
+    what each is predicted to reach at the largest compute observed (and at --budget)."""
     from ablate.compare import compare as rank
 
     _check_plot(plot)
     if not (margin >= 0 and math.isfinite(margin)):
         raise InputError(f"--margin {margin}: must be a number >= 0 (the paper uses 0.02)")
+    if budget is not None and not (budget > 0 and math.isfinite(budget)):
+        raise InputError(f"--budget {budget}: must be a finite compute > 0")
 
     def check(curves: Curves) -> None:
         if baseline is not None and baseline not in curves.variants():
@@ -188,11 +221,11 @@ def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
                              + ", ".join(curves.variants()))
 
     curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_, check,
-                               step_cost=step_cost)
+                               step_cost=step_cost, paper_grid=paper_grid)
     if baseline is not None and next(g for g in groups if g.variant == baseline).fit is None:
         raise InputError(f"--baseline {baseline!r}: its fit failed, pick another "
                          f"({next(g for g in groups if g.variant == baseline).error})")
-    rows = rank(groups, baseline=baseline, margin=margin)
+    rows = rank(groups, baseline=baseline, margin=margin, budget=budget)
     base = baseline or next((g.variant for g in groups if g.fit is not None), None)
     _plot(curves, groups, plot)
     if json_:
@@ -203,12 +236,23 @@ def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
                        + _interval_caption(groups),
                        first=("rank",))
         t.add_column(f"P(beats {base or 'baseline'})", justify="right")
+        at_max = next((r.at_max for r in rows if r.at_max), None)
+        t.add_column(f"predicted at {at_max['compute']:.3g} (max) [95%]" if at_max else
+                     "predicted at max", justify="right")
+        if budget is not None:
+            t.add_column(f"predicted at {budget:.3g} [95%]", justify="right")
         t.add_column("note")
         for r in rows:
             p = "—" if r.p_beats is None else f"{r.p_beats:.2f}"
+            preds = [r.at_max] + ([r.at_budget] if budget is not None else [])
             t.add_row("—" if r.rank is None else str(r.rank), r.group.variant,
-                      *_fit_cells(r.group), p, r.note)
+                      *_fit_cells(r.group), _window(r.group), p,
+                      *("—" if d is None else _ci(d["score"], d["ci"], ".3f") for d in preds),
+                      _note(r.group, r.note if r.rank is not None else ""))
         out.print(t)
+        for r in rows:
+            if r.disagreement:  # the paper's rank and the predictions disagree: say it plainly
+                err.print(f"[yellow]rank vs prediction:[/yellow] {r.group.variant} {r.disagreement}")
     _finish(groups)
 
 
@@ -221,7 +265,10 @@ def extrapolate(source: Path = SourceArg,
                 max_compute: Optional[float] = MaxOpt, json_: bool = JsonOpt,
                 x: Optional[str] = XOpt, y: Optional[str] = YOpt, by: Optional[str] = ByOpt,
                 min_compute: Optional[float] = MinOpt, method: str = MethodOpt,
-                plot: Optional[Path] = PlotOpt, step_cost: Optional[float] = StepCostOpt) -> None:
+                plot: Optional[Path] = PlotOpt, step_cost: Optional[float] = StepCostOpt,
+                margin: float = typer.Option(0.02, "--margin", help="As in compare: the rank "
+                                             "shown next to each prediction uses it."),
+                paper_grid: str = PaperGridOpt) -> None:
     """Predict the score at --budget, or the compute to reach --target, with 95% intervals."""
     from ablate.extrapolate import extrapolate as predict
 
@@ -232,9 +279,11 @@ def extrapolate(source: Path = SourceArg,
     if target is not None and not (0 < target < 1):
         raise InputError(f"--target {target}: must be a score strictly between 0 and 1")
     _check_plot(plot)
+    if not (margin >= 0 and math.isfinite(margin)):
+        raise InputError(f"--margin {margin}: must be a number >= 0 (the paper uses 0.02)")
     curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_,
-                               step_cost=step_cost)
-    rows = predict(groups, budget=budget, target=target)
+                               step_cost=step_cost, paper_grid=paper_grid)
+    rows = predict(groups, budget=budget, target=target, margin=margin)
     _plot(curves, groups, plot, extend_to=budget)
     if json_:
         _print_json(rows)
@@ -242,16 +291,17 @@ def extrapolate(source: Path = SourceArg,
         what = f"score at {curves.x}={budget:g}" if budget is not None else \
             f"{curves.x} to reach {curves.y}={target:g}"
         t = Table(title=f"extrapolation: {what}", caption="★ = the variant to scale")
-        for c in ("", "variant", "predicted", "95% interval", "note"):
+        for c in ("", "variant", "compare rank", "predicted", "95% interval", "note"):
             t.add_column(c)
         key = "score" if budget is not None else "compute"
         for r in rows:
             v = r.get(key)
             ci = r.get("ci")
             t.add_row("★" if r.get("recommended") else "", r["variant"],
+                      "—" if r.get("rank") is None else str(r["rank"]),
                       "—" if v is None else f"{v:.4g}",
                       "—" if not ci else "[" + ", ".join("∞" if c is None else f"{c:.4g}"
                                                          for c in ci) + "]",
-                      r.get("note") or "")
+                      "; ".join(x for x in (r.get("note"), *(r.get("warnings") or [])) if x))
         out.print(t)
     _finish(groups)
