@@ -1,21 +1,17 @@
 """Shared helpers for the trainer tests: the proxy recipe shrunk to a few steps.
 
 The warmed proxy model is cached on disk by its config (trainer.proxy.proxy_path), so every
-test module and test process builds it at most once; ABLATE_CACHE points at a temp dir unless
-the environment already chose one.
+test module and test process builds it at most once per test session (conftest.py points
+ABLATE_CACHE at a fresh temp dir unless the environment already chose one).
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import yaml
-
-os.environ.setdefault("ABLATE_CACHE", str(Path(tempfile.gettempdir()) / "ablate-test-cache"))
 
 REPO = Path(__file__).resolve().parents[1]
 PROXY = yaml.safe_load((REPO / "recipes" / "proxy.yaml").read_text())

@@ -259,14 +259,16 @@ def test_kill_9_mid_run_then_resume_keeps_metrics_continuous(tmp_path, warm_prox
 
 
 def test_nan_marks_diverged_and_stops_cleanly(tmp_path, warm_proxy):
-    # A correct answer worth NaN poisons the advantages, hence the loss, on the first update.
-    rows, st = _run(tmp_path, "nan", {"reward": {"correct": float("nan")},
-                                      "budget": {"steps": 20}})
+    # Every reward NaN (and no filter to drop the groups) poisons the advantages, hence the
+    # loss, on the first update whichever prompts the model happens to solve.
+    poison = {"reward": {"correct": float("nan"), "incorrect": float("nan")},
+              "data": {"zero_variance_filter": False}, "budget": {"steps": 20}}
+    rows, st = _run(tmp_path, "nan", poison)
     assert st["state"] == "diverged" and st["step"] == 1
     assert [r["step"] for r in rows] == [0]
     d = tmp_path / "nan"
     assert (d / "checkpoint").exists()  # the last good state stays resumable
-    trainer.run(config(tiny(reward={"correct": float("nan")}, budget={"steps": 20})), d)
+    trainer.run(config(tiny(**poison)), d)
     assert status(d)["state"] == "diverged"  # a diverged run is not silently restarted
 
 
@@ -315,8 +317,11 @@ def test_shared_prefix_forward_equals_packed_forward(warm_proxy):
         (lp * b["mask"]).sum().backward()
         grads.append((lp.detach() * b["mask"], model.model.layers[0].mlp.up_proj.weight.grad.clone()))
     model.zero_grad()
-    assert torch.allclose(grads[0][0], grads[1][0], atol=1e-5)
-    assert torch.allclose(grads[0][1], grads[1][1], atol=1e-4)
+    # Same math, different summation order: equal up to float32 rounding relative to the
+    # values' scale (an absolute tolerance fails on a machine whose gradients are larger).
+    # A real fault (positions, masks, cache indexing) moves them by percents.
+    for (a, b_), rtol in zip(zip(*grads), (1e-5, 1e-3)):
+        assert (a - b_).abs().max() <= rtol * a.abs().max(), ((a - b_).abs().max(), a.abs().max())
 
 
 def _build(cache: str, q) -> None:

@@ -39,10 +39,23 @@ class ProxyModelConfig(_Strict):
     num_heads: int = Field(4, gt=0, description="Attention heads (hidden_size must divide).")
     intermediate_size: int = Field(256, gt=0, description="MLP width.")
     max_position_embeddings: int = Field(256, gt=0, description="Longest prompt+completion.")
-    warmup_steps: int = Field(
-        800, ge=0,
-        description="Supervised warm-up steps on the task before RL so that RL starts from a "
-        "partial pass rate (a model from a config has zero reward). Cached by config.",
+    warmup_target: Optional[float] = Field(
+        0.25, gt=0, lt=1,
+        description="Supervised warm-up before RL (a model from a config has zero reward): train "
+        "until the held-out pass rate, measured as eval measures it (mean@16 over the first "
+        "`warmup_eval_prompts` held-out problems, temperature 1), is within `warmup_band` of "
+        "this value. A target, not a step count: where a fixed number of steps lands depends on "
+        "the machine's floating-point path, a measured pass rate does not. None = no warm-up.",
+    )
+    warmup_band: float = Field(
+        0.015, gt=0, lt=0.5, description="Half-width of the accepted warm-up pass-rate band."
+    )
+    warmup_max_steps: int = Field(
+        6000, gt=0, description="Step cap of the warm-up; reaching it without entering the band "
+        "is an error that names the pass rate reached."
+    )
+    warmup_eval_prompts: int = Field(
+        200, gt=0, description="Held-out problems the warm-up's stopping rule measures on."
     )
     warmup_lr: float = Field(3e-3, gt=0, description="Learning rate of the supervised warm-up.")
     warmup_batch_size: int = Field(64, gt=0, description="Batch size of the supervised warm-up.")
@@ -97,6 +110,13 @@ class TaskConfig(_Strict):
     )
     data_seed: int = Field(
         1234, description="Seed of the prompt pool; fixed across runs so variants see the same data."
+    )
+    unanswerable_fraction: float = Field(
+        0.0, ge=0, lt=1,
+        description="Calibration control: this share of the problems (train and held-out, "
+        "spread evenly through each list so every prefix holds the share, independent of "
+        "difficulty) is scored wrong whatever the answer. A variant with fraction f has a known "
+        "ceiling: (1 - f) x the base's asymptote A. Not seen by the proxy warm-up.",
     )
 
     @field_validator("name")

@@ -32,8 +32,8 @@ from trainer.chat import prompt_encoder
 from trainer.config import TrainConfig
 from trainer.distributed import broadcast_object, init_distributed, read_env
 from trainer.engine import make_engine
+from trainer.evaluate import pass_rate, score
 from trainer.filters import zero_variance_keep
-from trainer.length import generate_rollout
 from trainer.losses import policy_loss_with_stats
 from trainer.model import (
     completion_logprobs,
@@ -162,8 +162,8 @@ class _Run:
         if self.main:
             run_dir.mkdir(parents=True, exist_ok=True)
         self.device = pick_device(config.engine.device)
+        self.task = build_task(config.task)  # first: a missing dataset fails in seconds
         model, self.tok = load_model(config)
-        self.task = build_task(config.task)
         enc = self.encode
         self.train_prompts = [enc(p.prompt) for p in self.task.train]
         n_eval = config.eval.num_prompts or config.task.num_eval_prompts
@@ -290,10 +290,8 @@ class _Run:
     def train_step(self, batch) -> None:
         c, ro, G = self.c, batch.rollout, self.c.rollout.generations_per_prompt
         # Verifiable reward (+penalty from the length control).
-        texts = self.tok.batch_decode([[t for t in toks if t != self.tok.eos_token_id]
-                                       for toks in ro.tokens], skip_special_tokens=True)
-        correct = [self.task.score(self.task.train[batch.prompt_ids[i // G]], t)
-                   for i, t in enumerate(texts)]
+        correct = score(self.task, [self.task.train[i] for i in batch.prompt_ids], self.tok,
+                        ro.tokens, G)
         rewards = [(c.reward.correct if ok else c.reward.incorrect) + pen
                    for ok, pen in zip(correct, ro.penalty)]
         for j, pid in enumerate(batch.prompt_ids):
@@ -426,20 +424,14 @@ class _Run:
         gen = HFGenerator(c, self.model, self.tok)  # the trainer's current weights
         was = self.model.training
         self.model.eval()
-        k, chunk, correct, total = c.eval.samples_per_prompt, 64, 0, 0
-        for a in range(0, len(self.eval_prompts), chunk):
-            ro = generate_rollout(gen, self.eval_prompts[a:a + chunk], c, self.tok,
-                                  seed=c.seed * 7919 + 17, n=k, temperature=c.eval.temperature)
-            texts = self.tok.batch_decode([[t for t in toks if t != self.tok.eos_token_id]
-                                           for toks in ro.tokens], skip_special_tokens=True)
-            correct += sum(self.task.score(self.eval_problems[a + i // k], t)
-                           for i, t in enumerate(texts))
-            total += len(texts)
+        pr = pass_rate(gen, self.task, self.eval_problems, self.eval_prompts, c, self.tok,
+                       seed=c.seed * 7919 + 17, k=c.eval.samples_per_prompt,
+                       temperature=c.eval.temperature)
         self.model.train(was)
         k_ = self.counters
         row = {"step": self.step, "samples": k_["samples"], "tokens": k_["tokens"],
                "flops": k_["flops_gen"] + k_["flops_train"], "gpu_hours": self.gpu_hours(),
-               "eval/pass_rate": correct / max(total, 1),
+               "eval/pass_rate": pr,
                "flops/generation": k_["flops_gen"], "flops/training": k_["flops_train"],
                "data/zero_variance_dropped": k_["zero_variance_dropped"],
                "data/npr_retired": len(self.pool.retired), "data/epoch": self.pool.epoch,

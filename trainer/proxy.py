@@ -3,18 +3,20 @@ supervised phase on the task so that RL starts from a non-zero pass rate, cached
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from trainer.config import TrainConfig
+from trainer.config import LengthConfig, PrecisionConfig, RolloutConfig, TrainConfig
 from trainer.model import completion_logprobs, pack
 from trainer.precision import LMHead
 
@@ -23,10 +25,27 @@ def cache_root() -> Path:
     return Path(os.environ.get("ABLATE_CACHE", Path.home() / ".cache" / "ablate"))
 
 
+# Bump whenever the warm-up code changes what it builds: cached proxies built by older code
+# then miss the cache instead of outliving it.
+WARMUP_VERSION = 2
+# The warm-up's stopping rule measures with a fixed sampling seed, like eval does.
+WARMUP_EVAL_SEED = 20251014
+
+
+class WarmupError(ValueError):
+    """The warm-up never reached its target band (the message says what to change)."""
+
+
 def proxy_key(config: TrainConfig) -> str:
-    """Everything that changes the warmed proxy: its architecture, warm-up and the task data."""
+    """Everything that changes the warmed proxy: its architecture and warm-up, the task data,
+    the warm-up code's version and the libraries whose numerics it runs on. Not the RL
+    settings: every variant of a study starts from the same warmed model."""
+    import transformers
+
     blob = json.dumps({"proxy": config.model.proxy.model_dump(mode="json"),
-                       "task": config.task.model_dump(mode="json"), "v": 1}, sort_keys=True)
+                       "task": warmup_task_config(config).model_dump(mode="json"),
+                       "warmup_version": WARMUP_VERSION, "torch": torch.__version__,
+                       "transformers": transformers.__version__}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -52,8 +71,14 @@ def proxy_path(config: TrainConfig) -> Path:
     return final
 
 
+def warmup_task_config(config: TrainConfig):
+    """The task the warm-up teaches: the run's, minus the calibration cap (a capped variant must
+    start from the same model as its base; only its RL and eval see the cap)."""
+    return config.task.model_copy(update={"unanswerable_fraction": 0.0})
+
+
 def build_proxy(config: TrainConfig):
-    """Tiny Llama from a config + char tokenizer, warmed up by supervised steps on the task."""
+    """Tiny Llama from a config + char tokenizer, warmed up on the task to a target pass rate."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from trainer.tasks import build_task
@@ -70,32 +95,120 @@ def build_proxy(config: TrainConfig):
     )
     torch.manual_seed(config.task.data_seed)
     model = LlamaForCausalLM(cfg)
-    if p.warmup_steps:
-        supervised_warmup(model, tok, build_task(config.task), p.warmup_steps, p.warmup_lr,
-                          p.warmup_batch_size, seed=config.task.data_seed)
+    if p.warmup_target is not None:
+        supervised_warmup(model, tok, build_task(warmup_task_config(config)), config)
+    model.eval()
     return model, tok
 
 
-def supervised_warmup(model: nn.Module, tok, task, steps: int, lr: float, batch: int,
-                      seed: int, on_step=None) -> None:
-    """Teacher-forced steps on (prompt, answer+EOS) pairs so RL starts from a partial pass rate."""
-    g = torch.Generator().manual_seed(seed)
-    prompts = [tok(p.prompt, add_special_tokens=False).input_ids for p in task.train]
-    targets = [tok(task.target(p), add_special_tokens=False).input_ids + [tok.eos_token_id]
-               for p in task.train]
-    # Constant LR: a longer warm-up extends a shorter one, so `warmup_steps` dials the
-    # starting pass rate predictably.
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+@dataclass
+class WarmupLog:
+    """Where the warm-up stopped: (step, measured pass rate) at every check."""
+
+    checks: list[tuple[int, float]] = field(default_factory=list)
+
+    @property
+    def steps(self) -> int:
+        return self.checks[-1][0]
+
+    @property
+    def pass_rate(self) -> float:
+        return self.checks[-1][1]
+
+
+def supervised_warmup(model: nn.Module, tok, task, config: TrainConfig,
+                      on_check=None) -> WarmupLog:
+    """Teacher-forced steps on (prompt, answer+EOS) pairs until the held-out pass rate, measured
+    the way eval measures it, lies in the target band.
+
+    Why a measured target: the warm-up's learning curve is steep (a fixed step count lands
+    anywhere from 0.05 to 0.5 depending on the machine's floating-point path), so where RL
+    starts must be measured, not assumed. Checks are spaced by the measured slope (far from
+    the band: long strides; near it: short ones); a check above the band restores the last
+    state below it and retries with shorter strides, so the band cannot be stepped over.
+    """
+    from trainer.evaluate import pass_rate
+    from trainer.rollout import HFGenerator
+
+    p = config.model.proxy
+    target, band = p.warmup_target, p.warmup_band
+    g = torch.Generator().manual_seed(config.task.data_seed)
+    prompts = [tok(x.prompt, add_special_tokens=False).input_ids for x in task.train]
+    targets = [tok(task.target(x), add_special_tokens=False).input_ids + [tok.eos_token_id]
+               for x in task.train]
+    problems = task.eval[: p.warmup_eval_prompts]
+    eval_prompts = [tok(x.prompt, add_special_tokens=False).input_ids for x in problems]
+    # Measured with plain sampling (no length control) and an answer-sized cap, so every
+    # variant's settings share one warmed model; eval's mean@16 at temperature 1 measures the
+    # same quantity at the run's first point.
+    longest = max(len(tok(task.target(x), add_special_tokens=False).input_ids) for x in problems)
+    measure_cfg = config.model_copy(update={
+        "precision": PrecisionConfig(dtype="fp32"),
+        "length": LengthConfig(control="none"),
+        "rollout": RolloutConfig(backend="hf", max_new_tokens=longest + 2)})
+    # Constant LR, no schedule: the state at any step is a valid place to stop.
+    opt = torch.optim.AdamW(model.parameters(), lr=p.warmup_lr, weight_decay=0.0)
     body, head = model.get_decoder(), LMHead(model.get_output_embeddings(), fp32=True)
-    model.train()
-    for step in range(steps):
-        idx = torch.randint(len(prompts), (batch,), generator=g).tolist()
-        batch_ = pack([prompts[i] for i in idx], [targets[i] for i in idx], tok.pad_token_id)
-        logp, _ = completion_logprobs(body, head, batch_, torch.device("cpu"), "fp32")
-        loss = -(logp * batch_["mask"]).sum() / batch_["mask"].sum()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step(), opt.zero_grad(set_to_none=True)
-        if on_step is not None:
-            on_step(step + 1)
-    model.eval()
+
+    def measure() -> float:
+        model.eval()
+        gen = HFGenerator(measure_cfg, model, tok)
+        return pass_rate(gen, task, problems, eval_prompts, measure_cfg, tok,
+                         seed=WARMUP_EVAL_SEED, k=16, temperature=1.0)
+
+    def train(n: int) -> None:
+        model.train()
+        for _ in range(n):
+            idx = torch.randint(len(prompts), (p.warmup_batch_size,), generator=g).tolist()
+            b = pack([prompts[i] for i in idx], [targets[i] for i in idx], tok.pad_token_id)
+            logp, _ = completion_logprobs(body, head, b, torch.device("cpu"), "fp32")
+            loss = -(logp * b["mask"]).sum() / b["mask"].sum()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step(), opt.zero_grad(set_to_none=True)
+
+    def snapshot(step: int, rate: float) -> tuple:
+        return (step, rate, copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()),
+                g.get_state())
+
+    log, step, stride, trained, cap = WarmupLog(), 0, 100, 0, 100
+    below = None  # the last checked state below the band
+    while True:
+        rate = measure()
+        log.checks.append((step, rate))
+        if on_check is not None:
+            on_check(step, rate)
+        if abs(rate - target) <= band:
+            return log
+        if rate > target + band:
+            if below is None:
+                raise WarmupError(
+                    f"model.proxy.warmup_target: the model's pass rate is {rate:.3f} before any "
+                    f"warm-up, above the band {target} +- {band}; raise warmup_target")
+            step, _, ms, os_, gs = below
+            model.load_state_dict(ms), opt.load_state_dict(os_), g.set_state(gs)
+            cap = max(1, stride // 4)  # strides never again reach the one that overshot
+            stride = cap
+        else:
+            slope = _slope(log.checks)
+            stride = cap if slope <= 0 else int(min(cap, max(2, 0.5 * (target - rate) / slope)))
+            below = snapshot(step, rate)
+        if step + stride > p.warmup_max_steps or trained + stride > 2 * p.warmup_max_steps:
+            best = max(r for _, r in log.checks)
+            raise WarmupError(
+                f"model.proxy: the supervised warm-up reached a held-out pass rate of {best:.3f} "
+                f"at most in {p.warmup_max_steps} steps (warmup_max_steps), never the band "
+                f"{target} +- {band}; raise warmup_max_steps or warmup_lr, or lower warmup_target")
+        train(stride)
+        step += stride
+        trained += stride
+
+
+def _slope(checks: list[tuple[int, float]]) -> float:
+    """Pass-rate gain per step over the last two checks that moved forward in steps."""
+    for (s0, r0), (s1, r1) in zip(reversed(checks[:-1]), reversed(checks[1:])):
+        if s1 > s0:
+            return (r1 - r0) / (s1 - s0)
+    return 0.0
+
+
