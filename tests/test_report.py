@@ -1,0 +1,155 @@
+"""`ablate report`: one self-contained HTML page, checked by rendering it in headless Chromium
+(Debian's chromium driven by Playwright): a screenshot is taken, every image decodes and the
+console shows no error."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ablate.synthetic import Truth, curve
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                  "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"]
+STUDY_YAML = """\
+name: loss_agg
+description: Does prompt-level loss aggregation beat token-level at our scale?
+base: scalerl.yaml
+axes:
+  loss.aggregation: [prompt, token, sample]
+seeds: [0, 1]
+budget: {steps: 100}
+fit: {x: gpu_hours, y: eval/pass_rate, min_compute: 0}
+"""
+
+
+def make_study(root: Path) -> Path:
+    """A finished-looking study: two variants x two seeds done, one run failed, one diverged."""
+    d = root / "loss_agg"
+    d.mkdir(parents=True)
+    (d / "study.yaml").write_text(STUDY_YAML)
+    rng = np.random.default_rng(3)
+    truths = {"loss.aggregation=prompt": Truth(0.62, 1.6, 0.2, 0.1),
+              "loss.aggregation=token": Truth(0.55, 1.2, 0.25, 0.1)}
+    variants = []
+    for name, truth in truths.items():
+        for seed in (0, 1):
+            rid = f"{len(variants):012x}"
+            variants.append({"run_id": rid, "name": name, "seed": seed, "config": {}})
+            c, s = curve(truth, rng, n_points=40)
+            (d / rid).mkdir()
+            (d / rid / "metrics.jsonl").write_text("".join(
+                json.dumps({"step": 10 * i, "gpu_hours": float(ci), "eval/pass_rate": float(si)})
+                + "\n" for i, (ci, si) in enumerate(zip(c, s))))
+            (d / rid / "status.json").write_text(json.dumps({"state": "done", "step": 400}))
+    for i, (state, extra) in enumerate([
+            ("failed", {"error": "RuntimeError: CUDA out of memory <b>not html</b>"}),
+            ("diverged", {"reason": "non-finite loss or grad"})]):
+        rid = f"f{i:011x}"
+        variants.append({"run_id": rid, "name": "loss.aggregation=sample", "seed": i, "config": {}})
+        (d / rid).mkdir()
+        (d / rid / "metrics.jsonl").write_text(json.dumps(
+            {"step": 0, "gpu_hours": 0.0, "eval/pass_rate": 0.1}) + "\n")
+        (d / rid / "status.json").write_text(json.dumps({"state": state, "step": 37, **extra}))
+    (d / "variants.json").write_text(json.dumps(variants))
+    return d
+
+
+def test_report_page_content(tmp_path):
+    from ablate.report import write_report
+
+    d = make_study(tmp_path)
+    path, data = write_report(d, n_boot=200)
+    assert path == d / "report.html"
+    page = path.read_text()
+    assert "Does prompt-level loss aggregation beat token-level at our scale?" in page
+    assert [r["variant"] for r in data.ranking[:2]] == ["loss.aggregation=prompt",
+                                                       "loss.aggregation=token"]
+    assert data.ranking[0]["rank"] == 1 and data.ranking[0]["A_ci"][0] < 0.62 < \
+        data.ranking[0]["A_ci"][1] + 0.02
+    # every fit variant has its own figure, plus the overview: all embedded, none fetched
+    assert len(re.findall(r'src="data:image/png;base64,', page)) == 1 + 2
+    assert "<script" not in page and not re.search(r'(src|href)="https?:', page)
+    assert {p["state"] for p in data.problems} == {"failed", "diverged"}
+    assert "CUDA out of memory &lt;b&gt;not html&lt;/b&gt;" in page  # escaped
+    assert str(d / "f00000000000" / "status.json") in page  # where to look
+    assert "non-finite loss or grad" in page  # why the diverged run stopped
+    assert f"ablate compare {d} --margin 0.02" in page and "ablate sweep" in page
+    assert "name: loss_agg" in page  # the study as submitted
+
+
+def _chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        exe = None
+    if exe is None:
+        msg = "needs Debian's chromium and playwright (tests/run.sh installs both)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return exe
+
+
+def test_report_renders_in_headless_chromium(tmp_path):
+    exe = _chromium()
+    from playwright.sync_api import sync_playwright
+
+    from ablate.report import write_report
+
+    path, _ = write_report(make_study(tmp_path), n_boot=200)
+    errors: list[str] = []
+    with sync_playwright() as p:
+        # a new empty profile dir (Playwright passes it as --user-data-dir)
+        browser = p.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=exe, headless=True, args=CHROMIUM_FLAGS,
+            viewport={"width": 1200, "height": 900})
+        page = browser.new_page()
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("requestfailed", lambda r: errors.append(f"request failed: {r.url}"))
+        page.goto(path.as_uri())
+        page.wait_for_load_state("load")
+        images = page.eval_on_selector_all(
+            "img", "els => els.map(e => [e.complete, e.naturalWidth, e.naturalHeight])")
+        shot = tmp_path / "report.png"
+        page.screenshot(path=str(shot), full_page=True)
+        title = page.title()
+        browser.close()
+    assert errors == []
+    assert len(images) == 3 and all(ok and w > 300 and h > 200 for ok, w, h in images)
+    assert title == "ablate report: loss_agg"
+    assert shot.stat().st_size > 50_000  # a real page with plots, not a blank one
+    out = os.environ.get("ABLATE_REPORT_SCREENSHOT")
+    if out:  # to look at it: ABLATE_REPORT_SCREENSHOT=/tmp/report.png pytest ...
+        shutil.copy(shot, out)
+
+
+def test_cli_report(tmp_path):
+    d = make_study(tmp_path)
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    out = tmp_path / "share.html"
+    r = subprocess.run([sys.executable, "-m", "ablate", "report", str(d), "--out", str(out),
+                        "--json"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    obj = json.loads(r.stdout)
+    assert obj["report"] == str(out) and out.is_file() and obj["name"] == "loss_agg"
+    assert len(obj["runs"]) == 6 and "figures" not in obj
+    r = subprocess.run([sys.executable, "-m", "ablate", "report", str(tmp_path / "nope")],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "not a study results dir" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = subprocess.run([sys.executable, "-m", "ablate", "report", str(d), "--out",
+                        str(tmp_path / "r.pdf")], capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "is an .html file" in r.stderr
+    assert not (tmp_path / "r.pdf").exists()
