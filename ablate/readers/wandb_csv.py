@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from ablate.errors import InputError
-from ablate.readers.common import Wide
+from ablate.readers.common import Wide, wide_from_long
 
 SEP = " - "
 
@@ -56,6 +56,4 @@ def read_wandb_csv(path: Path) -> Wide:
                                    "key": metric, "value": v}).dropna(subset=["value", "step"]))
     if not parts:
         raise InputError(f"{path}: W&B export has no '<run> - <metric>' columns")
-    from ablate.readers.common import wide_from_long
-
     return Wide(wide_from_long(pd.concat(parts, ignore_index=True)), step_name=step)
