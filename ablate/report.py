@@ -69,6 +69,7 @@ def collect(study_dir: Path, *, baseline: Optional[str] = None, margin: float = 
     from ablate.compare import compare
     from ablate.curves import N_BOOT
     from ablate.fitgroups import fit_groups
+    from ablate.progress import where_to_look
     from ablate.sources import Curves, load
     from ablate.status import study_states
 
@@ -93,9 +94,7 @@ def collect(study_dir: Path, *, baseline: Optional[str] = None, margin: float = 
             problems.append({"run_id": s.run_id, "name": s.name, "seed": s.seed,
                              "state": s.state, "step": s.step,
                              "error": s.error or _status(rd).get("reason"),
-                             "look_at": [str(rd / "status.json")]
-                             + sorted(str(p) for p in (study_dir / "_submitit").glob(
-                                 f"*{(s.job_id or '-').split(':')[-1]}*_log.err"))})
+                             "look_at": where_to_look(study_dir, s)})
     ranking: list[dict[str, Any]] = []
     notes: list[str] = []
     figures: dict[str, str] = {}

@@ -31,7 +31,9 @@ def sweep(
     results: Path = typer.Option(Path("results"), "--results", help="Results root folder."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the expansion; run nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
-    wait: bool = typer.Option(False, "--wait", help="Block with a progress bar until all runs end."),
+    wait: bool = typer.Option(False, "--wait", help="Block until all runs end, with a live "
+                              "per-run view (state, step / budget) and where to look when a "
+                              "run fails."),
     entry: str = typer.Option("trainer:run", "--entry", hidden=True,
                               help="module:function each job calls (tests)."),
 ) -> None:
@@ -41,7 +43,6 @@ def sweep(
     up to the study's max_attempts, and adding a value to an axis adds only the new runs.
     """
     from ablate.sweep import plan_sweep, run_sweep
-    from ablate.sweep import wait as wait_for
 
     if dry_run:
         from ablate.sweep import check_inputs
@@ -60,7 +61,9 @@ def sweep(
     plan = plan_sweep(study, executor=executor, profile=profile, results=results)
     out = run_sweep(plan, entry=entry)
     if wait:
-        wait_for(plan.store.root, show=True)
+        from ablate.progress import watch
+
+        watch(plan.store.root)
     if as_json:
         print(json.dumps(out))
         return
