@@ -21,6 +21,17 @@ step "python packages (torch==2.13.0 first: CPU build, no CUDA wheels)"
 python3 -m pip install -q torch==2.13.0 || exit 1
 python3 -m pip install -q -e ".[dev]" || exit 1
 
+step "tracker extras (wandb, mlflow-skinny: the trainer's logging.backends)"
+python3 -m pip install -q -e ".[trackers]" \
+  || unavailable "trackers: pip could not install wandb/mlflow-skinny; their tests skip"
+
+step "headless chromium (Debian's) for the \`ablate report\` rendering test"
+if ! command -v chromium >/dev/null; then
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      --no-install-recommends chromium >/dev/null; } \
+    || unavailable "chromium: apt-get install chromium failed; the report rendering test skips"
+fi
+
 step "slurm cluster (munge, mariadb, slurmdbd, slurmctld, slurmd)"
 if bash tests/slurm/cluster.sh start; then
   export ABLATE_TEST_SLURM=1
