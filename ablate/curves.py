@@ -343,7 +343,8 @@ def _paper_pair(C, yy, r0, A, cm) -> tuple[float, float]:
         return np.inf, np.nan
     if not (B > 0 and np.isfinite(B)):  # the model needs B > 0; curve_fit is unconstrained
         return np.inf, np.nan
-    sse = float(np.sum((yy - f(C, B)) ** 2))
+    with np.errstate(over="ignore", invalid="ignore"):
+        sse = float(np.sum((yy - f(C, B)) ** 2))
     return (sse if np.isfinite(sse) else np.inf), float(B)
 
 
@@ -652,13 +653,16 @@ def _auto_start(c: np.ndarray, y: np.ndarray, r0: float) -> float:
     if c.size == 0:
         return 0.0
 
-    def sse_of(lo: float) -> float:
+    def fit_of(lo: float) -> tuple[float, bool]:
         m = c >= lo
         if m.sum() < 4:
-            return np.inf
-        return _fit_default(np.log(c[m]), y[m], np.ones(int(m.sum())), r0)[1]
+            return np.inf, False
+        x, yy = np.log(c[m]), y[m]
+        theta, sse, _ = _fit_default(x, yy, np.ones(x.size), r0)
+        rising = np.ptp(yy) > 0 and stats.spearmanr(x, yy).statistic > 0
+        return sse, bool(rising and theta[0] > r0 + 1e-6 and _unidentified(theta, x, yy) is None)
 
-    return auto_min_compute(c, sse_of, MIN_POINTS)[0]
+    return auto_min_compute(c, fit_of, MIN_POINTS)[0]
 
 
 def _unidentified(theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> str | None:

@@ -63,3 +63,34 @@ def _shifted(p: float, d: np.ndarray) -> np.ndarray:
         else:
             hi = s
     return 1 / (1 + np.exp(-(0.5 * (lo + hi) + d)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Shapes seen in published runs, for the window rule's tests and benchmark (no downloads).
+
+
+def fast_saturating(rng: np.random.Generator, *, n_points: int = 50, c_max: float = 1.0,
+                    truth: Truth | None = None, drift_sd: float = 0.006) -> tuple[Truth, np.ndarray, np.ndarray]:
+    """A run that starts from a supervised warm-up (or a strong base model) and rises from its
+    first evaluation, saturating early: C_mid at 0.5-4% of the run, so the old default window
+    (skip the first 10% of compute) saw only the plateau. Like the CPU proxy's quickstart curves
+    and published GRPO runs of instruct models on GSM8K-style tasks."""
+    tr = truth or Truth(A=float(rng.uniform(0.45, 0.8)), B=float(rng.uniform(0.6, 1.5)),
+                        C_mid=float(c_max * rng.uniform(0.01, 0.04)), R0=float(rng.uniform(0.15, 0.35)))
+    c, y = curve(tr, rng, c_max=c_max, n_points=n_points, drift_sd=drift_sd)
+    return tr, c, y
+
+
+def early_phase(rng: np.random.Generator, *, n_points: int = 100, c_max: float = 16000.0,
+                truth: Truth | None = None, fade: float = 0.1) -> tuple[Truth, np.ndarray, np.ndarray]:
+    """A paper-shaped run: the sigmoid `truth` plus a transient early phase, a fast jump (format
+    learning: 15-35% of the gain within the first ~2% of compute) that fades into the main curve
+    by ~`fade` of the run (the paper skips its first ~1.5k of 16k GPU-hours). A single sigmoid
+    cannot follow both; fitting through the jump biases A."""
+    tr = truth or random_truth(rng, c_max)
+    base = Truth(0.5, 1.0, 1.0, 0.5)  # flat at 0.5: only its noise is used, added to the shape
+    c, noise = curve(base, rng, c_max=c_max, n_points=n_points)
+    main = sigmoid(c, tr.A, tr.B, tr.C_mid, tr.R0)
+    w, tau = rng.uniform(0.15, 0.35), c_max * rng.uniform(0.01, 0.025)
+    jump = w * (tr.A - main) * (1 - np.exp(-c / tau)) * np.exp(-c / (fade * c_max))
+    return tr, c, np.clip(main + jump + (noise - 0.5), 0.0, 1.0)
