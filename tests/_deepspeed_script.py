@@ -22,9 +22,11 @@ def config(stage: int, dtype: str):
         "seed": 0,
         "model": {"proxy": {"hidden_size": 64, "num_layers": 2, "num_heads": 4,
                             "intermediate_size": 128, "max_position_embeddings": 64,
-                            "warmup_steps": 150, "warmup_batch_size": 32}},
+                            "warmup_target": 0.1, "warmup_band": 0.08,
+                            "warmup_batch_size": 32}},
         "precision": {"dtype": dtype},
-        "task": {"num_train_prompts": 64, "num_eval_prompts": 8},
+        # Enough data for the warm-up to reach a held-out pass rate above 0.02 (~200 steps).
+        "task": {"num_train_prompts": 2000, "num_eval_prompts": 64},
         "rollout": {"prompts_per_step": 4, "generations_per_prompt": 4, "max_new_tokens": 6},
         "length": {"control": "none"},
         "off_policy": {"mode": "ppo_off_policy", "k": 1},

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # A really tiny CPU proxy (1-layer 32-wide char Llama): a run of a few steps takes ~2 s, so
 # launch tests exercise the real trainer, its checkpoints and its status files.
-TINY_OVERRIDES = """  model.proxy: {{hidden_size: 32, num_layers: 1, num_heads: 2, intermediate_size: 64, warmup_steps: 5}}
+TINY_OVERRIDES = """  model.proxy: {{hidden_size: 32, num_layers: 1, num_heads: 2, intermediate_size: 64, warmup_target: null}}
   task: {{num_train_prompts: 64, num_eval_prompts: 16}}
   rollout: {{prompts_per_step: 4, generations_per_prompt: 2}}
   eval: {{every_steps: {every}, num_prompts: 16, samples_per_prompt: 1}}

@@ -27,7 +27,7 @@ def tiny_config(**over):
         "seed": 0,
         "model": {"proxy": {"hidden_size": 128, "num_layers": 2, "num_heads": 4,
                             "intermediate_size": 256, "max_position_embeddings": 256,
-                            "warmup_steps": 0}},
+                            "warmup_target": None}},
         "precision": {"dtype": "fp32"},
         "rollout": {"backend": "vllm", "prompts_per_step": 4, "generations_per_prompt": 4,
                     "max_new_tokens": 8},

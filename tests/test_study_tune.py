@@ -10,7 +10,7 @@ from _study_util import ROOT, cli
 SPACE = f"""name: tt
 base: {ROOT / 'recipes' / 'proxy.yaml'}
 overrides:
-  model.proxy: {{hidden_size: 32, num_layers: 1, num_heads: 2, intermediate_size: 64, warmup_steps: 5}}
+  model.proxy: {{hidden_size: 32, num_layers: 1, num_heads: 2, intermediate_size: 64, warmup_target: null}}
   task: {{num_train_prompts: 64, num_eval_prompts: 16}}
   rollout: {{prompts_per_step: 4, generations_per_prompt: 2}}
   eval: {{every_steps: 2, num_prompts: 16, samples_per_prompt: 1}}

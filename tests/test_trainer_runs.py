@@ -92,7 +92,7 @@ def test_axis_value_runs(tmp_path, warm_proxy, name):
 
 def test_tasks_reasoning_gym_and_math(tmp_path):
     # A proxy with no warm-up (fresh char model): these only check the plumbing runs for real.
-    fresh = {"model": {"proxy": {"warmup_steps": 0}}, "rollout": {"max_new_tokens": 4},
+    fresh = {"model": {"proxy": {"warmup_target": None}}, "rollout": {"max_new_tokens": 4},
              "budget": {"steps": 2}, "eval": {"every_steps": 2, "num_prompts": 8}}
     for name, task in [("rg", {"name": "reasoning_gym:basic_arithmetic", "num_train_prompts": 64,
                                "num_eval_prompts": 16}),
@@ -330,7 +330,7 @@ def _build(cache: str, q) -> None:
 
     q.put(str(proxy_path(config(tiny(model={"proxy": {"hidden_size": 32, "num_layers": 1,
                                                        "num_heads": 2, "intermediate_size": 64,
-                                                       "warmup_steps": 20}})))))
+                                                       "warmup_target": None}})))))
 
 
 def test_concurrent_proxy_builders_share_one_cache_entry(tmp_path):

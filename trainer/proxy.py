@@ -96,7 +96,11 @@ def build_proxy(config: TrainConfig):
     torch.manual_seed(config.task.data_seed)
     model = LlamaForCausalLM(cfg)
     if p.warmup_target is not None:
-        supervised_warmup(model, tok, build_task(warmup_task_config(config)), config)
+        log = supervised_warmup(model, tok, build_task(warmup_task_config(config)), config)
+        # Saved in config.json: where this model starts, and how it got there.
+        model.config.ablate_warmup = {"version": WARMUP_VERSION, "target": p.warmup_target,
+                                      "band": p.warmup_band, "steps": log.steps,
+                                      "pass_rate": log.pass_rate, "checks": log.checks}
     model.eval()
     return model, tok
 

@@ -1,0 +1,88 @@
+"""The CPU proxy's warm-up stops at a measured pass rate, and its cache key covers what changes
+the built model (and nothing a study varies between variants)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from _trainer_util import PROXY, config, merge
+
+# A small model on plenty of data: reaches a held-out pass rate of a few percent in ~200 steps.
+SMALL = {"model": {"proxy": {"hidden_size": 64, "num_layers": 2, "num_heads": 4,
+                             "intermediate_size": 128, "max_position_embeddings": 64,
+                             "warmup_target": 0.1, "warmup_band": 0.08, "warmup_batch_size": 32}},
+         "task": {"num_train_prompts": 2000, "num_eval_prompts": 64}}
+
+
+def test_warmup_stops_inside_the_band_and_eval_measures_the_same(tmp_path, monkeypatch):
+    from trainer.evaluate import pass_rate
+    from trainer.model import load_model
+    from trainer.proxy import WARMUP_EVAL_SEED
+    from trainer.rollout import HFGenerator
+    from trainer.tasks import build_task
+
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path))
+    torch.set_num_threads(1)
+    c = config(merge(PROXY, SMALL))
+    model, tok = load_model(c)  # builds, saves, reloads from the cache dir
+    log = model.config.ablate_warmup
+    assert abs(log["pass_rate"] - 0.1) <= 0.08 and log["steps"] > 0
+    assert [s for s, _ in log["checks"]][0] == 0 and log["checks"][-1] == [log["steps"], log["pass_rate"]]
+    # The saved model measured again the warm-up's way gives the logged number exactly:
+    # the stopping rule and eval share one decode-and-score path.
+    task = build_task(c.task)
+    probs = task.eval[:200]
+    prompts = [tok(p.prompt, add_special_tokens=False).input_ids for p in probs]
+    mcfg = c.model_copy(update={"rollout": c.rollout.model_copy(update={"max_new_tokens": 6}),
+                                "length": c.length.model_copy(update={"control": "none"})})
+    again = pass_rate(HFGenerator(mcfg, model, tok), task, probs, prompts, mcfg, tok,
+                      seed=WARMUP_EVAL_SEED, k=16, temperature=1.0)
+    assert again == pytest.approx(log["pass_rate"], abs=1e-9)
+
+
+def test_warmup_that_never_reaches_its_band_says_what_to_change(tmp_path, monkeypatch):
+    from trainer.proxy import WarmupError, build_proxy
+
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path))
+    c = config(merge(PROXY, merge(SMALL, {"model": {"proxy": {
+        "warmup_target": 0.9, "warmup_band": 0.01, "warmup_max_steps": 30}}})))
+    with pytest.raises(WarmupError) as e:
+        build_proxy(c)
+    msg = str(e.value)
+    assert "warmup_max_steps" in msg and "0.9 +- 0.01" in msg and "\n" not in msg
+
+
+def test_cache_key_covers_the_build_not_the_rl_settings(monkeypatch):
+    import trainer.proxy as proxy
+
+    base = config(PROXY)
+    key = proxy.proxy_key(base)
+    # Every variant of a study starts from one warmed model ...
+    for over in ({"loss": {"type": "ppo"}}, {"optim": {"lr": 3e-5}}, {"seed": 7},
+                 {"rollout": {"prompts_per_step": 32}}, {"task": {"unanswerable_fraction": 0.3}},
+                 {"eval": {"samples_per_prompt": 4}}, {"length": {"control": "overlong_penalty"}}):
+        assert proxy.proxy_key(config(merge(PROXY, over))) == key, over
+    # ... and whatever changes the built model changes the key, the warm-up code's version too.
+    for over in ({"task": {"data_seed": 1}}, {"model": {"proxy": {"warmup_target": 0.3}}},
+                 {"model": {"proxy": {"hidden_size": 64}}}, {"task": {"digits": 3}}):
+        assert proxy.proxy_key(config(merge(PROXY, over))) != key, over
+    monkeypatch.setattr(proxy, "WARMUP_VERSION", proxy.WARMUP_VERSION + 1)
+    assert proxy.proxy_key(base) != key
+
+
+def test_unanswerable_share_is_exact_on_every_prefix_and_caps_a_perfect_answerer():
+    from trainer.tasks import build_task
+
+    c = config(merge(PROXY, {"task": {"unanswerable_fraction": 0.3}}))
+    task = build_task(c.task)
+    plain = build_task(config(PROXY).task)
+    assert [p.prompt for p in task.eval] == [p.prompt for p in plain.eval]  # same problems
+    for n in (1, 10, 33, 200):
+        solved = sum(task.score(p, p.answer) for p in task.eval[:n])
+        assert solved == n - int(n * 0.3), n  # ceiling of a perfect model: 1 - floor(0.3 n)/n
+    assert all(plain.score(p, p.answer) for p in plain.eval)
+    # The marked problems are spread through the list, not the easy or hard end of it.
+    marked = [p.difficulty for p in task.train if p.unanswerable]
+    rest = [p.difficulty for p in task.train if not p.unanswerable]
+    assert abs(sum(marked) / len(marked) - sum(rest) / len(rest)) < 0.1
