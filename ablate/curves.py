@@ -649,20 +649,30 @@ def fit_sigmoid(
 
 
 def _auto_start(c: np.ndarray, y: np.ndarray, r0: float) -> float:
-    """`ablate.window.auto_min_compute` with the default point fit as its SSE."""
+    """`ablate.window.auto_min_compute` with the default point fit, all candidate windows fit
+    in one batched LM call (a window is a 0/1 weight on the points) from shared starts (the
+    grid's best on every point): ~10 ms per 100-point curve instead of one grid search each."""
     if c.size == 0:
         return 0.0
+    x_all = np.log(c)
+    th0 = _starts(x_all, y, np.ones(c.size), r0)
 
-    def fit_of(lo: float) -> tuple[float, bool]:
-        m = c >= lo
-        if m.sum() < 4:
-            return np.inf, False
-        x, yy = np.log(c[m]), y[m]
-        theta, sse, _ = _fit_default(x, yy, np.ones(x.size), r0)
-        rising = np.ptp(yy) > 0 and stats.spearmanr(x, yy).statistic > 0
-        return sse, bool(rising and theta[0] > r0 + 1e-6 and _unidentified(theta, x, yy) is None)
+    def fits_of(los: list[float]) -> list[tuple[float, bool]]:
+        S, L = len(th0), len(los)
+        W = np.repeat(np.array([(c >= lo).astype(float) for lo in los]), S, axis=0)
+        th, sse, _ = _lm(x_all, np.broadcast_to(y, W.shape), W, np.tile(th0, (L, 1)),
+                         np.full(S * L, r0))
+        out = []
+        for j, lo in enumerate(los):
+            m = c >= lo
+            i = j * S + int(np.argmin(sse[j * S:(j + 1) * S]))
+            x, yy = x_all[m], y[m]
+            rising = m.sum() >= 4 and np.ptp(yy) > 0 and stats.spearmanr(x, yy).statistic > 0
+            ok = bool(rising and th[i, 0] > r0 + 1e-6 and _unidentified(th[i], x, yy) is None)
+            out.append((float(sse[i]) if m.sum() >= 4 else np.inf, ok))
+        return out
 
-    return auto_min_compute(c, fit_of, MIN_POINTS)[0]
+    return auto_min_compute(c, fits_of, MIN_POINTS)[0]
 
 
 def _unidentified(theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> str | None:

@@ -67,13 +67,14 @@ def candidate_starts(compute: np.ndarray, min_points: int = MIN_POINTS) -> np.nd
     return np.array(sorted(set(idx)))
 
 
-def auto_min_compute(compute: np.ndarray, fit_of: Callable[[float], tuple[float, bool]],
+def auto_min_compute(compute: np.ndarray, fits_of: Callable[[list[float]], list[tuple[float, bool]]],
                      min_points: int = MIN_POINTS, f_crit: float = F_CRIT) -> tuple[float, list[dict]]:
     """The earliest candidate start whose early points are on the sigmoid the later points follow.
 
-    `compute`: the positive compute values in the fit range (all seeds pooled). `fit_of(lo)`:
-    (SSE, identified) of a point fit on the points with compute >= lo (SSE inf when it cannot
-    be fit). Returns the chosen minimum compute and the tests made ({"start", "F"}).
+    `compute`: the positive compute values in the fit range (all seeds pooled). `fits_of(los)`:
+    for each start lo, (SSE, identified) of a point fit on the points with compute >= lo (SSE
+    inf when it cannot be fit); one call for all candidates, so the caller can batch them.
+    Returns the chosen minimum compute and the tests made ({"start", "F"}).
     """
     c = np.asarray(compute, float)
     u = np.unique(c)
@@ -82,7 +83,7 @@ def auto_min_compute(compute: np.ndarray, fit_of: Callable[[float], tuple[float,
         return float(u[0]), []
     los = [float(u[i]) for i in idx]
     n = [int(np.sum(c >= lo)) for lo in los]
-    fits = [fit_of(lo) for lo in los]
+    fits = fits_of(los)
     sse = [f[0] for f in fits]
     K = len(los) - 1
     if not np.isfinite(sse[K]) or n[K] <= 3:
