@@ -4,8 +4,10 @@ Same warmed proxy (recipes/proxy.yaml's char Llama), "NN+NN=" prompts, 16 prompt
 completions per optimizer step, 4 new tokens max, on-policy, no KL, constant LR, fp32, CPU.
 TRL is set up as notes/machine-facts.md says is fair (use_cpu, bf16=False, no gradient
 checkpointing, per_device_train_batch_size=128 => one generation round per step). Each
-program runs in its own process, alternating, and we compare medians of the per-step time
-after the first step.
+program runs in its own process, alternating. Both are timed the same way: wall time between
+consecutive optimizer-step ends (everything a step does: generation, reward, update, weight
+push, bookkeeping), first step left out, median over steps, then median over repeats; neither
+evaluates nor checkpoints between timed steps.
 
     python benchmarks/bench_trainer_vs_trl.py --steps 30 --repeats 3 [--threads 1]
 """
@@ -36,7 +38,9 @@ def base_config(steps: int, mode: str):
     d["off_policy"] = {"mode": mode, "k": 1 if mode == "ppo_off_policy" else 8}
     d["data"].update(zero_variance_filter=False, no_positive_resampling=False)  # like TRL
     d["optim"].update(warmup_steps=0)
-    d["eval"] = {"every_steps": 5, "num_prompts": 1, "samples_per_prompt": 1}
+    # Neither program evaluates or checkpoints between the timed steps: eval runs at step 0
+    # and after the last step only, outside the step-end clock.
+    d["eval"] = {"every_steps": steps, "num_prompts": 1, "samples_per_prompt": 1}
     d["budget"] = {"steps": steps}
     d["checkpoint"] = {"every_steps": 10_000}
     return TrainConfig.model_validate(d)
@@ -44,14 +48,27 @@ def base_config(steps: int, mode: str):
 
 def run_ablate(steps: int, mode: str) -> float:
     import trainer
+    from trainer import loop
 
     cfg = base_config(steps, mode)
+    times: list[float] = []
+    status = loop._Run.status
+
+    def clock(self, state: str) -> None:  # the loop marks every finished step "running"
+        status(self, state)
+        if state == "running" and self.step > 0:
+            times.append(time.perf_counter())
+
+    loop._Run.status = clock
     with tempfile.TemporaryDirectory() as d:
         trainer.run(cfg, Path(d))
-        rows = [json.loads(x) for x in (Path(d) / "metrics.jsonl").read_text().splitlines()]
-    # Per-step train-loop wall between the first eval point after step 0 and the last.
-    a, b = rows[1], rows[-1]
-    return (b["samples"] - a["samples"]) / (b["time/wall_s"] - a["time/wall_s"])
+    return PROMPTS * G / _median_step(times)
+
+
+def _median_step(ends: list[float]) -> float:
+    """Median wall time between consecutive step ends, the first step left out (warm-up),
+    the same statistic for both programs."""
+    return statistics.median(b - a for a, b in zip(ends[1:], ends[2:]))
 
 
 def run_trl(steps: int) -> float:
@@ -89,8 +106,7 @@ def run_trl(steps: int) -> float:
         )
         GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds,
                     processing_class=tok, callbacks=[Clock()]).train()
-    dt = statistics.median(b - a for a, b in zip(times[1:], times[2:]))
-    return PROMPTS * G / dt
+    return PROMPTS * G / _median_step(times)
 
 
 def main() -> None:

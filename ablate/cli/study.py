@@ -91,9 +91,10 @@ def status(
         print(json.dumps([{k: getattr(s, k) for k in keys} for s in states]))
         return
     t = Table(title=str(study_dir))
-    # ids, names and job ids stay whole (they are what users copy); the rest may fold
-    for col in ("run_id", "name", "seed", "state", "step", "job", "attempts"):
-        t.add_column(col, no_wrap=col in ("run_id", "name", "job"), overflow="fold")
+    # Ids, job ids and the short fields stay whole (ids are what users copy; a folded state
+    # or step is unreadable); only the variant name, the one long free-text field, may fold.
+    for col in ("run_id", "name", "seed", "state", "step", "job", "tries"):
+        t.add_column(col, no_wrap=col != "name", overflow="fold")
     for s in states:
         style = _STATE_STYLE.get(s.state, "")
         t.add_row(s.run_id, s.name, str(s.seed), f"[{style}]{s.state}[/]",
