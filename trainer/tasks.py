@@ -9,7 +9,7 @@ math-verify). Training and held-out eval problems are disjoint by construction.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,6 +23,7 @@ class Problem:
     answer: str
     difficulty: float = 0.0  # for the easy_to_hard curriculum (higher = harder)
     meta: Any = field(default=None, repr=False)
+    unanswerable: bool = False  # calibration control (task.unanswerable_fraction)
 
 
 @dataclass
@@ -39,7 +40,24 @@ TASKS: Registry[Callable[[TaskConfig], Task]] = Registry("task")
 
 def build_task(cfg: TaskConfig) -> Task:
     kind = cfg.name.split(":", 1)[0]
-    return TASKS.get(kind)(cfg)
+    task = TASKS.get(kind)(cfg)
+    return cap_task(task, cfg.unanswerable_fraction) if cfg.unanswerable_fraction else task
+
+
+def unanswerable(i: int, fraction: float) -> bool:
+    """Is problem i of a list one of the `fraction` scored wrong? Evenly spread: exactly
+    floor(n * fraction) of any first n problems, whatever n (eval may use a prefix)."""
+    return int((i + 1) * fraction) > int(i * fraction)
+
+
+def cap_task(task: Task, fraction: float) -> Task:
+    """The calibration control: a share of the held-out problems no answer can solve. The list
+    is already in random order, so the share is independent of difficulty, and training is
+    untouched (same data, same rewards, same trajectory as the uncapped run of the same seed):
+    the capped variant's true ceiling is (1 - fraction) x the uncapped one's."""
+    marked = [replace(p, unanswerable=unanswerable(i, fraction)) for i, p in enumerate(task.eval)]
+    inner = task.score
+    return replace(task, eval=marked, score=lambda p, text: not p.unanswerable and inner(p, text))
 
 
 @TASKS.register("arithmetic")
@@ -99,36 +117,64 @@ def reasoning_gym_task(cfg: TaskConfig) -> Task:
                 score=lambda p, text: p.meta[0].score_answer(answer=text.strip(), entry=p.meta[1]) >= 1.0)
 
 
+# Appended to every math problem: the instruction reasoning models are trained with, so the
+# final answer lands in \boxed{} where math-verify looks first.
+MATH_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+# Column names used by common math datasets (first match wins).
+PROBLEM_COLUMNS = ("problem", "question", "prompt", "query")
+ANSWER_COLUMNS = ("answer", "final_answer", "ground_truth", "solution")
+
+
 @TASKS.register("math")
 def math_task(cfg: TaskConfig) -> Task:
-    """Local JSONL/parquet with `problem` and `answer` columns, scored by math-verify."""
-    import pandas as pd
+    """Verifiable math problems scored by math-verify: `task.path` is a local .jsonl / .json /
+    .parquet / .csv file or folder, or an HF dataset id `org/name[:split]` (read through the
+    HF cache; see trainer/hub.py). Problems and answers come from the first present column of
+    PROBLEM_COLUMNS / ANSWER_COLUMNS. The held-out set is carved from the same table (the
+    paper: 1,000 held-out prompts of its training set), disjoint from training."""
+    from trainer.hub import load_table
 
     if not cfg.path:
-        raise ValueError("task.path: 'math' needs a local .jsonl/.parquet file or an HF dataset name")
-    path = Path(cfg.path)
-    if path.suffix in (".parquet", ".jsonl", ".json"):
-        df = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_json(path, lines=True)
-    else:  # an HF dataset name ("org/name[:split]"), where a network exists; never in tests
-        import datasets
-
-        name, _, split = cfg.path.partition(":")
-        df = datasets.load_dataset(name, split=split or "train").to_pandas()
-    missing = {"problem", "answer"} - set(df.columns)
-    if missing:
-        raise ValueError(f"{path}: missing column(s) {sorted(missing)}; need problem, answer")
-    rows = df.drop_duplicates("problem").sample(frac=1.0, random_state=cfg.data_seed)
-    probs = [Problem(f"{r.problem}\nAnswer: ", str(r.answer),
-                     difficulty=float(getattr(r, "level", len(str(r.problem))) or 0))
-             for r in rows.itertuples()]
+        raise ValueError("task.path: task 'math' needs a local .jsonl/.parquet file or an HF "
+                         "dataset id (org/name[:split])")
+    df = load_table(cfg.path)
+    pcol = next((c for c in PROBLEM_COLUMNS if c in df.columns), None)
+    acol = next((c for c in ANSWER_COLUMNS if c in df.columns), None)
+    if pcol is None or acol is None:
+        raise ValueError(f"task.path {cfg.path}: need a problem column ({'/'.join(PROBLEM_COLUMNS)}) "
+                         f"and an answer column ({'/'.join(ANSWER_COLUMNS)}); found "
+                         f"{sorted(map(str, df.columns))}")
+    rows = df.dropna(subset=[pcol, acol]).drop_duplicates(pcol)
+    rows = rows.sample(frac=1.0, random_state=cfg.data_seed)
+    probs = [Problem(f"{r[pcol]}\n{MATH_INSTRUCTION}", str(r[acol]),
+                     difficulty=_difficulty(r.get("level"), r[pcol]))
+             for _, r in rows.iterrows()]
+    if len(probs) < 2:
+        raise ValueError(f"task.path {cfg.path}: {len(probs)} usable problem(s); need at least 2 "
+                         "(training and held-out sets are disjoint)")
     n_eval = min(cfg.num_eval_prompts, max(1, len(probs) // 5))
     return Task(train=probs[n_eval: n_eval + cfg.num_train_prompts], eval=probs[:n_eval],
                 score=_math_verify)
+
+
+def _difficulty(level: Any, problem: str) -> float:
+    """For the easy_to_hard curriculum: the dataset's level ("Level 3" or 3) if it has one,
+    else the problem's length."""
+    try:
+        return float(str(level).split()[-1])
+    except (ValueError, IndexError):
+        return float(len(str(problem)))
 
 
 def _math_verify(p: Problem, text: str) -> bool:
     from math_verify import parse, verify
 
     # Timeouts use signals, which only work on the main thread; rewards are scored there.
-    gold, pred = parse(f"${p.answer}$"), parse(text)
+    # A reasoning model's thinking holds candidate answers: only the text after it counts.
+    if "</think>" in text:
+        text = text.rsplit("</think>", 1)[1]
+    # A bare answer is wrapped as LaTeX; a worked solution (answer column `solution`) is parsed
+    # as written, so math-verify takes its \boxed{} answer.
+    gold = parse(p.answer if "\\boxed" in p.answer else f"${p.answer}$")
+    pred = parse(text)
     return bool(pred) and bool(verify(gold, pred))
