@@ -87,3 +87,25 @@ def test_unanswerable_share_is_exact_on_every_eval_prefix_and_caps_a_perfect_ans
     marked = [p.difficulty for p in task.eval if p.unanswerable]
     rest = [p.difficulty for p in task.eval if not p.unanswerable]
     assert abs(sum(marked) / len(marked) - sum(rest) / len(rest)) < 0.25
+
+
+def test_cli_run_with_an_unreachable_warmup_target_is_one_line_exit_2(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    from _trainer_util import REPO
+
+    cfg = merge(PROXY, merge(SMALL, {"model": {"proxy": {
+        "warmup_target": 0.9, "warmup_band": 0.01, "warmup_max_steps": 20}}, "budget": {"steps": 2}}))
+    path = tmp_path / "unreachable.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = subprocess.run([sys.executable, "-m", "ablate", "run", str(path), "--out", str(tmp_path / "run")],
+                       capture_output=True, text=True, cwd=REPO,
+                       env=dict(os.environ, PYTHONPATH=str(REPO), ABLATE_CACHE=str(tmp_path / "c")))
+    assert r.returncode == 2, r.stderr[-2000:]
+    err = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(err) == 1 and "warmup_max_steps" in err[0] and "unreachable.yaml" in err[0]
+    assert "Traceback" not in r.stderr

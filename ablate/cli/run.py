@@ -45,8 +45,12 @@ def run_cmd(
     done = threading.Event()
     if not json_out:
         threading.Thread(target=_progress, args=(out, cfg.budget.steps, done), daemon=True).start()
+    from trainer.proxy import WarmupError
+
     try:
         trainer.run(cfg, out)
+    except WarmupError as e:  # the proxy settings cannot reach their target: the user's to fix
+        raise InputError(f"{config}: {e}") from None
     finally:
         done.set()
     status = json.loads((out / "status.json").read_text())
