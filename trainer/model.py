@@ -26,19 +26,21 @@ def pick_device(name: str) -> torch.device:
 
 
 def load_model(config: TrainConfig):
-    """(model in fp32, tokenizer). Proxy models come from the cache (built once per config)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """(model in fp32, tokenizer). Proxy models come from the cache (built once per config).
+
+    A real model (`model.name_or_path`: hub id or local dir) that cannot be loaded here raises
+    trainer.hub.AssetUnavailable with one line naming it and how to pre-fill the cache."""
+    from trainer.hub import load_pretrained
 
     if config.model.name_or_path is None:
         from trainer.proxy import proxy_path
 
-        path = proxy_path(config)
+        path = str(proxy_path(config))
     else:
         path = config.model.name_or_path
-    tok = AutoTokenizer.from_pretrained(path)
+    model, tok = load_pretrained(path, dtype=torch.float32)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     if config.model.gradient_checkpointing:
         # Non-reentrant: gradients reach the weights even though the embedding output (the
         # checkpointed blocks' input) does not require grad. Active only in train() mode.
@@ -74,8 +76,8 @@ def completion_logprobs(body: nn.Module, head: LMHead, batch: dict, device: torc
         kw = {"attention_mask": attn, "position_ids": (attn.cumsum(-1) - 1).clamp(min=0)}
     with autocast(device, dtype):
         hidden = body(input_ids=ids, use_cache=False, **kw).last_hidden_state
-        logits = head(hidden[:, P - 1: P + T - 1])
-    return _logp_entropy(logits, ids[:, P: P + T], temperature, with_entropy)
+        return head_logprobs(head, hidden[:, P - 1: P + T - 1], ids[:, P: P + T], temperature,
+                             with_entropy)
 
 
 def shared_prefix_logprobs(body: nn.Module, head: LMHead, prompts: list[list[int]],
@@ -120,8 +122,41 @@ def shared_prefix_logprobs(body: nn.Module, head: LMHead, prompts: list[list[int
             h_c = body(input_ids=comp[:, : T - 1], past_key_values=cache, use_cache=True,
                        attention_mask=attn, position_ids=pos).last_hidden_state
             hidden.append(h_c)
-        logits = head(torch.cat(hidden, 1))
-    return _logp_entropy(logits, comp, temperature, with_entropy)
+        return head_logprobs(head, torch.cat(hidden, 1), comp, temperature, with_entropy)
+
+
+# Most logits held at once by `head_logprobs` (fp32: 4 bytes each). A real vocabulary makes the
+# full [batch, tokens, vocab] tensor the largest thing in an RL step (128 samples x 512 tokens x
+# 151,936 ids = 40 GB in fp32, several copies with softmax and its gradient); chunking keeps
+# one chunk of ~1 GB instead, at the cost of recomputing each chunk's head in the backward.
+MAX_LOGITS_PER_CHUNK = 2 ** 28
+
+
+def head_logprobs(head: LMHead, hidden: torch.Tensor, targets: torch.Tensor, temperature: float,
+                  with_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-prob of each target [B, T] (and entropy) from final hidden states [B, T, H].
+
+    Small vocabularies (the proxy) take one pass. Above MAX_LOGITS_PER_CHUNK logits, rows of
+    tokens go through the head in chunks under activation checkpointing, so only the hidden
+    states are kept for the backward, never the logits: same values, a fraction of the memory."""
+    vocab = head.head.weight.shape[0]
+    B, T = targets.shape
+    rows = max(1, MAX_LOGITS_PER_CHUNK // vocab)
+    if B * T <= rows:
+        return _logp_entropy(head(hidden), targets, temperature, with_entropy)
+    from torch.utils.checkpoint import checkpoint
+
+    flat_h, flat_t = hidden.reshape(B * T, -1), targets.reshape(B * T)
+
+    def chunk(h: torch.Tensor, t: torch.Tensor):
+        logp, ent = _logp_entropy(head(h), t, temperature, with_entropy)
+        return logp, ent if ent is not None else logp.new_zeros(())
+
+    outs = [checkpoint(chunk, flat_h[a: a + rows], flat_t[a: a + rows], use_reentrant=False)
+            if torch.is_grad_enabled() else chunk(flat_h[a: a + rows], flat_t[a: a + rows])
+            for a in range(0, B * T, rows)]
+    logp = torch.cat([o[0] for o in outs]).reshape(B, T)
+    return logp, torch.cat([o[1] for o in outs]).reshape(B, T) if with_entropy else None
 
 
 def _logp_entropy(logits: torch.Tensor, targets: torch.Tensor, temperature: float,

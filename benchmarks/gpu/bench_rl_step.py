@@ -69,6 +69,15 @@ def build(shapes: dict, workdir: Path):
     return model, tokenizer
 
 
+def load_tokenizer(workdir: Path):
+    """The word-level tokenizer as saved. Not AutoTokenizer: transformers 5 picks the class from
+    config.json's model_type (Qwen2Tokenizer), which rebuilds a byte-level BPE around the
+    word-level vocab and maps "t5 t77" to garbage ids."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast.from_pretrained(workdir)
+
+
 def flops_params(model) -> int:
     """N for the 2N/6N rule: every weight matrix a token passes through, the LM head
     included, the embedding lookup (free) excluded; tied weights count once as the head."""
@@ -97,65 +106,81 @@ def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]
     return (torch.randint(4, vocab, (n, length), generator=g)).tolist()  # no specials / EOS
 
 
-def bench_ours(args, path: Path, shapes: dict) -> dict:
-    from trainer.advantages import compute_advantages
+def bench_ours(args, path: Path, shapes: dict, mode: str = "ppo_off_policy") -> dict:
+    """The trainer's own loop: `trainer.loop._Run` (what `trainer.run` builds) and the body of
+    its `train()` step by step: off-policy source -> `train_step` (rewards, filters,
+    advantages, CISPO + prompt aggregation, fp32 head, engine step) -> weight push. Only the
+    task is synthetic: the random model's prompts are replaced by the fixed-length random
+    prompts TRL gets, and the verifier by the same even-token reward (thresholded to the
+    trainer's +1/-1). Eval and checkpoints are outside the timed steps on both sides."""
     from trainer.config import TrainConfig
-    from trainer.engine import make_engine
-    from trainer.losses import policy_loss
-    from trainer.model import completion_logprobs, load_model, pack
-    from trainer.precision import LMHead
-    from trainer.rollout import make_generator
+    from trainer.loop import _Run
+    from trainer.offpolicy import MODES
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    work = Path(tempfile.mkdtemp(prefix="ablate-bench-"))
+    n_steps = args.warmup + args.steps
+    k = 8 if mode == "pipeline" else 1
+    n_prompts = args.prompts * (n_steps + k + 2)
+    data = work / "prompts.jsonl"  # the loop's math task loads it; prompts are replaced below
+    data.write_text("".join(json.dumps({"problem": f"p{i}", "answer": "0"}) + "\n"
+                            for i in range(n_prompts + 8)))
     config = TrainConfig.model_validate({
         "model": {"name_or_path": str(path),
                   "gradient_checkpointing": args.gradient_checkpointing},
-        "precision": {"dtype": args.dtype},
+        "precision": {"dtype": args.dtype, "generator_lm_head_fp32": True,
+                      "trainer_lm_head_fp32": True},
+        "task": {"name": "math", "path": str(data), "num_train_prompts": n_prompts,
+                 "num_eval_prompts": 1},
         "rollout": {"backend": args.backend, "prompts_per_step": args.prompts,
                     "generations_per_prompt": args.generations,
                     "max_new_tokens": args.completion_len},
+        "length": {"control": "none"},
+        # Train on every sample, as TRL does (no group dropped, no prompt retired).
+        "data": {"zero_variance_filter": False, "no_positive_resampling": False},
+        "off_policy": {"mode": mode, "k": k},
         "engine": {"type": args.engine, "zero_stage": args.zero_stage, "device": device},
         "optim": {"lr": 1e-6, "warmup_steps": 0},
+        "budget": {"steps": n_steps},
     })
-    model, tok = load_model(config)
-    engine = make_engine(config, model.to(device))
-    model = engine.model
-    gen = make_generator(config, model, tok)
-    body, head = model.get_decoder(), LMHead(model.get_output_embeddings(), True)
-    G, L = args.generations, args.completion_len
-    times = []
-    for step in range(args.warmup + args.steps):
-        prompts = random_prompts(args.prompts, args.prompt_len, shapes["vocab_size"], step)
-        _sync(device)
-        t0 = time.perf_counter()
-        g = gen.generate(prompts, n=G, max_new_tokens=L, temperature=1.0, top_p=1.0, seed=step)
-        rows = [p for p in prompts for _ in range(G)]
-        b = pack(rows, g.tokens, tok.pad_token_id)
-        T = b["mask"].shape[1]
-        old = torch.zeros_like(b["mask"])
-        for i, lp in enumerate(g.logprobs):
-            old[i, :len(lp)] = torch.tensor(lp[:T])
-        group = torch.arange(len(rows)) // G
-        adv = compute_advantages(torch.tensor(reward_even_share(g.tokens)), group,
-                                 normalization="batch")
-        logp, _ = completion_logprobs(body, head, b, torch.device(device), args.dtype)
-        loss = policy_loss(logp, old.to(device), adv.to(device), b["mask"].to(device),
-                           group.to(device), loss_type="cispo", aggregation="prompt")
-        engine.step(loss)
-        gen.sync_weights(model, step + 1)
-        _sync(device)
-        if step >= args.warmup:
-            times.append(time.perf_counter() - t0)
-        gen_tokens = sum(len(t) for t in g.tokens)
-    return {"step_s": times, "completion_tokens": gen_tokens}
+    run = _Run(config, work / "run")
+    run.tok = run.ctx.tokenizer = load_tokenizer(path)  # same ids; decodes "t5 t77" for the reward
+    run.train_prompts[:] = random_prompts(len(run.train_prompts), args.prompt_len,
+                                          shapes["vocab_size"], 1234)
+
+    def score(problem, text: str) -> bool:
+        ids = [int(w[1:]) for w in text.split() if w[1:].isdigit()]
+        return reward_even_share([ids])[0] > 0.5
+
+    run.task.score = score
+    source = MODES.get(mode)(run.ctx)
+    source.after_step(run.model, run.step)
+    times, gen_tokens = [], []
+    try:
+        for step in range(n_steps):
+            _sync(device)
+            t0 = time.perf_counter()
+            batch = source.next(run.step)
+            run.train_step(batch)
+            run.step += 1
+            source.after_step(run.model, run.step)
+            _sync(device)
+            if step >= args.warmup:
+                times.append(time.perf_counter() - t0)
+            gen_tokens.append(sum(len(t) for t in batch.rollout.tokens))
+    finally:
+        source.close()
+    mem = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else float("nan")
+    return {"step_s": times, "completion_tokens": statistics.median(gen_tokens),
+            "max_mem_gib": mem}
 
 
 def bench_trl(args, path: Path, shapes: dict) -> dict:
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    tok = AutoTokenizer.from_pretrained(path)
+    tok = load_tokenizer(path)
     n_prompts = args.prompts * (args.warmup + args.steps)
     texts = [" ".join(f"t{i}" for i in p)
              for p in random_prompts(n_prompts, args.prompt_len, shapes["vocab_size"], 1234)]
@@ -189,13 +214,31 @@ def bench_trl(args, path: Path, shapes: dict) -> dict:
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=cfg, train_dataset=data,
                           processing_class=tok, callbacks=[Timer()])
     trainer.train()
+    mem = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else float("nan")
     return {"step_s": times[args.warmup:],
-            "completion_tokens": args.prompts * args.generations * args.completion_len}
+            "completion_tokens": args.prompts * args.generations * args.completion_len,
+            "max_mem_gib": mem}
+
+
+def _free() -> None:
+    """Drop one side's model, optimizer and cached blocks before the other side starts."""
+    import gc
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
 
 
 def _sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
+
+
+def show(r: dict) -> None:
+    print(f"{r['impl']:>24}: step {r['step_s_median']:.3f}s  {r['tokens_per_s']:,.0f} tok/s  "
+          f"{r['tflops_per_s']:.2f} TFLOP/s  MFU {r['mfu']:.1%}  peak mem "
+          f"{r['max_mem_gib']:.1f} GiB  steps {[round(t, 3) for t in r['step_s']]}", flush=True)
 
 
 def summarize(name: str, r: dict, args, n_flops: int, peak: float) -> dict:
@@ -204,9 +247,12 @@ def summarize(name: str, r: dict, args, n_flops: int, peak: float) -> dict:
     gen_tok = r["completion_tokens"]
     all_tok = B * args.prompt_len + gen_tok
     flops = 2 * n_flops * all_tok + 6 * n_flops * all_tok  # gen forward + train fwd/bwd
-    return {"impl": name, "step_s_median": step, "step_s": r["step_s"],
+    out = {"impl": name, "step_s_median": step, "step_s": r["step_s"],
             "tokens_per_s": all_tok / step, "completion_tokens_per_s": gen_tok / step,
-            "tflops_per_s": flops / step / 1e12, "mfu": flops / step / peak}
+            "tflops_per_s": flops / step / 1e12, "mfu": flops / step / peak,
+            "max_mem_gib": r.get("max_mem_gib", float("nan"))}
+    show(out)  # as soon as it is measured: a later side failing must not lose it
+    return out
 
 
 def main() -> None:
@@ -225,6 +271,9 @@ def main() -> None:
     ap.add_argument("--gradient-checkpointing", action="store_true")
     ap.add_argument("--peak-tflops", type=float, default=None, help="override the peak table")
     ap.add_argument("--only", choices=["ours", "trl"], default=None)
+    ap.add_argument("--modes", nargs="+", default=["ppo_off_policy", "pipeline"],
+                    choices=["ppo_off_policy", "pipeline"],
+                    help="off_policy.mode(s) of our loop: on-policy (k=1) and PipelineRL-8")
     ap.add_argument("--tiny", action="store_true", help="tiny shapes: CPU smoke test of the harness")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = ap.parse_args()
@@ -244,18 +293,23 @@ def main() -> None:
         del model
         results = []
         if args.only in (None, "ours"):
-            results.append(summarize("ablate", bench_ours(args, Path(d), shapes), args, n, peak))
+            for mode in args.modes:
+                results.append(summarize(f"ablate[{mode}]", bench_ours(args, Path(d), shapes, mode),
+                                         args, n, peak))
+                _free()
         if args.only in (None, "trl"):
             results.append(summarize("trl.GRPOTrainer", bench_trl(args, Path(d), shapes), args, n, peak))
+            _free()
     out["results"] = results
-    if len(results) == 2:
-        out["speedup_vs_trl"] = results[1]["step_s_median"] / results[0]["step_s_median"]
+    trl = [r for r in results if r["impl"].startswith("trl")]
+    if trl:
+        out["speedup_vs_trl"] = {r["impl"]: r["tokens_per_s"] / trl[0]["tokens_per_s"]
+                                 for r in results if not r["impl"].startswith("trl")}
     print(f"device: {device}  model: {out['shapes']} (N={n / 1e6:.1f}M for FLOPs)")
     for r in results:
-        print(f"{r['impl']:>18}: step {r['step_s_median']:.3f}s  {r['tokens_per_s']:,.0f} tok/s  "
-              f"{r['tflops_per_s']:.2f} TFLOP/s  MFU {r['mfu']:.1%}")
-    if "speedup_vs_trl" in out:
-        print(f"speedup vs TRL: {out['speedup_vs_trl']:.2f}x")
+        show(r)
+    for impl, x in out.get("speedup_vs_trl", {}).items():
+        print(f"{impl} vs TRL (tokens/s): {x:.2f}x")
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
 
