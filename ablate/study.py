@@ -21,6 +21,7 @@ from typing import Any, Callable, Literal, Optional, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ablate.errors import InputError
+from ablate.stagespec import StageSpec
 from ablate.yamlio import KeyPath, YamlDoc, load_yaml
 from trainer.config import BudgetConfig, TrainConfig
 
@@ -86,6 +87,10 @@ class Study(_Strict):
         None,
         description="Launch profile: a name in sweeps/ (e.g. `slurm`) or a YAML path relative "
         "to this file; `--profile` on the command line wins.",
+    )
+    stages: Optional[StageSpec] = Field(
+        None, description="Adaptive study: intermediate budgets after which variants are "
+        "fitted and those that cannot win stop; survivors continue to `budget` (needs `budget`).",
     )
     max_attempts: int = Field(
         3, ge=1, description="A failed run is resubmitted by a later `ablate sweep` until it "

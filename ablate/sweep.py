@@ -41,8 +41,12 @@ def check_inputs(study_path: Path | str, *, executor: Optional[str] = None,
                  profile: Optional[str] = None) -> tuple[LoadedStudy, list[Variant], Profile]:
     """Load and check the study, its expansion, the profile and the executor name (shared by
     `sweep` and `sweep --dry-run`, so both reject the same input); writes nothing."""
+    from ablate.stages import check_baseline, check_stages
+
     loaded = load_study(study_path)
+    check_stages(loaded)
     variants = expand(loaded)
+    check_baseline(loaded, variants)
     ref = profile or loaded.study.profile
     prof = load_profile(find_profile(ref, Path(study_path).parent)) if ref else Profile()
     if executor is not None and executor not in launch.EXECUTORS:

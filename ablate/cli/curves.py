@@ -228,8 +228,12 @@ def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
     rows = rank(groups, baseline=baseline, margin=margin, budget=budget)
     base = baseline or next((g.variant for g in groups if g.fit is not None), None)
     _plot(curves, groups, plot)
+    from ablate.stages import stopped_variants
+
+    # Adaptive studies: a variant stopped at an early stage is ranked on its shorter curve.
+    stopped = stopped_variants(Path(source)) if Path(source).is_dir() else {}
     if json_:
-        _print_json([r.as_dict() for r in rows])
+        _print_json([{**r.as_dict(), "stopped": stopped.get(r.group.variant)} for r in rows])
     else:
         t = _fit_table(f"ranking by asymptote A ({curves.y} vs {curves.x})",
                        f"baseline: {base or '—'}; margin on A: {margin:g}; "
@@ -253,6 +257,8 @@ def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
         for r in rows:
             if r.disagreement:  # the paper's rank and the predictions disagree: say it plainly
                 err.print(f"[yellow]rank vs prediction:[/yellow] {r.group.variant} {r.disagreement}")
+        for v, why in stopped.items():
+            out.print(f"[yellow]stopped at stage {why['stage']}[/yellow] {v}: {why['reason']}")
     _finish(groups)
 
 

@@ -58,6 +58,14 @@ def sweep(
                 t.add_row(v.run_id, v.name, str(v.seed))
             Console().print(t)
         return
+    from ablate.stages import has_stages
+
+    if has_stages(study):
+        from ablate.cli.stages import adaptive_sweep
+
+        adaptive_sweep(study, executor=executor, profile=profile, results=results,
+                       entry=entry, wait=wait, as_json=as_json)
+        return
     plan = plan_sweep(study, executor=executor, profile=profile, results=results)
     out = run_sweep(plan, entry=entry)
     if wait:
@@ -85,10 +93,14 @@ def status(
     """Per-run state of a study (run dir files first; squeue/sacct add detail)."""
     from ablate.status import study_states
 
+    from ablate.stages import stopped_variants
+
     states = study_states(study_dir)
+    stopped = stopped_variants(study_dir)  # adaptive studies: which variants stopped, why
     if as_json:
         keys = ("run_id", "name", "seed", "state", "step", "job_id", "attempts", "error")
-        print(json.dumps([{k: getattr(s, k) for k in keys} for s in states]))
+        print(json.dumps([{**{k: getattr(s, k) for k in keys}, "stopped": stopped.get(s.name)}
+                          for s in states]))
         return
     t = Table(title=str(study_dir))
     # Ids, job ids and the short fields stay whole (ids are what users copy; a folded state
@@ -105,6 +117,9 @@ def status(
     for s in states:
         counts[s.state] = counts.get(s.state, 0) + 1
     con.print(" ".join(f"{k}={n}" for k, n in sorted(counts.items())))
+    for name, why in stopped.items():
+        con.print(f"stopped at stage {why['stage']} ({why['budget']}): {name}: {why['reason']}",
+                  style="yellow")
 
 
 @app.command()

@@ -1,0 +1,57 @@
+"""The `stages:` section of a study file: an adaptive study's intermediate budgets.
+
+Kept apart from ablate.stages (the controller) so the study schema can use it without importing
+the launch machinery. Every run first trains to `budgets[0]`; after each stage the variants are
+fitted and the ones that cannot win stop; survivors continue from their checkpoints to the next
+budget and, finally, to the study's `budget`.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from trainer.config import BudgetConfig
+
+LIMITS = ("steps", "gpu_hours", "flops")
+
+
+class StageSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    budgets: list[BudgetConfig] = Field(
+        min_length=1,
+        description="Intermediate budgets, increasing, each below the study's `budget` and "
+        "using the same single limit (steps, gpu_hours or flops); the study's `budget` is the "
+        "last stage.",
+    )
+    margin: float = Field(
+        0.02, ge=0, description="With `baseline`: a variant whose fitted A is below the "
+        "baseline's by more than this stops (the paper's run-to-run margin on A).",
+    )
+    baseline: Optional[str] = Field(
+        None, description="Variant name (e.g. `base`) for the margin rule; without it only the "
+        "interval rule stops variants (A's upper bound below another variant's lower bound).",
+    )
+
+    @field_validator("budgets")
+    @classmethod
+    def _one_limit_increasing(cls, v: list[BudgetConfig]) -> list[BudgetConfig]:
+        kinds = {limit_of(b)[0] for b in v}
+        if len(kinds) > 1:
+            raise ValueError(f"every stage budget must use the same limit, got {sorted(kinds)}")
+        vals = [limit_of(b)[1] for b in v]
+        if any(b <= a for a, b in zip(vals, vals[1:])):
+            raise ValueError(f"stage budgets must increase, got {vals}")
+        return v
+
+
+def limit_of(b: BudgetConfig | dict) -> tuple[str, float]:
+    """(kind, value) of a budget that sets exactly one limit; ValueError otherwise."""
+    d = b.model_dump(exclude_none=True) if isinstance(b, BudgetConfig) else {
+        k: v for k, v in b.items() if v is not None}
+    if len(d) != 1 or next(iter(d)) not in LIMITS:
+        raise ValueError(f"a stage budget sets exactly one of {', '.join(LIMITS)}, got {d}")
+    k, val = next(iter(d.items()))
+    return k, float(val)

@@ -1,0 +1,105 @@
+"""Adaptive studies (`stages:`): stop variants that cannot win, continue the rest."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from _study_util import cli, cli_json, metric_steps, tiny_study
+from ablate.curves import fit_sigmoid, sigmoid
+from ablate.fitgroups import GroupFit
+from ablate.stages import decide, stopped_variants
+
+ENTRY = "_stage_entry:synthetic_run"
+AXES = "  optim.lr: [1.5e-4, 3.0e-4, 3.001e-4]\n"  # true A 0.30, 0.600, 0.6002 (_stage_entry.py)
+STAGES = "stages: {budgets: [{steps: 40}]}\n"
+
+
+def _group(name: str, A: float, seed: int) -> GroupFit:
+    rng = np.random.default_rng(seed)
+    c = np.linspace(0.002, 0.08, 40)
+    y = sigmoid(c, A, 1.5, 0.01, 0.1) + rng.normal(0, 0.004, c.size)
+    return GroupFit(name, fit_sigmoid(c, y, n_boot=200), None, c.size)
+
+
+def test_decide_stops_only_what_cannot_win():
+    low, best, close = _group("low", 0.30, 0), _group("best", 0.62, 1), _group("close", 0.60, 2)
+    d = decide([low, best, close], stage=0, budget={"steps": 40})
+    assert set(d.stopped) == {"low"} and d.kept == ["best", "close"]
+    assert "upper bound" in d.stopped["low"] and "lower bound" in d.stopped["low"]
+    assert low.fit.ci["A"][1] < max(best.fit.ci["A"][0], close.fit.ci["A"][0])
+    # The margin rule, opt-in: 'close' is 0.02 below 'best' (not more), 'low' far below.
+    d = decide([low, best, close], baseline="best", margin=0.05)
+    assert set(d.stopped) == {"low"}
+    d = decide([low, best, close], baseline="best", margin=0.0)
+    assert set(d.stopped) == {"low", "close"} and "baseline best" in d.stopped["close"]
+    # A variant whose fit failed is kept (nothing is stopped on a curve we cannot read), one
+    # whose runs all diverged stops.
+    d = decide([low, GroupFit("nofit", None, "too few points", 3)],
+               dead={"gone": "every run diverged"})
+    assert "nofit" in d.kept and d.stopped == {"gone": "every run diverged"}
+
+
+def test_adaptive_sweep_stops_promotes_and_resumes_between_stages(tmp_path):
+    study = tiny_study(tmp_path, "ad", AXES, seeds="[0, 1]", steps=100, extra=STAGES)
+    res = tmp_path / "res"
+    # First call: stage 0 only (debug executor: runs in-process, so they end before it returns).
+    out = cli_json("sweep", str(study), "--results", str(res), "--executor", "debug",
+                   "--entry", ENTRY)
+    assert out["stage"] == 0 and len(out["submitted"]) == 6 and not out["finished"]
+    sd = res / "ad"
+    assert all(metric_steps(sd / rid)[-1] == 40 for rid in out["submitted"])
+    # Rerun (as after an interruption): decides stage 0, promotes survivors, runs stage 1.
+    out2 = cli_json("sweep", str(study), "--results", str(res), "--executor", "debug",
+                    "--entry", ENTRY)
+    assert out2["finished"] and out2["stage"] == 1 and len(out2["submitted"]) == 4
+    stopped = stopped_variants(sd)
+    assert list(stopped) == ["optim.lr=0.00015"] and stopped["optim.lr=0.00015"]["stage"] == 0
+    variants = json.loads((sd / "variants.json").read_text())
+    for v in variants:
+        steps = metric_steps(sd / v["run_id"])
+        want = 40 if v["name"] in stopped else 100
+        assert steps == list(range(1, want + 1))  # continued, no step twice, none missing
+    # A third call changes nothing.
+    out3 = cli_json("sweep", str(study), "--results", str(res), "--executor", "debug",
+                    "--entry", ENTRY)
+    assert out3["submitted"] == [] and out3["finished"]
+    st = cli_json("status", str(sd))
+    assert {r["name"]: (r["stopped"] or {}).get("stage") for r in st} == {
+        "optim.lr=0.00015": 0, "optim.lr=0.0003": None, "optim.lr=0.0003001": None}
+    table = cli("status", str(sd)).stdout
+    assert "stopped at stage 0" in table and "upper bound" in table
+    cmp = cli_json("compare", str(sd))
+    by = {r["variant"]: r for r in cmp}
+    assert by["optim.lr=0.00015"]["stopped"]["stage"] == 0
+    assert by["optim.lr=0.0003001"]["stopped"] is None
+
+
+def test_adaptive_sweep_wait_runs_every_stage_with_the_real_trainer(tmp_path):
+    # Too few points to fit at stage 0: nothing can be judged, so everything continues, from
+    # the real trainer's checkpoints.
+    study = tiny_study(tmp_path, "adr", "  optim.lr: [1.0e-4, 1.0e-3]\n", steps=4,
+                       extra="stages: {budgets: [{steps: 2}]}\n")
+    out = cli_json("sweep", str(study), "--results", str(tmp_path / "res"), "--executor",
+                   "debug", "--wait")
+    assert out["finished"] and out["decisions"][0]["stopped"] == {}
+    assert all("error" in f for f in out["decisions"][0]["fits"].values())
+    for v in json.loads((tmp_path / "res" / "adr" / "variants.json").read_text()):
+        assert metric_steps(tmp_path / "res" / "adr" / v["run_id"]) == [0, 2, 4]
+
+
+@pytest.mark.parametrize("extra, msg", [
+    ("stages: {budgets: [{steps: 200}]}\n", "below the final budget"),
+    ("stages: {budgets: [{steps: 20}, {steps: 10}]}\n", "must increase"),
+    ("stages: {budgets: [{gpu_hours: 0.1}]}\n", "must be steps below"),
+    ("stages: {budgets: [{steps: 20}], baseline: nope}\n", "stages.baseline 'nope' is not a variant"),
+    ("stages: {budgets: [{steps: 20}], margins: 0.1}\n", "did you mean 'margin'"),
+])
+def test_bad_stages_exit_2_and_write_nothing(tmp_path, extra, msg):
+    study = tiny_study(tmp_path, "bad", AXES, steps=100, extra=extra)
+    r = cli("sweep", str(study), "--results", str(tmp_path / "res"), "--executor", "debug")
+    assert r.returncode == 2 and msg in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert "bad.yaml:" in r.stderr and not (tmp_path / "res").exists()
