@@ -50,7 +50,6 @@ Intervals (95%, percentile, stored as `Fit.ci` and as draws in `Fit.samples`):
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -61,6 +60,8 @@ from scipy import stats
 from scipy.special import expit
 
 from ablate.errors import InputError
+from ablate.noise import noise_draws as _noise_draws
+from ablate.noise import reml_posterior as _reml_posterior
 from ablate.window import auto_min_compute
 
 MIN_POINTS = 5
@@ -227,18 +228,24 @@ def paper_cmid_grid(max_compute: float, unit: str = "relative") -> np.ndarray:
 
 def _model(x, theta, r0):
     """f and Jacobian for S problems. x (n,), theta (S,3), r0 (S,) -> f (S,n), J (S,n,3)."""
-    A, b, m = theta[:, 0:1], theta[:, 1:2], theta[:, 2:3]
-    B = np.exp(b)
-    d = x[None, :] - m
-    s = expit(B * d)
-    g = A - r0[:, None]
-    f = r0[:, None] + g * s
-    dsB = (g * B) * s * (1 - s)
-    J = np.empty(f.shape + (3,))
+    s = _sig(x, theta)
+    return r0[:, None] + (theta[:, 0:1] - r0[:, None]) * s, _jac(x, theta, r0, s)
+
+
+def _sig(x, theta):
+    """expit(B (x - log C_mid)) for S problems: (S, n)."""
+    return expit(np.exp(theta[:, 1:2]) * (x[None, :] - theta[:, 2:3]))
+
+
+def _jac(x, theta, r0, s):
+    """d f / d (A, log B, log C_mid) from the problems' `_sig` values: (S, n, 3)."""
+    B = np.exp(theta[:, 1:2])
+    dsB = ((theta[:, 0:1] - r0[:, None]) * B) * s * (1 - s)
+    J = np.empty(s.shape + (3,))
     J[:, :, 0] = s
-    J[:, :, 1] = dsB * d
-    J[:, :, 2] = -dsB
-    return f, J
+    np.multiply(dsB, x[None, :] - theta[:, 2:3], out=J[:, :, 1])
+    np.negative(dsB, out=J[:, :, 2])
+    return J
 
 
 def _clip(theta, mlo, mhi):
@@ -251,25 +258,38 @@ def _clip(theta, mlo, mhi):
 def _lm(x, Y, W, theta0, r0, *, fix_a=False, iters=60, tol=1e-8):
     """Minimise sum W (Y - f)^2 for S problems at once; returns theta (S,3), sse (S,), ok (S,).
 
-    Projected LM: a step is kept only where it lowers that problem's SSE, so every problem
-    descends monotonically; parameters are clipped to their box after each step. Problems that
-    have converged drop out of the batch, so a 1000-resample bootstrap costs little more than
-    its slowest few resamples.
+    W None: unit weights. Projected LM: a step is kept only where it lowers that problem's SSE,
+    so every problem descends monotonically; parameters are clipped to their box after each
+    step. Problems that have converged drop out of the batch, so a 1000-resample bootstrap costs
+    little more than its slowest few resamples. Only the sigmoid values of the current
+    parameters are kept; the Jacobian is rebuilt from them for the active problems (a rejected
+    step costs no Jacobian, an accepted one no copy), which matters at 1000 resamples x 1000
+    points.
     """
     mlo, mhi = x.min() - _M_BELOW, x.max() + _M_ABOVE
     theta = _clip(np.array(theta0, dtype=float), mlo, mhi)
-    Y, W, r0 = np.asarray(Y, float), np.asarray(W, float), np.asarray(r0, float)
-    f, J = _model(x, theta, r0)
-    r = (Y - f) * W
+    Y, r0 = np.asarray(Y, float), np.asarray(r0, float)
+    W = None if W is None else np.asarray(W, float)
+    S = len(theta)
+    sg = _sig(x, theta)
+    r = Y - (r0[:, None] + (theta[:, 0:1] - r0[:, None]) * sg)
+    if W is not None:
+        r = r * W
     sse = np.einsum("sn,sn->s", r, r)
-    lam = np.full(len(theta), 1e-2)
-    done = np.zeros(len(theta), bool)
+    lam = np.full(S, 1e-2)
+    done = np.zeros(S, bool)
     eye = np.eye(3)
-    act = np.arange(len(theta))
+    act = np.arange(S)
     for _ in range(iters):
-        Ja, Wa, ra = J[act], W[act], r[act]
-        Jw = Ja * Wa[:, :, None]
+        every = act.size == S  # all active: views instead of fancy-index copies
+        th_a, r0_a = theta[act], r0[act]
+        sa, ra = (sg, r) if every else (sg[act], r[act])
+        Ya = Y if every else Y[act]
+        Wa = None if W is None else (W if every else W[act])
+        Ja = _jac(x, th_a, r0_a, sa)
+        Jw = Ja if Wa is None else Ja * Wa[:, :, None]
         if fix_a:
+            Jw = Jw.copy() if Jw is Ja else Jw
             Jw[:, :, 0] = 0.0
         JwT = Jw.transpose(0, 2, 1)
         H = JwT @ Ja  # batched 3x3 normal matrices (matmul beats einsum here)
@@ -281,14 +301,16 @@ def _lm(x, Y, W, theta0, r0, *, fix_a=False, iters=60, tol=1e-8):
             Hd[:, :, 0] = 0.0
             Hd[:, 0, 0] = 1.0
         step = np.linalg.solve(Hd, g[:, :, None])[:, :, 0]
-        cand = _clip(theta[act] + step, mlo, mhi)
-        fc, Jc = _model(x, cand, r0[act])
-        rc = (Y[act] - fc) * Wa
+        cand = _clip(th_a + step, mlo, mhi)
+        sc = _sig(x, cand)
+        rc = Ya - (r0_a[:, None] + (cand[:, 0:1] - r0_a[:, None]) * sc)
+        if Wa is not None:
+            rc *= Wa
         ssec = np.einsum("sn,sn->s", rc, rc)
         better = ssec < sse[act]
         rel = np.where(better, (sse[act] - ssec) / np.maximum(sse[act], 1e-30), 0.0)
         ib = act[better]
-        theta[ib], J[ib], r[ib], sse[ib] = cand[better], Jc[better], rc[better], ssec[better]
+        theta[ib], sg[ib], r[ib], sse[ib] = cand[better], sc[better], rc[better], ssec[better]
         lam[act] = np.where(better, lam[act] / 3, lam[act] * 4)
         done[act] = (better & (rel < tol)) | (lam[act] > 1e7)
         act = act[~done[act]]
@@ -404,96 +426,6 @@ def _fit_paper(x, y, w, r0, c_max, unit="relative"):
 # Intervals
 
 
-# Noise-model grid: AR(1) drift coefficient per evaluation x drift share of the variance.
-_PHI_GRID = np.linspace(0.0, 0.97, 50)
-_FRAC_GRID = np.linspace(0.0, 1.0, 26)
-# Prior on phi: flat in atanh(phi), i.e. density 1/(1 - phi^2) on the linear grid. This is the
-# usual uninformative choice for a correlation (flat on the unbounded Fisher-z scale; no scale
-# of persistence is preferred). A flat-in-phi prior makes "slow drift" (phi -> 1) a priori
-# rare, and since one run can barely tell phi 0.8 from 0.95 while the long-run variance differs
-# 4x between them, the posterior then sat at too little drift: on development seeds (101-106,
-# never the benchmark's 1-5) coverage of A was ~0.91 with the flat prior, ~0.95 with this one, and
-# in between with the Jeffreys AR(1) prior (1 - phi^2)^-1/2 (seeds 103/104, 150 curves each:
-# flat 0.92 on 103; Jeffreys 0.95/0.91; this 0.98/0.93). Chosen among those three standard
-# priors, not tuned as a number.
-_LOG_PRIOR_PHI = np.repeat(-np.log(1 - _PHI_GRID**2), _FRAC_GRID.size)
-
-
-def _noise_draws(phi, vd, vw, series, n_total, K, rng) -> np.ndarray:
-    """K noise realisations (stationary AR(1) drift + white) laid out like the data. phi, vd, vw
-    are scalars or (K,) arrays (one noise model per realisation)."""
-    phi, vd, vw = (np.broadcast_to(np.asarray(v, float), (K,))[:, None] for v in (phi, vd, vw))
-    out = np.zeros((K, n_total))
-    for ix in series:
-        m = ix.size
-        e = rng.normal(0.0, 1.0, (K, m)) * np.sqrt(vd * (1 - phi**2))
-        d = np.empty((K, m))
-        d[:, 0] = rng.normal(0.0, 1.0, K) * np.sqrt(vd[:, 0])
-        for t in range(1, m):
-            d[:, t] = phi[:, 0] * d[:, t - 1] + e[:, t]
-        out[:, ix] = d + rng.normal(0.0, 1.0, (K, m)) * np.sqrt(vw)
-    return out
-
-
-@functools.lru_cache(maxsize=512)
-def _ar_eig(phi: float, m: int) -> tuple[np.ndarray, np.ndarray]:
-    """Eigen-decomposition of the m x m AR(1) correlation matrix phi^|i-j| (cached: every run of
-    a study has the same few series lengths)."""
-    lag = np.abs(np.subtract.outer(np.arange(m), np.arange(m)))
-    return np.linalg.eigh(phi**lag)
-
-
-def _reml_posterior(J, res, series, free, K, rng) -> np.ndarray:
-    """K draws of (phi, v_drift, v_white) from the REML posterior of the residuals.
-
-    Noise = AR(1) drift (correlation phi per evaluation) + white evaluation noise, covariance
-    s * (frac * R(phi) + (1 - frac) * I) within each series. The restricted likelihood is that of
-    the residuals after the (linearised) fit: it knows the fit absorbed the part of the noise
-    that looks like the curve, slow drift near the end above all, which a periodogram of the
-    residuals cannot see, so a run whose residuals look white still leaves room for drift the
-    curve hid. Priors: flat over the drift share frac, flat in atanh(phi) (`_LOG_PRIOR_PHI`), 1/s
-    on the scale, which integrates out in closed form (s | grid point is inverse-gamma); no
-    constant is tuned. The eigenvectors of R(phi) are shared by every frac, so the whole
-    50 x 26 grid costs 50 small eigen-decompositions (cached) and a few batched 3x3 solves. One run pins the drift down poorly, and drawing each
-    bootstrap sample's noise model from this posterior carries that uncertainty into the
-    intervals instead of trusting one point estimate of it.
-    """
-    # An orthonormal basis of the fit's tangent space instead of J itself: the restricted
-    # likelihood depends only on that space, and a degenerate J (a step-like fit with B at its
-    # limit, a grid optimum where dR/dA and dR/dB are collinear) made J'S^-1 J singular, which
-    # crashed the whole command with LinAlgError.
-    U, sv, _ = np.linalg.svd(J[:, free], full_matrices=False)
-    Jf = U[:, sv > max(sv.max(initial=0.0), 1e-300) * 1e-9]
-    n, p = res.size, Jf.shape[1]
-    frac = _FRAC_GRID[:, None]
-    ll, qs = [], []
-    for phi in _PHI_GRID:
-        parts = [_ar_eig(float(phi), ix.size) for ix in series]
-        lam = np.concatenate([e[0] for e in parts])
-        rq = np.concatenate([Q.T @ res[ix] for (_, Q), ix in zip(parts, series)])
-        Jq = np.concatenate([Q.T @ Jf[ix] for (_, Q), ix in zip(parts, series)])
-        v = frac * np.maximum(lam, 0.0)[None, :] + (1 - frac)  # (F, n) eigenvalues of S
-        d = 1.0 / np.maximum(v, 1e-12)
-        q = (d * rq[None, :] ** 2).sum(axis=1)
-        logdet = 0.0
-        if p:
-            JSr = (d * rq[None, :]) @ Jq  # (F, p)
-            JSJ = np.einsum("np,fn,nq->fpq", Jq, d, Jq)
-            q = q - np.einsum("fp,fp->f", JSr, np.linalg.solve(JSJ, JSr[:, :, None])[:, :, 0])
-            logdet = np.linalg.slogdet(JSJ)[1]
-        q = np.maximum(q, 1e-300)
-        ll.append(-0.5 * ((n - p) * np.log(q) + np.log(np.maximum(v, 1e-12)).sum(axis=1)
-                          + logdet))
-        qs.append(q)
-    ll, qs = np.concatenate(ll), np.concatenate(qs)
-    ll = ll + _LOG_PRIOR_PHI
-    pr = np.exp(ll - ll.max())
-    g = rng.choice(pr.size, size=K, p=pr / pr.sum())
-    phi_g, frac_g = _PHI_GRID[g // _FRAC_GRID.size], _FRAC_GRID[g % _FRAC_GRID.size]
-    s = 0.5 * qs[g] / rng.gamma(0.5 * (n - p), 1.0, K)
-    return np.column_stack([phi_g, s * frac_g, s * (1 - frac_g)])
-
-
 def _bootstrap(x, y, w, sid, theta, r0, r0_groups, n_boot, rng, fix_a=False):
     """Parametric residual bootstrap whose noise model is itself drawn per sample from its REML
     posterior (`_reml_posterior`); all resamples refit at once by the batched LM warm-started
@@ -516,8 +448,8 @@ def _bootstrap(x, y, w, sid, theta, r0, r0_groups, n_boot, rng, fix_a=False):
     # white evaluation noise applies to it.
     r0b = (rng.normal(0.0, 1.0, (n_boot, max(r0_groups, 1))) * np.sqrt(vw)[:, None]).mean(axis=1)
     r0b = np.clip(r0 + r0b, 0.0, 1.0)
-    th, _, _ = _lm(x, Y, np.broadcast_to(w, Y.shape), np.broadcast_to(theta, (n_boot, 3)), r0b,
-                   fix_a=fix_a)
+    W = None if np.all(w == 1) else np.broadcast_to(w, Y.shape)
+    th, _, _ = _lm(x, Y, W, np.broadcast_to(theta, (n_boot, 3)), r0b, fix_a=fix_a)
     return np.column_stack([th, r0b])
 
 
