@@ -16,8 +16,9 @@ import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional, TypeVar
+from typing import Any, Callable, Literal, Optional, Sequence, TypeVar
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ablate.errors import InputError
@@ -292,6 +293,7 @@ class LoadedStudy:
     base_tree: dict[str, Any]
     prov: Provenance = field(default_factory=dict)
     recipes: list[Path] = field(default_factory=list)
+    cli_overrides: list[str] = field(default_factory=list)  # `sweep --override KEY=VALUE`, as given
 
     @property
     def path(self) -> Path:
@@ -361,17 +363,50 @@ def load_model(path: Path, model: type[M], what: str) -> tuple[M, YamlDoc]:
         raise InputError(format_validation_error(err, doc.where, model)) from None
 
 
-def load_study(path: Path | str) -> LoadedStudy:
-    """Parse, validate and resolve a study file (nothing is written)."""
+def load_study(path: Path | str, overrides: Sequence[str] = ()) -> LoadedStudy:
+    """Parse, validate and resolve a study file (nothing is written). `overrides` are
+    `KEY=VALUE` strings (`sweep --override`) applied last, over the base, the study's own
+    overrides and its budget."""
     path = Path(path)
     if path.suffix not in (".yaml", ".yml"):
         raise InputError(f"{path}: expected a study .yaml file")
     study, doc = load_model(path, Study, "a study must be a mapping with at least `name`")
 
     tree, prov, recipes = resolve_base(doc, study.base, study.overrides, study.budget)
+    tree = apply_cli_overrides(tree, prov, overrides)
     _check_axes(study, doc)
     validate_config(tree, prov, str(path))  # the base itself must be a valid run
-    return LoadedStudy(study=study, doc=doc, base_tree=tree, prov=prov, recipes=recipes)
+    return LoadedStudy(study=study, doc=doc, base_tree=tree, prov=prov, recipes=recipes,
+                       cli_overrides=list(overrides))
+
+
+# Keys whose value is a file or folder: an existing relative path is made absolute, so a job
+# started from another working directory (a Slurm node, a background process) finds it.
+PATH_KEYS = ("model.name_or_path", "task.path")
+
+
+def apply_cli_overrides(tree: dict[str, Any], prov: Provenance,
+                        overrides: Sequence[str]) -> dict[str, Any]:
+    """`KEY=VALUE` pairs onto a config tree: KEY a dotted TrainConfig path, VALUE parsed as
+    YAML (`8` is an int, `true` a bool, `[a, b]` a list, anything else a string)."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        where = f"--override {item}"
+        if not sep or not key:
+            raise InputError(f"{where}: expected KEY=VALUE with a dotted TrainConfig key, e.g. "
+                             "--override model.name_or_path=/models/qwen3-8b")
+        check_config_path(key, where, "key")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError as e:
+            raise InputError(f"{where}: value is not valid YAML ({str(e).splitlines()[0]})") from None
+        if key in PATH_KEYS and isinstance(value, str) and Path(value).expanduser().exists():
+            value = str(Path(value).expanduser().resolve())
+        keys = tuple(key.split("."))
+        tree = set_path(tree, keys, value)
+        prov[keys] = where
+    return tree
 
 
 def _check_axes(study: Study, doc: YamlDoc) -> None:

@@ -12,7 +12,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from ablate import launch
 from ablate.errors import InputError
@@ -38,12 +38,13 @@ class SweepPlan:
 
 
 def check_inputs(study_path: Path | str, *, executor: Optional[str] = None,
-                 profile: Optional[str] = None) -> tuple[LoadedStudy, list[Variant], Profile]:
+                 profile: Optional[str] = None,
+                 overrides: Sequence[str] = ()) -> tuple[LoadedStudy, list[Variant], Profile]:
     """Load and check the study, its expansion, the profile and the executor name (shared by
     `sweep` and `sweep --dry-run`, so both reject the same input); writes nothing."""
     from ablate.stages import check_baseline, check_stages
 
-    loaded = load_study(study_path)
+    loaded = load_study(study_path, overrides)
     check_stages(loaded)
     variants = expand(loaded)
     check_baseline(loaded, variants)
@@ -56,9 +57,11 @@ def check_inputs(study_path: Path | str, *, executor: Optional[str] = None,
 
 
 def plan_sweep(study_path: Path | str, *, executor: Optional[str] = None,
+               overrides: Sequence[str] = (),
                profile: Optional[str] = None, results: Path | str = "results") -> SweepPlan:
     """Everything `sweep` will do, decided without writing anything."""
-    loaded, variants, prof = check_inputs(study_path, executor=executor, profile=profile)
+    loaded, variants, prof = check_inputs(study_path, executor=executor, profile=profile,
+                                          overrides=overrides)
     store = StudyStore(study_dir_for(Path(results), loaded.study.name))
     plan = SweepPlan(loaded, variants, prof, "", store)
     states = {s.run_id: s for s in run_states(store, [v.to_json() for v in variants])}
@@ -77,13 +80,23 @@ def plan_sweep(study_path: Path | str, *, executor: Optional[str] = None,
     return plan
 
 
+def study_record(loaded: LoadedStudy) -> str:
+    """The study file as submitted, plus the `--override`s it ran with (as comments), so the
+    study dir says what was asked; variants.json and each config.yaml hold the result."""
+    text = loaded.path.read_text()
+    if loaded.cli_overrides:
+        text += ("\n# ablate sweep --override (applied on top of everything above):\n"
+                 + "".join(f"#   {o}\n" for o in loaded.cli_overrides))
+    return text
+
+
 def run_sweep(plan: SweepPlan, *, entry: str = "trainer:run") -> dict[str, Any]:
     """Write the study dir, submit, record. Returns the `sweep --json` object."""
     store = plan.store
     fresh = [d for d in (store.root.parent, store.root) if not d.exists()]
     try:
         with store.locked():
-            undo = store.write_study(plan.loaded.path.read_text(), plan.variants)
+            undo = store.write_study(study_record(plan.loaded), plan.variants)
             dirs = [store.run_dir(v.run_id) for v in plan.submit]
             try:
                 jobs = launch.submit(plan.executor, dirs, store.submitit_dir, plan.profile,

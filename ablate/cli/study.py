@@ -36,6 +36,12 @@ def sweep(
                               "run fails."),
     entry: str = typer.Option("trainer:run", "--entry", hidden=True,
                               help="module:function each job calls (tests)."),
+    override: list[str] = typer.Option(
+        [], "--override", "-o",
+        help="KEY=VALUE on top of the study for every run (dotted TrainConfig key, YAML value; "
+        "repeatable), e.g. --override model.name_or_path=/models/qwen3-8b "
+        "--override task.path=data/polaris.jsonl. Existing relative paths become absolute.",
+    ),
 ) -> None:
     """Expand a study into runs and launch the ones not done, queued or running.
 
@@ -47,7 +53,8 @@ def sweep(
     if dry_run:
         from ablate.sweep import check_inputs
 
-        _, variants, _ = check_inputs(study, executor=executor, profile=profile)
+        _, variants, _ = check_inputs(study, executor=executor, profile=profile,
+                                      overrides=override)
         if as_json:
             print(json.dumps([v.to_json() for v in variants]))
         else:
@@ -62,11 +69,17 @@ def sweep(
 
     if has_stages(study):
         from ablate.cli.stages import adaptive_sweep
+        from ablate.errors import InputError
+
+        if override:
+            raise InputError(f"{study}: --override is not supported for a staged study; put "
+                             "the values in its `overrides:` section")
 
         adaptive_sweep(study, executor=executor, profile=profile, results=results,
                        entry=entry, wait=wait, as_json=as_json)
         return
-    plan = plan_sweep(study, executor=executor, profile=profile, results=results)
+    plan = plan_sweep(study, executor=executor, profile=profile, results=results,
+                      overrides=override)
     out = run_sweep(plan, entry=entry)
     if wait:
         from ablate.progress import watch
