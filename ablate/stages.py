@@ -272,6 +272,11 @@ def _dead(store: StudyStore, runs: list[Variant], names: list[str]) -> dict[str,
     return out
 
 
+def decided(decisions: list[dict[str, Any]], scale_winner: bool) -> bool:
+    """The last stage's decision left one variant and the study does not scale it."""
+    return bool(decisions) and not scale_winner and len(decisions[-1].get("kept", [])) == 1
+
+
 def advance(study_path: Path | str, *, executor: Optional[str] = None,
             profile: Optional[str] = None, results: Path | str = "results",
             entry: str = "trainer:run") -> StageReport:
@@ -294,6 +299,8 @@ def advance(study_path: Path | str, *, executor: Optional[str] = None,
         stopped = {v for d in decisions for v in d.get("stopped", {})}
         active = [n for n in names if n not in stopped]
         runs = [v for v in plan.variants if v.name in active]
+        if decided(decisions, spec.scale_winner):
+            break  # one variant left: the winner is known
         if 0 < k < len(budgets):  # idempotent: also finishes one a crash interrupted
             with store.locked():
                 _promote(store, [v.run_id for v in runs], budgets[k], k)
@@ -313,6 +320,8 @@ def advance(study_path: Path | str, *, executor: Optional[str] = None,
 
     k = len(decisions)
     stopped_at = stopped_variants(store.root) if decisions else {}
+    if decided(decisions, spec.scale_winner):
+        k = len(decisions) - 1  # the winner stays at the stage that decided it
     stage_of = {n: (budgets[stopped_at[n]["stage"]] if n in stopped_at else budgets[k])
                 for n in names}
     todo = {v.run_id for v in plan.submit}
@@ -326,7 +335,7 @@ def advance(study_path: Path | str, *, executor: Optional[str] = None,
     if fresh:
         atomic_write(store.root / STATE_FILE,
                      json.dumps({"budgets": budgets, "decisions": decisions}, indent=1))
-    finished = k >= len(budgets) - 1 and _stage_complete(
+    finished = decided(decisions, spec.scale_winner) or k >= len(budgets) - 1 and _stage_complete(
         store, [v for v in plan.variants if v.name not in stopped_at], budgets[-1],
         loaded.study.max_attempts)
     return StageReport(k, budgets, decisions, out["submitted"], out["skipped"], out["executor"],

@@ -34,6 +34,10 @@ class StageSpec(BaseModel):
         None, description="Variant name (e.g. `base`) for the margin rule; without it only the "
         "interval rule stops variants (A's upper bound below another variant's lower bound).",
     )
+    scale_winner: bool = Field(
+        False, description="When a stage leaves a single variant, the winner is decided and the "
+        "study ends there; true = train it on to the final budget anyway.",
+    )
 
     @field_validator("budgets")
     @classmethod

@@ -49,10 +49,30 @@ class Param(_Strict):
         return self
 
 
+FITTED = ("asymptote", "predicted")
+COMPUTE_COLUMNS = ("gpu_hours", "flops", "samples", "tokens", "step")
+SCORE_COLUMNS = ("eval/pass_rate", "train/pass_rate")  # rates in [0, 1]: what the sigmoid fits
+# metrics.jsonl columns: the DESIGN.md contract plus the trainer's sections (train/..., data/...).
+METRIC_PREFIXES = ("eval/", "train/", "data/", "time/", "pipeline/", "flops/", "loss/")
+
+
 class Objective(_Strict):
     metric: str = Field("eval/pass_rate", description="Column of metrics.jsonl.")
-    reduce: Literal["last", "max", "mean_last_3"] = Field("last", description="Over eval points.")
+    reduce: Literal["last", "max", "mean_last_3", "asymptote", "predicted"] = Field(
+        "last", description="Over eval points (last/max/mean_last_3), or on the fitted ScaleRL "
+        "curve: asymptote = fitted A, predicted = fitted score at compute `at`.")
     direction: Literal["maximize", "minimize"] = "maximize"
+    x: str = Field("gpu_hours", description="Fitted objectives: the compute column.")
+    at: Optional[float] = Field(None, gt=0, description="reduce: predicted: compute (in `x` "
+                                "units) at which the fitted score is the objective.")
+    min_compute: Optional[float] = Field(None, ge=0, description="Fitted objectives: start of "
+                                         "the fit window (default: read from the curve's shape).")
+
+
+class Prune(_Strict):
+    rungs: list[BudgetConfig] = Field(min_length=1, description="Budgets at which each trial's "
+                                      "curve so far is fitted; it stops when its A's upper "
+                                      "bound is below the best finished trial's A lower bound.")
 
 
 class TuneSpace(_Strict):
@@ -64,6 +84,8 @@ class TuneSpace(_Strict):
     n_trials: int = Field(10, ge=1, description="Total trials (a rerun only adds the missing ones).")
     seed: int = Field(0, description="Seed of the sampler and of every trial's run.")
     budget: Optional[BudgetConfig] = Field(None, description="Replaces TrainConfig.budget.")
+    prune: Optional[Prune] = Field(None, description="Curve-predictive pruning (needs reduce "
+                                   "asymptote or predicted, and `budget`).")
 
 
 def load_space(path: Path) -> tuple[TuneSpace, dict[str, Any], Provenance, YamlDoc]:
@@ -80,7 +102,97 @@ def load_space(path: Path) -> tuple[TuneSpace, dict[str, Any], Provenance, YamlD
             validate_config(set_path(tree, tuple(dotted.split(".")), v), {**prov,
                             tuple(dotted.split(".")): where}, str(path))
     validate_config(tree, prov, str(path))
+    _check_objective(space, doc)
     return space, tree, prov, doc
+
+
+def _known_metric(name: str) -> bool:
+    return name in (*COMPUTE_COLUMNS, *SCORE_COLUMNS) or name.startswith(METRIC_PREFIXES)
+
+
+def _check_objective(space: TuneSpace, doc: YamlDoc) -> None:
+    """Objective and pruning settings that cannot work, refused before any trial trains."""
+    from ablate.stagespec import limit_of
+    from ablate.study import suggest
+
+    obj = space.objective
+    at = lambda *k: doc.where(("objective", *k)) if "objective" in doc.data else str(doc.path)  # noqa: E731
+    if obj.reduce in FITTED:
+        if obj.metric not in SCORE_COLUMNS:
+            raise InputError(f"{at('metric')}: objective.metric '{obj.metric}' cannot be fitted "
+                             f"with reduce {obj.reduce} {suggest(obj.metric, list(SCORE_COLUMNS))}"
+                             "; the sigmoid fits a pass rate in [0, 1]")
+        if obj.x not in COMPUTE_COLUMNS:
+            raise InputError(f"{at('x')}: objective.x '{obj.x}' is not a compute column "
+                             f"{suggest(obj.x, list(COMPUTE_COLUMNS))}")
+        if obj.direction != "maximize":
+            raise InputError(f"{at('direction')}: reduce {obj.reduce} needs direction maximize "
+                             "(a higher fitted score is better)")
+        if (obj.reduce == "predicted") != (obj.at is not None):
+            raise InputError(f"{at('reduce')}: reduce predicted needs `at` (the compute to "
+                             "predict at) and `at` is only used by reduce predicted")
+    else:
+        if not _known_metric(obj.metric):
+            raise InputError(f"{at('metric')}: objective.metric '{obj.metric}' is not a "
+                             "metrics.jsonl column "
+                             f"{suggest(obj.metric, [*SCORE_COLUMNS, *COMPUTE_COLUMNS])}")
+        if obj.at is not None:
+            raise InputError(f"{at('at')}: `at` is only used by reduce predicted")
+    if space.prune is not None:
+        where = doc.where(("prune",))
+        if obj.reduce not in FITTED:
+            raise InputError(f"{where}: prune compares fitted asymptotes: set objective.reduce "
+                             f"to asymptote or predicted (is {obj.reduce})")
+        if space.budget is None:
+            raise InputError(f"{where}: prune needs the space's `budget` (the last rung)")
+        try:
+            kind, final = limit_of(space.budget)
+            vals = [limit_of(b) for b in space.prune.rungs]
+        except ValueError as e:
+            raise InputError(f"{where}: {e}") from None
+        if any(k != kind for k, _ in vals) or any(b <= a for (_, a), (_, b) in zip(vals, vals[1:])) \
+                or vals[-1][1] >= final:
+            raise InputError(f"{where}: prune.rungs must be increasing {kind} budgets below the "
+                             f"final budget {{{kind}: {final:g}}}")
+
+
+def _fit(run_dir: Path, obj: Objective):
+    """The trial's curve so far, fitted (FitError when it cannot be)."""
+    from ablate.curves import FitError, fit_sigmoid
+
+    rows = []
+    try:
+        text = (run_dir / "metrics.jsonl").read_text()
+    except OSError:
+        raise FitError(f"{run_dir}: no metrics.jsonl") from None
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if row.get(obj.metric) is not None and row.get(obj.x) is not None:
+            rows.append((float(row[obj.x]), float(row[obj.metric])))
+    if not rows:
+        raise FitError(f"{run_dir}: no '{obj.metric}' with '{obj.x}' in metrics.jsonl")
+    c, y = zip(*rows)
+    return fit_sigmoid(list(c), list(y), min_compute=obj.min_compute, n_boot=400)
+
+
+def _fitted_score(run_dir: Path, obj: Objective, trial: "Any") -> float:
+    """Fitted A (or the fitted score at `at`), intervals stored on the trial; RuntimeError (a
+    failed trial) when the curve cannot be fitted."""
+    from ablate.curves import FitError
+
+    try:
+        fit = _fit(run_dir, obj)
+    except FitError as e:
+        raise RuntimeError(f"{run_dir}: {e}") from None
+    trial.set_user_attr("A", fit.A)
+    trial.set_user_attr("A_ci", list(fit.ci.get("A", (fit.A, fit.A))))
+    if obj.reduce == "asymptote":
+        return fit.A
+    trial.set_user_attr("predicted_ci", list(fit.predict_interval(obj.at)))
+    return float(fit.predict(obj.at))
 
 
 def _score(run_dir: Path, obj: Objective) -> float:
@@ -107,12 +219,21 @@ def _score(run_dir: Path, obj: Objective) -> float:
     return vals[-1]
 
 
+def _trained_to(run_dir: Path, budget: dict[str, Any]) -> bool:
+    """The run finished (done) with a config that reaches `budget`."""
+    from ablate.launch.job import read_status
+    from ablate.stages import _reaches, _run_budget
+
+    return read_status(run_dir).get("state") == "done" and _reaches(_run_budget(run_dir), budget)
+
+
 def tune(path: Path, results: Path, *, n_trials: Optional[int] = None, entry: str = "trainer:run",
          show: bool = True) -> dict[str, Any]:
     """Run the missing trials in this process; returns {"best": {...}, "trials": [...]}."""
     import optuna
 
     from ablate.launch.job import _entry, read_status, stdout_to_stderr
+    from ablate.pruner import CurvePruner
 
     space, tree, prov, _ = load_space(path)
     out_dir = study_dir_for(results, space.name)
@@ -122,6 +243,7 @@ def tune(path: Path, results: Path, *, n_trials: Optional[int] = None, entry: st
     study = optuna.create_study(
         study_name=space.name, storage=f"sqlite:///{out_dir / 'optuna.db'}", load_if_exists=True,
         direction=space.objective.direction, sampler=optuna.samplers.TPESampler(seed=space.seed),
+        pruner=CurvePruner() if space.prune else optuna.pruners.NopPruner(),
     )
     fn = _entry(entry)
     total = n_trials or space.n_trials
@@ -139,21 +261,44 @@ def tune(path: Path, results: Path, *, n_trials: Optional[int] = None, entry: st
         cfg = validate_config(cfg_tree, prov, str(path))
         run_dir = out_dir / run_id_of(cfg.model_dump(mode="json"))
         trial.set_user_attr("run_dir", str(run_dir))
-        if read_status(run_dir).get("state") not in ("done", "diverged"):
+        rungs = [b.model_dump(exclude_none=True) for b in space.prune.rungs] if space.prune else []
+        for i, b in enumerate(rungs):  # train to each rung (resuming), fit, maybe stop
+            if not _trained_to(run_dir, b):
+                fn(cfg.model_copy(update={"budget": BudgetConfig(**b)}), run_dir)
+            if read_status(run_dir).get("state") == "diverged":
+                break
+            try:
+                fit = _fit(run_dir, space.objective)
+            except Exception:  # noqa: BLE001 - a curve too short to read: no evidence, go on
+                continue
+            trial.set_user_attr("rung_A_ci", list(fit.ci.get("A", (fit.A, fit.A))))
+            trial.report(fit.A, i)
+            if trial.should_prune():
+                trial.set_user_attr("pruned_at", b)
+                raise optuna.TrialPruned(f"A upper bound {fit.ci['A'][1]:.3f} below the best "
+                                         "finished trial's lower bound")
+        if read_status(run_dir).get("state") not in ("done", "diverged") or (
+                rungs and not _trained_to(run_dir, cfg.budget.model_dump(exclude_none=True))):
             fn(cfg, run_dir)  # resumes from the run dir's checkpoint if there is one
+        if space.objective.reduce in FITTED:
+            return _fitted_score(run_dir, space.objective, trial)
         return _score(run_dir, space.objective)
 
-    done = len([t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE])
+    done = len([t for t in study.trials if t.state in (optuna.trial.TrialState.COMPLETE,
+                                                         optuna.trial.TrialState.PRUNED)])
     if done < total:
         with stdout_to_stderr():
             study.optimize(objective, n_trials=total - done, catch=(RuntimeError,),
                            show_progress_bar=show)
     trials = [{"number": t.number, "state": t.state.name, "value": t.value, "params": t.params,
-               "run_dir": t.user_attrs.get("run_dir")} for t in study.trials]
+               "run_dir": t.user_attrs.get("run_dir"), "A_ci": t.user_attrs.get("A_ci"),
+               "predicted_ci": t.user_attrs.get("predicted_ci"),
+               "pruned_at": t.user_attrs.get("pruned_at")} for t in study.trials]
     complete = [t for t in trials if t["state"] == "COMPLETE"]
     best = None
     if complete:
         b = study.best_trial
         best = {"number": b.number, "value": b.value, "params": b.params,
-                "run_dir": b.user_attrs.get("run_dir")}
+                "run_dir": b.user_attrs.get("run_dir"), "A_ci": b.user_attrs.get("A_ci"),
+                "predicted_ci": b.user_attrs.get("predicted_ci")}
     return {"name": space.name, "best": best, "trials": trials, "dir": str(out_dir)}

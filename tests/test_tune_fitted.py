@@ -1,0 +1,91 @@
+"""`ablate tune` on the fitted curve: predicted A / score at a budget, and the curve pruner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from _study_util import ROOT, cli
+from _stage_entry import truth_A
+from ablate.pruner import should_stop
+
+ENTRY = "_stage_entry:synthetic_run"
+SPACE = f"""name: tf
+base: {ROOT / 'recipes' / 'proxy.yaml'}
+overrides:
+  engine.threads: 1
+budget: {{steps: 60}}
+params:
+  optim.lr: {{low: 1.0e-4, high: 4.0e-4}}
+objective: {{metric: eval/pass_rate, reduce: asymptote, x: gpu_hours}}
+prune: {{rungs: [{{steps: 25}}]}}
+n_trials: 8
+seed: 3
+"""
+
+
+def _run(tmp_path: Path, text: str, *extra: str):
+    space = tmp_path / "space.yaml"
+    space.write_text(text)
+    return cli("tune", str(space), "--results", str(tmp_path / "res"), "--entry", ENTRY, *extra)
+
+
+def test_fitted_objective_and_curve_pruner(tmp_path):
+    r = _run(tmp_path, SPACE, "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    trials = out["trials"]
+    states = [t["state"] for t in trials]
+    assert states.count("PRUNED") >= 1 and states.count("COMPLETE") >= 2, states
+    finished_lo: list[float] = []
+    for t in trials:
+        steps = [json.loads(x)["step"] for x in Path(t["run_dir"], "metrics.jsonl").read_text().splitlines()]
+        if t["state"] == "COMPLETE":
+            lo, hi = t["A_ci"]
+            assert lo <= t["value"] <= hi and steps[-1] == 60
+            assert abs(t["value"] - truth_A(t["params"]["optim.lr"])) < 0.03
+            finished_lo.append(lo)
+        else:  # stopped at the rung, and only because a finished trial's A was surely higher
+            assert t["pruned_at"] == {"steps": 25} and steps[-1] == 25
+            assert truth_A(t["params"]["optim.lr"]) < max(finished_lo)
+    done = [t for t in trials if t["state"] == "COMPLETE"]
+    best = max(done, key=lambda t: t["params"]["optim.lr"])  # truth: A grows with lr
+    assert out["best"]["number"] == best["number"] and out["best"]["A_ci"] == best["A_ci"]
+    # Rerun continues: pruned trials count as tried, nothing is trained twice.
+    again = json.loads(_run(tmp_path, SPACE, "--json").stdout)
+    assert again["trials"] == trials
+
+
+def test_predicted_objective_reports_its_interval(tmp_path):
+    text = (SPACE.replace("reduce: asymptote, x: gpu_hours", "reduce: predicted, x: gpu_hours, at: 0.2")
+            .replace("prune: {rungs: [{steps: 25}]}\n", "").replace("n_trials: 8", "n_trials: 2"))
+    out = json.loads(_run(tmp_path, text, "--json").stdout)
+    for t in out["trials"]:
+        lo, hi = t["predicted_ci"]
+        assert t["state"] == "COMPLETE" and lo <= t["value"] <= hi
+        assert t["value"] < truth_A(t["params"]["optim.lr"]) + 0.02
+
+
+@pytest.mark.parametrize("old, new, msg", [
+    ("metric: eval/pass_rate", "metric: eval/pass_rat", "did you mean 'eval/pass_rate'"),
+    ("metric: eval/pass_rate, reduce: asymptote", "metric: evl/pass_rate, reduce: last",
+     "is not a metrics.jsonl column"),
+    ("x: gpu_hours", "x: gpu_hour", "did you mean 'gpu_hours'"),
+    ("reduce: asymptote", "reduce: asymptot", "space.yaml:8"),
+    ("reduce: asymptote, x: gpu_hours", "reduce: predicted, x: gpu_hours", "needs `at`"),
+    ("reduce: asymptote", "reduce: last", "prune compares fitted asymptotes"),
+    ("rungs: [{steps: 25}]", "rungs: [{steps: 80}]", "below the final budget"),
+])
+def test_bad_objective_is_refused_before_any_trial(tmp_path, old, new, msg):
+    assert old in SPACE
+    r = _run(tmp_path, SPACE.replace(old, new))
+    assert r.returncode == 2 and msg in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "res").exists()
+
+
+def test_should_stop_needs_a_finished_trial_whose_lower_bound_is_above():
+    assert should_stop(0.5, []) is None
+    assert should_stop(0.5, [0.45, 0.49]) is None
+    assert should_stop(0.5, [0.45, 0.52]) == 0.52
