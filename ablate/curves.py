@@ -104,8 +104,11 @@ class Fit:
     window_rule: str = "given"  # "auto" (ablate.window chose the start) | "given"
     warnings: list[str] = field(default_factory=list)  # bounds / identifiability, in words
     grid: dict | None = None  # paper method: the (possibly extended) grid that was searched
+    binned_from: int | None = None  # points in the window before `bins` averaged them
     samples: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     data: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    # what the sigmoid was fit to: log compute, score, seed label (the window, binned if asked)
+    fit_points: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     def predict(self, compute: np.ndarray | float) -> np.ndarray | float:
         """Score the fitted curve predicts at `compute` (same units as the fit)."""
@@ -154,6 +157,7 @@ class Fit:
             "n_seeds": self.n_seeds,
             "warnings": list(self.warnings),
             "grid": self.grid,
+            "binned_from": self.binned_from,
         }
 
     def window_max(self) -> float | None:
@@ -500,6 +504,7 @@ def fit_sigmoid(
     intervals: bool = True,
     random_state: int | np.random.Generator | None = 0,
     paper_grid: str = "relative",
+    bins: int | None = None,
 ) -> Fit:
     """Fit R(C) on the window and attach 95% intervals.
 
@@ -509,8 +514,11 @@ def fit_sigmoid(
     `ablate.window` choose the start from the curve's shape. `paper_grid` is the unit of the
     paper method's C_mid grid (see `paper_cmid_grid`). Raises FitError when the curve cannot be
     fit, naming the cause and the option that helps; fits that stand but sit at a bound carry
-    `warnings`.
+    `warnings`. `bins`: average each seed's window into at most this many bins of consecutive
+    points before fitting (see `bin_series`); R0 and the window are read from every point.
     """
+    if bins is not None and (not isinstance(bins, (int, np.integer)) or bins < MIN_POINTS):
+        raise InputError(f"bins {bins!r}: must be an integer >= {MIN_POINTS}")
     if method not in ("default", "paper"):
         raise InputError(f"unknown fit method {method!r}; valid: default, paper")
     if paper_grid not in PAPER_GRIDS:
@@ -540,6 +548,12 @@ def fit_sigmoid(
                        f"need at least {MIN_POINTS} (widen --min-compute/--max-compute)")
     x = np.log(c[inwin])
     yw, sw = y[inwin], sid[inwin]
+    notes = _duplicate_warning(c[inwin], sw)
+    binned_from = None
+    if bins is not None and np.bincount(sw).max() > bins:
+        binned_from = n
+        x, yw, sw = bin_series(x, yw, sw, bins)
+        n = x.size
     if np.ptp(x) <= 0:
         raise FitError("all points in the window have the same compute; need a range of compute")
     rho = stats.spearmanr(x, yw).statistic if np.ptp(yw) > 0 else 0.0
@@ -574,10 +588,45 @@ def fit_sigmoid(
     fit = Fit(A=A, B=B, C_mid=cm, R0=r0, ci={}, r2=r2, n_points=n, sse=sse, method=method,
               n_seeds=len(starts), min_compute=lo, max_compute=None if max_compute is None else hi,
               skipped=skipped, window_rule=rule, grid=grid, data=(c, y, sid),
-              warnings=_bound_warnings(A, B, cm, x, r2, grid))
+              warnings=_bound_warnings(A, B, cm, x, r2, grid) + notes, binned_from=binned_from,
+              fit_points=(x, yw, sw))
     if intervals and n_boot > 0:  # n_boot=0: point fit only, like intervals=False
         _attach_intervals(fit, x, yw, w, sw, np.array([A, theta[1], theta[2]]), r0, n_boot, rng)
     return fit
+
+
+def bin_series(x: np.ndarray, y: np.ndarray, sid: np.ndarray,
+               bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each seed's points averaged into at most `bins` bins of consecutive evaluations.
+
+    Equal-count bins in evaluation order (not equal widths in compute): when evaluations are
+    evenly spaced in steps, every bin averages the same number of them, so binned points keep
+    one noise level and the AR(1) + white model still describes them (the white part shrinks by
+    the bin size, the slow drift does not). Averaging, not thinning: keeping every k-th point
+    throws the others' information away. x is log compute; a bin's x is the log of its mean
+    compute, its y the mean score.
+    """
+    xs, ys, ss = [], [], []
+    for s in np.unique(sid):
+        ix = np.flatnonzero(sid == s)
+        ix = ix[np.argsort(x[ix], kind="stable")]
+        for part in np.array_split(ix, min(bins, ix.size)):
+            xs.append(math.log(float(np.mean(np.exp(x[part])))))
+            ys.append(float(np.mean(y[part])))
+            ss.append(s)
+    return np.array(xs), np.array(ys), np.array(ss)
+
+
+def _duplicate_warning(c: np.ndarray, sid: np.ndarray) -> list[str]:
+    """A warning when one seed has several points at the same compute (a resumed run that
+    re-logged steps, or several runs sharing a variant without a seed column)."""
+    pairs = np.column_stack([sid, c])
+    n_dup = len(pairs) - len(np.unique(pairs, axis=0))
+    if not n_dup:
+        return []
+    return [f"{n_dup} point(s) repeat a compute value already seen in the same seed (a resumed "
+            "run re-logging steps, or several runs without a seed column); they are fit as "
+            "separate evaluations"]
 
 
 def _auto_start(c: np.ndarray, y: np.ndarray, r0: float) -> float:
@@ -712,10 +761,13 @@ def refit_with_A(fit: Fit, A: float, *, n_boot: int = N_BOOT, random_state=0) ->
     """Refit `fit`'s data with the asymptote held at `A` (the paper's shared-A rule), so the
     B of two recipes with nearly equal ceilings can be compared on equal terms. `n_boot=0`
     skips the intervals (callers that need only the point B)."""
-    c, y, sid = fit.data
-    hi = np.inf if fit.max_compute is None else fit.max_compute
-    inwin = (c > 0) & (c <= hi) & (c >= fit.min_compute)
-    x, yw, sw = np.log(c[inwin]), y[inwin], sid[inwin]
+    if fit.fit_points is not None:
+        x, yw, sw = fit.fit_points
+    else:
+        c, y, sid = fit.data
+        hi = np.inf if fit.max_compute is None else fit.max_compute
+        inwin = (c > 0) & (c <= hi) & (c >= fit.min_compute)
+        x, yw, sw = np.log(c[inwin]), y[inwin], sid[inwin]
     w = np.ones(x.size)
     rng = np.random.default_rng(random_state)
     th0 = np.array([[A, math.log(fit.B), math.log(fit.C_mid)]])
@@ -726,7 +778,8 @@ def refit_with_A(fit: Fit, A: float, *, n_boot: int = N_BOOT, random_state=0) ->
               ci={}, r2=1.0 - float(sse[0]) / ss_tot if ss_tot > 0 else float("nan"),
               n_points=fit.n_points, sse=float(sse[0]), method=fit.method, n_seeds=fit.n_seeds,
               min_compute=fit.min_compute, max_compute=fit.max_compute, skipped=fit.skipped,
-              window_rule=fit.window_rule, data=fit.data)
+              window_rule=fit.window_rule, data=fit.data, binned_from=fit.binned_from,
+              fit_points=(x, yw, sw))
     if fit.samples and n_boot > 0:
         _attach_intervals(out, x, yw, w, sw, theta, fit.R0, n_boot, rng, fix_a=True)
     return out

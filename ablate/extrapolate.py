@@ -24,7 +24,8 @@ def _num(v: float) -> float | None:
 def _fit_info(g: GroupFit) -> dict:
     """The window, skipped points, method and warnings of the fit behind a row."""
     d = g.as_dict()
-    return {k: d.get(k) for k in ("window", "window_rule", "skipped", "method", "warnings")}
+    return {k: d.get(k) for k in ("window", "window_rule", "skipped", "method", "warnings",
+                                  "verdict", "verdict_reason")}
 
 
 def extrapolate(groups: list[GroupFit], *, budget: float | None = None,

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ablate import trust
 from ablate.curves import N_BOOT, Fit, FitError, fit_sigmoid
 from ablate.sources import Curves
 
@@ -18,7 +19,18 @@ class GroupFit:
     n_points: int  # points in the variant's data (all seeds, before the window)
     method: str = "default"
 
+    def verdict(self) -> tuple[str, str]:
+        """(verdict, reason): can this fit be trusted, and why (ablate.trust)."""
+        if self.fit is None:
+            return trust.refused(self.error or "")
+        v, why, _ = trust.assess(self.fit)
+        return v, why
+
     def as_dict(self) -> dict:
+        v, why = self.verdict()
+        return {**self._fields(), "verdict": v, "verdict_reason": why}
+
+    def _fields(self) -> dict:
         if self.fit is None:
             return {"variant": self.variant, "A": None, "B": None, "C_mid": None, "R0": None,
                     "A_ci": None, "B_ci": None, "C_mid_ci": None, "r2": None,
@@ -30,7 +42,7 @@ class GroupFit:
 def fit_groups(curves: Curves, *, min_compute: float | None = None,
                max_compute: float | None = None, method: str = "default",
                n_boot: int = N_BOOT, intervals: bool = True,
-               paper_grid: str = "relative") -> list[GroupFit]:
+               paper_grid: str = "relative", bins: int | None = None) -> list[GroupFit]:
     """One fit per variant (its seeds pooled), window defaults taken from the source.
 
     A variant whose fit fails, for a reason in the data (FitError) or a numerical breakdown
@@ -43,7 +55,8 @@ def fit_groups(curves: Curves, *, min_compute: float | None = None,
         try:
             fit = fit_sigmoid(g["compute"].to_numpy(), g["score"].to_numpy(), min_compute=lo,
                               max_compute=hi, method=method, seeds=g["seed"].to_numpy(),
-                              n_boot=n_boot, intervals=intervals, paper_grid=paper_grid)
+                              n_boot=n_boot, intervals=intervals, paper_grid=paper_grid,
+                              bins=bins)
             out.append(GroupFit(str(name), fit, None, len(g), method))
         except FitError as e:
             out.append(GroupFit(str(name), None, f"variant {name!r}: {e}", len(g), method))

@@ -38,6 +38,7 @@ class Curves:
     defaults: dict = field(default_factory=dict)  # fit window defaults from the source
     dropped: int = 0  # table rows left out for a blank compute or score cell
     notes: list[str] = field(default_factory=list)  # what a reader picked (for stderr)
+    duplicates: list[str] = field(default_factory=list)  # repeated steps found and resolved
 
     def variants(self) -> list[str]:
         return list(dict.fromkeys(self.frame["variant"]))
@@ -67,11 +68,12 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
         tidy = _tidy(df, str(p), x, y, by or "variant", drop_missing=True)
         if not fresh:  # only once the input is known good: bad input writes nothing
             write_cache(p, df)
-        return Curves(tidy, str(p), x, y, defaults)
+        return Curves(tidy, str(p), x, y, defaults, duplicates=tidy.attrs["duplicates"])
     if readers.detect(p) is not None:
         got = readers.read(p, x=x, y=y, step_cost=step_cost)
-        return Curves(_tidy(got.frame, str(p), got.x, got.y, by or "variant", drop_missing=True),
-                      str(p), got.x, got.y, notes=got.notes)
+        tidy = _tidy(got.frame, str(p), got.x, got.y, by or "variant", drop_missing=True)
+        return Curves(tidy, str(p), got.x, got.y, notes=got.notes,
+                      duplicates=tidy.attrs["duplicates"])
     if p.is_file():
         if p.suffix not in TABLE_SUFFIXES:
             raise InputError(f"{p}: unsupported file type {p.suffix!r}; valid: "
@@ -81,7 +83,8 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
         if by is None and "variant" not in df.columns:
             df = df.assign(variant=p.stem)  # one curve: the file is the variant
         tidy = _tidy(df, str(p), x, y, by or "variant", drop_missing=True)
-        return Curves(tidy, str(p), x, y, dropped=int(tidy.attrs.get("dropped", 0)))
+        return Curves(tidy, str(p), x, y, dropped=int(tidy.attrs.get("dropped", 0)),
+                      duplicates=tidy.attrs["duplicates"])
     raise InputError(f"{p}: a directory with none of: variants.json (study results dir), "
                      "TensorBoard event files, an MLflow tracking dir, JSONL logs, "
                      "trainer_state.json")
@@ -141,6 +144,39 @@ def _tidy(df: pd.DataFrame, src: str, x: str, y: str, by: str, *, drop_missing: 
     out["seed"] = pd.to_numeric(out["seed"], errors="coerce").fillna(0).astype(int)
     if out.empty:
         raise InputError(f"{src}: no rows with both {x!r} and {y!r}")
+    out, notes = dedupe(out)
     out = out.reset_index(drop=True)
     out.attrs["dropped"] = dropped
+    out.attrs["duplicates"] = notes
     return out
+
+
+def dedupe(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Rows repeating a (variant, seed, compute) resolved the way logs mean them, with notes.
+
+    An identical repeat (same score) is a row written twice (an export that appended, a log
+    read twice): dropped. A repeat with another score is what a run resumed from a checkpoint
+    writes when it re-logs the steps after the checkpoint: the later row belongs to the
+    trajectory that went on, so the last one is kept. Either way one seed's curve then has one
+    point per compute, which the AR(1) noise model assumes (two evaluations at one step would
+    read as a jump in the run's drift).
+    """
+    key = ["variant", "seed", "compute"]
+    dup = frame.duplicated(key, keep="last")
+    if not dup.any():
+        return frame, []
+    same = frame.duplicated(key + ["score"], keep="last")
+    n_same, n_diff = int(same.sum()), int((dup & ~same).sum())
+    first = frame[dup].iloc[0]
+    where = (f"e.g. variant {first['variant']!r} seed {first['seed']} at compute "
+             f"{first['compute']:g}")
+    notes = []
+    if n_same:
+        notes.append(f"dropped {n_same} duplicate row(s) repeating a step with the same score "
+                     f"({where})")
+    if n_diff:
+        notes.append(f"{n_diff} step(s) logged more than once with different scores in one run "
+                     f"({where}): kept the last logged value, as a resumed run's re-logged steps "
+                     "replace the earlier ones; if these are separate runs, give them a seed "
+                     "column")
+    return frame[~dup], notes

@@ -14,11 +14,11 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 
 from ablate.cli import app
-from ablate.curves import PAPER_GRIDS
+from ablate.cli.progress import delayed_progress
+from ablate.curves import MIN_POINTS, PAPER_GRIDS
 from ablate.errors import InputError
 from ablate.fitgroups import GroupFit, fit_groups
 from ablate.sources import Curves, load
@@ -48,6 +48,9 @@ PaperGridOpt = typer.Option("relative", "--paper-grid", help="Unit of the paper 
                             "paper's 16k-GPU-hour runs: x max compute / 16000; any unit) or "
                             "gpu-hours (verbatim, for data in GPU-hours).")
 JsonOpt = typer.Option(False, "--json", help="Print only JSON on stdout.")
+BinOpt = typer.Option(None, "--bin", help="Average each run's points in the fit window into at "
+                      "most N bins of consecutive evaluations before fitting (for dense logs; "
+                      "see README: fit speed and interval widths with and without it).")
 PlotOpt = typer.Option(None, "--plot", help="Write a log-x PNG of points, fits and extrapolation.")
 
 
@@ -71,7 +74,8 @@ def _plot(curves: Curves, groups: list[GroupFit], plot: Optional[Path],
 
 def _run_fits(source: Path, x, y, by, min_compute, max_compute, method, quiet: bool,
               check=None, step_cost: Optional[float] = None,
-              paper_grid: str = "relative") -> tuple[Curves, list[GroupFit]]:
+              paper_grid: str = "relative", bins: Optional[int] = None,
+              ) -> tuple[Curves, list[GroupFit]]:
     """Load, validate (`check(curves)` before any work), fit each variant with a progress bar."""
     if method not in ("default", "paper"):
         raise InputError(f"--method {method!r}: valid methods are default, paper")
@@ -79,6 +83,8 @@ def _run_fits(source: Path, x, y, by, min_compute, max_compute, method, quiet: b
         raise InputError(f"--paper-grid {paper_grid!r}: valid: {', '.join(PAPER_GRIDS)}")
     if min_compute is not None and max_compute is not None and min_compute >= max_compute:
         raise InputError(f"--min-compute {min_compute:g} must be below --max-compute {max_compute:g}")
+    if bins is not None and bins < MIN_POINTS:
+        raise InputError(f"--bin {bins}: must be at least {MIN_POINTS} (bins per run)")
     curves = load(source, x=x, y=y, by=by, step_cost=step_cost)
     if not quiet:
         for note in curves.notes:  # what a reader of another tool's log picked
@@ -86,10 +92,12 @@ def _run_fits(source: Path, x, y, by, min_compute, max_compute, method, quiet: b
     if curves.dropped:  # always on stderr, --json or not: the data differs from the file
         err.print(f"{curves.source}: dropped {curves.dropped} row(s) with a blank "
                   f"{curves.x!r} or {curves.y!r} cell")
+    for note in curves.duplicates:  # also always: rows were dropped or replaced
+        err.print(f"{curves.source}: {note}")
     if check is not None:
         check(curves)
     variants = curves.variants()
-    with Progress(console=err, transient=True, disable=quiet) as bar:
+    with delayed_progress(err, disable=quiet) as bar:
         task = bar.add_task("fitting", total=len(variants))
         groups = []
         for v in variants:
@@ -97,7 +105,7 @@ def _run_fits(source: Path, x, y, by, min_compute, max_compute, method, quiet: b
             sub = Curves(curves.frame[curves.frame["variant"] == v], curves.source, curves.x,
                          curves.y, curves.defaults)
             groups += fit_groups(sub, min_compute=min_compute, max_compute=max_compute,
-                                 method=method, paper_grid=paper_grid)
+                                 method=method, paper_grid=paper_grid, bins=bins)
             bar.advance(task)
     for g in groups:
         if not quiet and g.fit is not None and g.fit.skipped and g.fit.window_rule == "auto":
@@ -139,6 +147,13 @@ def _note(g: GroupFit, *more: str) -> str:
     return "; ".join(p for p in (*parts, *more) if p)
 
 
+def _why(g: GroupFit) -> str:
+    """The verdict's reason for the note cell, unless the note already says it (a failed fit's
+    reason is its error)."""
+    v, why = g.verdict()
+    return "" if g.fit is None or v == "ok" else why
+
+
 def _window(g: GroupFit) -> str:
     f = g.fit
     if f is None:
@@ -146,6 +161,18 @@ def _window(g: GroupFit) -> str:
     hi = f.window_max()
     return (f"{f.min_compute:.3g}–{'' if hi is None else format(hi, '.3g')}"
             + (f" ({f.skipped} skipped)" if f.skipped else ""))
+
+
+def _verdict(g: GroupFit) -> str:
+    """The trust verdict, coloured: green only when the fit can be read as an answer."""
+    v = g.verdict()[0]
+    return f"[green]{v}[/green]" if v == "ok" else f"[yellow]{v}[/yellow]"
+
+
+def _verdict_note(row: dict) -> str:
+    """An extrapolation row's trust verdict, when the fit behind it is not "ok"."""
+    v = row.get("verdict")
+    return "" if v in (None, "ok") or row.get("error") else f"[yellow]{v}[/yellow]: {row.get('verdict_reason')}"
 
 
 def _fit_cells(g: GroupFit) -> list[str]:
@@ -159,7 +186,7 @@ def _fit_cells(g: GroupFit) -> list[str]:
 def _fit_table(title: str, caption: str, first: tuple[str, ...] = ()) -> Table:
     t = Table(title=title, caption=caption)
     for c in first + ("variant", "A [95%]", "B [95%]", "C_mid [95%]", "R0 [95%]", "R²", "points",
-                      "window"):
+                      "window", "verdict"):
         t.add_column(c, justify="left" if c == "variant" else "right")
     return t
 
@@ -176,11 +203,11 @@ def fit(source: Path = SourceArg, x: Optional[str] = XOpt, y: Optional[str] = YO
         by: Optional[str] = ByOpt, min_compute: Optional[float] = MinOpt,
         max_compute: Optional[float] = MaxOpt, method: str = MethodOpt, json_: bool = JsonOpt,
         plot: Optional[Path] = PlotOpt, step_cost: Optional[float] = StepCostOpt,
-        paper_grid: str = PaperGridOpt) -> None:
+        paper_grid: str = PaperGridOpt, bins: Optional[int] = BinOpt) -> None:
     """Fit the ScaleRL sigmoid R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B) to each variant."""
     _check_plot(plot)
     curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_,
-                               step_cost=step_cost, paper_grid=paper_grid)
+                               step_cost=step_cost, paper_grid=paper_grid, bins=bins)
     _plot(curves, groups, plot)
     if json_:
         _print_json([g.as_dict() for g in groups])
@@ -188,7 +215,7 @@ def fit(source: Path = SourceArg, x: Optional[str] = XOpt, y: Optional[str] = YO
         t = _fit_table(f"sigmoid fits: {curves.y} vs {curves.x}", _interval_caption(groups))
         t.add_column("note")
         for g in groups:
-            t.add_row(g.variant, *_fit_cells(g), _window(g), _note(g))
+            t.add_row(g.variant, *_fit_cells(g), _window(g), _verdict(g), _note(g, _why(g)))
         out.print(t)
     _finish(groups)
 
@@ -204,7 +231,7 @@ def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
             method: str = MethodOpt, step_cost: Optional[float] = StepCostOpt,
             budget: Optional[float] = typer.Option(None, "--budget", help="Also show each "
                                                    "variant's predicted score at this compute."),
-            paper_grid: str = PaperGridOpt) -> None:
+            paper_grid: str = PaperGridOpt, bins: Optional[int] = BinOpt) -> None:
     """Rank variants by asymptote A (ties within --margin broken by B at a shared A), next to
     what each is predicted to reach at the largest compute observed (and at --budget)."""
     from ablate.compare import compare as rank
@@ -221,7 +248,7 @@ def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
                              + ", ".join(curves.variants()))
 
     curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_, check,
-                               step_cost=step_cost, paper_grid=paper_grid)
+                               step_cost=step_cost, paper_grid=paper_grid, bins=bins)
     if baseline is not None and next(g for g in groups if g.variant == baseline).fit is None:
         raise InputError(f"--baseline {baseline!r}: its fit failed, pick another "
                          f"({next(g for g in groups if g.variant == baseline).error})")
@@ -250,9 +277,9 @@ def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
             p = "—" if r.p_beats is None else f"{r.p_beats:.2f}"
             preds = [r.at_max] + ([r.at_budget] if budget is not None else [])
             t.add_row("—" if r.rank is None else str(r.rank), r.group.variant,
-                      *_fit_cells(r.group), _window(r.group), p,
+                      *_fit_cells(r.group), _window(r.group), _verdict(r.group), p,
                       *("—" if d is None else _ci(d["score"], d["ci"], ".3f") for d in preds),
-                      _note(r.group, r.note if r.rank is not None else ""))
+                      _note(r.group, _why(r.group), r.note if r.rank is not None else ""))
         out.print(t)
         for r in rows:
             if r.disagreement:  # the paper's rank and the predictions disagree: say it plainly
@@ -274,7 +301,7 @@ def extrapolate(source: Path = SourceArg,
                 plot: Optional[Path] = PlotOpt, step_cost: Optional[float] = StepCostOpt,
                 margin: float = typer.Option(0.02, "--margin", help="As in compare: the rank "
                                              "shown next to each prediction uses it."),
-                paper_grid: str = PaperGridOpt) -> None:
+                paper_grid: str = PaperGridOpt, bins: Optional[int] = BinOpt) -> None:
     """Predict the score at --budget, or the compute to reach --target, with 95% intervals."""
     from ablate.extrapolate import extrapolate as predict
 
@@ -288,7 +315,7 @@ def extrapolate(source: Path = SourceArg,
     if not (margin >= 0 and math.isfinite(margin)):
         raise InputError(f"--margin {margin}: must be a number >= 0 (the paper uses 0.02)")
     curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_,
-                               step_cost=step_cost, paper_grid=paper_grid)
+                               step_cost=step_cost, paper_grid=paper_grid, bins=bins)
     rows = predict(groups, budget=budget, target=target, margin=margin)
     _plot(curves, groups, plot, extend_to=budget)
     if json_:
@@ -308,6 +335,7 @@ def extrapolate(source: Path = SourceArg,
                       "—" if v is None else f"{v:.4g}",
                       "—" if not ci else "[" + ", ".join("∞" if c is None else f"{c:.4g}"
                                                          for c in ci) + "]",
-                      "; ".join(x for x in (r.get("note"), *(r.get("warnings") or [])) if x))
+                      "; ".join(x for x in (_verdict_note(r), r.get("note"),
+                                            *(r.get("warnings") or [])) if x))
         out.print(t)
     _finish(groups)
