@@ -24,7 +24,7 @@ app = typer.Typer(
 
 def _register() -> None:
     # Imported for their side effect of adding commands to `app`.
-    from ablate.cli import curves, report, run, study  # noqa: F401
+    from ablate.cli import curves, plan, report, run, study  # noqa: F401
 
 
 def main() -> None:
