@@ -1,0 +1,86 @@
+"""Adaptive studies (ablate.stages) vs the full grid, on synthetic studies with known truth.
+
+Each study: 3 variants x 2 seeds of ablate.synthetic curves (realistic eval noise and drift),
+ceilings A drawn 0.5-0.75, 100 evaluations to the final budget. The stage rule is exactly
+ablate.stages.decide on fits of the curves cut at each stage budget (0.3 and 0.6 of the final
+compute), and survivors continue (stages.scale_winner false: a stage that leaves one variant
+ends the study). Compared with the full grid's winner (compare's rank on the full curves) and
+the true best; compute = evaluations trained, summed over runs.
+
+The real CPU-proxy measurement (benchmarks/adaptive/*.yaml) is in RESULTS.md with its commands.
+
+    python benchmarks/bench_adaptive.py [--studies 40] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ablate.compare import rank_order
+from ablate.fitgroups import fit_groups
+from ablate.sources import Curves
+from ablate.stages import decide
+from ablate.synthetic import curve, random_truth
+
+STAGES = (0.3, 0.6, 1.0)
+
+
+def fits(frame: pd.DataFrame, c_max: float):
+    cut = frame[frame["compute"] <= c_max + 1e-12]
+    return fit_groups(Curves(cut, "synthetic", "compute", "score"), n_boot=400)
+
+
+def one(rng: np.random.Generator) -> dict:
+    truths = {f"v{i}": random_truth(rng) for i in range(3)}
+    rows = []
+    for name, tr in truths.items():
+        for seed in (0, 1):
+            c, y = curve(tr, rng, c_max=1.0, n_points=100)
+            rows.append(pd.DataFrame({"variant": name, "seed": seed, "compute": c, "score": y}))
+    frame = pd.concat(rows, ignore_index=True)
+    order, _ = rank_order(fits(frame, 1.0))
+    full_winner = order[0].variant if order else None
+    active, spent = list(truths), 0.0
+    prev = 0.0
+    for k, s in enumerate(STAGES):
+        spent += (s - prev) * 2 * len(active)
+        prev = s
+        if s == 1.0:
+            break
+        groups = [g for g in fits(frame[frame["variant"].isin(active)], s)]
+        d = decide(groups, stage=k)
+        active = d.kept
+        if len(active) == 1:
+            break
+    if len(active) == 1:
+        winner = active[0]
+    else:
+        order, _ = rank_order([g for g in fits(frame[frame["variant"].isin(active)], prev)])
+        winner = order[0].variant if order else None
+    true_best = max(truths, key=lambda n: truths[n].A)
+    return {"same_winner": winner == full_winner, "true_best_kept": true_best in active,
+            "compute_fraction": spent / 6.0, "full_correct": full_winner == true_best}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--studies", type=int, default=40)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    rng = np.random.default_rng(a.seed)
+    t0 = time.time()
+    res = [one(rng) for _ in range(a.studies)]
+    out = {k: float(np.mean([r[k] for r in res])) for k in res[0]}
+    out.update(studies=a.studies, stages=list(STAGES), seconds=round(time.time() - t0, 1))
+    print(json.dumps(out, indent=1))
+    Path(__file__).with_name("results_adaptive.json").write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
