@@ -65,14 +65,3 @@ def wait_until(pred, timeout: float, poll: float = 1.0, what: str = "condition")
 def metric_steps(run_dir: Path) -> list[int]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return [json.loads(x)["step"] for x in lines if x.strip()]
-
-
-def record_env(config, run_dir: Path) -> None:
-    """A job entry (`--entry _study_util:record_env`) that records what each task sees."""
-    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "ABLATE_SETUP_RAN",
-            "SLURM_NTASKS")
-    env = {k: os.environ.get(k) for k in keys}
-    (Path(run_dir) / f"env_rank{env['RANK']}.json").write_text(json.dumps(env))
-    # Like a real distributed trainer, no rank returns before all have joined.
-    n = int(env["WORLD_SIZE"] or 1)
-    wait_until(lambda: len(list(Path(run_dir).glob("env_rank*.json"))) >= n, 60, 0.1, "all ranks")
