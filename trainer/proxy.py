@@ -72,8 +72,9 @@ def proxy_path(config: TrainConfig) -> Path:
 
 
 def warmup_task_config(config: TrainConfig):
-    """The task the warm-up teaches: the run's, minus the calibration cap (a capped variant must
-    start from the same model as its base; only its RL and eval see the cap)."""
+    """The task the warm-up teaches and measures: the run's, minus the calibration cap (the cap
+    lowers what the held-out measurement can score, so the warm-up would stop elsewhere; a
+    capped variant must start from its base's model)."""
     return config.task.model_copy(update={"unanswerable_fraction": 0.0})
 
 
