@@ -35,6 +35,14 @@ FRAC_GRID = np.linspace(0.0, 1.0, 26)
 LOG_PRIOR_PHI = np.repeat(-np.log(1 - PHI_GRID**2), FRAC_GRID.size)
 
 _PHI = np.repeat(PHI_GRID, FRAC_GRID.size)  # the grid flattened, phi-major like LOG_PRIOR_PHI
+# The phi grid (and its prior) is per evaluation of a REF_LENGTH-point series, the length the
+# interval method was built and checked on. A denser log of the same run has more evaluations
+# per unit of compute, so the same drift is more correlated from one evaluation to the next:
+# for a series of m > REF_LENGTH points the grid is phi ** (REF_LENGTH / m) (same correlation
+# time as a fraction of the run). Without this the grid's top, 0.97, could not represent slow
+# per-step drift in a 1,000-point log (phi ~0.99 there): A / B / C_mid intervals then covered
+# only 0.75 / 0.75 / 0.63 (benchmarks/bench_long.py); with it, see benchmarks/RESULTS.md.
+REF_LENGTH = 100
 _FRAC = np.tile(FRAC_GRID, PHI_GRID.size)
 
 
@@ -103,7 +111,9 @@ def reml_posterior(J: np.ndarray, res: np.ndarray, series: list[np.ndarray], fre
     U, sv, _ = np.linalg.svd(J[:, free], full_matrices=False)
     Jf = U[:, sv > max(sv.max(initial=0.0), 1e-300) * 1e-9]
     n, p = res.size, Jf.shape[1]
-    M, logdet_v = whitened_moments(np.column_stack([res, Jf]), series, _PHI, _FRAC)
+    m = max(ix.size for ix in series)
+    phi_g = _PHI ** (REF_LENGTH / m) if m > REF_LENGTH else _PHI
+    M, logdet_v = whitened_moments(np.column_stack([res, Jf]), series, phi_g, _FRAC)
     q = M[:, 0, 0]
     logdet = 0.0
     if p:
@@ -115,7 +125,7 @@ def reml_posterior(J: np.ndarray, res: np.ndarray, series: list[np.ndarray], fre
     pr = np.exp(ll - ll.max())
     g = rng.choice(pr.size, size=K, p=pr / pr.sum())
     s = 0.5 * q[g] / rng.gamma(0.5 * (n - p), 1.0, K)
-    return np.column_stack([_PHI[g], s * _FRAC[g], s * (1 - _FRAC[g])])
+    return np.column_stack([phi_g[g], s * _FRAC[g], s * (1 - _FRAC[g])])
 
 
 def noise_draws(phi, vd, vw, series, n_total, K, rng) -> np.ndarray:
