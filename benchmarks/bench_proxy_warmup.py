@@ -61,8 +61,11 @@ def build_one(seed: int, threads: int, recipe: Path) -> dict:
         code = ONE.format(root=str(ROOT), threads=threads, seed=seed, recipe=str(recipe))
         r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
         if r.returncode != 0:
-            return {"seed": seed, "threads": threads, "error": r.stderr.strip().splitlines()[-1]}
-        return json.loads(r.stdout.strip().splitlines()[-1])
+            row = {"seed": seed, "threads": threads, "error": r.stderr.strip().splitlines()[-1]}
+        else:
+            row = json.loads(r.stdout.strip().splitlines()[-1])
+        print(json.dumps(row), file=sys.stderr, flush=True)  # progress: one line per build
+        return row
 
 
 def main() -> None:

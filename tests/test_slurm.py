@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from _study_util import ROOT, cli, cli_json, metric_steps, states, tiny_study, wait_until
+from _study_util import cli, cli_json, metric_steps, states, tiny_study, wait_until
 from ablate.launch import slurm
 
 pytestmark = pytest.mark.slurm
