@@ -37,7 +37,7 @@ import warnings  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ablate import synthetic as sy  # noqa: E402
-from ablate.curves import FitError, fit_sigmoid, sigmoid  # noqa: E402
+from ablate.analysis.curves import FitError, fit_sigmoid, sigmoid  # noqa: E402
 
 
 def make(n, c_max, seed, n_points=100):

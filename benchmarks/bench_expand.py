@@ -13,8 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ablate.expand import expand
-from ablate.study import load_study
+from ablate.studies.expand import expand
+from ablate.studies.study import load_study
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,7 +4,7 @@
 
 Writes a synthetic study results dir (variants.json, per-run metrics.jsonl with the DESIGN.md
 keys plus a few training metrics, status.json) into a temp dir, then times
-  cold   ablate.gather.gather() parsing every metrics.jsonl and writing metrics.parquet
+  cold   ablate.analysis.gather.gather() parsing every metrics.jsonl and writing metrics.parquet
   warm   the same call when the parquet cache is fresh (what `ablate compare` pays again)
 Reports the median of 3 repetitions of each.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.gather import CACHE, gather
+from ablate.analysis.gather import CACHE, gather
 
 
 def write(root: Path, runs: int, points: int) -> None:

@@ -43,8 +43,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ablate import synthetic as sy  # noqa: E402
-from ablate.curves import FitError, fit_sigmoid  # noqa: E402
-from ablate.fitgroups import GroupFit  # noqa: E402
+from ablate.analysis.curves import FitError, fit_sigmoid  # noqa: E402
+from ablate.analysis.fitgroups import GroupFit  # noqa: E402
 
 
 def long_frame(n_curves: int, n_points: int, seed: int, drift_phi: float = 0.9) -> tuple[pd.DataFrame, list]:

@@ -1,9 +1,9 @@
-"""How often the curve-predictive pruner (ablate.pruner) stops the true best trial.
+"""How often the curve-predictive pruner (ablate.studies.pruner) stops the true best trial.
 
 Synthetic studies where the truth is known: each trial is a curve from ablate.synthetic (random
 ScaleRL parameters, per-prompt difficulty, 16 samples per prompt, AR(1) drift), run in order as
 Optuna would. At each rung (a fraction of the full compute) the trial's curve so far is fitted
-exactly as `ablate tune` does (ablate.tune._fit's settings: default window, 400 draws) and the
+exactly as `ablate tune` does (ablate.studies.tune._fit's settings: default window, 400 draws) and the
 pruner's rule decides; a trial that is not pruned is fitted on its whole curve and its A lower
 bound joins the finished ones. Reported: how often the trial with the highest true A was stopped
 (target < 5%), how often a pruned trial was in truth within 0.02 of the best finished trial's A
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.curves import FitError, fit_sigmoid
-from ablate.pruner import should_stop
+from ablate.analysis.curves import FitError, fit_sigmoid
+from ablate.studies.pruner import should_stop
 from ablate.synthetic import curve, random_truth
 
 RUNGS = (0.25, 0.5)

@@ -10,7 +10,7 @@ Curve sets (ablate.synthetic; benchmark seeds 31-34, the rule's constant was cho
                  (the CPU proxy, instruct models on GSM8K-style tasks)
   early_phase    paper-shaped runs: the sigmoid plus a fast early jump fading by ~10% of the run
   quickstart     the CPU proxy's real seed-0 curve (benchmarks/RESULTS.md), one curve
-Rules: auto (ablate.window, the default now), old (skip compute < 10% of the largest: the
+Rules: auto (ablate.analysis.window, the default now), old (skip compute < 10% of the largest: the
 previous default), all (every point with compute > 0). Per set and rule: fits refused, |A - true
 A| median / 90th pct, median R^2, share of curves with points skipped, the 95% interval's
 coverage of the true A (synthetic only; bootstrap), and the first-half fit's error predicting
@@ -36,7 +36,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ablate import synthetic as sy  # noqa: E402
-from ablate.curves import FitError, fit_sigmoid, sigmoid  # noqa: E402
+from ablate.analysis.curves import FitError, fit_sigmoid, sigmoid  # noqa: E402
 
 QUICKSTART_SEED0 = np.array(
     "0.323 0.359 0.382 0.404 0.415 0.429 0.438 0.438 0.451 0.451 0.449 0.454 0.450 0.455 0.460 "

@@ -47,7 +47,7 @@ def cli_json(*args: str, timeout: float = 300):
 
 def states(study_dir: Path) -> dict[str, dict]:
     """`ablate status` in-process (polling through a subprocess would steal the jobs' CPU)."""
-    from ablate.status import study_states
+    from ablate.studies.status import study_states
 
     return {s.run_id: s.to_json() for s in study_states(study_dir)}
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ablate import synthetic as sy
-from ablate.curves import (FitError, compute_for, fit_sigmoid, paper_cmid_grid, refit_with_A,
+from ablate.analysis.curves import (FitError, compute_for, fit_sigmoid, paper_cmid_grid, refit_with_A,
                            sigmoid)
 from ablate.errors import InputError
 
@@ -128,7 +128,7 @@ def test_bootstrap_intervals_shrink_without_drift():
 
 def test_reml_noise_posterior_recovers_drift_and_white_noise():
     """The noise-model posterior, on pure model noise with a known answer (10 series pooled)."""
-    from ablate.curves import _noise_draws, _reml_posterior
+    from ablate.analysis.curves import _noise_draws, _reml_posterior
 
     rng = np.random.default_rng(13)
     series = [np.arange(i * 90, (i + 1) * 90) for i in range(10)]
@@ -195,8 +195,8 @@ def test_prediction_and_target_intervals():
 def test_compare_ranking_does_not_depend_on_input_order():
     """A chain of near-ties (0.50 ~ 0.515 ~ 0.53, but 0.50 !~ 0.53) must rank the same way
     whatever order the variants come in; the pairwise margin test alone is not transitive."""
-    from ablate.compare import compare, tie_groups
-    from ablate.fitgroups import GroupFit
+    from ablate.analysis.compare import compare, tie_groups
+    from ablate.analysis.fitgroups import GroupFit
     from ablate.synthetic import Truth, curve
 
     rng = np.random.default_rng(7)

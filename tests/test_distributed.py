@@ -79,7 +79,7 @@ def test_slurm_gpu_profile_is_valid():
     """sweeps/slurm_gpu.yaml follows the studies' profile schema: one rank per GPU."""
     from pathlib import Path
 
-    from ablate.launch.profile import load_profile
+    from ablate.studies.launch.profile import load_profile
 
     p = load_profile(Path(__file__).resolve().parents[1] / "sweeps" / "slurm_gpu.yaml")
     assert p.executor == "slurm"

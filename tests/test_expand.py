@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ablate.expand import expand, run_id_of
-from ablate.study import load_study
+from ablate.studies.expand import expand, run_id_of
+from ablate.studies.study import load_study
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "recipes" / "scalerl.yaml"

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from _study_util import cli_json, metric_steps, states, tiny_study, wait_until
-from ablate import launch
+from ablate.studies import launch
 from ablate.errors import InputError
-from ablate.launch.profile import Profile
-from ablate.status import derive_state
-from ablate.store import study_dir_for
-from ablate.sweep import wait
+from ablate.studies.launch.profile import Profile
+from ablate.studies.status import derive_state
+from ablate.studies.store import study_dir_for
+from ablate.studies.sweep import wait
 
 
 def _settled(study_dir: Path):

@@ -13,10 +13,10 @@ import pytest
 from rich.console import Console
 
 from ablate import synthetic as sy
-from ablate import trust
+from ablate.analysis import trust
 from ablate.cli.progress import delayed_progress
-from ablate.curves import InputError, bin_series, fit_sigmoid, sigmoid
-from ablate.sources import dedupe
+from ablate.analysis.curves import InputError, bin_series, fit_sigmoid, sigmoid
+from ablate.analysis.sources import dedupe
 
 from _curves_util import run_cli
 

@@ -1,10 +1,10 @@
-"""The linear-time noise model (ablate.noise) against the dense algebra it replaces."""
+"""The linear-time noise model (ablate.analysis.noise) against the dense algebra it replaces."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ablate.noise import noise_draws, reml_posterior, whitened_moments
+from ablate.analysis.noise import noise_draws, reml_posterior, whitened_moments
 
 
 def _dense_moments(Z, series, phi, frac):

@@ -10,8 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ablate.progress import watch, where_to_look
-from ablate.status import study_states
+from ablate.studies.progress import watch, where_to_look
+from ablate.studies.status import study_states
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -20,8 +20,8 @@ import pandas as pd
 import pytest
 
 from ablate.errors import InputError
-from ablate.sources import load
-from ablate.curves import sigmoid
+from ablate.analysis.sources import load
+from ablate.analysis.curves import sigmoid
 
 
 def _curve(n: int = 12, A: float = 0.6, C_mid: float = 40.0, R0: float = 0.1):

@@ -65,7 +65,7 @@ def make_study(root: Path) -> Path:
 
 
 def test_report_page_content(tmp_path):
-    from ablate.report import write_report
+    from ablate.analysis.report import write_report
 
     d = make_study(tmp_path)
     path, data = write_report(d, n_boot=200)
@@ -105,7 +105,7 @@ def test_report_renders_in_headless_chromium(tmp_path):
     exe = _chromium()
     from playwright.sync_api import sync_playwright
 
-    from ablate.report import write_report
+    from ablate.analysis.report import write_report
 
     path, _ = write_report(make_study(tmp_path), n_boot=200)
     errors: list[str] = []

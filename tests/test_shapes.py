@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from ablate import synthetic as sy
-from ablate.curves import FitError, Fit, compute_for, fit_sigmoid, sigmoid
+from ablate.analysis.curves import FitError, Fit, compute_for, fit_sigmoid, sigmoid
 
 from _curves_util import run_cli
 
@@ -133,7 +133,7 @@ def test_compute_for_counts_never_reaching_draws_as_infinite():
 
 def test_reml_posterior_survives_a_degenerate_jacobian():
     """A step-like paper-grid fit made J'S^-1 J singular: LinAlgError killed the command."""
-    from ablate.curves import _reml_posterior
+    from ablate.analysis.curves import _reml_posterior
 
     rng = np.random.default_rng(3)
     n = 40

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from _study_util import cli, cli_json, metric_steps, states, tiny_study, wait_until
-from ablate.launch import slurm
+from ablate.studies.launch import slurm
 
 pytestmark = pytest.mark.slurm
 
@@ -59,7 +59,7 @@ def test_array_split_by_max_array_size_then_rerun_submits_nothing(tmp_path):
     final = wait_until(lambda: _settled(sdir), 240, 1.0, "array to finish")
     assert all(s["state"] == "done" and s["step"] == 4 for s in final.values()), final
     # Gathered into the frame the curve engine reads; compare runs on the study dir.
-    from ablate.gather import gather
+    from ablate.analysis.gather import gather
 
     frame = gather(sdir)
     assert (sdir / "metrics.parquet").exists()
@@ -176,8 +176,8 @@ def test_two_rank_training_job_preempted_once_resumes_and_finishes(tmp_path):
                     "  time_min: 10\n  sbatch: {comment: ablate-test}\n"
                     "  setup: ['export OMP_NUM_THREADS=1']\n")
     # Build the tiny proxy model first: the ranks then only load it from the cache.
-    from ablate.expand import expand
-    from ablate.study import load_study
+    from ablate.studies.expand import expand
+    from ablate.studies.study import load_study
     from trainer.proxy import proxy_path
 
     proxy_path(expand(load_study(study))[0].config)

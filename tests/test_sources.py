@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from ablate.errors import InputError
-from ablate.gather import CACHE, gather
-from ablate.sources import load
+from ablate.analysis.gather import CACHE, gather
+from ablate.analysis.sources import load
 
 from _curves_util import curves_frame, write_study
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from _study_util import cli, cli_json, metric_steps, tiny_study
-from ablate.curves import fit_sigmoid, sigmoid
-from ablate.fitgroups import GroupFit
-from ablate.stages import decide, stopped_variants
+from ablate.analysis.curves import fit_sigmoid, sigmoid
+from ablate.analysis.fitgroups import GroupFit
+from ablate.studies.stages import decide, stopped_variants
 
 ENTRY = "_stage_entry:synthetic_run"
 AXES = "  optim.lr: [1.5e-4, 3.0e-4, 3.001e-4]\n"  # true A 0.30, 0.600, 0.6002 (_stage_entry.py)

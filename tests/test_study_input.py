@@ -118,9 +118,9 @@ def test_schema_lists_axis_paths(monkeypatch, capsys):
 
 
 def test_shipped_recipes_and_profiles_validate():
-    from ablate.expand import expand
-    from ablate.launch.profile import load_profile
-    from ablate.study import load_study
+    from ablate.studies.expand import expand
+    from ablate.studies.launch.profile import load_profile
+    from ablate.studies.study import load_study
 
     for study in sorted((ROOT / "recipes").glob("*.yaml")):
         if study.name in ("scalerl.yaml", "proxy.yaml"):

@@ -59,7 +59,7 @@ def test_a_run_without_metrics_fails_its_trial_not_the_search(tmp_path):
     # FileNotFoundError, which optuna does not catch: the whole `ablate tune` crashed.
     import pytest
 
-    from ablate.tune import Objective, _score
+    from ablate.studies.tune import Objective, _score
 
     with pytest.raises(RuntimeError, match="no metrics.jsonl to score"):
         _score(tmp_path, Objective())

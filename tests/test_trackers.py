@@ -52,7 +52,7 @@ def test_backend_names_match_the_config():
 
 
 def test_tensorboard_events_read_back_by_ablate_fit(tmp_path):
-    from ablate.sources import load
+    from ablate.analysis.sources import load
 
     root, run, cfg = _study(tmp_path, ["tensorboard"])
     _log_all(cfg, run)
@@ -70,7 +70,7 @@ def test_tensorboard_events_read_back_by_ablate_fit(tmp_path):
 
 def test_mlflow_file_store_read_back(tmp_path):
     _need("mlflow")
-    from ablate.sources import load
+    from ablate.analysis.sources import load
 
     root, run, cfg = _study(tmp_path, ["mlflow"])
     _log_all(cfg, run)
@@ -149,7 +149,7 @@ def test_a_failing_tracker_is_switched_off_and_the_rest_keep_logging(tmp_path, c
     _log_all(cfg, run)
     err = capsys.readouterr().err
     assert "warning: tracker mlflow could not start, switched off for run a1b2c3d4e5f6" in err
-    from ablate.sources import load
+    from ablate.analysis.sources import load
 
     assert len(load(root / "tensorboard").frame) == len(ROWS)
 

@@ -9,7 +9,7 @@ import pytest
 
 from _study_util import ROOT, cli
 from _stage_entry import truth_A
-from ablate.pruner import should_stop
+from ablate.studies.pruner import should_stop
 
 ENTRY = "_stage_entry:synthetic_run"
 SPACE = f"""name: tf

@@ -18,10 +18,10 @@ from rich.table import Table
 
 from ablate.cli import app
 from ablate.cli.progress import delayed_progress
-from ablate.curves import MIN_POINTS, PAPER_GRIDS
+from ablate.analysis.curves import MIN_POINTS, PAPER_GRIDS
 from ablate.errors import InputError
-from ablate.fitgroups import GroupFit, fit_groups
-from ablate.sources import Curves, load
+from ablate.analysis.fitgroups import GroupFit, fit_groups
+from ablate.analysis.sources import Curves, load
 
 # Wide when piped (rich would wrap at 80 columns): the tables carry intervals in every cell.
 out = Console(width=None if sys.stdout.isatty() else 200)
@@ -39,7 +39,7 @@ YOpt = typer.Option(None, "--y", help="Score column/tag (default: study dir eval
 ByOpt = typer.Option(None, "--by", help="Comma-separated columns naming a variant (default: variant).")
 MinOpt = typer.Option(None, "--min-compute", help="Fit only points with compute >= X. Default: "
                       "chosen from each curve's shape: early points are kept unless they are off "
-                      "the sigmoid the later points follow (an early phase); see ablate/window.py.")
+                      "the sigmoid the later points follow (an early phase); see ablate/analysis/window.py.")
 MaxOpt = typer.Option(None, "--max-compute", help="Fit only points with compute <= X.")
 MethodOpt = typer.Option("default", "--method", help="default (fast multi-start least squares) "
                          "or paper (the paper's A x C_mid grid with curve_fit for B).")
@@ -67,7 +67,7 @@ def _plot(curves: Curves, groups: list[GroupFit], plot: Optional[Path],
           extend_to: Optional[float] = None) -> None:
     """Write the figure when asked and at least one variant was fit."""
     if plot is not None and any(g.fit for g in groups):
-        from ablate.plots import plot_fits
+        from ablate.analysis.plots import plot_fits
 
         plot_fits(curves, groups, plot, extend_to=extend_to)
 
@@ -234,7 +234,7 @@ def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
             paper_grid: str = PaperGridOpt, bins: Optional[int] = BinOpt) -> None:
     """Rank variants by asymptote A (ties within --margin broken by B at a shared A), next to
     what each is predicted to reach at the largest compute observed (and at --budget)."""
-    from ablate.compare import compare as rank
+    from ablate.analysis.compare import compare as rank
 
     _check_plot(plot)
     if not (margin >= 0 and math.isfinite(margin)):
@@ -255,7 +255,7 @@ def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
     rows = rank(groups, baseline=baseline, margin=margin, budget=budget)
     base = baseline or next((g.variant for g in groups if g.fit is not None), None)
     _plot(curves, groups, plot)
-    from ablate.stages import stopped_variants
+    from ablate.studies.stages import stopped_variants
 
     # Adaptive studies: a variant stopped at an early stage is ranked on its shorter curve.
     stopped = stopped_variants(Path(source)) if Path(source).is_dir() else {}
@@ -303,7 +303,7 @@ def extrapolate(source: Path = SourceArg,
                                              "shown next to each prediction uses it."),
                 paper_grid: str = PaperGridOpt, bins: Optional[int] = BinOpt) -> None:
     """Predict the score at --budget, or the compute to reach --target, with 95% intervals."""
-    from ablate.extrapolate import extrapolate as predict
+    from ablate.analysis.extrapolate import extrapolate as predict
 
     if (budget is None) == (target is None):
         raise InputError("give exactly one of --budget C (compute) or --target R (score)")

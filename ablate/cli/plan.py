@@ -27,8 +27,8 @@ def plan(source: Path = SourceArg,
          method: str = MethodOpt) -> None:
     """Given fitted variants and a compute budget: the variant to scale (least expected regret
     under the fits' uncertainty), how far, and the score it is predicted to reach."""
-    from ablate.plan import plan as make_plan
-    from ablate.plan import plot_plan
+    from ablate.analysis.plan import plan as make_plan
+    from ablate.analysis.plan import plot_plan
 
     _check_plot(plot)
     if not (budget > 0 and math.isfinite(budget)):

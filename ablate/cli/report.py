@@ -1,4 +1,4 @@
-"""CLI: `ablate report STUDY_DIR` writes one self-contained HTML page (ablate/report.py)."""
+"""CLI: `ablate report STUDY_DIR` writes one self-contained HTML page (ablate/analysis/report.py)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def report(
     """Write the study's answer as one HTML page: question, ranking with intervals and
     shared-A verdicts, curves with fits and extrapolation bands, run states, failures, and
     the commands to reproduce it. Plots are embedded; the file stands alone."""
-    from ablate.report import write_report
+    from ablate.analysis.report import write_report
 
     if method not in ("default", "paper"):
         raise InputError(f"--method {method!r}: valid methods are default, paper")

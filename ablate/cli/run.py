@@ -19,7 +19,7 @@ from ablate.errors import InputError
 def load_train_config(path: Path):
     """Parse + validate a TrainConfig YAML (a recipe, `base:` chains included) with the same
     loader and one-line, file:line messages as study files."""
-    from ablate.study import load_recipe, validate_config
+    from ablate.studies.study import load_recipe, validate_config
     from ablate.yamlio import load_yaml
 
     if not path.is_file():

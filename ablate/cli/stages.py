@@ -11,7 +11,7 @@ from rich.console import Console
 
 def adaptive_sweep(study: Path, *, executor: Optional[str], profile: Optional[str],
                    results: Path, entry: str, wait: bool, as_json: bool) -> None:
-    from ablate.stages import run_adaptive
+    from ablate.studies.stages import run_adaptive
 
     rep = run_adaptive(study, executor=executor, profile=profile, results=results, entry=entry,
                        wait=wait, show=not as_json)

@@ -48,10 +48,10 @@ def sweep(
     Safe to re-run after anything breaks: finished runs are skipped, failed ones are resubmitted
     up to the study's max_attempts, and adding a value to an axis adds only the new runs.
     """
-    from ablate.sweep import plan_sweep, run_sweep
+    from ablate.studies.sweep import plan_sweep, run_sweep
 
     if dry_run:
-        from ablate.sweep import check_inputs
+        from ablate.studies.sweep import check_inputs
 
         _, variants, _ = check_inputs(study, executor=executor, profile=profile,
                                       overrides=override)
@@ -65,7 +65,7 @@ def sweep(
                 t.add_row(v.run_id, v.name, str(v.seed))
             Console().print(t)
         return
-    from ablate.stages import has_stages
+    from ablate.studies.stages import has_stages
 
     if has_stages(study):
         from ablate.cli.stages import adaptive_sweep
@@ -82,7 +82,7 @@ def sweep(
                       overrides=override)
     out = run_sweep(plan, entry=entry)
     if wait:
-        from ablate.progress import watch
+        from ablate.studies.progress import watch
 
         watch(plan.store.root)
     if as_json:
@@ -104,9 +104,9 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
 ) -> None:
     """Per-run state of a study (run dir files first; squeue/sacct add detail)."""
-    from ablate.status import study_states
+    from ablate.studies.status import study_states
 
-    from ablate.stages import stopped_variants
+    from ablate.studies.stages import stopped_variants
 
     states = study_states(study_dir)
     stopped = stopped_variants(study_dir)  # adaptive studies: which variants stopped, why
@@ -138,7 +138,7 @@ def status(
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of the study file (point your editor's YAML plugin at it)."""
-    from ablate.study import study_json_schema
+    from ablate.studies.study import study_json_schema
 
     print(json.dumps(study_json_schema(), indent=2))
 
@@ -156,7 +156,7 @@ def tune(
     Trials live in <results>/<name>/optuna.db: re-running continues the search, and a config
     that was already trained is never trained again.
     """
-    from ablate.tune import tune as run_tune
+    from ablate.studies.tune import tune as run_tune
 
     out = run_tune(space, results, n_trials=trials, entry=entry, show=not as_json)
     if as_json:

@@ -27,7 +27,7 @@ from ablate.readers.tensorboard import has_events, read_tensorboard
 from ablate.readers.wandb_csv import is_wandb_csv, read_wandb_csv
 
 # (name, "is this that tool's file?", reader), tried in order; long tables (variant/compute/
-# score columns) and study dirs are not here: ablate.sources handles them first.
+# score columns) and study dirs are not here: ablate.analysis.sources handles them first.
 READERS: list[tuple[str, Callable[[Path], bool], Callable[[Path], Wide]]] = [
     ("W&B CSV export", is_wandb_csv, read_wandb_csv),
     ("MLflow tracking dir", is_mlflow_dir, read_mlflow),

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Optional
 
 from ablate.errors import InputError
-from ablate.launch import debug, local, slurm
-from ablate.launch.profile import EXECUTORS, Profile
+from ablate.studies.launch import debug, local, slurm
+from ablate.studies.launch.profile import EXECUTORS, Profile
 
 # Scheduler states that mean "this job will still run or is running".
 ALIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD",

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import submitit
 
-from ablate.launch.job import RunJob
-from ablate.launch.profile import LocalProfile
+from ablate.studies.launch.job import RunJob
+from ablate.studies.launch.profile import LocalProfile
 
 
 def submit(run_dirs: list[Path], folder: Path, prof: LocalProfile, entry: str) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """The `stages:` section of a study file: an adaptive study's intermediate budgets.
 
-Kept apart from ablate.stages (the controller) so the study schema can use it without importing
+Kept apart from ablate.studies.stages (the controller) so the study schema can use it without importing
 the launch machinery. Every run first trains to `budgets[0]`; after each stage the variants are
 fitted and the ones that cannot win stop; survivors continue from their checkpoints to the next
 budget and, finally, to the study's `budget`.

@@ -1,6 +1,6 @@
 """Turn a SOURCE (study dir, table file, TensorBoard logs) into curves: variant, seed, compute, score.
 
-    study results dir    ablate.gather; x/y default to gpu_hours / eval/pass_rate, or the
+    study results dir    ablate.analysis.gather; x/y default to gpu_hours / eval/pass_rate, or the
                          study.yaml `fit:` section; rows lacking x or y (non-eval lines) are left out
     .csv .jsonl .parquet long tables: columns variant, seed (optional), compute, score; a table
                          without a variant column (and no --by) is one curve named after the
@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ablate.errors import InputError
-from ablate.gather import cache_is_fresh, gather, is_study_dir, study_fit_defaults, write_cache
+from ablate.analysis.gather import cache_is_fresh, gather, is_study_dir, study_fit_defaults, write_cache
 
 TABLE_SUFFIXES = (".csv", ".jsonl", ".parquet")
 

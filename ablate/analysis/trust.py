@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 
-from ablate.curves import Fit
+from ablate.analysis.curves import Fit
 
 R2_MIN = 0.8
 A_WIDTH_MAX = 0.1

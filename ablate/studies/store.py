@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 import yaml
 
 from ablate.errors import InputError
-from ablate.expand import Variant
+from ablate.studies.expand import Variant
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -121,7 +121,7 @@ class StudyStore:
         if not self.variants_path.is_file():
             raise InputError(f"{self.root}: not a study directory (no variants.json; run "
                              "`ablate sweep STUDY.yaml` first)")
-        from ablate.gather import read_variants  # one reader/validator for `status` and `fit`
+        from ablate.analysis.gather import read_variants  # one reader/validator for `status` and `fit`
 
         return read_variants(self.root)
 

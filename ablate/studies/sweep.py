@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from ablate import launch
+from ablate.studies import launch
 from ablate.errors import InputError
-from ablate.expand import Variant, expand
-from ablate.launch.profile import Profile, find_profile, load_profile
-from ablate.status import FINAL, RunState, run_states, study_states
-from ablate.store import StudyStore, study_dir_for
-from ablate.study import LoadedStudy, load_study
+from ablate.studies.expand import Variant, expand
+from ablate.studies.launch.profile import Profile, find_profile, load_profile
+from ablate.studies.status import FINAL, RunState, run_states, study_states
+from ablate.studies.store import StudyStore, study_dir_for
+from ablate.studies.study import LoadedStudy, load_study
 
 RESUBMIT_ALWAYS = ("pending", "cancelled")  # never ran to a verdict, or the user cancelled it
 RESUBMIT_BOUNDED = ("failed", "interrupted")  # up to the study's max_attempts
@@ -42,7 +42,7 @@ def check_inputs(study_path: Path | str, *, executor: Optional[str] = None,
                  overrides: Sequence[str] = ()) -> tuple[LoadedStudy, list[Variant], Profile]:
     """Load and check the study, its expansion, the profile and the executor name (shared by
     `sweep` and `sweep --dry-run`, so both reject the same input); writes nothing."""
-    from ablate.stages import check_baseline, check_stages
+    from ablate.studies.stages import check_baseline, check_stages
 
     loaded = load_study(study_path, overrides)
     check_stages(loaded)

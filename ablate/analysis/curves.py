@@ -25,7 +25,7 @@ Two point estimators:
              spans) until the optimum is inside; if it is still on an edge that cannot move (A
              at 1, C_mid beyond 3 spans) the fit is refused. `Fit.grid` records the grid used.
 
-Fit window: `min_compute` / `max_compute`. When no minimum is given, `ablate.window` reads the
+Fit window: `min_compute` / `max_compute`. When no minimum is given, `ablate.analysis.window` reads the
 start from the curve's shape: early points are kept unless they are off the sigmoid the later
 points follow (an F-test of nested fits); the Fit records the window and what was skipped.
 
@@ -60,9 +60,9 @@ from scipy import stats
 from scipy.special import expit
 
 from ablate.errors import InputError
-from ablate.noise import noise_draws as _noise_draws
-from ablate.noise import reml_posterior as _reml_posterior
-from ablate.window import auto_min_compute
+from ablate.analysis.noise import noise_draws as _noise_draws
+from ablate.analysis.noise import reml_posterior as _reml_posterior
+from ablate.analysis.window import auto_min_compute
 
 MIN_POINTS = 5
 SEED_MIN_RUNS = 3
@@ -101,7 +101,7 @@ class Fit:
     min_compute: float | None = None
     max_compute: float | None = None
     skipped: int = 0  # points below the window's minimum (early phase) left out of the fit
-    window_rule: str = "given"  # "auto" (ablate.window chose the start) | "given"
+    window_rule: str = "given"  # "auto" (ablate.analysis.window chose the start) | "given"
     warnings: list[str] = field(default_factory=list)  # bounds / identifiability, in words
     grid: dict | None = None  # paper method: the (possibly extended) grid that was searched
     binned_from: int | None = None  # points in the window before `bins` averaged them
@@ -511,7 +511,7 @@ def fit_sigmoid(
     `seeds` labels each point's run (seeds of one variant are pooled for the point fit); with
     >= SEED_MIN_RUNS distinct seeds the intervals come from per-seed fits, else from the
     drift + white-noise bootstrap with a REML-posterior noise model. `min_compute=None` lets
-    `ablate.window` choose the start from the curve's shape. `paper_grid` is the unit of the
+    `ablate.analysis.window` choose the start from the curve's shape. `paper_grid` is the unit of the
     paper method's C_mid grid (see `paper_cmid_grid`). Raises FitError when the curve cannot be
     fit, naming the cause and the option that helps; fits that stand but sit at a bound carry
     `warnings`. `bins`: average each seed's window into at most this many bins of consecutive
@@ -630,7 +630,7 @@ def _duplicate_warning(c: np.ndarray, sid: np.ndarray) -> list[str]:
 
 
 def _auto_start(c: np.ndarray, y: np.ndarray, r0: float) -> float:
-    """`ablate.window.auto_min_compute` with the default point fit, all candidate windows fit
+    """`ablate.analysis.window.auto_min_compute` with the default point fit, all candidate windows fit
     in one batched LM call (a window is a 0/1 weight on the points) from shared starts (the
     grid's best on every point): ~10 ms per 100-point curve instead of one grid search each."""
     if c.size == 0:

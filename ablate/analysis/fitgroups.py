@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ablate import trust
-from ablate.curves import N_BOOT, Fit, FitError, fit_sigmoid
-from ablate.sources import Curves
+from ablate.analysis import trust
+from ablate.analysis.curves import N_BOOT, Fit, FitError, fit_sigmoid
+from ablate.analysis.sources import Curves
 
 
 @dataclass
@@ -20,7 +20,7 @@ class GroupFit:
     method: str = "default"
 
     def verdict(self) -> tuple[str, str]:
-        """(verdict, reason): can this fit be trusted, and why (ablate.trust)."""
+        """(verdict, reason): can this fit be trusted, and why (ablate.analysis.trust)."""
         if self.fit is None:
             return trust.refused(self.error or "")
         v, why, _ = trust.assess(self.fit)

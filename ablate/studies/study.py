@@ -22,7 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ablate.errors import InputError
-from ablate.stagespec import StageSpec
+from ablate.studies.stagespec import StageSpec
 from ablate.yamlio import KeyPath, YamlDoc, load_yaml
 from trainer.config import BudgetConfig, TrainConfig
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import submitit
 
 from ablate.errors import InputError
-from ablate.launch.job import RunJob
-from ablate.launch.profile import SlurmProfile
+from ablate.studies.launch.job import RunJob
+from ablate.studies.launch.profile import SlurmProfile
 
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default when scontrol says nothing
 

@@ -18,8 +18,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ablate.curves import sigmoid
-from ablate.fitgroups import GroupFit
+from ablate.analysis.curves import sigmoid
+from ablate.analysis.fitgroups import GroupFit
 
 
 @dataclass

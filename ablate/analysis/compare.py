@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ablate import verdict
-from ablate.curves import N_BOOT, refit_with_A
-from ablate.fitgroups import GroupFit
+from ablate.analysis import verdict
+from ablate.analysis.curves import N_BOOT, refit_with_A
+from ablate.analysis.fitgroups import GroupFit
 
 
 @dataclass
@@ -89,7 +89,7 @@ def compare(groups: list[GroupFit], *, baseline: str | None = None, margin: floa
     The rank is the paper's verdict (`rank_order`). Next to it each row carries what the
     variant is predicted to reach at the largest compute observed (any variant) and at
     `budget`, and a note wherever that predicted ordering contradicts the rank, with the reason
-    (see ablate.verdict).
+    (see ablate.analysis.verdict).
     """
     ok = [g for g in groups if g.fit is not None]
     order, notes = rank_order(groups, margin)

@@ -16,9 +16,9 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ablate.errors import InputError
-from ablate.expand import run_id_of
-from ablate.store import atomic_write, study_dir_for
-from ablate.study import (Provenance, _NAME_RE, check_config_path, load_model,
+from ablate.studies.expand import run_id_of
+from ablate.studies.store import atomic_write, study_dir_for
+from ablate.studies.study import (Provenance, _NAME_RE, check_config_path, load_model,
                           resolve_base, set_path, validate_config)
 from ablate.yamlio import YamlDoc
 from trainer.config import BudgetConfig
@@ -112,8 +112,8 @@ def _known_metric(name: str) -> bool:
 
 def _check_objective(space: TuneSpace, doc: YamlDoc) -> None:
     """Objective and pruning settings that cannot work, refused before any trial trains."""
-    from ablate.stagespec import limit_of
-    from ablate.study import suggest
+    from ablate.studies.stagespec import limit_of
+    from ablate.studies.study import suggest
 
     obj = space.objective
     at = lambda *k: doc.where(("objective", *k)) if "objective" in doc.data else str(doc.path)  # noqa: E731
@@ -158,7 +158,7 @@ def _check_objective(space: TuneSpace, doc: YamlDoc) -> None:
 
 def _fit(run_dir: Path, obj: Objective):
     """The trial's curve so far, fitted (FitError when it cannot be)."""
-    from ablate.curves import FitError, fit_sigmoid
+    from ablate.analysis.curves import FitError, fit_sigmoid
 
     rows = []
     try:
@@ -181,7 +181,7 @@ def _fit(run_dir: Path, obj: Objective):
 def _fitted_score(run_dir: Path, obj: Objective, trial: "Any") -> float:
     """Fitted A (or the fitted score at `at`), intervals stored on the trial; RuntimeError (a
     failed trial) when the curve cannot be fitted."""
-    from ablate.curves import FitError
+    from ablate.analysis.curves import FitError
 
     try:
         fit = _fit(run_dir, obj)
@@ -221,8 +221,8 @@ def _score(run_dir: Path, obj: Objective) -> float:
 
 def _trained_to(run_dir: Path, budget: dict[str, Any]) -> bool:
     """The run finished (done) with a config that reaches `budget`."""
-    from ablate.launch.job import read_status
-    from ablate.stages import _reaches, _run_budget
+    from ablate.studies.launch.job import read_status
+    from ablate.studies.stages import _reaches, _run_budget
 
     return read_status(run_dir).get("state") == "done" and _reaches(_run_budget(run_dir), budget)
 
@@ -232,8 +232,8 @@ def tune(path: Path, results: Path, *, n_trials: Optional[int] = None, entry: st
     """Run the missing trials in this process; returns {"best": {...}, "trials": [...]}."""
     import optuna
 
-    from ablate.launch.job import _entry, read_status, stdout_to_stderr
-    from ablate.pruner import CurvePruner
+    from ablate.studies.launch.job import _entry, read_status, stdout_to_stderr
+    from ablate.studies.pruner import CurvePruner
 
     space, tree, prov, _ = load_space(path)
     out_dir = study_dir_for(results, space.name)

@@ -13,7 +13,7 @@ from typing import Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ablate.errors import InputError
-from ablate.study import format_validation_error
+from ablate.studies.study import format_validation_error
 from ablate.yamlio import load_yaml
 
 Executor = Literal["local", "slurm", "debug"]

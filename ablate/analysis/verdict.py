@@ -16,8 +16,8 @@ import math
 import numpy as np
 from scipy.optimize import brentq
 
-from ablate.curves import Fit
-from ablate.fitgroups import GroupFit
+from ablate.analysis.curves import Fit
+from ablate.analysis.fitgroups import GroupFit
 
 # Predicted scores closer than this are a tie for the purpose of calling an ordering reversed:
 # half a point of pass rate is below what one evaluation of ~1,000 prompts resolves.

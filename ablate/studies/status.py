@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from ablate import launch
-from ablate.launch.job import read_status
-from ablate.store import StudyStore
+from ablate.studies import launch
+from ablate.studies.launch.job import read_status
+from ablate.studies.store import StudyStore
 
 FINAL = ("done", "diverged")
 STATES = ("pending", "queued", "running", "done", "diverged", "failed", "cancelled", "interrupted")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import submitit
 
-from ablate.launch.job import RunJob, stdout_to_stderr
+from ablate.studies.launch.job import RunJob, stdout_to_stderr
 
 
 def submit(run_dirs: list[Path], folder: Path, entry: str) -> dict[str, str]:

@@ -5,16 +5,16 @@ and the sigmoid carries them beyond it; intervals come from the fit's parameter 
 variant to scale at a budget is the one with the highest predicted score there, which need not
 be the one `compare` ranks first (a fast, low-ceiling recipe can win at small budgets; a variant
 ranked first by B at a shared A can rise later). Every row carries compare's rank, and where the
-recommendation and the rank disagree both rows say why (ablate.verdict), as compare does.
+recommendation and the rank disagree both rows say why (ablate.analysis.verdict), as compare does.
 """
 
 from __future__ import annotations
 
 import math
 
-from ablate import verdict
-from ablate.compare import rank_order
-from ablate.fitgroups import GroupFit
+from ablate.analysis import verdict
+from ablate.analysis.compare import rank_order
+from ablate.analysis.fitgroups import GroupFit
 
 
 def _num(v: float) -> float | None:

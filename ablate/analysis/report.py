@@ -1,10 +1,10 @@
 """`ablate report STUDY_DIR`: one self-contained HTML page with the answer of a study.
 
 The page holds the study question (study.yaml), the ranking by asymptote A with intervals and
-the shared-A verdicts for near-ties (ablate.compare), the curves with their fits and
+the shared-A verdicts for near-ties (ablate.analysis.compare), the curves with their fits and
 extrapolation bands (one figure of all variants, one per variant; PNGs embedded as data: URIs
 so the file can be mailed or attached to an issue), the runs' states with failures and
-divergences (ablate.status), and the commands that reproduce it. No script, no external
+divergences (ablate.studies.status), and the commands that reproduce it. No script, no external
 resource: it renders the same offline, in a browser or a mail client.
 """
 
@@ -23,7 +23,7 @@ from typing import Any, Optional
 import yaml
 
 from ablate.errors import InputError
-from ablate.gather import is_study_dir
+from ablate.analysis.gather import is_study_dir
 
 
 @dataclass
@@ -48,7 +48,7 @@ class ReportData:
 
 
 def _png_b64(curves, groups, extend_to: Optional[float] = None) -> str:
-    from ablate.plots import plot_fits
+    from ablate.analysis.plots import plot_fits
 
     with tempfile.TemporaryDirectory() as d:
         p = plot_fits(curves, groups, Path(d) / "fig.png", extend_to=extend_to)
@@ -66,12 +66,12 @@ def _finite(v: Any) -> Any:
 def collect(study_dir: Path, *, baseline: Optional[str] = None, margin: float = 0.02,
             method: str = "default", n_boot: Optional[int] = None) -> ReportData:
     """Load, fit, rank and gather the run states of a study results dir."""
-    from ablate.compare import compare
-    from ablate.curves import N_BOOT
-    from ablate.fitgroups import fit_groups
-    from ablate.progress import where_to_look
-    from ablate.sources import Curves, load
-    from ablate.status import study_states
+    from ablate.analysis.compare import compare
+    from ablate.analysis.curves import N_BOOT
+    from ablate.analysis.fitgroups import fit_groups
+    from ablate.studies.progress import where_to_look
+    from ablate.analysis.sources import Curves, load
+    from ablate.studies.status import study_states
 
     study_dir = Path(study_dir)
     if not is_study_dir(study_dir):
@@ -139,7 +139,7 @@ def render(data: ReportData) -> str:
     """The HTML page (jinja2, autoescaped)."""
     import jinja2
 
-    env = jinja2.Environment(loader=jinja2.PackageLoader("ablate", "templates"),
+    env = jinja2.Environment(loader=jinja2.PackageLoader("ablate.analysis", "templates"),
                              autoescape=jinja2.select_autoescape(["html", "j2"]),
                              undefined=jinja2.StrictUndefined)
     env.filters["num"] = _num
@@ -154,7 +154,7 @@ def render(data: ReportData) -> str:
 
 def write_report(study_dir: Path, out: Optional[Path] = None, **kw: Any) -> tuple[Path, ReportData]:
     """Collect + render + write (atomically); returns the path and the data."""
-    from ablate.store import atomic_write
+    from ablate.studies.store import atomic_write
 
     if not is_study_dir(Path(study_dir)):
         raise InputError(f"{study_dir}: not a study results dir (no variants.json; run "
@@ -170,7 +170,7 @@ def write_report(study_dir: Path, out: Optional[Path] = None, **kw: Any) -> tupl
 
 
 def _status(run_dir: Path) -> dict[str, Any]:
-    from ablate.launch.job import read_status
+    from ablate.studies.launch.job import read_status
 
     return read_status(run_dir)
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.fitgroups import GroupFit
-from ablate.sources import Curves
+from ablate.analysis.fitgroups import GroupFit
+from ablate.analysis.sources import Curves
 
 
 def plot_fits(curves: Curves, groups: list[GroupFit], path: str | Path, *,
@@ -43,7 +43,7 @@ def plot_fits(curves: Curves, groups: list[GroupFit], path: str | Path, *,
         ax.plot(xe, f.predict(xe), color=col, lw=1.5, ls="--")
         if f.samples:
             s = f.samples
-            from ablate.curves import sigmoid
+            from ablate.analysis.curves import sigmoid
 
             band = sigmoid(xe[None, :], s["A"][:, None], s["B"][:, None], s["C_mid"][:, None],
                            s["R0"][:, None])

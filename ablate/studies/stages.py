@@ -1,6 +1,6 @@
 """Adaptive studies: spend compute on the variants that can still win.
 
-A study with `stages:` (ablate.stagespec) runs every variant to the first stage budget; then
+A study with `stages:` (ablate.studies.stagespec) runs every variant to the first stage budget; then
 each variant is fitted (its seeds pooled, the study's `fit:` window) and stops when
 
   * interval rule: its A's 95% upper bound is below another variant's A lower bound (it cannot
@@ -35,11 +35,11 @@ from typing import Any, Optional
 import yaml
 
 from ablate.errors import InputError
-from ablate.expand import Variant
-from ablate.fitgroups import GroupFit
-from ablate.stagespec import limit_of
-from ablate.store import StudyStore, atomic_write
-from ablate.study import LoadedStudy
+from ablate.studies.expand import Variant
+from ablate.analysis.fitgroups import GroupFit
+from ablate.studies.stagespec import limit_of
+from ablate.studies.store import StudyStore, atomic_write
+from ablate.studies.study import LoadedStudy
 
 STATE_FILE = "stages.json"
 
@@ -183,7 +183,7 @@ def _stage_variant(v: Variant, budget: dict[str, float]) -> Variant:
 
 def _promote(store: StudyStore, run_ids: list[str], budget: dict[str, float], stage: int) -> None:
     """Point survivors' runs at the next budget so the next submission continues them."""
-    from ablate.launch.job import read_status, write_status
+    from ablate.studies.launch.job import read_status, write_status
 
     subs = store.submissions()
     history: dict[str, Any] = {}
@@ -233,7 +233,7 @@ class StageReport:
 
 def _stage_complete(store: StudyStore, runs: list[Variant], budget: dict[str, float],
                     max_attempts: int) -> bool:
-    from ablate.status import run_states
+    from ablate.studies.status import run_states
 
     states = {s.run_id: s for s in run_states(store, [v.to_json() for v in runs])}
     for v in runs:
@@ -248,8 +248,8 @@ def _stage_complete(store: StudyStore, runs: list[Variant], budget: dict[str, fl
 
 
 def _fit_stage(store: StudyStore, loaded: LoadedStudy, names: list[str]) -> list[GroupFit]:
-    from ablate.fitgroups import fit_groups
-    from ablate.sources import load
+    from ablate.analysis.fitgroups import fit_groups
+    from ablate.analysis.sources import load
 
     curves = load(store.root)
     frame = curves.frame[curves.frame["variant"].isin(names)]
@@ -261,7 +261,7 @@ def _fit_stage(store: StudyStore, loaded: LoadedStudy, names: list[str]) -> list
 
 def _dead(store: StudyStore, runs: list[Variant], names: list[str]) -> dict[str, str]:
     """Variants none of whose runs can continue (all diverged or failed for good)."""
-    from ablate.status import run_states
+    from ablate.studies.status import run_states
 
     states = run_states(store, [v.to_json() for v in runs])
     out = {}
@@ -282,7 +282,7 @@ def advance(study_path: Path | str, *, executor: Optional[str] = None,
             entry: str = "trainer:run") -> StageReport:
     """Decide every stage whose runs are all finished, promote the survivors, and submit what
     the current stage still needs. Call again (or `ablate sweep` again) after the runs end."""
-    from ablate.sweep import plan_sweep, run_sweep
+    from ablate.studies.sweep import plan_sweep, run_sweep
 
     plan = plan_sweep(study_path, executor=executor, profile=profile, results=results)
     loaded, store = plan.loaded, plan.store
@@ -348,7 +348,7 @@ def run_adaptive(study_path: Path | str, *, executor: Optional[str] = None,
                  show: bool = True) -> StageReport:
     """`advance`, and with `wait` keep going stage after stage until the study is finished or
     nothing more can run (runs failed for good)."""
-    from ablate.sweep import wait as wait_runs
+    from ablate.studies.sweep import wait as wait_runs
 
     rep = advance(study_path, executor=executor, profile=profile, results=results, entry=entry)
     while wait and not rep.finished:
@@ -364,7 +364,7 @@ def run_adaptive(study_path: Path | str, *, executor: Optional[str] = None,
 def has_stages(study_path: Path | str) -> bool:
     """Whether a study file is adaptive (has `stages:`); a file that does not load says no and
     lets the normal path report the error."""
-    from ablate.study import load_study
+    from ablate.studies.study import load_study
 
     try:
         return load_study(study_path).study.stages is not None

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from ablate.status import RunState, study_states
+from ablate.studies.status import RunState, study_states
 
 ACTIVE = ("queued", "running")
 PROBLEM = ("failed", "diverged", "interrupted", "cancelled")
@@ -28,7 +28,7 @@ def where_to_look(study_dir: Path, s: RunState) -> list[str]:
 
 def _budgets(study_dir: Path) -> dict[str, Optional[int]]:
     """Step budget of each run from its config (None for compute-only budgets)."""
-    from ablate.gather import read_variants
+    from ablate.analysis.gather import read_variants
 
     out: dict[str, Optional[int]] = {}
     for v in read_variants(Path(study_dir)):

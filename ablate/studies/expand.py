@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ablate.errors import InputError
-from ablate.study import LoadedStudy, Provenance, set_path, validate_config
+from ablate.studies.study import LoadedStudy, Provenance, set_path, validate_config
 from trainer.config import TrainConfig
 
 Assignment = tuple[tuple[str, ...], Any, str]  # (config keys, value, where it was written)
