@@ -212,6 +212,17 @@ def role_of(local_rank: int, split: GpuSplit) -> Role:
     return "generator" if local_rank < len(split.generation) else "trainer"
 
 
+def join_process_group(device: str, separate_generation: bool) -> bool:
+    """Join the launcher's process group when the job has more than one process (idempotent;
+    a single process stays without a group); True on rank 0."""
+    import torch.distributed as dist
+
+    env = read_env()
+    if env.world_size > 1 and not dist.is_initialized():
+        init_distributed(device, separate_generation=separate_generation)
+    return env.rank == 0
+
+
 def rank() -> int:
     """This process's global rank (0 when torch.distributed is not initialised)."""
     import torch.distributed as dist
@@ -220,9 +231,60 @@ def rank() -> int:
 
 
 def world_size() -> int:
+    """Processes in the initialised group (1 when torch.distributed is not initialised)."""
     import torch.distributed as dist
 
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def barrier() -> None:
+    """Wait for every rank (no-op in a single process)."""
+    import torch.distributed as dist
+
+    if world_size() > 1:
+        dist.barrier()
+
+
+def all_reduce_floats(values: list[float], device: torch.device,
+                      op: Literal["sum", "max"] = "sum") -> list[float]:
+    """Element-wise sum / max over ranks (identity in a single process)."""
+    if world_size() == 1 or not values:
+        return values
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float64 if device.type == "cpu" else torch.float32,
+                     device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
+    return t.tolist()
+
+
+def on_all_ranks(flag: bool, device: torch.device) -> bool:
+    """True only when `flag` is True on every rank (a MIN all-reduce)."""
+    import torch.distributed as dist
+
+    t = torch.tensor([int(flag)], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return bool(t.item())
+
+
+def average_grads(model: torch.nn.Module) -> None:
+    """Mean of every gradient over the data-parallel ranks (no-op in a single process)."""
+    import torch.distributed as dist
+
+    if world_size() == 1:
+        return
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:  # a rank whose forward skipped a parameter still joins the reduce
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    dist.all_reduce(flat)
+    flat /= dist.get_world_size()
+    i = 0
+    for p in params:
+        n = p.numel()
+        p.grad.copy_(flat[i:i + n].view_as(p.grad))
+        i += n
 
 
 def broadcast_object(obj, src: int = 0):

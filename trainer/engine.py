@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from trainer.config import TrainConfig
+from trainer.distributed import average_grads
 from trainer.registry import Registry
 
 
@@ -72,7 +73,7 @@ class TorchEngine:
 
     def step(self, loss: torch.Tensor) -> float:
         loss.backward()
-        _average_grads(self.model)
+        average_grads(self.model)
         norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip))
         if math.isfinite(norm):
             self.optimizer.step()
@@ -91,22 +92,3 @@ class TorchEngine:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
 
-
-def _average_grads(model: nn.Module) -> None:
-    """Mean of every gradient over the data-parallel ranks (no-op in a single process)."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return
-    params = [p for p in model.parameters() if p.requires_grad]
-    for p in params:  # a rank whose forward skipped a parameter still joins the reduce
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-    flat = torch.cat([p.grad.reshape(-1) for p in params])
-    dist.all_reduce(flat)
-    flat /= dist.get_world_size()
-    i = 0
-    for p in params:
-        n = p.numel()
-        p.grad.copy_(flat[i:i + n].view_as(p.grad))
-        i += n

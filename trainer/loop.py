@@ -22,6 +22,7 @@ import math
 import random
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -30,7 +31,14 @@ from trainer import rundir, trackers
 from trainer.advantages import compute_advantages
 from trainer.chat import prompt_encoder
 from trainer.config import TrainConfig
-from trainer.distributed import broadcast_object, init_distributed, read_env
+from trainer.distributed import (
+    all_reduce_floats,
+    barrier,
+    broadcast_object,
+    join_process_group,
+    rank,
+    world_size,
+)
 from trainer.engine import make_engine
 from trainer.evaluate import pass_rate, score
 from trainer.filters import zero_variance_keep
@@ -50,7 +58,11 @@ from trainer.tasks import build_task
 
 
 class Diverged(Exception):
-    pass
+    """A non-finite loss or grad norm at optimizer step `step` (1-based: the step that failed)."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(f"non-finite loss or grad at step {step}")
+        self.step = step
 
 
 def run(config: TrainConfig, run_dir: Path) -> None:
@@ -74,7 +86,7 @@ def run(config: TrainConfig, run_dir: Path) -> None:
         state.train()
     except Diverged as e:  # every rank sees the same verdict (it is all-reduced)
         if main:
-            rundir.write_status(run_dir, "diverged", int(str(e)),
+            rundir.write_status(run_dir, "diverged", e.step,
                                 reason="non-finite loss or grad")
     except BaseException as e:
         if main:
@@ -86,46 +98,12 @@ def run(config: TrainConfig, run_dir: Path) -> None:
 
 
 def _setup_distributed(config: TrainConfig) -> bool:
-    """Join the launcher's process group when there is more than one process; True on rank 0.
-
-    The torch engine is data parallel through trainer/engine.py's gradient all-reduce, the
-    deepspeed engine through DeepSpeed; both need the group before the engine is built."""
-    env = read_env()
-    if env.world_size > 1:
-        import torch.distributed as dist
-
-        if not dist.is_initialized():
-            separate = config.off_policy.mode == "pipeline" and config.rollout.backend == "vllm"
-            init_distributed(config.engine.device, separate_generation=separate)
-    return env.rank == 0
-
-
-def _dist():
-    """(rank, world size) of the initialised process group, else (0, 1)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def _barrier() -> None:
-    import torch.distributed as dist
-
-    if _dist()[1] > 1:
-        dist.barrier()
-
-
-def _all_reduce(values: list[float], device: torch.device, op: str = "sum") -> list[float]:
-    """Element-wise sum / max over ranks (identity in a single process)."""
-    if _dist()[1] == 1 or not values:
-        return values
-    import torch.distributed as dist
-
-    t = torch.tensor(values, dtype=torch.float64 if device.type == "cpu" else torch.float32,
-                     device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX)
-    return t.tolist()
+    """Join the launcher's process group (multi-process jobs only); True on rank 0. The torch
+    engine is data parallel through its gradient all-reduce, the deepspeed engine through
+    DeepSpeed; both need the group before the engine is built. Pipeline mode with vllm keeps
+    the node's generation GPUs out of the trainer ranks' device choice."""
+    separate = config.off_policy.mode == "pipeline" and config.rollout.backend == "vllm"
+    return join_process_group(config.engine.device, separate_generation=separate)
 
 
 def shard_groups(groups: list[int], rank: int, world: int) -> tuple[list[int], bool]:
@@ -146,6 +124,18 @@ def shard_weight(aggregation: str, local: dict, total: dict, world: int) -> floa
     return world * local[unit] / max(total[unit], 1)
 
 
+@dataclass
+class LossBatch:
+    """The kept rows of a rollout as padded tensors for the policy loss."""
+
+    rows: list[int]  # rollout rows, in batch order
+    packed: dict  # trainer.model.pack: input_ids, attention_mask, completion mask, P
+    mask: torch.Tensor  # [B, T] completion tokens the loss counts
+    old_logp: torch.Tensor  # [B, T] behaviour log-probs (the sampler's)
+    group: torch.Tensor  # [B] prompt group of each row
+    adv: torch.Tensor  # [B] advantage of each row
+
+
 class _Run:
     """State of one run; methods are the loop's stages in the order they happen."""
 
@@ -157,7 +147,7 @@ class _Run:
         torch.manual_seed(config.seed)
         random.seed(config.seed)
         _setup_distributed(config)  # idempotent; also for callers that skip run()
-        self.rank, self.world = _dist()
+        self.rank, self.world = rank(), world_size()
         self.main = self.rank == 0
         if self.main:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -171,7 +161,7 @@ class _Run:
         self.eval_prompts = [enc(p.prompt) for p in self.eval_problems]
         self.engine = make_engine(config, model.to(self.device))
         self.device = getattr(self.engine, "device", self.device)
-        self.rank, self.world = _dist()  # a single-process DeepSpeed engine makes a world of 1
+        self.rank, self.world = rank(), world_size()  # single-process DeepSpeed: a world of 1
         self.main = self.rank == 0
         self.model = self.engine.model
         self.model.eval()  # train() only around the update (gradient checkpointing, dropout)
@@ -203,7 +193,7 @@ class _Run:
         if self.main:
             for stale in self.dir.glob("checkpoint.tmp-*"):
                 shutil.rmtree(stale, ignore_errors=True)
-        _barrier()  # nobody looks for a checkpoint while rank 0 is still cleaning up
+        barrier()  # nobody looks for a checkpoint while rank 0 is still cleaning up
         ck = broadcast_object(rundir.checkpoint_dir(self.dir))
         if ck is None:
             if self.main:
@@ -215,7 +205,7 @@ class _Run:
         self.pool.load_state_dict(s["pool"])
         torch.set_rng_state(s["torch_rng"])
         random.setstate(s["py_rng"])
-        _barrier()  # every rank has read checkpoint/ before rank 0 may replace it
+        barrier()  # every rank has read checkpoint/ before rank 0 may replace it
         if self.main:
             rundir.truncate_metrics(self.dir, self.step)
 
@@ -230,17 +220,17 @@ class _Run:
         if self.main:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
-        _barrier()
+        barrier()
         if self.main or getattr(self.engine, "collective_save", False):
             self.engine.save(tmp / "engine")
-        _barrier()
+        barrier()
         if self.main:
             torch.save({"step": self.step, "counters": dict(self.counters),
                         "acc": dict(self.acc), "pool": self.pool.state_dict(),
                         "torch_rng": torch.get_rng_state(), "py_rng": random.getstate()},
                        tmp / "state.pt")
             rundir.commit_checkpoint(self.dir, tmp)
-        _barrier()
+        barrier()
 
     # -- the loop ------------------------------------------------------------------------
     def status(self, state: str) -> None:
@@ -285,25 +275,52 @@ class _Run:
     def gpu_hours(self) -> float:
         """Device-hours: train-loop wall (eval and checkpoints excluded) x devices in the job
         (the world size under torch.distributed, else 1; a CPU counts as one device)."""
-        return self.counters["wall"] * _dist()[1] / 3600
+        return self.counters["wall"] * self.world / 3600
 
     def train_step(self, batch) -> None:
+        """One optimizer step on one batch of rollouts; its statistics join the running
+        means that the next metrics line reports."""
+        correct, rewards = self.reward(batch)
+        rows, dropped = self.keep_rows(batch, rewards)
+        self.count_generation(batch)
+        stats = self.rollout_stats(batch, correct, rewards, rows, dropped)
+        if rows:
+            stats.update(self.update(batch.rollout, rows, rewards))
+        for k, v in stats.items():
+            self.acc[k] = self.acc.get(k, 0.0) + v
+            self.acc["n/" + k] = self.acc.get("n/" + k, 0) + 1
+
+    def reward(self, batch) -> tuple[list[bool], list[float]]:
+        """Verdict and reward of every sample: the verifiable reward plus the length
+        control's penalty. Each prompt's pass count feeds the pool (curriculum, NPR)."""
         c, ro, G = self.c, batch.rollout, self.c.rollout.generations_per_prompt
-        # Verifiable reward (+penalty from the length control).
         correct = score(self.task, [self.task.train[i] for i in batch.prompt_ids], self.tok,
                         ro.tokens, G)
         rewards = [(c.reward.correct if ok else c.reward.incorrect) + pen
                    for ok, pen in zip(correct, ro.penalty)]
         for j, pid in enumerate(batch.prompt_ids):
             self.pool.record(pid, sum(correct[j * G:(j + 1) * G]), G)
-        # Zero-variance filter: groups with identical rewards carry no gradient; drop them.
-        keep = zero_variance_keep(rewards, G, c.data.zero_variance_filter)
+        return correct, rewards
+
+    def keep_rows(self, batch, rewards: list[float]) -> tuple[list[int], int]:
+        """Rows of the prompt groups the zero-variance filter keeps (groups whose samples
+        all got the same reward carry no gradient), and how many groups it dropped."""
+        G = self.c.rollout.generations_per_prompt
+        keep = zero_variance_keep(rewards, G, self.c.data.zero_variance_filter)
         dropped = len(batch.prompt_ids) - len(keep)
         self.counters["zero_variance_dropped"] += dropped
-        rows = [j * G + s for j in keep for s in range(G)]
+        return [j * G + s for j in keep for s in range(G)], dropped
+
+    def count_generation(self, batch) -> None:
+        """Samples and generation FLOPs, including tokens of samples the source discarded."""
+        ro = batch.rollout
         self.counters["samples"] += len(ro.tokens)
         self.counters["flops_gen"] += 2.0 * self.n_params * (sum(ro.gen_tokens)
                                                             + batch.dropped_gen_tokens)
+
+    def rollout_stats(self, batch, correct: list[bool], rewards: list[float], rows: list[int],
+                      dropped: int) -> dict[str, float]:
+        ro = batch.rollout
         stats = {
             "train/reward": sum(rewards) / len(rewards),
             "train/pass_rate": sum(correct) / len(correct),
@@ -313,95 +330,129 @@ class _Run:
             "data/zero_variance_dropped_frac": dropped / len(batch.prompt_ids),
             "time/generation_s": batch.gen_seconds,
         }
-        vers = [v for r in rows for v in ro.versions[r]]
+        vers = [v for r in rows for v in ro.versions[r]]  # policy version of each kept token
         if vers:
             stats["pipeline/staleness_mean"] = self.step - sum(vers) / len(vers)
             stats["pipeline/staleness_max"] = self.step - min(vers)
-        if rows:
-            stats.update(self.update(ro, rows, rewards))
-        for k, v in stats.items():
-            self.acc[k] = self.acc.get(k, 0.0) + v
-            self.acc["n/" + k] = self.acc.get("n/" + k, 0) + 1
+        return stats
 
     def update(self, ro, rows: list[int], rewards: list[float]) -> dict:
         """Advantages -> policy loss -> one optimizer step on the kept samples (this rank's
         share of them in a multi-process job; see the module docstring)."""
-        c = self.c
-        G = c.rollout.generations_per_prompt
-        # Advantages over the whole kept batch (batch normalization needs all of it).
-        adv_all = compute_advantages(torch.tensor([rewards[r] for r in rows]),
-                                     torch.tensor([r // G for r in rows]),
-                                     normalization=c.advantage.normalization, eps=c.advantage.eps)
-        adv_of = dict(zip(rows, adv_all.tolist()))
-        weight = 1.0
-        if self.world > 1:
-            groups = sorted({r // G for r in rows})
-            mine, real = shard_groups(groups, self.rank, self.world)
-            local = [r for r in rows if r // G in set(mine)]
-            size = lambda rs: {"tokens": sum(sum(ro.loss_mask[r]) for r in rs),
-                               "samples": len(rs), "groups": len({r // G for r in rs})}
-            weight = shard_weight(c.loss.aggregation, size(local), size(rows), self.world) \
-                if real else 0.0
-            rows = local
-        b = pack([ro.prompts[r] for r in rows], [ro.tokens[r] for r in rows], self.tok.pad_token_id)
-        T = b["mask"].shape[1]
-        mask = b["mask"].clone()
-        old = torch.zeros_like(mask)
-        for i, r in enumerate(rows):
-            n = len(ro.tokens[r])
-            mask[i, :n] *= torch.tensor(ro.loss_mask[r], dtype=mask.dtype)
-            old[i, :n] = torch.tensor(ro.logprobs[r][:T])
-        group = torch.tensor([r // G for r in rows])
-        adv = torch.tensor([adv_of[r] for r in rows], dtype=adv_all.dtype)
-        dev = self.device
+        adv_of = self.advantages(rows, rewards)
+        rows, weight = self.my_share(ro, rows)
+        b = self.loss_batch(ro, rows, adv_of)
         self.model.train()  # HF gradient checkpointing (and dropout) act only in train mode
         try:
-            if c.model.gradient_checkpointing:  # recomputation and a grad-carrying KV cache clash
-                logp, ent = completion_logprobs(self.body, self.head, b, dev, c.precision.dtype,
-                                                c.rollout.temperature, with_entropy=True)
-                n_proc = int(b["attention_mask"].sum())
-            else:  # each prompt's forward/backward shared by its G samples
-                kept = sorted({r // G for r in rows})
-                slot = {g: i for i, g in enumerate(kept)}
-                uniq = [ro.prompts[g * G] for g in kept]
-                logp, ent = shared_prefix_logprobs(
-                    self.body, self.head, uniq, [slot[r // G] for r in rows],
-                    [ro.tokens[r] for r in rows], self.tok.pad_token_id, dev, c.precision.dtype,
-                    c.rollout.temperature, with_entropy=True)
-                n_proc = sum(len(p) for p in uniq) + sum(max(len(ro.tokens[r]) - 1, 0)
-                                                         for r in rows)
-            mask, old = mask.to(dev), old.to(dev)
-            loss, st = policy_loss_with_stats(logp, old, adv.to(dev), mask, group.to(dev),
-                                              loss_type=c.loss.type,
-                                              aggregation=c.loss.aggregation, **self.loss_kw)
-            # Every rank must agree before anyone enters the engine's collectives.
-            if _all_reduce([float(not torch.isfinite(loss))], dev, "max")[0]:
-                raise Diverged(self.step + 1)
+            logp, ent, n_proc = self.forward(ro, b)
+            loss, st = self.policy_loss(logp, b)
             gnorm = self.engine.step(loss * weight if self.world > 1 else loss)
         finally:
             self.model.eval()
         if not math.isfinite(gnorm):
             raise Diverged(self.step + 1)
+        stats = self.count_and_average(b, logp, ent, loss, st, weight, n_proc)
+        return {**stats, "train/grad_norm": gnorm, "train/lr": self.engine_lr()}
+
+    def advantages(self, rows: list[int], rewards: list[float]) -> dict[int, float]:
+        """Advantage of each kept row, normalized over the whole kept batch (every rank
+        computes all of them: batch normalization needs the whole batch)."""
+        c, G = self.c, self.c.rollout.generations_per_prompt
+        adv = compute_advantages(torch.tensor([rewards[r] for r in rows]),
+                                 torch.tensor([r // G for r in rows]),
+                                 normalization=c.advantage.normalization, eps=c.advantage.eps)
+        return dict(zip(rows, adv.tolist()))
+
+    def my_share(self, ro, rows: list[int]) -> tuple[list[int], float]:
+        """This rank's rows and the weight of its loss (all rows, weight 1 in one process)."""
+        if self.world == 1:
+            return rows, 1.0
+        G = self.c.rollout.generations_per_prompt
+        mine, real = shard_groups(sorted({r // G for r in rows}), self.rank, self.world)
+        local = [r for r in rows if r // G in set(mine)]
+        if not real:
+            return local, 0.0
+
+        def size(rs: list[int]) -> dict:
+            return {"tokens": sum(sum(ro.loss_mask[r]) for r in rs), "samples": len(rs),
+                    "groups": len({r // G for r in rs})}
+
+        return local, shard_weight(self.c.loss.aggregation, size(local), size(rows), self.world)
+
+    def loss_batch(self, ro, rows: list[int], adv_of: dict[int, float]) -> LossBatch:
+        """The rows padded into tensors: prompt+completion ids, the loss mask (completion
+        tokens the loss counts), behaviour log-probs, prompt group and advantage of each row."""
+        G = self.c.rollout.generations_per_prompt
+        packed = pack([ro.prompts[r] for r in rows], [ro.tokens[r] for r in rows],
+                      self.tok.pad_token_id)
+        T = packed["mask"].shape[1]
+        mask = packed["mask"].clone()
+        old = torch.zeros_like(mask)
+        for i, r in enumerate(rows):
+            n = len(ro.tokens[r])
+            mask[i, :n] *= torch.tensor(ro.loss_mask[r], dtype=mask.dtype)
+            old[i, :n] = torch.tensor(ro.logprobs[r][:T])
+        return LossBatch(rows, packed, mask, old, torch.tensor([r // G for r in rows]),
+                         torch.tensor([adv_of[r] for r in rows], dtype=torch.float32))
+
+    def forward(self, ro, b: LossBatch) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Log-probs and entropies of the completion tokens under the current weights, and
+        the number of token positions the forward processed (for the FLOPs count)."""
+        c, G, rows = self.c, self.c.rollout.generations_per_prompt, b.rows
+        if c.model.gradient_checkpointing:  # recomputation and a grad-carrying KV cache clash
+            logp, ent = completion_logprobs(self.body, self.head, b.packed, self.device,
+                                            c.precision.dtype, c.rollout.temperature,
+                                            with_entropy=True)
+            return logp, ent, int(b.packed["attention_mask"].sum())
+        # Each prompt's forward/backward shared by its G samples.
+        kept = sorted({r // G for r in rows})
+        slot = {g: i for i, g in enumerate(kept)}
+        uniq = [ro.prompts[g * G] for g in kept]
+        logp, ent = shared_prefix_logprobs(
+            self.body, self.head, uniq, [slot[r // G] for r in rows], [ro.tokens[r] for r in rows],
+            self.tok.pad_token_id, self.device, c.precision.dtype, c.rollout.temperature,
+            with_entropy=True)
+        n_proc = sum(len(p) for p in uniq) + sum(max(len(ro.tokens[r]) - 1, 0) for r in rows)
+        return logp, ent, n_proc
+
+    def policy_loss(self, logp: torch.Tensor, b: LossBatch) -> tuple[torch.Tensor, dict]:
+        """The configured loss type and aggregation; a non-finite loss on any rank stops the
+        run on every rank, before anyone enters the engine's collectives."""
+        dev = self.device
+        b.mask, b.old_logp = b.mask.to(dev), b.old_logp.to(dev)
+        loss, st = policy_loss_with_stats(logp, b.old_logp, b.adv.to(dev), b.mask,
+                                          b.group.to(dev), loss_type=self.c.loss.type,
+                                          aggregation=self.c.loss.aggregation, **self.loss_kw)
+        if all_reduce_floats([float(not torch.isfinite(loss))], dev, "max")[0]:
+            raise Diverged(self.step + 1)
+        return loss, st
+
+    def count_and_average(self, b: LossBatch, logp, ent, loss, st: dict, weight: float,
+                          n_proc: int) -> dict:
+        """Add the step's tokens and training FLOPs (all ranks) to the counters; the step's
+        loss statistics: the loss sums to the global one, the rest is the mean over ranks
+        that trained on real data."""
+        dev, mask = self.device, b.mask
         m = mask.sum().clamp(min=1)
         with torch.no_grad():
-            mismatch = float(((old - logp.detach()).abs() * mask).sum() / m)
+            mismatch = float(((b.old_logp - logp.detach()).abs() * mask).sum() / m)
         real = weight > 0 or self.world == 1
-        tokens, flops = _all_reduce([float(b["attention_mask"].sum()) * real,
-                                     6.0 * self.n_params * n_proc * real], dev)
+        tokens, flops = all_reduce_floats([float(b.packed["attention_mask"].sum()) * real,
+                                           6.0 * self.n_params * n_proc * real], dev)
         self.counters["tokens"] += int(tokens)  # prompt + completion per sample
         self.counters["flops_train"] += flops  # what was actually computed (all ranks)
         means = {"train/loss": float(loss.detach()) * (weight if self.world > 1 else 1.0),
                  "train/entropy": float((ent * mask).sum() / m),
                  "train/is_ratio_mean": st["is_ratio_mean"], "train/clip_frac": st["clip_frac"],
                  "train/logprob_mismatch": mismatch}
-        if self.world > 1:  # the loss sums to the global one; the rest: mean over real shards
-            n_real = _all_reduce([float(real)], dev)[0]
-            vals = _all_reduce([v * (real or k == "train/loss") for k, v in means.items()], dev)
+        if self.world > 1:
+            n_real = all_reduce_floats([float(real)], dev)[0]
+            vals = all_reduce_floats([v * (real or k == "train/loss") for k, v in means.items()],
+                                     dev)
             means = {k: v / (self.world if k == "train/loss" else n_real)
                      for k, v in zip(means, vals)}
-        ratio_max = _all_reduce([st["is_ratio_max"] if real else 0.0], dev, "max")[0]
-        return {**means, "train/grad_norm": gnorm, "train/is_ratio_max": ratio_max,
-                "train/lr": self.engine_lr()}
+        ratio_max = all_reduce_floats([st["is_ratio_max"] if real else 0.0], dev, "max")[0]
+        return {**means, "train/is_ratio_max": ratio_max}
 
     def engine_lr(self) -> float:
         if callable(getattr(self.engine, "lr", None)):

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from trainer.config import TrainConfig
+from trainer.distributed import on_all_ranks, world_size
 from trainer.precision import LMHead, autocast
 from trainer.registry import Registry
 
@@ -139,7 +140,7 @@ class HFGenerator:
             done |= newly
             stop = bool(done.all())
             if self.synced:
-                stop = _all_ranks(stop, dev)
+                stop = on_all_ranks(stop, dev)
             if t + 1 == max_new_tokens or stop:
                 break
             x = tok[:, None]
@@ -164,17 +165,5 @@ def _sample(logp: torch.Tensor, top_p: float, gen: torch.Generator) -> torch.Ten
 
 
 def _zero3_partitioned(model: nn.Module) -> bool:
-    import torch.distributed as dist
-
-    multi = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-    return multi and any(hasattr(p, "ds_id") and getattr(p, "ds_numel", 0) != p.numel()
-                         for p in model.parameters())
-
-
-def _all_ranks(flag: bool, device: torch.device) -> bool:
-    """True only when `flag` is True on every rank (a MIN all-reduce)."""
-    import torch.distributed as dist
-
-    t = torch.tensor([int(flag)], device=device)
-    dist.all_reduce(t, op=dist.ReduceOp.MIN)
-    return bool(t.item())
+    return world_size() > 1 and any(hasattr(p, "ds_id") and getattr(p, "ds_numel", 0) != p.numel()
+                                    for p in model.parameters())
