@@ -12,7 +12,7 @@ per run. Measures:
   accuracy  A error; 95% interval coverage of A, B, C_mid (bootstrap on single runs, with and
             without drift; seeds on 3-seed groups); a fit on the first half of compute
             predicting the final score. Benchmark seeds are 1-5; the interval method's one
-            modelling choice (the prior on the drift's phi, ablate/curves.py) was made on seeds
+            modelling choice (the prior on the drift's phi, ablate/analysis/noise.py) was made on seeds
             101-106, so these numbers are not fit to themselves.
 """
 
@@ -37,7 +37,8 @@ import warnings  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ablate import synthetic as sy  # noqa: E402
-from ablate.analysis.curves import FitError, fit_sigmoid, sigmoid  # noqa: E402
+from ablate.analysis.fit import FitError, sigmoid  # noqa: E402
+from ablate.analysis.fitters import fit_sigmoid  # noqa: E402
 
 
 def make(n, c_max, seed, n_points=100):

@@ -43,7 +43,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ablate import synthetic as sy  # noqa: E402
-from ablate.analysis.curves import FitError, fit_sigmoid  # noqa: E402
+from ablate.analysis.fit import FitError  # noqa: E402
+from ablate.analysis.fitters import fit_sigmoid  # noqa: E402
 from ablate.analysis.fitgroups import GroupFit  # noqa: E402
 
 

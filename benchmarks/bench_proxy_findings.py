@@ -27,7 +27,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ablate.analysis.curves import Fit, FitError, fit_sigmoid  # noqa: E402
+from ablate.analysis.fit import Fit, FitError  # noqa: E402
+from ablate.analysis.fitters import fit_sigmoid  # noqa: E402
 
 X, Y = "flops", "eval/pass_rate"
 

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.analysis.curves import FitError, fit_sigmoid
+from ablate.analysis.fit import FitError
+from ablate.analysis.fitters import fit_sigmoid
 from ablate.studies.pruner import should_stop
 from ablate.synthetic import curve, random_truth
 

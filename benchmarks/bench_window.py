@@ -36,7 +36,8 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ablate import synthetic as sy  # noqa: E402
-from ablate.analysis.curves import FitError, fit_sigmoid, sigmoid  # noqa: E402
+from ablate.analysis.fit import FitError, sigmoid  # noqa: E402
+from ablate.analysis.fitters import fit_sigmoid  # noqa: E402
 
 QUICKSTART_SEED0 = np.array(
     "0.323 0.359 0.382 0.404 0.415 0.429 0.438 0.438 0.451 0.451 0.449 0.454 0.450 0.455 0.460 "

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.analysis.curves import sigmoid
+from ablate.analysis.fit import sigmoid
 
 COST = 1e-3  # gpu_hours per step
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from ablate import synthetic as sy
-from ablate.analysis.curves import (FitError, compute_for, fit_sigmoid, paper_cmid_grid, refit_with_A,
-                           sigmoid)
+from ablate.analysis.fit import FitError, compute_for, sigmoid
+from ablate.analysis.fitters import fit_sigmoid, paper_cmid_grid, refit_with_A
 from ablate.errors import InputError
 
 
@@ -128,15 +128,15 @@ def test_bootstrap_intervals_shrink_without_drift():
 
 def test_reml_noise_posterior_recovers_drift_and_white_noise():
     """The noise-model posterior, on pure model noise with a known answer (10 series pooled)."""
-    from ablate.analysis.curves import _noise_draws, _reml_posterior
+    from ablate.analysis.noise import noise_draws, reml_posterior
 
     rng = np.random.default_rng(13)
     series = [np.arange(i * 90, (i + 1) * 90) for i in range(10)]
-    e = _noise_draws(0.9, 4e-5, 1e-5, series, 900, 1, rng)[0]
+    e = noise_draws(0.9, 4e-5, 1e-5, series, 900, 1, rng)[0]
     t = np.tile(np.linspace(0, 1, 90), 10)
     J = np.column_stack([np.ones(900), t, t**2])
     r = e - J @ np.linalg.lstsq(J, e, rcond=None)[0]
-    post = _reml_posterior(J, r, series, np.arange(3), 2000, rng)
+    post = reml_posterior(J, r, series, np.arange(3), 2000, rng)
     phi, vd, vw = np.median(post, axis=0)
     assert 0.8 <= phi <= 0.95, phi
     assert 2e-5 <= vd <= 8e-5 and 0.5e-5 <= vw <= 2e-5, (vd, vw)

@@ -15,7 +15,9 @@ from rich.console import Console
 from ablate import synthetic as sy
 from ablate.analysis import trust
 from ablate.cli.progress import delayed_progress
-from ablate.analysis.curves import InputError, bin_series, fit_sigmoid, sigmoid
+from ablate.analysis.fit import sigmoid
+from ablate.analysis.fitters import bin_series, fit_sigmoid
+from ablate.errors import InputError
 from ablate.analysis.sources import dedupe
 
 from _curves_util import run_cli

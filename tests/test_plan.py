@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from _study_util import cli
-from ablate.analysis.curves import sigmoid
+from ablate.analysis.fit import sigmoid
 from ablate.synthetic import Truth, curve
 
 # A fast recipe with a low ceiling and a slow one with a high ceiling: which to scale depends on

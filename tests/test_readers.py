@@ -21,7 +21,7 @@ import pytest
 
 from ablate.errors import InputError
 from ablate.analysis.sources import load
-from ablate.analysis.curves import sigmoid
+from ablate.analysis.fit import sigmoid
 
 
 def _curve(n: int = 12, A: float = 0.6, C_mid: float = 40.0, R0: float = 0.1):

@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 
 from ablate import synthetic as sy
-from ablate.analysis.curves import FitError, Fit, compute_for, fit_sigmoid, sigmoid
+from ablate.analysis.fit import FitError, Fit, compute_for, sigmoid
+from ablate.analysis.fitters import fit_sigmoid
 
 from _curves_util import run_cli
 
@@ -133,12 +134,12 @@ def test_compute_for_counts_never_reaching_draws_as_infinite():
 
 def test_reml_posterior_survives_a_degenerate_jacobian():
     """A step-like paper-grid fit made J'S^-1 J singular: LinAlgError killed the command."""
-    from ablate.analysis.curves import _reml_posterior
+    from ablate.analysis.noise import reml_posterior
 
     rng = np.random.default_rng(3)
     n = 40
     J = np.column_stack([np.ones(n), np.zeros(n), np.zeros(n)])  # dR/dB = dR/dC_mid = 0
-    post = _reml_posterior(J, rng.normal(0, 0.01, n), [np.arange(n)], np.arange(3), 50, rng)
+    post = reml_posterior(J, rng.normal(0, 0.01, n), [np.arange(n)], np.arange(3), 50, rng)
     assert post.shape == (50, 3) and np.all(np.isfinite(post))
 
 

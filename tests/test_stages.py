@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from _study_util import cli, cli_json, metric_steps, tiny_study
-from ablate.analysis.curves import fit_sigmoid, sigmoid
+from ablate.analysis.fit import sigmoid
+from ablate.analysis.fitters import fit_sigmoid
 from ablate.analysis.fitgroups import GroupFit
 from ablate.studies.stages import decide, stopped_variants
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ablate.analysis import trust
-from ablate.analysis.curves import N_BOOT, Fit, FitError, fit_sigmoid
+from ablate.analysis.fit import N_BOOT, Fit, FitError
+from ablate.analysis.fitters import fit_sigmoid
 from ablate.analysis.sources import Curves
 
 

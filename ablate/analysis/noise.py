@@ -3,7 +3,7 @@
 Within one seed's series (evaluations in compute order) the deviations from the true curve have
 covariance s * V, V = frac * R(phi) + (1 - frac) * I, R(phi)_ij = phi^|i-j|. `reml_posterior`
 draws (phi, drift variance, white variance) from the restricted-likelihood posterior of a fit's
-residuals; `noise_draws` simulates the noise. See ablate/curves.py (`_bootstrap`) for why the
+residuals; `noise_draws` simulates the noise. See ablate/analysis/intervals.py for why the
 bootstrap draws its noise model instead of trusting one estimate.
 
 Cost is linear in the number of points. The restricted likelihood needs log|V|, r'V^-1 r,

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ablate.analysis.curves import sigmoid
+from ablate.analysis.fit import sigmoid
 from ablate.analysis.fitgroups import GroupFit
 
 

@@ -43,7 +43,7 @@ def plot_fits(curves: Curves, groups: list[GroupFit], path: str | Path, *,
         ax.plot(xe, f.predict(xe), color=col, lw=1.5, ls="--")
         if f.samples:
             s = f.samples
-            from ablate.analysis.curves import sigmoid
+            from ablate.analysis.fit import sigmoid
 
             band = sigmoid(xe[None, :], s["A"][:, None], s["B"][:, None], s["C_mid"][:, None],
                            s["R0"][:, None])

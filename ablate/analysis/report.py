@@ -67,7 +67,7 @@ def collect(study_dir: Path, *, baseline: Optional[str] = None, margin: float = 
             method: str = "default", n_boot: Optional[int] = None) -> ReportData:
     """Load, fit, rank and gather the run states of a study results dir."""
     from ablate.analysis.compare import compare
-    from ablate.analysis.curves import N_BOOT
+    from ablate.analysis.fit import N_BOOT
     from ablate.analysis.fitgroups import fit_groups
     from ablate.studies.progress import where_to_look
     from ablate.analysis.sources import Curves, load

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 
-from ablate.analysis.curves import Fit
+from ablate.analysis.fit import Fit
 
 R2_MIN = 0.8
 A_WIDTH_MAX = 0.1

@@ -16,7 +16,7 @@ import math
 import numpy as np
 from scipy.optimize import brentq
 
-from ablate.analysis.curves import Fit
+from ablate.analysis.fit import Fit
 from ablate.analysis.fitgroups import GroupFit
 
 # Predicted scores closer than this are a tie for the purpose of calling an ordering reversed:

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from ablate.cli import app
 from ablate.cli.progress import delayed_progress
-from ablate.analysis.curves import MIN_POINTS, PAPER_GRIDS
+from ablate.analysis.fit import MIN_POINTS, PAPER_GRIDS
 from ablate.errors import InputError
 from ablate.analysis.fitgroups import GroupFit, fit_groups
 from ablate.analysis.sources import Curves, load

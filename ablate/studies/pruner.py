@@ -3,7 +3,7 @@
 Optuna's own pruners (median, successive halving, Hyperband) compare raw intermediate values,
 which on RL curves rewards a fast start: a recipe with a low ceiling leads early. This one
 compares fitted asymptotes. At each rung the trial's curve so far is fitted (ScaleRL sigmoid,
-ablate.analysis.curves) and the trial stops when the upper end of its A's 95% interval is below the
+ablate.analysis.fitters) and the trial stops when the upper end of its A's 95% interval is below the
 highest lower end among finished trials: then, by the fit's own uncertainty, it cannot reach
 the best ceiling already found. With no finished trial yet, nothing is pruned.
 

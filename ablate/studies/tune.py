@@ -158,7 +158,8 @@ def _check_objective(space: TuneSpace, doc: YamlDoc) -> None:
 
 def _fit(run_dir: Path, obj: Objective):
     """The trial's curve so far, fitted (FitError when it cannot be)."""
-    from ablate.analysis.curves import FitError, fit_sigmoid
+    from ablate.analysis.fit import FitError
+    from ablate.analysis.fitters import fit_sigmoid
 
     rows = []
     try:
@@ -181,7 +182,7 @@ def _fit(run_dir: Path, obj: Objective):
 def _fitted_score(run_dir: Path, obj: Objective, trial: "Any") -> float:
     """Fitted A (or the fitted score at `at`), intervals stored on the trial; RuntimeError (a
     failed trial) when the curve cannot be fitted."""
-    from ablate.analysis.curves import FitError
+    from ablate.analysis.fit import FitError
 
     try:
         fit = _fit(run_dir, obj)
