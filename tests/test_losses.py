@@ -6,7 +6,9 @@ import math
 
 import pytest
 import torch
+from pydantic import ValidationError
 
+from trainer.config import LOSS_OPTIONS, LossConfig
 from trainer.losses import AGGREGATIONS, LOSSES, policy_loss
 
 # Three samples: 0 and 1 from prompt 0, sample 2 from prompt 1; sample 1's last token is padding.
@@ -84,17 +86,46 @@ def test_ppo_clipped_tokens_get_no_gradient():
 
 
 def test_gspo_default_clip_is_tiny():
-    # Defaults (3e-4 / 4e-4) clip any sequence ratio away from 1 by more than that.
+    # Defaults (1e-3 / 1e-3) clip any sequence ratio away from 1 by more than that.
     logp, old, adv, mask, groups = tensors()
     got = policy_loss(logp, old, adv, mask, groups, loss_type="gspo", aggregation="sample")
     s = [0.75 ** (1 / 3), 0.99 ** 0.5, 2.1 ** (1 / 3)]
-    per = [-min(s[0] * 1, max(min(s[0], 1.0004), 0.9997) * 1),
-           -min(-s[1], -max(min(s[1], 1.0004), 0.9997)),
-           -min(2 * s[2], 2 * 1.0004)]
+    per = [-min(s[0] * 1, max(min(s[0], 1.001), 0.999) * 1),
+           -min(-s[1], -max(min(s[1], 1.001), 0.999)),
+           -min(2 * s[2], 2 * 1.001)]
     assert float(got) == pytest.approx(sum(per) / 3, abs=1e-6)
 
 
+def test_defaults_come_from_the_one_table():
+    # None (or absent) takes LOSS_OPTIONS' value; the field docs quote the same table.
+    logp, old, adv, mask, groups = tensors()
+    for loss_type, opts in LOSS_OPTIONS.items():
+        assert float(policy_loss(logp, old, adv, mask, groups, loss_type=loss_type,
+                                 aggregation="token", **opts)) == \
+            float(policy_loss(logp, old, adv, mask, groups, loss_type=loss_type,
+                              aggregation="token", **{k: None for k in opts}))
+    assert "dapo 0.28" in LossConfig.model_fields["eps_high"].description
+    assert "cispo 4" in LossConfig.model_fields["eps_max"].description
+
+
+def test_a_loss_rejects_an_option_it_does_not_take():
+    logp, old, adv, mask, groups = tensors()
+    with pytest.raises(ValueError, match=r"loss.type 'ppo' does not take eps_max; its options: "
+                                         r"eps_low, eps_high"):
+        policy_loss(logp, old, adv, mask, groups, loss_type="ppo", aggregation="token",
+                    eps_max=4.0)
+    with pytest.raises(ValueError, match="loss.type 'cispo' does not take eps_low"):
+        policy_loss(logp, old, adv, mask, groups, loss_type="cispo", aggregation="token",
+                    eps_low=0.2)
+    # Caught when the config is validated, before anything trains.
+    with pytest.raises(ValidationError, match="loss.type 'ppo' does not take eps_max"):
+        LossConfig(type="ppo", eps_max=8.0)
+    with pytest.raises(ValidationError, match="loss.type 'cispo' does not take eps_high"):
+        LossConfig(eps_high=0.3)
+    assert LossConfig(type="gspo", eps_low=1e-3).eps_high is None
+
+
 def test_registries_cover_the_names():
-    assert LOSSES.keys() == ["cispo", "dapo", "gspo", "ppo"]
+    assert LOSSES.keys() == ["cispo", "dapo", "gspo", "ppo"] == sorted(LOSS_OPTIONS)
     assert AGGREGATIONS.keys() == ["prompt", "sample", "token"]
     assert math.isfinite(expected("ppo", "token"))

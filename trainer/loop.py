@@ -30,7 +30,7 @@ import torch
 from trainer import rundir, trackers
 from trainer.advantages import compute_advantages
 from trainer.chat import prompt_encoder
-from trainer.config import TrainConfig
+from trainer.config import LOSS_OPTIONS, TrainConfig
 from trainer.distributed import (
     all_reduce_floats,
     barrier,
@@ -178,8 +178,6 @@ class _Run:
         self._resume()
         self.ctx = Context(config, self.model, self.tok, self.pool, self.train_prompts,
                            self.counters["gen_counter"])
-        self.loss_kw = {"eps_low": config.loss.eps_low, "eps_high": config.loss.eps_high,
-                        "eps_max": config.loss.eps_max}
 
     @property
     def encode(self):
@@ -418,11 +416,12 @@ class _Run:
     def policy_loss(self, logp: torch.Tensor, b: LossBatch) -> tuple[torch.Tensor, dict]:
         """The configured loss type and aggregation; a non-finite loss on any rank stops the
         run on every rank, before anyone enters the engine's collectives."""
-        dev = self.device
+        dev, cfg = self.device, self.c.loss
+        options = {k: getattr(cfg, k) for k in LOSS_OPTIONS[cfg.type]}  # None: the default
         b.mask, b.old_logp = b.mask.to(dev), b.old_logp.to(dev)
         loss, st = policy_loss_with_stats(logp, b.old_logp, b.adv.to(dev), b.mask,
-                                          b.group.to(dev), loss_type=self.c.loss.type,
-                                          aggregation=self.c.loss.aggregation, **self.loss_kw)
+                                          b.group.to(dev), loss_type=cfg.type,
+                                          aggregation=cfg.aggregation, **options)
         if all_reduce_floats([float(not torch.isfinite(loss))], dev, "max")[0]:
             raise Diverged(self.step + 1)
         return loss, st

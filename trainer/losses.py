@@ -11,19 +11,13 @@ from typing import Callable
 
 import torch
 
+from trainer.config import LOSS_OPTIONS, check_loss_options
 from trainer.registry import Registry
 
-# (logp, old_logp, adv[B,1], mask, **kw) -> (per-token terms [B,T], stats)
+# (logp, old_logp, adv[B,1], mask, *, <the type's options>) -> (per-token terms [B,T], stats)
 TokenLoss = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
 LOSSES: Registry[TokenLoss] = Registry("loss.type")
 AGGREGATIONS: Registry[Callable[..., torch.Tensor]] = Registry("loss.aggregation")
-
-# Defaults of the clip ranges when the config leaves them None (see LossConfig).
-DEFAULT_EPS: dict[str, tuple[float, float]] = {
-    "ppo": (0.2, 0.2),
-    "dapo": (0.2, 0.28),
-    "gspo": (3e-4, 4e-4),
-}
 
 
 def _clipped(ratio: torch.Tensor, adv: torch.Tensor, eps_low: float, eps_high: float):
@@ -34,41 +28,42 @@ def _clipped(ratio: torch.Tensor, adv: torch.Tensor, eps_low: float, eps_high: f
 
 
 @LOSSES.register("ppo")
-def ppo(logp, old_logp, adv, mask, *, eps_low=None, eps_high=None, **_):
+def ppo(logp, old_logp, adv, mask, *, eps_low, eps_high):
     """GRPO/PPO-clip: per-token -min(r a, clip(r, 1-eps_low, 1+eps_high) a)."""
-    lo, hi = DEFAULT_EPS["ppo"]
     ratio = torch.exp(logp - old_logp)
-    terms, clipped = _clipped(ratio, adv, lo if eps_low is None else eps_low,
-                              hi if eps_high is None else eps_high)
+    terms, clipped = _clipped(ratio, adv, eps_low, eps_high)
     return terms, {"ratio": ratio.detach(), "clipped": clipped}
 
 
 @LOSSES.register("dapo")
-def dapo(logp, old_logp, adv, mask, *, eps_low=None, eps_high=None, **_):
-    """DAPO clip-higher: the PPO term with a larger default eps_high (0.28)."""
-    lo, hi = DEFAULT_EPS["dapo"]
-    return ppo(logp, old_logp, adv, mask, eps_low=lo if eps_low is None else eps_low,
-               eps_high=hi if eps_high is None else eps_high)
+def dapo(logp, old_logp, adv, mask, *, eps_low, eps_high):
+    """DAPO clip-higher: the PPO term; only its default eps_high is larger (LOSS_OPTIONS)."""
+    return ppo(logp, old_logp, adv, mask, eps_low=eps_low, eps_high=eps_high)
 
 
 @LOSSES.register("gspo")
-def gspo(logp, old_logp, adv, mask, *, eps_low=None, eps_high=None, **_):
+def gspo(logp, old_logp, adv, mask, *, eps_low, eps_high):
     """GSPO: one sequence-level ratio s = exp(mean_t(logp - old_logp)) shared by all tokens."""
-    lo, hi = DEFAULT_EPS["gspo"]
     n = mask.sum(-1).clamp(min=1)
     s = torch.exp(((logp - old_logp) * mask).sum(-1) / n)  # [B]
     s_tok = s[:, None].expand_as(logp)
-    terms, clipped = _clipped(s_tok, adv, lo if eps_low is None else eps_low,
-                              hi if eps_high is None else eps_high)
+    terms, clipped = _clipped(s_tok, adv, eps_low, eps_high)
     return terms, {"ratio": s_tok.detach(), "clipped": clipped}
 
 
 @LOSSES.register("cispo")
-def cispo(logp, old_logp, adv, mask, *, eps_max=4.0, **_):
+def cispo(logp, old_logp, adv, mask, *, eps_max):
     """CISPO (ScaleRL): -sg(min(r, eps_max)) * a * logp — REINFORCE with a truncated IS weight."""
     ratio = torch.exp(logp - old_logp).detach()
     weight = ratio.clamp(max=eps_max)
     return -weight * adv * logp, {"ratio": ratio, "clipped": (ratio > eps_max).float()}
+
+
+def loss_options(loss_type: str, given: dict) -> dict[str, float]:
+    """The options `loss_type` runs with: its defaults (trainer.config.LOSS_OPTIONS) overridden
+    by the given ones that are not None. An option the type does not take is a ValueError."""
+    check_loss_options(loss_type, given)
+    return {**LOSS_OPTIONS[loss_type], **{k: v for k, v in given.items() if v is not None}}
 
 
 @AGGREGATIONS.register("token")
@@ -100,7 +95,8 @@ def policy_loss_with_stats(logp, old_logp, advantages, mask, group_ids, *, loss_
     """`policy_loss` plus detached stats (importance ratio, clip fraction) for metrics."""
     mask = mask.to(logp.dtype)
     adv = advantages.to(logp.dtype)[:, None]
-    terms, stats = LOSSES.get(loss_type)(logp, old_logp, adv, mask, **loss_kwargs)
+    fn = LOSSES.get(loss_type)
+    terms, stats = fn(logp, old_logp, adv, mask, **loss_options(loss_type, loss_kwargs))
     loss = AGGREGATIONS.get(aggregation)(terms, mask, group_ids)
     n = mask.sum().clamp(min=1)
     ratio = stats["ratio"]
@@ -117,7 +113,8 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
                 aggregation: str, **loss_kwargs) -> torch.Tensor:
     """Scalar policy loss. logp/old_logp/mask [batch, tokens]; advantages, group_ids [batch].
 
-    kwargs: eps_low, eps_high (ppo/dapo/gspo; None = the type's default), eps_max (cispo).
+    kwargs: eps_low, eps_high (ppo/dapo/gspo), eps_max (cispo); None or absent = the type's
+    default (trainer.config.LOSS_OPTIONS); an option the type does not take is a ValueError.
     """
     return policy_loss_with_stats(logp, old_logp, advantages, mask, group_ids,
                                   loss_type=loss_type, aggregation=aggregation, **loss_kwargs)[0]
