@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from trainer.config import TrainConfig
-from trainer.distributed import default_port, first_host, read_env, role_of, split_gpus
+from trainer.distributed import default_port, first_host, gpu_split_args, read_env, split_gpus
 
 
 def test_slurm_env_multi_node():
@@ -17,7 +17,7 @@ def test_slurm_env_multi_node():
            "SLURM_JOB_ID": "123456"}
     d = read_env(env)
     assert (d.rank, d.world_size, d.local_rank, d.local_world_size) == (5, 8, 1, 4)
-    assert d.num_nodes == 2 and d.launcher == "slurm" and not d.is_main
+    assert d.launcher == "slurm"
     assert d.master_addr == "gpu07"  # first host, zero padding kept
     assert d.master_port == default_port("123456")
     assert read_env({**env, "MASTER_PORT": "31000", "MASTER_ADDR": "head"}).master_port == 31000
@@ -51,12 +51,19 @@ def test_first_host_uses_scontrol_expansion():
 def test_gpu_split_for_pipeline_mode():
     s = split_gpus(8)
     assert s.generation == (0, 1, 2, 3) and s.training == (4, 5, 6, 7) and not s.shared
-    assert [role_of(r, s) for r in (0, 3, 4, 7)] == ["generator", "generator", "trainer", "trainer"]
     assert split_gpus(4, generation_gpus=1).training == (1, 2, 3)
     one = split_gpus(1)
-    assert one.shared and role_of(0, one) == "trainer"
+    assert one.shared
     with pytest.raises(ValueError, match="between 1 and 3"):
         split_gpus(4, generation_gpus=4)
+
+
+def test_gpu_split_is_a_config_setting():
+    cfg = TrainConfig.model_validate({"rollout": {"backend": "vllm", "vllm": {"generation_gpus": 3}},
+                                      "off_policy": {"mode": "pipeline"}})
+    assert gpu_split_args(cfg) == {"separate_generation": True, "generation_gpus": 3}
+    cfg = TrainConfig.model_validate({"off_policy": {"mode": "ppo_off_policy"}})
+    assert gpu_split_args(cfg) == {"separate_generation": False, "generation_gpus": None}
 
 
 def test_deepspeed_config_follows_train_config():

@@ -160,6 +160,26 @@ class RewardConfig(_Strict):
     incorrect: float = Field(-1.0, description="Reward of a wrong answer (ScaleRL: -1).")
 
 
+class VLLMConfig(_Strict):
+    """Settings of the vllm rollout backend (ignored by hf). Not part of what a run learns,
+    but they are part of the resolved config like every other knob."""
+
+    enforce_eager: bool = Field(
+        True, description="Run vLLM without CUDA graphs: start-up is seconds instead of a "
+        "graph capture per batch size, decoding somewhat slower. False for long runs on GPUs.",
+    )
+    gpu_memory_utilization: Optional[float] = Field(
+        None, gt=0, le=1,
+        description="Share of its GPU's memory vLLM may take (weights + KV cache). None = 0.9 "
+        "on generation GPUs of its own, 0.3 when it shares the one GPU with the trainer.",
+    )
+    generation_gpus: Optional[int] = Field(
+        None, gt=0,
+        description="Pipeline mode on a multi-GPU node: how many of the node's GPUs run vLLM "
+        "(the rest train). None = half, rounded down. A one-GPU node is always shared.",
+    )
+
+
 class RolloutConfig(_Strict):
     backend: Literal["hf", "vllm"] = Field(
         "hf", description="'hf': transformers generate (any device); 'vllm': vLLM engine."
@@ -173,6 +193,7 @@ class RolloutConfig(_Strict):
     )
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (ScaleRL: 1.0).")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling (1.0 = off).")
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig)
 
 
 class LengthConfig(_Strict):

@@ -21,9 +21,6 @@ from typing import Literal, Mapping, Optional
 
 import torch
 
-Role = Literal["generator", "trainer"]
-
-
 @dataclass(frozen=True)
 class DistEnv:
     """Where this process sits in the job."""
@@ -35,14 +32,6 @@ class DistEnv:
     master_addr: str
     master_port: int
     launcher: Literal["torchrun", "slurm", "single"]
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    @property
-    def num_nodes(self) -> int:
-        return max(1, self.world_size // max(1, self.local_world_size))
 
 
 def first_host(nodelist: str) -> str:
@@ -128,10 +117,11 @@ def export_env(d: DistEnv) -> None:
     })
 
 
-def resolve_device(device: str = "auto", local_rank: int = 0,
-                   separate_generation: bool = False) -> torch.device:
+def resolve_device(device: str = "auto", local_rank: int = 0, separate_generation: bool = False,
+                   generation_gpus: Optional[int] = None) -> torch.device:
     """'auto' -> this rank's GPU when CUDA is there, else CPU. One GPU per local rank; with
-    `separate_generation` (pipeline mode with vLLM) ranks use only the split's training GPUs."""
+    `separate_generation` (pipeline mode with vLLM) ranks use only the split's training GPUs
+    (`generation_gpus`: split_gpus)."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
@@ -139,16 +129,24 @@ def resolve_device(device: str = "auto", local_rank: int = 0,
             raise RuntimeError("engine.device is 'cuda' but torch sees no CUDA device")
         gpus = list(range(torch.cuda.device_count()))
         if separate_generation:
-            gpus = list(split_gpus(len(gpus)).training)
+            gpus = list(split_gpus(len(gpus), generation_gpus).training)
         index = gpus[local_rank % len(gpus)]
         torch.cuda.set_device(index)
         return torch.device("cuda", index)
     return torch.device(device)
 
 
+def gpu_split_args(config) -> dict:
+    """The GPU-split arguments of init_distributed / join_process_group for a TrainConfig:
+    pipeline mode with vllm keeps the node's generation GPUs out of the trainer ranks' choice."""
+    return {"separate_generation": (config.off_policy.mode == "pipeline"
+                                    and config.rollout.backend == "vllm"),
+            "generation_gpus": config.rollout.vllm.generation_gpus}
+
+
 def init_distributed(device: str = "auto", backend: Optional[str] = None,
-                     timeout_s: float = 1800.0,
-                     separate_generation: bool = False) -> tuple[DistEnv, torch.device]:
+                     timeout_s: float = 1800.0, separate_generation: bool = False,
+                     generation_gpus: Optional[int] = None) -> tuple[DistEnv, torch.device]:
     """Initialise the default process group once (gloo on CPU, nccl on GPU).
 
     Safe to call in a single process: it still creates a world of one so that DeepSpeed and
@@ -160,7 +158,7 @@ def init_distributed(device: str = "auto", backend: Optional[str] = None,
 
     d = read_env()
     export_env(d)
-    dev = resolve_device(device, d.local_rank, separate_generation)
+    dev = resolve_device(device, d.local_rank, separate_generation, generation_gpus)
     if not dist.is_initialized():
         backend = backend or ("nccl" if dev.type == "cuda" else "gloo")
         dist.init_process_group(
@@ -189,12 +187,10 @@ def split_gpus(num_gpus: int, generation_gpus: Optional[int] = None) -> GpuSplit
     PipelineRL keeps the generator busy while the trainer steps, so they want disjoint devices;
     the default gives generation half (rounded down, at least one), as PipelineRL's reference
     setups do. One GPU is shared (vLLM then runs with a smaller gpu_memory_utilization).
-    `generation_gpus` (or env ABLATE_GENERATION_GPUS) overrides the count.
+    `generation_gpus` (rollout.vllm.generation_gpus) overrides the count.
     """
     if num_gpus < 1:
         raise ValueError("split_gpus needs at least one GPU")
-    if generation_gpus is None and os.environ.get("ABLATE_GENERATION_GPUS"):
-        generation_gpus = int(os.environ["ABLATE_GENERATION_GPUS"])
     if num_gpus == 1:
         return GpuSplit((0,), (0,))
     g = generation_gpus if generation_gpus is not None else max(1, num_gpus // 2)
@@ -205,21 +201,16 @@ def split_gpus(num_gpus: int, generation_gpus: Optional[int] = None) -> GpuSplit
     return GpuSplit(tuple(range(g)), tuple(range(g, num_gpus)))
 
 
-def role_of(local_rank: int, split: GpuSplit) -> Role:
-    """Local ranks [0, len(generation)) run generation; the rest train (disjoint split)."""
-    if split.shared:
-        return "trainer"
-    return "generator" if local_rank < len(split.generation) else "trainer"
-
-
-def join_process_group(device: str, separate_generation: bool) -> bool:
+def join_process_group(device: str, separate_generation: bool = False,
+                       generation_gpus: Optional[int] = None) -> bool:
     """Join the launcher's process group when the job has more than one process (idempotent;
     a single process stays without a group); True on rank 0."""
     import torch.distributed as dist
 
     env = read_env()
     if env.world_size > 1 and not dist.is_initialized():
-        init_distributed(device, separate_generation=separate_generation)
+        init_distributed(device, separate_generation=separate_generation,
+                         generation_gpus=generation_gpus)
     return env.rank == 0
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from trainer.config import TrainConfig
-from trainer.distributed import init_distributed
+from trainer.distributed import gpu_split_args, init_distributed
 from trainer.engine import constant_with_warmup
 
 
@@ -84,8 +84,7 @@ class DeepSpeedEngine:
         import deepspeed
 
         self.config = config
-        separate = config.off_policy.mode == "pipeline" and config.rollout.backend == "vllm"
-        self.dist, self.device = init_distributed(config.engine.device, separate_generation=separate)
+        self.dist, self.device = init_distributed(config.engine.device, **gpu_split_args(config))
         if config.engine.threads:
             torch.set_num_threads(config.engine.threads)
         if config.model.gradient_checkpointing and not getattr(model, "is_gradient_checkpointing", True):

@@ -35,6 +35,7 @@ from trainer.distributed import (
     all_reduce_floats,
     barrier,
     broadcast_object,
+    gpu_split_args,
     join_process_group,
     rank,
     world_size,
@@ -100,10 +101,8 @@ def run(config: TrainConfig, run_dir: Path) -> None:
 def _setup_distributed(config: TrainConfig) -> bool:
     """Join the launcher's process group (multi-process jobs only); True on rank 0. The torch
     engine is data parallel through its gradient all-reduce, the deepspeed engine through
-    DeepSpeed; both need the group before the engine is built. Pipeline mode with vllm keeps
-    the node's generation GPUs out of the trainer ranks' device choice."""
-    separate = config.off_policy.mode == "pipeline" and config.rollout.backend == "vllm"
-    return join_process_group(config.engine.device, separate_generation=separate)
+    DeepSpeed; both need the group before the engine is built."""
+    return join_process_group(config.engine.device, **gpu_split_args(config))
 
 
 def shard_groups(groups: list[int], rank: int, world: int) -> tuple[list[int], bool]:

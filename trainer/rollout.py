@@ -51,16 +51,14 @@ BACKENDS.register_lazy("vllm", "trainer.rollout_vllm:make_vllm_generator")
 
 def make_generator(config: TrainConfig, model: nn.Module, tokenizer, *,
                    own_copy: bool = False) -> Generator:
+    """The configured backend's generator. `own_copy` (hf only): sample from a private copy
+    of the model (pipeline mode), not the trainer's module; vllm always holds its own."""
     if config.rollout.backend == "hf":
         return HFGenerator(config, model, tokenizer, own_copy=own_copy)
     return BACKENDS.get(config.rollout.backend)(config, model, tokenizer)
 
 
 @BACKENDS.register("hf")
-def make_hf_generator(config: TrainConfig, model: nn.Module, tokenizer) -> Generator:
-    return HFGenerator(config, model, tokenizer, own_copy=False)
-
-
 class HFGenerator:
     """KV-cached sampling loop over an HF causal LM (shared with the trainer or its own copy)."""
 

