@@ -50,9 +50,8 @@ def check_inputs(study_path: Path | str, *, executor: Optional[str] = None,
     check_baseline(loaded, variants)
     ref = profile or loaded.study.profile
     prof = load_profile(find_profile(ref, Path(study_path).parent)) if ref else Profile()
-    if executor is not None and executor not in launch.EXECUTORS:
-        raise InputError(f"--executor: unknown executor '{executor}' (valid: "
-                         f"{', '.join(launch.EXECUTORS)})")
+    if executor is not None:
+        launch.check_executor(executor)
     return loaded, variants, prof
 
 

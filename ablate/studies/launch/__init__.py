@@ -1,22 +1,37 @@
-"""Launching: executors (local, slurm, debug) behind one small dispatch.
+"""Launching: the executors (local, slurm, debug), registered by name in `EXECUTORS`.
 
-Each executor module has `submit(run_dirs, folder, ...) -> {run_id: job_id}` and
-`job_states(job_ids) -> {job_id: STATE}`. Job ids are prefixed with their executor
-(`slurm:123_4`, `local:4567`, `debug:...`) so `ablate status` can ask the right scheduler.
+Each executor module has
+    submit(run_dirs, folder, profile, *, entry, job_name) -> {run_id: job_id}
+    job_states(job_ids) -> {job_id: STATE}
+and, where it may be missing on a machine, `available() -> bool` with `UNAVAILABLE`, the
+one-line reason to show. Job ids are prefixed with their executor's name (`slurm:123_4`,
+`local:4567`, `debug:...`) so `ablate status` asks the right scheduler. Profile validation,
+the `--executor` check, submission and status all read this one table.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from types import ModuleType
+from typing import TYPE_CHECKING, Optional
 
 from ablate.errors import InputError
 from ablate.studies.launch import debug, local, slurm
-from ablate.studies.launch.profile import EXECUTORS, Profile
+
+if TYPE_CHECKING:
+    from ablate.studies.launch.profile import Profile
+
+EXECUTORS: dict[str, ModuleType] = {"local": local, "slurm": slurm, "debug": debug}
 
 # Scheduler states that mean "this job will still run or is running".
 ALIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD",
          "REQUEUE_FED", "RESIZING", "SUSPENDED", "STAGE_OUT", "SIGNALING"}
+
+
+def check_executor(name: str) -> None:
+    """InputError naming the valid executors when `name` is not one of them."""
+    if name not in EXECUTORS:
+        raise InputError(f"--executor: unknown executor '{name}' (valid: {', '.join(EXECUTORS)})")
 
 
 def choose_executor(requested: Optional[str], profile: Profile) -> str:
@@ -24,39 +39,25 @@ def choose_executor(requested: Optional[str], profile: Profile) -> str:
     name = requested or profile.executor
     if name is None:
         return "slurm" if slurm.available() else "local"
-    if name not in EXECUTORS:
-        raise InputError(f"--executor: unknown executor '{name}' (valid: {', '.join(EXECUTORS)})")
-    if name == "slurm" and not slurm.available():
-        raise InputError("--executor slurm: no working Slurm here (`sinfo` missing or failing); "
-                         "use --executor local")
+    check_executor(name)
+    mod = EXECUTORS[name]
+    if hasattr(mod, "available") and not mod.available():
+        raise InputError(f"--executor {name}: {mod.UNAVAILABLE}")
     return name
 
 
 def submit(executor: str, run_dirs: list[Path], folder: Path, profile: Profile, *,
            entry: str = "trainer:run", job_name: str = "ablate") -> dict[str, str]:
-    if executor == "slurm":
-        return slurm.submit(run_dirs, folder, profile.slurm, entry, job_name)
-    if executor == "local":
-        return local.submit(run_dirs, folder, profile.local, entry)
-    return debug.submit(run_dirs, folder, entry)
+    return EXECUTORS[executor].submit(run_dirs, folder, profile, entry=entry, job_name=job_name)
 
 
 def job_states(job_ids: list[str]) -> dict[str, str]:
-    """STATE per job id, asking each executor about its own jobs."""
+    """STATE per job id, asking each executor about its own jobs (UNKNOWN for an unknown prefix)."""
     out: dict[str, str] = {}
     by_kind: dict[str, list[str]] = {}
     for j in job_ids:
         by_kind.setdefault(j.split(":", 1)[0], []).append(j)
     for kind, ids in by_kind.items():
-        mod = {"slurm": slurm, "local": local, "debug": debug}.get(kind)
+        mod = EXECUTORS.get(kind)
         out.update(mod.job_states(ids) if mod else {j: "UNKNOWN" for j in ids})
     return out
-
-
-def cancel(job_ids: list[str]) -> None:
-    for j in job_ids:
-        kind = j.split(":", 1)[0]
-        if kind == "slurm":
-            slurm.cancel([j])
-        elif kind == "local":
-            local.cancel([j])

@@ -7,13 +7,19 @@ pdb on an exception. Nothing runs in the background, so `ablate sweep` returns w
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import submitit
 
 from ablate.studies.launch.job import RunJob, stdout_to_stderr
 
+if TYPE_CHECKING:
+    from ablate.studies.launch.profile import Profile
 
-def submit(run_dirs: list[Path], folder: Path, entry: str) -> dict[str, str]:
+
+def submit(run_dirs: list[Path], folder: Path, profile: Profile, *, entry: str,
+           job_name: str) -> dict[str, str]:
+    """Run each run's job now, in this process; the profile has no debug settings."""
     ex = submitit.DebugExecutor(folder=folder)
     out: dict[str, str] = {}
     for d in run_dirs:

@@ -9,17 +9,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import submitit
 
 from ablate.studies.launch.job import RunJob
-from ablate.studies.launch.profile import LocalProfile
+
+if TYPE_CHECKING:
+    from ablate.studies.launch.profile import Profile
 
 
-def submit(run_dirs: list[Path], folder: Path, prof: LocalProfile, entry: str) -> dict[str, str]:
-    """Start background jobs; returns run_id -> job id (the controller's pid)."""
+def submit(run_dirs: list[Path], folder: Path, profile: Profile, *, entry: str,
+           job_name: str) -> dict[str, str]:
+    """Start background jobs (profile.local); returns run_id -> job id (the controller's pid)."""
     if not run_dirs:
         return {}
+    prof = profile.local
     ex = submitit.LocalExecutor(folder=folder)
     ex.update_parameters(timeout_min=prof.timeout_min, setup=list(prof.setup))
     n = min(prof.max_parallel, len(run_dirs))
@@ -39,15 +44,6 @@ def job_states(job_ids: list[str]) -> dict[str, str]:
         pid = int(jid.split(":", 1)[1])
         out[jid] = "RUNNING" if _alive(pid) else "GONE"
     return out
-
-
-def cancel(job_ids: list[str]) -> None:
-    import signal
-
-    for jid in job_ids:
-        pid = int(jid.split(":", 1)[1])
-        if _alive(pid):
-            os.kill(pid, signal.SIGINT)
 
 
 def _alive(pid: int) -> bool:

@@ -13,11 +13,11 @@ from typing import Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ablate.errors import InputError
+from ablate.studies.launch import EXECUTORS
 from ablate.studies.study import format_validation_error
 from ablate.yamlio import load_yaml
 
-Executor = Literal["local", "slurm", "debug"]
-EXECUTORS: tuple[str, ...] = ("local", "slurm", "debug")
+Executor = Literal[tuple(EXECUTORS)]  # the registered executors' names
 
 
 class _Strict(BaseModel):

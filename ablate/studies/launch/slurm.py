@@ -15,14 +15,18 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import submitit
 
 from ablate.errors import InputError
 from ablate.studies.launch.job import RunJob
-from ablate.studies.launch.profile import SlurmProfile
+
+if TYPE_CHECKING:
+    from ablate.studies.launch.profile import Profile, SlurmProfile
 
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default when scontrol says nothing
+UNAVAILABLE = "no working Slurm here (`sinfo` missing or failing); use --executor local"
 
 
 def available() -> bool:
@@ -66,12 +70,12 @@ def executor(folder: Path, prof: SlurmProfile, job_name: str) -> submitit.SlurmE
     return ex
 
 
-def submit(run_dirs: list[Path], folder: Path, prof: SlurmProfile, entry: str,
+def submit(run_dirs: list[Path], folder: Path, profile: Profile, *, entry: str,
            job_name: str) -> dict[str, str]:
-    """Submit one array task per run (several arrays if above MaxArraySize)."""
+    """Submit one array task per run (several arrays if above MaxArraySize), per profile.slurm."""
     if not run_dirs:
         return {}
-    ex = executor(folder, prof, job_name)
+    ex = executor(folder, profile.slurm, job_name)
     # Balanced chunks (not limit + remainder) so no run is left alone outside an array.
     n_arrays = -(-len(run_dirs) // max(1, max_array_size()))  # indices 0..MaxArraySize-1
     size = -(-len(run_dirs) // n_arrays)
@@ -144,8 +148,3 @@ def job_states(job_ids: list[str]) -> dict[str, str]:
                 found[jid] = state.split()[0] if state else "UNKNOWN"
     return {f"slurm:{i}": found.get(i, "UNKNOWN" if text is None else "GONE") for i in ids}
 
-
-def cancel(job_ids: list[str]) -> None:
-    ids = [j.split(":", 1)[1] for j in job_ids]
-    if ids:
-        subprocess.run(["scancel", *ids], capture_output=True, timeout=30)
