@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ablate.errors import InputError
+from trainer.rundir import read_status
 
 CACHE = "metrics.parquet"
 META_COLUMNS = ["variant", "seed", "run_id", "state"]
@@ -78,10 +79,7 @@ def _parse(path: Path, blob: bytes) -> list[dict]:
 
 
 def _state(run_dir: Path) -> str:
-    try:
-        return str(json.loads((run_dir / "status.json").read_text()).get("state", "unknown"))
-    except (OSError, ValueError, AttributeError):
-        return "unknown"
+    return str(read_status(run_dir).get("state", "unknown"))
 
 
 def _fresh(cache: Path, study: Path, variants: list[dict]) -> bool:

@@ -24,6 +24,7 @@ import yaml
 
 from ablate.errors import InputError
 from ablate.analysis.gather import is_study_dir
+from trainer.rundir import read_status
 
 
 @dataclass
@@ -93,7 +94,7 @@ def collect(study_dir: Path, *, baseline: Optional[str] = None, margin: float = 
             rd = study_dir / s.run_id
             problems.append({"run_id": s.run_id, "name": s.name, "seed": s.seed,
                              "state": s.state, "step": s.step,
-                             "error": s.error or _status(rd).get("reason"),
+                             "error": s.error or read_status(rd).get("reason"),
                              "look_at": where_to_look(study_dir, s)})
     ranking: list[dict[str, Any]] = []
     notes: list[str] = []
@@ -168,11 +169,6 @@ def write_report(study_dir: Path, out: Optional[Path] = None, **kw: Any) -> tupl
     atomic_write(out, render(data))
     return out, data
 
-
-def _status(run_dir: Path) -> dict[str, Any]:
-    from ablate.studies.launch.job import read_status
-
-    return read_status(run_dir)
 
 
 def _num(v: Any, fmt: str = ".3g") -> str:

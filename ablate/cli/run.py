@@ -14,6 +14,7 @@ import typer
 
 from ablate.cli import app
 from ablate.errors import InputError
+from trainer.rundir import read_status
 
 
 def load_train_config(path: Path):
@@ -53,7 +54,7 @@ def run_cmd(
         raise InputError(f"{config}: {e}") from None
     finally:
         done.set()
-    status = json.loads((out / "status.json").read_text())
+    status = read_status(out)
     if json_out:
         print(json.dumps(status))
         return
@@ -76,8 +77,7 @@ def _progress(run_dir: Path, total: int | None, done: threading.Event) -> None:
     with Progress(transient=True) as bar:
         task = bar.add_task("training", total=total)
         while not done.wait(0.5):
-            try:
-                st = json.loads((run_dir / "status.json").read_text())
-            except (OSError, ValueError):
-                continue
+            st = read_status(run_dir)
+            if not st:
+                continue  # not written yet
             bar.update(task, completed=st.get("step", 0), description=st.get("state", ""))

@@ -183,7 +183,8 @@ def _stage_variant(v: Variant, budget: dict[str, float]) -> Variant:
 
 def _promote(store: StudyStore, run_ids: list[str], budget: dict[str, float], stage: int) -> None:
     """Point survivors' runs at the next budget so the next submission continues them."""
-    from ablate.studies.launch.job import read_status, write_status
+    from ablate.studies.launch.job import set_state
+    from trainer.rundir import read_status
 
     subs = store.submissions()
     history: dict[str, Any] = {}
@@ -199,9 +200,8 @@ def _promote(store: StudyStore, run_ids: list[str], budget: dict[str, float], st
         if rid in subs:  # a fresh record: attempts count per stage, the old jobs are kept
             history[rid] = subs.pop(rid)
             atomic_write(store.submissions_path, json.dumps(subs, indent=1, sort_keys=True))
-        status = read_status(d)
-        if status.get("state") == "done":
-            write_status(d, {**status, "state": "pending", "stage": stage})
+        if read_status(d).get("state") == "done":
+            set_state(d, "pending", stage=stage)
         cfg["budget"] = dict(budget)
         atomic_write(cfg_path, yaml.safe_dump(cfg, sort_keys=False))
     if history:

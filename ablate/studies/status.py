@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ablate.studies import launch
-from ablate.studies.launch.job import read_status
 from ablate.studies.store import StudyStore
+from trainer.rundir import read_status
 
 FINAL = ("done", "diverged")
 STATES = ("pending", "queued", "running", "done", "diverged", "failed", "cancelled", "interrupted")

@@ -222,7 +222,7 @@ def _score(run_dir: Path, obj: Objective) -> float:
 
 def _trained_to(run_dir: Path, budget: dict[str, Any]) -> bool:
     """The run finished (done) with a config that reaches `budget`."""
-    from ablate.studies.launch.job import read_status
+    from trainer.rundir import read_status
     from ablate.studies.stages import _reaches, _run_budget
 
     return read_status(run_dir).get("state") == "done" and _reaches(_run_budget(run_dir), budget)
@@ -233,7 +233,8 @@ def tune(path: Path, results: Path, *, n_trials: Optional[int] = None, entry: st
     """Run the missing trials in this process; returns {"best": {...}, "trials": [...]}."""
     import optuna
 
-    from ablate.studies.launch.job import _entry, read_status, stdout_to_stderr
+    from ablate.studies.launch.job import load_entry, stdout_to_stderr
+    from trainer.rundir import read_status
     from ablate.studies.pruner import CurvePruner
 
     space, tree, prov, _ = load_space(path)
@@ -246,7 +247,7 @@ def tune(path: Path, results: Path, *, n_trials: Optional[int] = None, entry: st
         direction=space.objective.direction, sampler=optuna.samplers.TPESampler(seed=space.seed),
         pruner=CurvePruner() if space.prune else optuna.pruners.NopPruner(),
     )
-    fn = _entry(entry)
+    fn = load_entry(entry)
     total = n_trials or space.n_trials
 
     def objective(trial: "optuna.Trial") -> float:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import os
 import sys
 import traceback
@@ -20,10 +19,20 @@ from typing import Callable
 import submitit
 import yaml
 
+from trainer.rundir import read_status, write_status
+
 FINAL_STATES = ("done", "diverged")
 
 
-def _entry(spec: str) -> Callable:
+def set_state(run_dir: Path, state: str, **fields) -> None:
+    """Rewrite the run's status.json with a new state, keeping the trainer's other fields
+    (step, error, ...) and adding `fields`."""
+    status = read_status(run_dir)
+    keep = {k: v for k, v in status.items() if k not in ("state", "step", "updated", "pid")}
+    write_status(run_dir, state, status.get("step", 0), **{**keep, **fields})
+
+
+def load_entry(spec: str) -> Callable:
     """'module:function' -> the function (lets tests swap in a tiny job; default trainer:run)."""
     mod, _, fn = spec.partition(":")
     return getattr(importlib.import_module(mod), fn)
@@ -45,19 +54,6 @@ def stdout_to_stderr():
         os.close(saved)
 
 
-def read_status(run_dir: Path) -> dict:
-    try:
-        return json.loads((run_dir / "status.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def write_status(run_dir: Path, status: dict) -> None:
-    tmp = run_dir / "status.json.tmp"
-    tmp.write_text(json.dumps(status))
-    os.replace(tmp, run_dir / "status.json")
-
-
 class RunJob(submitit.helpers.Checkpointable):
     """Train `run_dirs` one after another; a failing run is recorded and the rest still run."""
 
@@ -72,7 +68,7 @@ class RunJob(submitit.helpers.Checkpointable):
             submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
         from trainer.config import TrainConfig
 
-        fn = _entry(self.entry)
+        fn = load_entry(self.entry)
         failed: list[str] = []
         # Decided once, up front, so every rank of a multi-task job runs the same runs even
         # after rank 0 marks one done.
@@ -83,13 +79,11 @@ class RunJob(submitit.helpers.Checkpointable):
                 fn(config, d)
                 if env.global_rank == 0 and read_status(d).get("state") not in FINAL_STATES:
                     # Returned normally = finished, whatever the entry point wrote (or not).
-                    write_status(d, {**read_status(d), "state": "done"})
+                    set_state(d, "done")
             except Exception as e:  # noqa: BLE001 - recorded in the run dir, then re-raised below
                 if env.global_rank == 0:
-                    status = read_status(d)
-                    status.update(state="failed", error=f"{type(e).__name__}: {e}",
-                                  traceback=traceback.format_exc()[-4000:])
-                    write_status(d, status)
+                    set_state(d, "failed", error=f"{type(e).__name__}: {e}",
+                              traceback=traceback.format_exc()[-4000:])
                 failed.append(f"{d.name}: {type(e).__name__}: {e}")
         if failed:
             raise RuntimeError("run(s) failed: " + "; ".join(failed))
