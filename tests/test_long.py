@@ -72,7 +72,8 @@ def test_verdicts_name_what_is_wrong():
 
 
 def test_a_refused_fit_has_a_verdict_too():
-    v, why = trust.refused("A and C_mid are not identified (C_mid ran to its limit): train longer")
+    v, why = trust.refused("unidentified",
+                           "A and C_mid are not identified (C_mid ran to its limit): train longer")
     assert v == "not bending yet: A unidentified" and "train longer" in why
 
 

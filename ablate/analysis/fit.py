@@ -119,7 +119,15 @@ class Fit:
 
 
 class FitError(InputError):
-    """A curve that cannot be fit (too few points, flat or decreasing, no convergence)."""
+    """A curve that cannot be fit (too few points, flat or decreasing, no convergence).
+
+    `cause` is what a verdict reads (`trust.refused`): "too short" (too few points in the
+    window), "unidentified" (the data does not pin A and C_mid) or "no fit" (anything else).
+    """
+
+    def __init__(self, message: str, cause: str = "no fit") -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 def sigmoid(compute, A, B, C_mid, R0):

@@ -19,11 +19,12 @@ class GroupFit:
     error: str | None
     n_points: int  # points in the variant's data (all seeds, before the window)
     method: str = "default"
+    cause: str = "no fit"  # why there is no fit (FitError.cause), for the verdict
 
     def verdict(self) -> tuple[str, str]:
         """(verdict, reason): can this fit be trusted, and why (ablate.analysis.trust)."""
         if self.fit is None:
-            return trust.refused(self.error or "")
+            return trust.refused(self.cause, self.error or "")
         v, why, _ = trust.assess(self.fit)
         return v, why
 
@@ -60,7 +61,8 @@ def fit_groups(curves: Curves, *, min_compute: float | None = None,
                               bins=bins)
             out.append(GroupFit(str(name), fit, None, len(g), method))
         except FitError as e:
-            out.append(GroupFit(str(name), None, f"variant {name!r}: {e}", len(g), method))
+            out.append(GroupFit(str(name), None, f"variant {name!r}: {e}", len(g), method,
+                                e.cause))
         except np.linalg.LinAlgError as e:
             out.append(GroupFit(str(name), None, f"variant {name!r}: numerical failure in the "
                                 f"{method} fit ({e}); try --method default", len(g), method))

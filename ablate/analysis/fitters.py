@@ -92,7 +92,8 @@ def fit_sigmoid(
     n = int(inwin.sum())
     if n < MIN_POINTS:
         raise FitError(f"only {n} point(s) with compute in [{lo:.4g}, {hi:.4g}]; "
-                       f"need at least {MIN_POINTS} (widen --min-compute/--max-compute)")
+                       f"need at least {MIN_POINTS} (widen --min-compute/--max-compute)",
+                       cause="too short")
     x = np.log(c[inwin])
     yw, sw = y[inwin], sid[inwin]
     notes = _duplicate_warning(c[inwin], sw)
@@ -127,7 +128,8 @@ def fit_sigmoid(
     why = _unidentified(theta, x, yw)
     if why:
         raise FitError(f"A and C_mid are not identified ({why}): "
-                       + _unidentified_help(c, y, positive, lo, skipped, max_compute, r0))
+                       + _unidentified_help(c, y, positive, lo, skipped, max_compute, r0),
+                       cause="unidentified")
     ss_tot = float(np.sum((yw - yw.mean()) ** 2))
     r2 = 1.0 - sse / ss_tot if ss_tot > 0 else float("nan")
 

@@ -10,9 +10,9 @@ Cost is linear in the number of points. The restricted likelihood needs log|V|, 
 J'V^-1 J and J'V^-1 r, and V is the covariance of a one-dimensional state-space model (the
 drift is the state, the white noise the observation error), so a Kalman filter yields all of
 them from its innovations in one pass: no n x n matrix is formed. The filter's gains do not
-depend on the data, and the whole (phi, frac) grid runs as one vectorized pass. The earlier
-dense version (an eigen-decomposition of the n x n AR(1) matrix for each phi) took ~2 minutes
-for one 1,000-point curve on 2 cores; this takes tens of milliseconds. Both compute the same
+depend on the data, and the whole (phi, frac) grid runs as one vectorized pass. The dense
+algebra (an eigen-decomposition of the n x n AR(1) matrix for each phi) takes ~2 minutes for
+one 1,000-point curve on 2 cores; the filter, tens of milliseconds. Both compute the same
 likelihood (tests/test_noise.py checks them against each other).
 """
 

@@ -18,7 +18,7 @@ Why these numbers: A_WIDTH_MAX = 0.1 (A known to +-0.05, 2.5x the paper's +-0.02
 margin): wider than that the fit cannot separate recipes whose ceilings differ by less than 0.05.
 (Twice the margin, 0.04, would flag half of the well-bent synthetic benchmark runs, whose median
 single-run width is 0.041: a single run cannot do better than about the paper's margin.) R2_MIN = 0.8: on the
-published curves issue 14 examined, windows holding the rise fit with R^2 0.82-0.92 and windows
+published curves (benchmarks/published), windows holding the rise fit with R^2 0.82-0.92 and windows
 holding only a plateau with 0.29-0.60. A low R^2 alone is not a verdict: a dense log of a small
 eval set (1,000 points of a noisy score) can have R^2 0.5 and still pin A to +-0.01, and then
 the verdict is "ok" with the R^2 named in the reason. A high R^2 alone is not one either: a run
@@ -84,10 +84,9 @@ def assess(fit: Fit) -> tuple[str, str, list[str]]:
     return found[0][0], found[0][1], [r for _, r in found]
 
 
-def refused(error: str) -> tuple[str, str]:
-    """The verdict of a variant whose fit was refused (FitError), from its reason."""
-    if "not identified" in error:
-        return "not bending yet: A unidentified", error
-    if "only" in error and "point(s)" in error:
-        return "too short", error
-    return "no fit", error
+def refused(cause: str, error: str) -> tuple[str, str]:
+    """(verdict, reason) of a variant whose fit was refused: `cause` is the FitError's."""
+    return _REFUSED.get(cause, "no fit"), error
+
+
+_REFUSED = {"unidentified": "not bending yet: A unidentified", "too short": "too short"}

@@ -2,11 +2,11 @@
 
 The paper skips a run's early, near-linear phase (its first ~1.5k GPU-hours) because that phase
 does not follow the sigmoid, and calls the threshold a heuristic. A fixed fraction of the run
-(this tool's old rule: skip compute below 10% of the largest) fails both ways: a run that starts
+(e.g. skip compute below 10% of the largest) fails both ways: a run that starts
 from a supervised warm-up rises from its first evaluation, so skipping 10% of compute leaves the
 fit only the plateau (R^2 0.3-0.6 on fast-saturating published runs, or "train longer" refusals
 that no amount of training fixes); and the fraction moves with the run's length, so variants of
-different lengths were fit on different windows.
+different lengths are fit on different windows.
 
 The rule here keeps early points *unless the data says they are off the sigmoid*. Candidate
 starts are the 1st, 2nd, 3rd, 4th, 6th, 9th, ... distinct compute values (steps growing ~1.5x),
