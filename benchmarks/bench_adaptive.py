@@ -1,6 +1,6 @@
 """Adaptive studies (ablate.studies.stages) vs the full grid, on synthetic studies with known truth.
 
-Each study: 3 variants x 2 seeds of ablate.synthetic curves (realistic eval noise and drift),
+Each study: 3 variants x 2 seeds of tests/synthetic.py curves (realistic eval noise and drift),
 ceilings A drawn 0.5-0.75, 100 evaluations to the final budget. The stage rule is exactly
 ablate.studies.stages.decide on fits of the curves cut at each stage budget (0.3 and 0.6 of the final
 compute), and survivors continue (stages.scale_winner false: a stage that leaves one variant
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,8 @@ from ablate.analysis.compare import rank_order
 from ablate.analysis.fitgroups import fit_groups
 from ablate.analysis.sources import Curves
 from ablate.studies.stages import decide
-from ablate.synthetic import curve, random_truth
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the synthetic curves live with the tests
+from synthetic import curve, random_truth  # noqa: E402
 
 STAGES = (0.3, 0.6, 1.0)
 

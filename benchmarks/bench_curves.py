@@ -3,7 +3,7 @@
     python benchmarks/bench_curves.py            # full run (~5 min on 2 cores; paper mode dominates)
     python benchmarks/bench_curves.py --quick    # fewer curves, for a smoke check
 
-Curves are synthetic with known parameters (ablate.synthetic): a 1,000-prompt x 16-sample
+Curves are synthetic with known parameters (tests/synthetic.py): a 1,000-prompt x 16-sample
 evaluation with per-prompt difficulty plus AR(1) run drift (phi 0.9, sd 0.006), 100 evaluations
 per run. Measures:
   speed     default vs paper method on the same 100 curves (paper-scale GPU-hours so the
@@ -28,6 +28,7 @@ from pathlib import Path  # noqa: E402
 
 # Benchmark this checkout, not whatever `ablate` happens to be installed (e.g. a CI copy).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the synthetic curves live with the tests
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -36,7 +37,7 @@ import warnings  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from ablate import synthetic as sy  # noqa: E402
+import synthetic as sy  # noqa: E402
 from ablate.analysis.fit import FitError, sigmoid  # noqa: E402
 from ablate.analysis.fitters import fit_sigmoid  # noqa: E402
 

@@ -31,6 +31,7 @@ from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # benchmark this checkout, not an installed copy
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the synthetic curves live with the tests
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -42,7 +43,7 @@ import warnings  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from ablate import synthetic as sy  # noqa: E402
+import synthetic as sy  # noqa: E402
 from ablate.analysis.fit import FitError  # noqa: E402
 from ablate.analysis.fitters import fit_sigmoid  # noqa: E402
 from ablate.analysis.fitgroups import GroupFit  # noqa: E402

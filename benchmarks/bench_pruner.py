@@ -1,6 +1,6 @@
 """How often the curve-predictive pruner (ablate.studies.pruner) stops the true best trial.
 
-Synthetic studies where the truth is known: each trial is a curve from ablate.synthetic (random
+Synthetic studies where the truth is known: each trial is a curve from tests/synthetic.py (random
 ScaleRL parameters, per-prompt difficulty, 16 samples per prompt, AR(1) drift), run in order as
 Optuna would. At each rung (a fraction of the full compute) the trial's curve so far is fitted
 exactly as `ablate tune` does (ablate.studies.tune._fit's settings: default window, 400 draws) and the
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,8 @@ import numpy as np
 from ablate.analysis.fit import FitError
 from ablate.analysis.fitters import fit_sigmoid
 from ablate.studies.pruner import should_stop
-from ablate.synthetic import curve, random_truth
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the synthetic curves live with the tests
+from synthetic import curve, random_truth  # noqa: E402
 
 RUNGS = (0.25, 0.5)
 

@@ -3,7 +3,7 @@
     python benchmarks/bench_window.py            # ~2-3 min on 2 cores
     python benchmarks/bench_window.py --quick
 
-Curve sets (ablate.synthetic; benchmark seeds 31-34, the rule's constant was chosen on 0 and 7):
+Curve sets (tests/synthetic.py; benchmark seeds 31-34, the rule's constant was chosen on 0 and 7):
   synthetic      the curves benchmark's curves: the sigmoid from compute 0 plus 1,000-prompt x
                  16-sample evaluation noise and AR(1) drift (nothing should be skipped)
   fast           warm-started runs rising from their first evaluation, C_mid at 1-4% of the run
@@ -28,6 +28,7 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the synthetic curves live with the tests
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -35,7 +36,7 @@ import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from ablate import synthetic as sy  # noqa: E402
+import synthetic as sy  # noqa: E402
 from ablate.analysis.fit import FitError, sigmoid  # noqa: E402
 from ablate.analysis.fitters import fit_sigmoid  # noqa: E402
 

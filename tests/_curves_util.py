@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ablate import synthetic as sy
+import synthetic as sy
 
 TRUTHS = {
     "cispo": sy.Truth(A=0.66, B=1.6, C_mid=0.01, R0=0.10),

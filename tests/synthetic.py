@@ -9,10 +9,9 @@ the fitter's own `sigmoid` cannot cancel out. Nothing in this module imports `ab
 
 Two kinds of generator:
 
-* Drop-in replacements for `ablate.synthetic` (`Truth`, `random_truth`, `curve`,
-  `fast_saturating`, `early_phase`): same signatures, same semantics and the same order of
-  random draws, so a test seeded for the old module sees the same curves (up to float
-  rounding in the sigmoid). `curve` is the noise the bootstrap was designed around: a fixed
+* The curves the fitter's tests and the curve benchmarks are seeded on (`Truth`,
+  `random_truth`, `curve`, `fast_saturating`, `early_phase`). `curve` is the noise the
+  bootstrap was designed around: a fixed
   held-out set of prompts with per-prompt difficulty, binomial samples per prompt, and a
   Gaussian AR(1) drift that starts at zero.
 
@@ -104,7 +103,7 @@ def _ar1(rng: np.random.Generator, n: int, sd: float, phi: float, start: float =
 
 
 # ---------------------------------------------------------------------------------------------
-# Drop-ins for ablate.synthetic
+# The curves the fitter's tests and benchmarks are seeded on
 
 
 def curve(truth: Truth, rng: np.random.Generator, *, c_max: float = 1.0, n_points: int = 100,

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ablate import synthetic as sy
+import synthetic as sy
 
 from _curves_util import curves_frame, run_cli, write_study
 

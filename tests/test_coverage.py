@@ -25,11 +25,8 @@ import pytest
 
 import synthetic as sy
 
-try:
-    from ablate.curves import FitError, fit_sigmoid  # the restructure's new path replaces this
-except ModuleNotFoundError:  # ablate/analysis/ layout (fit.py: the model, fitters.py: the fits)
-    from ablate.analysis.fit import FitError
-    from ablate.analysis.fitters import fit_sigmoid
+from ablate.analysis.fit import FitError
+from ablate.analysis.fitters import fit_sigmoid
 
 N = 80
 MIN_COVERED = 70  # of N; see the module docstring for the binomial bound

@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from ablate import synthetic as sy
+import synthetic as sy
 from ablate.analysis.fit import FitError, compute_for, sigmoid
 from ablate.analysis.fitters import fit_sigmoid, paper_cmid_grid, refit_with_A
 from ablate.errors import InputError
@@ -197,7 +197,7 @@ def test_compare_ranking_does_not_depend_on_input_order():
     whatever order the variants come in; the pairwise margin test alone is not transitive."""
     from ablate.analysis.compare import compare, tie_groups
     from ablate.analysis.fitgroups import GroupFit
-    from ablate.synthetic import Truth, curve
+    from synthetic import Truth, curve
 
     rng = np.random.default_rng(7)
     fits = []

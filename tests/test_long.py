@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from ablate import synthetic as sy
+import synthetic as sy
 from ablate.analysis import trust
 from ablate.cli.progress import delayed_progress
 from ablate.analysis.fit import sigmoid

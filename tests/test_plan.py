@@ -10,7 +10,7 @@ import pytest
 
 from _study_util import cli
 from ablate.analysis.fit import sigmoid
-from ablate.synthetic import Truth, curve
+from synthetic import Truth, curve
 
 # A fast recipe with a low ceiling and a slow one with a high ceiling: which to scale depends on
 # the budget (the paper's point: a fast start is not a high ceiling).

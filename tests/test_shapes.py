@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ablate import synthetic as sy
+import synthetic as sy
 from ablate.analysis.fit import FitError, Fit, compute_for, sigmoid
 from ablate.analysis.fitters import fit_sigmoid
 
