@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ablate.analysis.fit import sigmoid
+from trainer.rundir import write_status
 
 COST = 1e-3  # gpu_hours per step
 
@@ -37,5 +38,4 @@ def synthetic_run(config, run_dir) -> None:
             y = float(sigmoid(c, A, 1.5, 10 * COST, 0.1)) + rng.normal(0, 0.004)
             out.write(json.dumps({"step": step, "samples": step, "tokens": step, "flops": step,
                                   "gpu_hours": c, "eval/pass_rate": y}) + "\n")
-    (run_dir / "status.json").write_text(json.dumps({"state": "done",
-                                                     "step": config.budget.steps}))
+    write_status(run_dir, "done", config.budget.steps)

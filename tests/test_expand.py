@@ -77,12 +77,12 @@ def test_adding_an_axis_value_keeps_existing_ids(tmp_path):
 
 
 def test_budget_and_chained_base(tmp_path):
-    (tmp_path / "r1.yaml").write_text(f"base: {BASE}\nloss: {{eps_max: 6.0}}\n")
+    (tmp_path / "r1.yaml").write_text(f"base: {BASE}\nloss: {{type: ppo, eps_high: 0.3}}\n")
     (tmp_path / "r2.yaml").write_text("base: r1.yaml\noptim.lr: 1.0e-6\n")
     p = tmp_path / "s.yaml"
     p.write_text("name: s\nbase: r2.yaml\nbudget: {gpu_hours: 3.5}\naxes:\n  loss.type: [ppo]\n")
     (v,) = expand(load_study(p))
-    assert v.config.loss.eps_max == 6.0 and v.config.optim.lr == 1e-6
+    assert v.config.loss.eps_high == 0.3 and v.config.optim.lr == 1e-6
     assert v.config.budget.gpu_hours == 3.5 and v.config.budget.steps is None
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from _stage_entry import truth_A
 from _study_util import cli, cli_json, metric_steps, states, tiny_study, wait_until
 from ablate.studies.launch import slurm
 
@@ -89,6 +90,28 @@ def test_array_split_by_max_array_size_then_rerun_submits_nothing(tmp_path):
     _check_compare(sdir, {s["name"] for s in final.values()})
     again = _sweep(study, results)
     assert again["submitted"] == [] and len(again["skipped"]) == 4
+
+
+def test_slurm_study_is_fitted_and_ranked_by_compare(tmp_path):
+    """The Slurm path down to the fits: sbatch arrays -> job entry -> metrics.jsonl -> gather ->
+    compare. The job entry is the known-curve stand-in (tests/_stage_entry.py: true A = lr x
+    2000), so what compare must say is known without trusting the fitter: every variant fits,
+    A within 0.03 of its truth and inside its own interval, and the higher-A variant ranks first."""
+    results = tmp_path / "results"
+    study = tiny_study(tmp_path, "fitted", "  optim.lr: [1.5e-4, 3.0e-4]\n", seeds="[0, 1]",
+                       steps=60)
+    out = cli_json("sweep", str(study), "--executor", "slurm", "--results", str(results),
+                   "--entry", "_stage_entry:synthetic_run")
+    assert len(out["submitted"]) == 4
+    sdir = results / "fitted"
+    final = wait_until(lambda: _settled(sdir), 240, 1.0, "known-curve jobs to finish")
+    assert all(s["state"] == "done" for s in final.values()), final
+    groups = cli_json("compare", str(sdir))
+    assert [g["variant"] for g in groups] == ["optim.lr=0.0003", "optim.lr=0.00015"], groups
+    for g, lr in zip(groups, (3.0e-4, 1.5e-4)):
+        lo, hi = g["A_ci"]
+        assert lo <= g["A"] <= hi and abs(g["A"] - truth_A(lr)) < 0.03, (lr, g)
+    assert groups[1]["A_ci"][1] < groups[0]["A_ci"][0], groups  # 0.30 vs 0.60: separated
 
 
 def test_failing_run_resubmitted_up_to_bound_then_failed(tmp_path):

@@ -155,7 +155,7 @@ def render(data: ReportData) -> str:
 
 def write_report(study_dir: Path, out: Optional[Path] = None, **kw: Any) -> tuple[Path, ReportData]:
     """Collect + render + write (atomically); returns the path and the data."""
-    from ablate.studies.store import atomic_write
+    from trainer.rundir import atomic_write
 
     if not is_study_dir(Path(study_dir)):
         raise InputError(f"{study_dir}: not a study results dir (no variants.json; run "

@@ -38,8 +38,9 @@ from ablate.errors import InputError
 from ablate.studies.expand import Variant
 from ablate.analysis.fitgroups import GroupFit
 from ablate.studies.stagespec import limit_of
-from ablate.studies.store import StudyStore, atomic_write
+from ablate.studies.store import StudyStore
 from ablate.studies.study import LoadedStudy
+from trainer.rundir import atomic_write
 
 STATE_FILE = "stages.json"
 

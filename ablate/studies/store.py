@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -24,12 +23,7 @@ import yaml
 
 from ablate.errors import InputError
 from ablate.studies.expand import Variant
-
-
-def atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+from trainer.rundir import atomic_write
 
 
 def study_dir_for(results: Path, name: str) -> Path:

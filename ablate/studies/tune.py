@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ablate.errors import InputError
 from ablate.studies.expand import run_id_of
-from ablate.studies.store import atomic_write, study_dir_for
+from ablate.studies.store import study_dir_for
+from trainer.rundir import atomic_write
 from ablate.studies.study import (Provenance, _NAME_RE, check_config_path, load_model,
                           resolve_base, set_path, validate_config)
 from ablate.yamlio import YamlDoc
