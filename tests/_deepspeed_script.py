@@ -16,14 +16,12 @@ from pathlib import Path
 
 
 def config(stage: int, dtype: str):
+    from _multirank_util import TINY_PROXY
     from trainer.config import TrainConfig
 
     return TrainConfig.model_validate({
         "seed": 0,
-        "model": {"proxy": {"hidden_size": 64, "num_layers": 2, "num_heads": 4,
-                            "intermediate_size": 128, "max_position_embeddings": 64,
-                            "warmup_target": 0.1, "warmup_band": 0.08,
-                            "warmup_batch_size": 32}},
+        "model": {"proxy": TINY_PROXY},
         "precision": {"dtype": dtype},
         # Enough data for the warm-up to reach a held-out pass rate above 0.02 (~200 steps).
         "task": {"num_train_prompts": 2000, "num_eval_prompts": 64},

@@ -12,6 +12,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# The tiny proxy both multi-process tests train: small enough to warm up in seconds, warmed to a
+# measured band so every rank and engine starts from one cached model.
+TINY_PROXY = {"hidden_size": 64, "num_layers": 2, "num_heads": 4, "intermediate_size": 128,
+              "max_position_embeddings": 64, "warmup_target": 0.1, "warmup_band": 0.08,
+              "warmup_batch_size": 32}
 DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
