@@ -10,8 +10,8 @@ Curve sets (tests/synthetic.py; benchmark seeds 31-34, the rule's constant was c
                  (the CPU proxy, instruct models on GSM8K-style tasks)
   early_phase    paper-shaped runs: the sigmoid plus a fast early jump fading by ~10% of the run
   quickstart     the CPU proxy's real seed-0 curve (benchmarks/RESULTS.md), one curve
-Rules: auto (ablate.analysis.window, the default now), old (skip compute < 10% of the largest: the
-previous default), all (every point with compute > 0). Per set and rule: fits refused, |A - true
+Rules: auto (ablate.analysis.window, the default), old (skip compute < 10% of the largest: a
+fixed fraction), all (every point with compute > 0). Per set and rule: fits refused, |A - true
 A| median / 90th pct, median R^2, share of curves with points skipped, the 95% interval's
 coverage of the true A (synthetic only; bootstrap), and the first-half fit's error predicting
 the true final score.

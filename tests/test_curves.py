@@ -167,8 +167,8 @@ def test_refit_with_shared_A_holds_A_and_moves_B():
 
 
 def test_refit_with_A_n_boot_0_skips_intervals():
-    # compare's shared-A ranking asks for n_boot=0 (point B only); it used to run the
-    # default 1000-draw bootstrap anyway and throw it away.
+    # compare's shared-A ranking asks for n_boot=0 (point B only): no bootstrap is drawn for
+    # it, and the point B is the same as with intervals.
     rng = np.random.default_rng(2)
     c, y = sy.curve(sy.Truth(0.6, 1.5, 0.01, 0.1), rng, c_max=0.05, n_points=60)
     f = fit_sigmoid(c, y, n_boot=200)

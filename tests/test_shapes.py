@@ -76,8 +76,8 @@ def test_early_phase_is_skipped_and_improves_A():
 
 
 def test_window_does_not_grow_with_run_length():
-    """Same run, observed for longer: the start stays where the curve conforms (the old rule
-    moved it to 10% of whatever the run's length was)."""
+    """Same run, observed for longer: the start stays where the curve conforms (a fixed
+    10%-of-the-largest-compute rule would move it with the run's length)."""
     rng = np.random.default_rng(23)
     tr = sy.Truth(0.6, 1.2, 0.05, 0.2)
     c, y = sy.curve(tr, rng, c_max=1.0, n_points=100)

@@ -139,7 +139,7 @@ def test_status_of_a_folder_that_is_not_a_study(tmp_path, monkeypatch, capsys):
 
 
 def test_status_of_a_malformed_variants_json_is_a_one_line_error(tmp_path, monkeypatch, capsys):
-    # status used to index a non-list variants.json and crash with a TypeError traceback.
+    # A variants.json that is not a list of runs is a one-line error, not a TypeError traceback.
     (tmp_path / "variants.json").write_text('{"a": 1}')
     code, out, err = run_main(monkeypatch, capsys, "status", str(tmp_path))
     assert code == 2 and out == "" and "variants.json: expected a JSON list of runs" in err
@@ -163,8 +163,8 @@ def test_dry_run_json_is_the_expansion_and_writes_nothing(tmp_path, monkeypatch,
 
 
 def test_ablate_run_config_may_chain_a_base_recipe_and_errors_name_the_line(tmp_path):
-    # `ablate run` used to refuse any config with `base:` as "a study", although a recipe that
-    # chains a base is what study files build on; its errors also lacked the line.
+    # `ablate run` takes a config with `base:` (a recipe that chains a base is what study files
+    # build on; it is not mistaken for a study), and its errors name the line.
     from ablate.cli.run import load_train_config
     from ablate.errors import InputError
 

@@ -55,8 +55,8 @@ def test_tune_bad_space_exits_2(tmp_path):
 
 
 def test_a_run_without_metrics_fails_its_trial_not_the_search(tmp_path):
-    # A run that ended (e.g. diverged) before writing metrics.jsonl used to raise
-    # FileNotFoundError, which optuna does not catch: the whole `ablate tune` crashed.
+    # A run that ended (e.g. diverged) before writing metrics.jsonl fails its trial with a
+    # RuntimeError, which optuna catches; a FileNotFoundError would end the whole `ablate tune`.
     import pytest
 
     from ablate.studies.tune import Objective, _score

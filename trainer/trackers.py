@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
 from trainer.config import TrainConfig
+from trainer.rundir import read_status
 
 
 @dataclass(frozen=True)
@@ -239,10 +240,8 @@ atexit.register(close)
 
 
 def _state(run_dir: Path) -> str:
-    try:
-        return str(json.loads((Path(run_dir) / "status.json").read_text()).get("state", ""))
-    except (OSError, ValueError, AttributeError):
-        return ""
+    status = read_status(Path(run_dir))
+    return str(status.get("state", "")) if isinstance(status, dict) else ""
 
 
 def _safe(name: str) -> str:

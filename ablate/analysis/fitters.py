@@ -1,4 +1,4 @@
-"""Fitting the sigmoid (`fit`) to a curve: the window, two point estimators, refusals and
+"""Fitting the sigmoid (`fit_sigmoid`) to a curve: the window, two point estimators, refusals and
 warnings in words, and `refit_with_A` for the paper's shared-A comparison.
 
 Two point estimators:

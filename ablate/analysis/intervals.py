@@ -17,7 +17,8 @@
                of the time on single runs with drift (the intervals inherited the drift
                estimate's error: too narrow exactly when it was underestimated); this one ~0.95
                (see benchmarks/RESULTS.md).
-Coverage on synthetic curves with known parameters is checked in benchmarks/bench_curves.py.
+Coverage on synthetic curves with known parameters is checked in tests/test_coverage.py and
+benchmarks/bench_curves.py.
 """
 
 from __future__ import annotations

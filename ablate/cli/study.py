@@ -12,10 +12,6 @@ from rich.table import Table
 
 from ablate.cli import app
 
-_STATE_STYLE = {"done": "green", "running": "cyan", "queued": "blue", "failed": "red",
-                "diverged": "magenta", "cancelled": "yellow", "interrupted": "yellow",
-                "pending": "dim"}
-
 
 @app.command()
 def sweep(
@@ -104,9 +100,9 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
 ) -> None:
     """Per-run state of a study (run dir files first; squeue/sacct add detail)."""
-    from ablate.studies.status import study_states
-
+    from ablate.studies.progress import STATE_STYLE
     from ablate.studies.stages import stopped_variants
+    from ablate.studies.status import study_states
 
     states = study_states(study_dir)
     stopped = stopped_variants(study_dir)  # adaptive studies: which variants stopped, why
@@ -121,7 +117,7 @@ def status(
     for col in ("run_id", "name", "seed", "state", "step", "job", "tries"):
         t.add_column(col, no_wrap=col != "name", overflow="fold")
     for s in states:
-        style = _STATE_STYLE.get(s.state, "")
+        style = STATE_STYLE.get(s.state, "")
         t.add_row(s.run_id, s.name, str(s.seed), f"[{style}]{s.state}[/]",
                   "" if s.step is None else str(s.step), s.job_id or "", str(s.attempts))
     con = Console()

@@ -12,9 +12,9 @@ from ablate.studies.status import RunState, study_states
 
 ACTIVE = ("queued", "running")
 PROBLEM = ("failed", "diverged", "interrupted", "cancelled")
-_STYLE = {"done": "green", "running": "cyan", "queued": "blue", "failed": "red",
-          "diverged": "magenta", "cancelled": "yellow", "interrupted": "yellow",
-          "pending": "dim"}
+STATE_STYLE = {"done": "green", "running": "cyan", "queued": "blue", "failed": "red",
+               "diverged": "magenta", "cancelled": "yellow", "interrupted": "yellow",
+               "pending": "dim"}
 
 
 def where_to_look(study_dir: Path, s: RunState) -> list[str]:
@@ -50,7 +50,7 @@ def _table(states: list[RunState], budgets: dict[str, Optional[int]], title: str
         done = s.state in ("done",)
         bar = ProgressBar(total=float(total or 1), completed=float(total or 1) if done else
                           float(min(step, total or 0)), width=24) if total else ""
-        t.add_row(s.name, str(s.seed), f"[{_STYLE.get(s.state, '')}]{s.state}[/]", bar,
+        t.add_row(s.name, str(s.seed), f"[{STATE_STYLE.get(s.state, '')}]{s.state}[/]", bar,
                   f"{step}/{total}" if total else str(step), s.run_id)
     return t
 
@@ -84,7 +84,7 @@ def watch(study_dir: Path, *, poll_s: float = 2.0, timeout_s: Optional[float] = 
                     told.add(s.run_id)
                     if show:
                         why = f": {s.error}" if s.error else ""
-                        con.print(f"[{_STYLE[s.state]}]{s.state}[/] {s.name} seed {s.seed} "
+                        con.print(f"[{STATE_STYLE[s.state]}]{s.state}[/] {s.name} seed {s.seed} "
                                   f"(run {s.run_id}) at step {s.step}{why}\n  look at: "
                                   + ", ".join(where_to_look(study_dir, s)))
             if show:

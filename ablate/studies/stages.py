@@ -248,7 +248,7 @@ def _stage_complete(store: StudyStore, runs: list[Variant], budget: dict[str, fl
     return True
 
 
-def _fit_stage(store: StudyStore, loaded: LoadedStudy, names: list[str]) -> list[GroupFit]:
+def _fit_stage(store: StudyStore, names: list[str]) -> list[GroupFit]:
     from ablate.analysis.fitgroups import fit_groups
     from ablate.analysis.sources import load
 
@@ -309,7 +309,7 @@ def advance(study_path: Path | str, *, executor: Optional[str] = None,
         if k >= len(budgets) - 1 or not _stage_complete(store, runs, budgets[k],
                                                          loaded.study.max_attempts):
             break
-        groups = _fit_stage(store, loaded, active)
+        groups = _fit_stage(store, active)
         dec = decide(groups, margin=spec.margin, baseline=spec.baseline, stage=k,
                      budget=budgets[k], dead=_dead(store, runs, active))
         decisions.append(dec.to_json())

@@ -18,7 +18,6 @@ from ablate.studies.store import StudyStore
 from trainer.rundir import read_status
 
 FINAL = ("done", "diverged")
-STATES = ("pending", "queued", "running", "done", "diverged", "failed", "cancelled", "interrupted")
 _SCHED_FAILED = {"FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
                  "PREEMPTED", "COMPLETED"}  # COMPLETED without status "done" = ended unfinished
 
