@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ablate.analysis import verdict
-from ablate.analysis.fit import N_BOOT
+from ablate.analysis.fit import A_MARGIN, N_BOOT
 from ablate.analysis.fitters import refit_with_A
 from ablate.analysis.fitgroups import GroupFit
 
@@ -60,7 +60,7 @@ def tie_groups(fits: list[GroupFit], margin: float) -> list[list[GroupFit]]:
     return groups
 
 
-def rank_order(groups: list[GroupFit], margin: float = 0.02) -> tuple[list[GroupFit], dict[str, str]]:
+def rank_order(groups: list[GroupFit], margin: float = A_MARGIN) -> tuple[list[GroupFit], dict[str, str]]:
     """The paper's verdict: fitted variants in rank order, and the shared-A notes of tie groups.
 
     Variants rank by A; within a tie group (see `tie_groups`) all are refit at the group's
@@ -83,7 +83,7 @@ def rank_order(groups: list[GroupFit], margin: float = 0.02) -> tuple[list[Group
     return order, notes
 
 
-def compare(groups: list[GroupFit], *, baseline: str | None = None, margin: float = 0.02,
+def compare(groups: list[GroupFit], *, baseline: str | None = None, margin: float = A_MARGIN,
             n_boot: int = N_BOOT, budget: float | None = None) -> list[Ranked]:
     """Ranked rows (failed fits last, unranked, with their reason).
 

@@ -14,6 +14,7 @@ import math
 
 from ablate.analysis import verdict
 from ablate.analysis.compare import rank_order
+from ablate.analysis.fit import A_MARGIN
 from ablate.analysis.fitgroups import GroupFit
 
 
@@ -29,7 +30,7 @@ def _fit_info(g: GroupFit) -> dict:
 
 
 def extrapolate(groups: list[GroupFit], *, budget: float | None = None,
-                target: float | None = None, margin: float = 0.02) -> list[dict]:
+                target: float | None = None, margin: float = A_MARGIN) -> list[dict]:
     """Per-variant dicts {"variant", "budget"|"target", "score"|"compute", "ci", "note",
     "recommended", "rank", "window", "skipped", "method", "warnings"}; failed fits carry "error"."""
     order, _ = rank_order(groups, margin)

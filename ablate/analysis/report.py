@@ -23,6 +23,7 @@ from typing import Any, Optional
 import yaml
 
 from ablate.errors import InputError
+from ablate.analysis.fit import A_MARGIN
 from ablate.analysis.gather import is_study_dir
 from trainer.rundir import read_status
 
@@ -64,7 +65,7 @@ def _finite(v: Any) -> Any:
     return v
 
 
-def collect(study_dir: Path, *, baseline: Optional[str] = None, margin: float = 0.02,
+def collect(study_dir: Path, *, baseline: Optional[str] = None, margin: float = A_MARGIN,
             method: str = "default", n_boot: Optional[int] = None) -> ReportData:
     """Load, fit, rank and gather the run states of a study results dir."""
     from ablate.analysis.compare import compare

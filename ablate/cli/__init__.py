@@ -6,10 +6,12 @@ one small file per concern. `main()` maps `InputError` to exit code 2 with a one
 
 from __future__ import annotations
 
+import math
 import sys
 
 import typer
 
+from ablate.analysis.fit import A_MARGIN
 from ablate.errors import InputError
 
 app = typer.Typer(
@@ -20,6 +22,17 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _check_margin(margin: float) -> float:
+    if not (margin >= 0 and math.isfinite(margin)):
+        raise InputError(f"--margin {margin}: must be a number >= 0 (the paper uses {A_MARGIN})")
+    return margin
+
+
+def margin_option(help: str):
+    """--margin, the paper's run-to-run tie margin on A, checked the same way by every command."""
+    return typer.Option(A_MARGIN, "--margin", help=help, callback=_check_margin)
 
 
 def _register() -> None:

@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ablate.cli import app
+from ablate.cli import app, margin_option
 from ablate.cli.progress import delayed_progress
 from ablate.analysis.fit import MIN_POINTS, PAPER_GRIDS
 from ablate.errors import InputError
@@ -223,8 +223,8 @@ def fit(source: Path = SourceArg, x: Optional[str] = XOpt, y: Optional[str] = YO
 @app.command()
 def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
                 None, "--baseline", help="Variant to compare against (default: the first variant fit)."),
-            margin: float = typer.Option(0.02, "--margin", help="A's within this are tied: "
-                                         "refit with the shared A and compare B (paper's rule)."),
+            margin: float = margin_option("A's within this are tied: refit with the shared A "
+                                          "and compare B (paper's rule)."),
             plot: Optional[Path] = PlotOpt, json_: bool = JsonOpt, x: Optional[str] = XOpt,
             y: Optional[str] = YOpt, by: Optional[str] = ByOpt,
             min_compute: Optional[float] = MinOpt, max_compute: Optional[float] = MaxOpt,
@@ -237,8 +237,6 @@ def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
     from ablate.analysis.compare import compare as rank
 
     _check_plot(plot)
-    if not (margin >= 0 and math.isfinite(margin)):
-        raise InputError(f"--margin {margin}: must be a number >= 0 (the paper uses 0.02)")
     if budget is not None and not (budget > 0 and math.isfinite(budget)):
         raise InputError(f"--budget {budget}: must be a finite compute > 0")
 
@@ -299,8 +297,8 @@ def extrapolate(source: Path = SourceArg,
                 x: Optional[str] = XOpt, y: Optional[str] = YOpt, by: Optional[str] = ByOpt,
                 min_compute: Optional[float] = MinOpt, method: str = MethodOpt,
                 plot: Optional[Path] = PlotOpt, step_cost: Optional[float] = StepCostOpt,
-                margin: float = typer.Option(0.02, "--margin", help="As in compare: the rank "
-                                             "shown next to each prediction uses it."),
+                margin: float = margin_option("As in compare: the rank shown next to each "
+                                              "prediction uses it."),
                 paper_grid: str = PaperGridOpt, bins: Optional[int] = BinOpt) -> None:
     """Predict the score at --budget, or the compute to reach --target, with 95% intervals."""
     from ablate.analysis.extrapolate import extrapolate as predict
@@ -312,8 +310,6 @@ def extrapolate(source: Path = SourceArg,
     if target is not None and not (0 < target < 1):
         raise InputError(f"--target {target}: must be a score strictly between 0 and 1")
     _check_plot(plot)
-    if not (margin >= 0 and math.isfinite(margin)):
-        raise InputError(f"--margin {margin}: must be a number >= 0 (the paper uses 0.02)")
     curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_,
                                step_cost=step_cost, paper_grid=paper_grid, bins=bins)
     rows = predict(groups, budget=budget, target=target, margin=margin)

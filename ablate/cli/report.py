@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from ablate.cli import app
+from ablate.cli import app, margin_option
 from ablate.errors import InputError
 
 
@@ -20,8 +19,8 @@ def report(
                                        help="HTML file to write (default STUDY_DIR/report.html)."),
     baseline: Optional[str] = typer.Option(None, "--baseline",
                                            help="Variant to compare against (default: the top one)."),
-    margin: float = typer.Option(0.02, "--margin", help="A's within this are tied: refit at "
-                                 "the shared A and compare B (paper's rule)."),
+    margin: float = margin_option("A's within this are tied: refit at the shared A and "
+                                  "compare B (paper's rule)."),
     method: str = typer.Option("default", "--method", help="default or paper (fit method)."),
     as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout: the path "
                                  "and what the page shows (without the images)."),
@@ -33,8 +32,6 @@ def report(
 
     if method not in ("default", "paper"):
         raise InputError(f"--method {method!r}: valid methods are default, paper")
-    if not (margin >= 0 and math.isfinite(margin)):
-        raise InputError(f"--margin {margin}: must be a number >= 0 (the paper uses 0.02)")
     path, data = write_report(study_dir, out, baseline=baseline, margin=margin, method=method)
     if as_json:
         print(json.dumps({"report": str(path), **data.to_json()}))

@@ -35,6 +35,7 @@ from typing import Any, Optional
 import yaml
 
 from ablate.errors import InputError
+from ablate.analysis.fit import A_MARGIN
 from ablate.studies.expand import Variant
 from ablate.analysis.fitgroups import GroupFit
 from ablate.studies.stagespec import limit_of
@@ -104,7 +105,7 @@ class Decision:
                 "stopped": self.stopped, "fits": self.fits, "at": time.time()}
 
 
-def decide(groups: list[GroupFit], *, margin: float = 0.02, baseline: Optional[str] = None,
+def decide(groups: list[GroupFit], *, margin: float = A_MARGIN, baseline: Optional[str] = None,
            stage: int = 0, budget: Optional[dict[str, float]] = None,
            dead: Optional[dict[str, str]] = None) -> Decision:
     """Which variants stop after a stage. `dead` maps variants whose runs all ended without a

@@ -12,6 +12,7 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ablate.analysis.fit import A_MARGIN
 from trainer.config import BudgetConfig
 
 LIMITS = ("steps", "gpu_hours", "flops")
@@ -27,7 +28,7 @@ class StageSpec(BaseModel):
         "last stage.",
     )
     margin: float = Field(
-        0.02, ge=0, description="With `baseline`: a variant whose fitted A is below the "
+        A_MARGIN, ge=0, description="With `baseline`: a variant whose fitted A is below the "
         "baseline's by more than this stops (the paper's run-to-run margin on A).",
     )
     baseline: Optional[str] = Field(
