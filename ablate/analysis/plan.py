@@ -109,11 +109,7 @@ def plot_plan(groups: list[GroupFit], result: dict[str, Any], path: str | Path, 
                 label=f"{g.variant}: {r['score']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}], "
                 f"P(best) {r['p_best']:.2f}" + (" (scale this)" if rec else ""))
         if f.samples:
-            s = f.samples
-            band = sigmoid(xs[None, :], s["A"][:, None], s["B"][:, None], s["C_mid"][:, None],
-                           s["R0"][:, None])
-            lo, hi = np.nanquantile(band, [0.025, 0.975], axis=0)
-            ax.fill_between(xs, lo, hi, color=col, alpha=0.12, lw=0)
+            ax.fill_between(xs, *f.prediction_band(xs), color=col, alpha=0.12, lw=0)
         if f.data is not None:
             ax.scatter(f.data[0][f.data[0] > 0], f.data[1][f.data[0] > 0], s=6, color=col, alpha=0.5)
         if rec:

@@ -42,13 +42,7 @@ def plot_fits(curves: Curves, groups: list[GroupFit], path: str | Path, *,
                 label=f"{g.variant}: A={f.A:.3f}, B={f.B:.2f}")
         ax.plot(xe, f.predict(xe), color=col, lw=1.5, ls="--")
         if f.samples:
-            s = f.samples
-            from ablate.analysis.fit import sigmoid
-
-            band = sigmoid(xe[None, :], s["A"][:, None], s["B"][:, None], s["C_mid"][:, None],
-                           s["R0"][:, None])
-            lo, hi = np.nanquantile(band, [0.025, 0.975], axis=0)
-            ax.fill_between(xe, lo, hi, color=col, alpha=0.15, lw=0)
+            ax.fill_between(xe, *f.prediction_band(xe), color=col, alpha=0.15, lw=0)
         ax.axhline(f.A, color=col, ls=":", lw=1)
     ax.set_xscale("log")
     ax.set_xlabel(curves.x)
