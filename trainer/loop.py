@@ -366,7 +366,8 @@ class _Run:
             return rows, 1.0
         G = self.c.rollout.generations_per_prompt
         mine, real = shard_groups(sorted({r // G for r in rows}), self.rank, self.world)
-        local = [r for r in rows if r // G in set(mine)]
+        mine = set(mine)
+        local = [r for r in rows if r // G in mine]
         if not real:
             return local, 0.0
 
