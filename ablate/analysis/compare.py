@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ablate.analysis import verdict
-from ablate.analysis.fit import A_MARGIN, N_BOOT
+from ablate.analysis import A_MARGIN
+from ablate.analysis.fit import N_BOOT
 from ablate.analysis.fitters import refit_with_A
 from ablate.analysis.fitgroups import GroupFit
 

@@ -14,7 +14,7 @@ import math
 
 from ablate.analysis import verdict
 from ablate.analysis.compare import rank_order
-from ablate.analysis.fit import A_MARGIN
+from ablate.analysis import A_MARGIN
 from ablate.analysis.fitgroups import GroupFit
 
 

@@ -22,8 +22,6 @@ from scipy.special import expit
 from ablate.errors import InputError
 
 MIN_POINTS = 5  # fewest points in the window a fit accepts
-# The paper's run-to-run margin on A: A's closer than this are a tie (compare, stages, extrapolate).
-A_MARGIN = 0.02
 SEED_MIN_RUNS = 3  # seeds of one variant from which intervals come from per-seed fits
 N_BOOT = 1000  # parameter draws behind an interval
 LEVEL = 0.95

@@ -23,7 +23,7 @@ from typing import Any, Optional
 import yaml
 
 from ablate.errors import InputError
-from ablate.analysis.fit import A_MARGIN
+from ablate.analysis import A_MARGIN
 from ablate.analysis.gather import is_study_dir
 from trainer.rundir import read_status
 

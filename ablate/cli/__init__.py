@@ -11,7 +11,7 @@ import sys
 
 import typer
 
-from ablate.analysis.fit import A_MARGIN
+from ablate.analysis import A_MARGIN
 from ablate.errors import InputError
 
 app = typer.Typer(

@@ -35,7 +35,7 @@ from typing import Any, Optional
 import yaml
 
 from ablate.errors import InputError
-from ablate.analysis.fit import A_MARGIN
+from ablate.analysis import A_MARGIN
 from ablate.studies.expand import Variant
 from ablate.analysis.fitgroups import GroupFit
 from ablate.studies.stagespec import limit_of

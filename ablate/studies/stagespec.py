@@ -12,7 +12,7 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ablate.analysis.fit import A_MARGIN
+from ablate.analysis import A_MARGIN
 from trainer.config import BudgetConfig
 
 LIMITS = ("steps", "gpu_hours", "flops")
