@@ -1,0 +1,155 @@
+"""Which proxy RL settings give a curve whose ceiling A can be pinned? Runs many single-thread
+proxy runs side by side (one per core: a many-core box does in minutes what 2 cores need an
+hour for), then fits each group (seeds pooled) with the default fitter and prints a table.
+
+Each variant is recipes/proxy.yaml + COMMON + its own dotted overrides; all share one warmed
+proxy (built first, once). `--set grid1` varies lr / batch / NPR / loss details with eval at
+temperature 1; `--set grid2` the same ideas with near-greedy eval (temperature 0.1, 4 samples).
+
+    python benchmarks/bench_proxy_grid.py OUT --set grid2 --steps 1500      # run, then fit
+    python benchmarks/bench_proxy_grid.py OUT --fit-only [--max-step 1000]  # fit what is there
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+COMMON = {"optim.lr": 2e-4, "eval.every_steps": 50, "checkpoint.every_steps": 100000,
+          "engine.threads": 1}
+GREEDY = {"eval.temperature": 0.1, "eval.samples_per_prompt": 4}
+SETS = {
+    "grid1": {
+        "lr2_s0": {}, "lr2_s1": {"seed": 1}, "lr1": {"optim.lr": 1e-4},
+        "lr3": {"optim.lr": 3e-4}, "lr4": {"optim.lr": 4e-4},
+        "lr2_b32": {"rollout.prompts_per_step": 32},
+        "lr4_b32": {"optim.lr": 4e-4, "rollout.prompts_per_step": 32},
+        "lr2_nonpr": {"data.no_positive_resampling": False},
+        "lr3_nonpr": {"optim.lr": 3e-4, "data.no_positive_resampling": False},
+        "lr2_g16": {"rollout.generations_per_prompt": 16},
+        "lr2_ppo": {"loss.type": "ppo"}, "lr2_dapo": {"loss.type": "dapo"},
+        "lr2_tok": {"loss.aggregation": "token"}, "lr2_k1": {"off_policy.k": 1},
+        "lr2_advp": {"advantage.normalization": "prompt"},
+    },
+    "grid2": {k: {**GREEDY, **v} for k, v in {
+        "t01_s0": {}, "t01_s1": {"seed": 1}, "t03": {"eval.temperature": 0.3},
+        "t01lr4_s0": {"optim.lr": 4e-4}, "t01lr4_s1": {"optim.lr": 4e-4, "seed": 1},
+        "t01lr3": {"optim.lr": 3e-4}, "t01lr1": {"optim.lr": 1e-4},
+        "t01ppo": {"loss.type": "ppo"}, "t01dapo": {"loss.type": "dapo"},
+        "t01tok": {"loss.aggregation": "token"}, "t01advp": {"advantage.normalization": "prompt"},
+        "t01k1": {"off_policy.k": 1}, "t01b8": {"rollout.prompts_per_step": 8},
+        "t01cap": {"task.unanswerable_fraction": 0.3}, "t01slow": {"optim.warmup_steps": 150},
+    }.items()},
+}
+
+# One run in its own process with one thread, like a sweep job on a 1-core slot.
+ONE = ("import sys, torch; torch.set_num_threads(1); import yaml, trainer; from pathlib import Path;"
+       "from trainer.config import TrainConfig;"
+       "trainer.run(TrainConfig.model_validate(yaml.safe_load(open(sys.argv[1]))), Path(sys.argv[2]))")
+
+
+def config_for(overrides: dict) -> dict:
+    cfg = yaml.safe_load((ROOT / "recipes" / "proxy.yaml").read_text())
+    for path, value in overrides.items():
+        node = cfg
+        keys = path.split(".")
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = value
+    return cfg
+
+
+def run_all(out: Path, variants: dict, steps: int) -> None:
+    from trainer.config import TrainConfig
+    from trainer.proxy import proxy_path
+
+    t0 = time.time()
+    cfgs = {n: config_for({**COMMON, "budget.steps": steps, **o}) for n, o in variants.items()}
+    for c in cfgs.values():
+        TrainConfig.model_validate(c)  # every variant is valid before anything trains
+    proxy_path(TrainConfig.model_validate(next(iter(cfgs.values()))))
+    print(f"proxy ready in {time.time() - t0:.0f} s", flush=True)
+    procs = []
+    for name, cfg in cfgs.items():
+        d = out / name
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "in.yaml").write_text(yaml.safe_dump(cfg))
+        procs.append((name, subprocess.Popen(
+            [sys.executable, "-c", ONE, str(d / "in.yaml"), str(d / "run")],
+            stdout=open(d / "log", "w"), stderr=subprocess.STDOUT,
+            env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})))
+    for name, p in procs:
+        p.wait()
+        print(f"{name}: exit {p.returncode} at {time.time() - t0:.0f} s", flush=True)
+
+
+def fit_all(out: Path, max_step: int | None) -> list[dict]:
+    """Seeds (`_s0`, `_s1` suffixes) of one name are pooled, as compare pools a variant's seeds."""
+    import numpy as np
+
+    from ablate.analysis.fit import FitError
+    from ablate.analysis.fitters import fit_sigmoid
+
+    groups: dict[str, list[list[tuple[float, float]]]] = {}
+    for m in sorted(out.glob("*/run/metrics.jsonl")):
+        name = m.parts[-3]
+        group = name.rsplit("_s", 1)[0] if name[-3:] in ("_s0", "_s1") else name
+        rows = [json.loads(line) for line in m.read_text().splitlines() if line.strip()]
+        groups.setdefault(group, []).append(
+            [(r["flops"], r["eval/pass_rate"]) for r in rows
+             if "eval/pass_rate" in r and (max_step is None or r["step"] <= max_step)])
+    table = []
+    for group, curves in groups.items():
+        x = np.concatenate([[c for c, _ in s] for s in curves])
+        y = np.concatenate([[v for _, v in s] for s in curves])
+        sid = np.concatenate([[i] * len(s) for i, s in enumerate(curves)])
+        tail = float(np.mean([np.mean([v for _, v in s[-5:]]) for s in curves]))
+        row = {"variant": group, "seeds": len(curves), "points": len(y), "last5_mean": tail}
+        try:
+            f = fit_sigmoid(x, y, seeds=sid)
+            row.update(A=f.A, A_lo=f.ci["A"][0], A_hi=f.ci["A"][1], B=f.B, r2=f.r2)
+        except FitError as e:
+            row["fit"] = str(e).split(":")[0]
+        table.append(row)
+    return table
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--set", choices=sorted(SETS), default="grid2")
+    ap.add_argument("--only", help="comma-separated variant names of the set")
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--fit-only", action="store_true")
+    ap.add_argument("--max-step", type=int, help="fit only points up to this step")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    variants = SETS[a.set]
+    if a.only:
+        variants = {k: variants[k] for k in a.only.split(",")}
+    if not a.fit_only:
+        run_all(a.out, variants, a.steps)
+    table = fit_all(a.out, a.max_step)
+    if a.json:
+        print(json.dumps(table, indent=1))
+        return
+    print("| variant | seeds | mean of last 5 evals | A [95%] | B | R^2 |\n|---|---|---|---|---|---|")
+    for r in table:
+        fit = (f"{r['A']:.3f} [{r['A_lo']:.3f}, {r['A_hi']:.3f}] | {r['B']:.2f} | {r['r2']:.3f}"
+               if "A" in r else f"fit refused: {r['fit']} | | ")
+        print(f"| {r['variant']} | {r['seeds']} | {r['last5_mean']:.3f} | {fit} |")
+
+
+if __name__ == "__main__":
+    main()
