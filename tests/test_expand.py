@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from ablate.studies.expand import expand, run_id_of
+from ablate.errors import InputError
 from ablate.studies.study import load_study
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,3 +121,16 @@ def test_run_id_ignores_placement_and_logging_but_not_what_is_computed(tmp_path)
     assert moved[0].config.rollout.vllm.gpu_memory_utilization == 0.5
     assert moved[0].run_id == base.run_id
     assert hotter[0].run_id != base.run_id
+
+
+def test_grid_base_need_only_be_valid_once_its_axes_apply(tmp_path):
+    # cispo takes no eps_high; every run of this grid is ppo or dapo, which do.
+    body = "overrides:\n  loss.eps_high: 0.3\naxes:\n  loss.type: [ppo, dapo]\nseeds: [0]\n"
+    vs = study(tmp_path, body)
+    assert [(v.config.loss.type, v.config.loss.eps_high) for v in vs] == [("ppo", 0.3), ("dapo", 0.3)]
+    # In one_at_a_time the base trains as it is, so the same base is an error there ...
+    with pytest.raises(InputError, match="eps_high"):
+        study(tmp_path, "mode: one_at_a_time\n" + body)
+    # ... and in a grid a combination that is invalid still is, naming the key.
+    with pytest.raises(InputError, match="eps_high"):
+        study(tmp_path, body.replace("[ppo, dapo]", "[ppo, cispo]"))

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ablate.errors import InputError
-from ablate.studies.study import LoadedStudy, Provenance, set_path, validate_config
+from ablate.studies.study import (LoadedStudy, Provenance, base_is_a_run, set_path,
+                                  validate_config)
 from trainer.config import TrainConfig
 
 Assignment = tuple[tuple[str, ...], Any, str]  # (config keys, value, where it was written)
@@ -108,9 +109,10 @@ def _apply(base: dict[str, Any], prov: Provenance, assign: list[Assignment]) -> 
 def expand(ls: LoadedStudy) -> list[Variant]:
     """All variants of a loaded study; identical configs collapse into the first one listed."""
     s = ls.study
-    # Each axis value alone against the base first: an invalid value is reported at its own
-    # line, not as a failure of some combination.
-    for path, vals in s.axes.items():
+    # Where a value alone against the base is a run, check each first, so an invalid value is
+    # reported at its own line before any combination. In a grid or zip only combinations run
+    # (and `validate_config` still names the line that set the bad value).
+    for path, vals in s.axes.items() if base_is_a_run(s) else ():
         for i, v in enumerate(vals):
             keys = tuple(path.split("."))
             tree, prov = _apply(ls.base_tree, ls.prov, [(keys, v, ls.doc.where(("axes", path, str(i))))])

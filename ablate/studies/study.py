@@ -375,9 +375,17 @@ def load_study(path: Path | str, overrides: Sequence[str] = ()) -> LoadedStudy:
     tree, prov, recipes = resolve_base(doc, study.base, study.overrides, study.budget)
     tree = apply_cli_overrides(tree, prov, overrides)
     _check_axes(study, doc)
-    validate_config(tree, prov, str(path))  # the base itself must be a valid run
+    if base_is_a_run(study):
+        validate_config(tree, prov, str(path))
     return LoadedStudy(study=study, doc=doc, base_tree=tree, prov=prov, recipes=recipes,
                        cli_overrides=list(overrides))
+
+
+def base_is_a_run(study: Study) -> bool:
+    """Whether the base config itself trains: then it must be valid on its own. In a grid or zip
+    every run sets every axis, so a base that is only valid once an axis is applied (a cispo base
+    with `loss.eps_high` and `loss.type: [ppo, dapo]`) is fine: `expand` validates each run."""
+    return not study.axes or study.mode in ("one_at_a_time", "leave_one_out")
 
 
 # Keys whose value is a file or folder: an existing relative path is made absolute, so a job
