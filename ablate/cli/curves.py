@@ -10,7 +10,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
@@ -18,10 +18,11 @@ from rich.table import Table
 
 from ablate.cli import app, margin_option
 from ablate.cli.progress import delayed_progress
-from ablate.analysis.fit import MIN_POINTS, PAPER_GRIDS
 from ablate.errors import InputError
-from ablate.analysis.fitgroups import GroupFit, fit_groups
-from ablate.analysis.sources import Curves, load
+
+if TYPE_CHECKING:  # numpy/scipy/pandas load when a command fits, not for `ablate --help`
+    from ablate.analysis.fitgroups import GroupFit
+    from ablate.analysis.sources import Curves
 
 # Wide when piped (rich would wrap at 80 columns): the tables carry intervals in every cell.
 out = Console(width=None if sys.stdout.isatty() else 200)
@@ -77,6 +78,10 @@ def _run_fits(source: Path, x, y, by, min_compute, max_compute, method, quiet: b
               paper_grid: str = "relative", bins: Optional[int] = None,
               ) -> tuple[Curves, list[GroupFit]]:
     """Load, validate (`check(curves)` before any work), fit each variant with a progress bar."""
+    from ablate.analysis.fit import MIN_POINTS, PAPER_GRIDS
+    from ablate.analysis.fitgroups import fit_groups
+    from ablate.analysis.sources import Curves, load
+
     if method not in ("default", "paper"):
         raise InputError(f"--method {method!r}: valid methods are default, paper")
     if paper_grid not in PAPER_GRIDS:
