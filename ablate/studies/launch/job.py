@@ -62,10 +62,9 @@ class RunJob(submitit.helpers.Checkpointable):
         self.entry = entry
 
     def __call__(self) -> list[str]:
+        # A multi-task job's ranks find each other in the trainer (`trainer.distributed.read_env`
+        # reads Slurm's variables), the one place that decides rank, world and master address.
         env = submitit.JobEnvironment()
-        if env.num_tasks > 1:
-            # Multi-process job (e.g. one task per GPU): torch.distributed env from Slurm.
-            submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
         from trainer.config import TrainConfig
 
         fn = load_entry(self.entry)
