@@ -271,11 +271,17 @@ def validate_config(tree: dict[str, Any], prov: Provenance, fallback: str) -> Tr
         return TrainConfig.model_validate(tree)
     except ValidationError as err:
 
+        msg = str(err.errors(include_url=False)[0]["msg"])
+
         def where(loc: KeyPath) -> str:
             for n in range(len(loc), 0, -1):
                 if loc[:n] in prov:
                     return prov[loc[:n]]
-            return fallback
+            # A check on a whole section (`loss`: "loss.type 'cispo' does not take eps_high")
+            # points at the line that last set a key the message names, else any key under it.
+            under = [k for k in prov if len(k) > len(loc) and k[:len(loc)] == loc]
+            named = [k for k in under if re.search(rf"\b{re.escape(k[-1])}\b", msg)]
+            return prov[(named or under)[-1]] if under else fallback
 
         raise InputError(format_validation_error(err, where, TrainConfig)) from None
 
