@@ -134,3 +134,6 @@ def test_grid_base_need_only_be_valid_once_its_axes_apply(tmp_path):
     # ... and in a grid a combination that is invalid still is, at the line that set the option.
     with pytest.raises(InputError, match=r"s\.yaml:4: loss: .*does not take eps_high"):
         study(tmp_path, body.replace("[ppo, dapo]", "[ppo, cispo]"))
+    # A bad value at a key is an error even where an axis would set that key in every run.
+    with pytest.raises(InputError, match="aggregation"):
+        study(tmp_path, "overrides:\n  loss.aggregation: median\naxes:\n  loss.aggregation: [token, sample]\n")

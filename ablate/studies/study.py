@@ -381,8 +381,11 @@ def load_study(path: Path | str, overrides: Sequence[str] = ()) -> LoadedStudy:
     tree, prov, recipes = resolve_base(doc, study.base, study.overrides, study.budget)
     tree = apply_cli_overrides(tree, prov, overrides)
     _check_axes(study, doc)
-    if base_is_a_run(study):
-        validate_config(tree, prov, str(path))
+    try:
+        TrainConfig.model_validate(tree)
+    except ValidationError as err:
+        if base_is_a_run(study) or not _axes_may_fix(err, study):
+            validate_config(tree, prov, str(path))  # raises the one-line error
     return LoadedStudy(study=study, doc=doc, base_tree=tree, prov=prov, recipes=recipes,
                        cli_overrides=list(overrides))
 
@@ -390,8 +393,18 @@ def load_study(path: Path | str, overrides: Sequence[str] = ()) -> LoadedStudy:
 def base_is_a_run(study: Study) -> bool:
     """Whether the base config itself trains: then it must be valid on its own. In a grid or zip
     every run sets every axis, so a base that is only valid once an axis is applied (a cispo base
-    with `loss.eps_high` and `loss.type: [ppo, dapo]`) is fine: `expand` validates each run."""
+    with `loss.eps_high` and `loss.type: [ppo, dapo]`) is fine: `expand` validates each run.
+    `_axes_may_fix` says which base errors an axis can make moot."""
     return not study.axes or study.mode in ("one_at_a_time", "leave_one_out")
+
+
+def _axes_may_fix(err: ValidationError, study: Study) -> bool:
+    """Whether every error is a check on a section an axis sets a key in (`loss` when an axis
+    varies `loss.type`), so the runs may be valid. A bad value at a key itself (an override
+    `loss.aggregation=median`) is an error whatever the axes do."""
+    axes = [tuple(p.split(".")) for p in study.axes]
+    return all(any(len(loc) < len(k) and k[:len(loc)] == loc for k in axes)
+               for loc in (tuple(str(x) for x in e["loc"]) for e in err.errors()))
 
 
 # Keys whose value is a file or folder: an existing relative path is made absolute, so a job
