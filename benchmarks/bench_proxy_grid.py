@@ -60,13 +60,11 @@ ONE = ("import sys, torch; torch.set_num_threads(1); import yaml, trainer; from 
 
 
 def config_for(overrides: dict) -> dict:
+    from ablate.studies.study import set_path
+
     cfg = yaml.safe_load((ROOT / "recipes" / "proxy.yaml").read_text())
     for path, value in overrides.items():
-        node = cfg
-        keys = path.split(".")
-        for k in keys[:-1]:
-            node = node.setdefault(k, {})
-        node[keys[-1]] = value
+        cfg = set_path(cfg, tuple(path.split(".")), value)
     return cfg
 
 

@@ -278,7 +278,8 @@ def validate_config(tree: dict[str, Any], prov: Provenance, fallback: str) -> Tr
                 if loc[:n] in prov:
                     return prov[loc[:n]]
             # A check on a whole section (`loss`: "loss.type 'cispo' does not take eps_high")
-            # points at the line that last set a key the message names, else any key under it.
+            # points at the line that set a key under it the message names (the last such key
+            # in provenance order, i.e. the order keys were first written), else at any key under it.
             under = [k for k in prov if len(k) > len(loc) and k[:len(loc)] == loc]
             named = [k for k in under if re.search(rf"\b{re.escape(k[-1])}\b", msg)]
             return prov[(named or under)[-1]] if under else fallback
