@@ -4,7 +4,8 @@ hour for), then fits each group (seeds pooled) with the default fitter and print
 
 Each variant is recipes/proxy.yaml + COMMON + its own dotted overrides; all share one warmed
 proxy (built first, once). `--set grid1` varies lr / batch / NPR / loss details with eval at
-temperature 1; `--set grid2` the same ideas with near-greedy eval (temperature 0.1, 4 samples).
+temperature 1; `--set grid2` the same ideas with near-greedy eval (temperature 0.1, 4 samples);
+`--set grid3` writes answers least-significant digit first (task.reversed_answer).
 
     python benchmarks/bench_proxy_grid.py OUT --set grid2 --steps 1500      # run, then fit
     python benchmarks/bench_proxy_grid.py OUT --fit-only [--max-step 1000]  # fit what is there
@@ -50,6 +51,12 @@ SETS = {
         "t01tok": {"loss.aggregation": "token"}, "t01advp": {"advantage.normalization": "prompt"},
         "t01k1": {"off_policy.k": 1}, "t01b8": {"rollout.prompts_per_step": 8},
         "t01cap": {"task.unanswerable_fraction": 0.3}, "t01slow": {"optim.warmup_steps": 150},
+    }.items()},
+    # Answers written least-significant digit first (task.reversed_answer), eval at temperature
+    # 1 (mean@16) and near-greedy; the recipe's own lr 1e-4 is not used here (COMMON: 2e-4).
+    "grid3": {k: {"task.reversed_answer": True, **v} for k, v in {
+        "rev_s0": {}, "rev_s1": {"seed": 1},
+        "rev_t01_s0": GREEDY, "rev_t01_s1": {**GREEDY, "seed": 1},
     }.items()},
 }
 

@@ -182,6 +182,20 @@ def test_arithmetic_eval_is_disjoint_from_train():
     random.seed(0)
 
 
+def test_arithmetic_reversed_answer_is_written_least_significant_digit_first():
+    from trainer.tasks import build_task
+
+    cfg = dict(operators=["+", "-", "*"], num_train_prompts=300, num_eval_prompts=10)
+    fwd = build_task(C.TaskConfig(**cfg))
+    rev = build_task(C.TaskConfig(**cfg, reversed_answer=True))
+    for f, r in zip(fwd.train, rev.train):
+        assert f.prompt == r.prompt
+        sign = "-" if f.answer.startswith("-") else ""
+        assert r.answer == sign + f.answer.lstrip("-")[::-1]
+        assert rev.score(r, r.answer) and (r.answer == f.answer or not rev.score(r, f.answer))
+    assert any(f.answer.startswith("-") for f in fwd.train)  # the sign case is exercised
+
+
 def test_pipeline_counts_generation_of_batches_refused_as_stale():
     """A batch refused as > k versions old was still generated: the next batch carries its
     generator tokens so the loop counts their FLOPs. (The queue is fed by hand here instead of

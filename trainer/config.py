@@ -129,6 +129,14 @@ class TaskConfig(_Strict):
     operators: list[Literal["+", "-", "*"]] = Field(
         default_factory=lambda: ["+"], min_length=1, description="arithmetic: operators drawn."
     )
+    reversed_answer: bool = Field(
+        False,
+        description="arithmetic: write the answer least-significant digit first (after its "
+        "sign), as in Lee et al. 2023, 'Teaching Arithmetic to Small Transformers': each digit "
+        "then depends only on the operands' digits and the carry just written. On the CPU "
+        "proxy its RL curve rises more smoothly, but its supervised warm-up learns in a sudden "
+        "jump whose timing depends on the floating-point path (benchmarks/RESULTS.md).",
+    )
     path: Optional[str] = Field(None, description="math: local .jsonl/.parquet file.")
     num_train_prompts: int = Field(4096, gt=0, description="Size of the training prompt pool.")
     num_eval_prompts: int = Field(

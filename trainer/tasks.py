@@ -77,7 +77,10 @@ def arithmetic(cfg: TaskConfig) -> Task:
             continue
         seen.add((a, b, op))
         val = a + b if op == "+" else a - b if op == "-" else a * b
-        probs.append(Problem(f"{a:0{cfg.digits}d}{op}{b:0{cfg.digits}d}=", str(val),
+        answer = str(val)
+        if cfg.reversed_answer:
+            answer = "-" * (val < 0) + str(abs(val))[::-1]
+        probs.append(Problem(f"{a:0{cfg.digits}d}{op}{b:0{cfg.digits}d}=", answer,
                              difficulty=_carries(a, b) if op == "+" else len(str(abs(val)))))
     return Task(train=probs[: cfg.num_train_prompts], eval=probs[cfg.num_train_prompts:],
                 score=lambda p, text: text.strip() == p.answer)
