@@ -14,7 +14,6 @@ temperature 1; `--set grid2` the same ideas with near-greedy eval (temperature 0
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import subprocess
@@ -90,10 +89,11 @@ def run_all(out: Path, variants: dict, steps: int) -> None:
         d = out / name
         d.mkdir(parents=True, exist_ok=True)
         (d / "in.yaml").write_text(yaml.safe_dump(cfg))
-        procs.append((name, subprocess.Popen(
-            [sys.executable, "-c", ONE, str(d / "in.yaml"), str(d / "run")],
-            stdout=open(d / "log", "w"), stderr=subprocess.STDOUT,
-            env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})))
+        with open(d / "log", "w") as log:  # the child holds its own copy of the handle
+            procs.append((name, subprocess.Popen(
+                [sys.executable, "-c", ONE, str(d / "in.yaml"), str(d / "run")],
+                stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})))
     for name, p in procs:
         p.wait()
         print(f"{name}: exit {p.returncode} at {time.time() - t0:.0f} s", flush=True)

@@ -185,7 +185,7 @@ def test_arithmetic_eval_is_disjoint_from_train():
 def test_arithmetic_reversed_answer_is_written_least_significant_digit_first():
     from trainer.tasks import build_task
 
-    cfg = dict(operators=["+", "-", "*"], num_train_prompts=300, num_eval_prompts=10)
+    cfg = {"operators": ["+", "-", "*"], "num_train_prompts": 300, "num_eval_prompts": 10}
     fwd = build_task(C.TaskConfig(**cfg))
     rev = build_task(C.TaskConfig(**cfg, reversed_answer=True))
     for f, r in zip(fwd.train, rev.train):
