@@ -121,6 +121,62 @@ class WarmupLog:
         return self.checks[-1][1]
 
 
+class _Warmup:
+    """The warm-up's state (model, optimizer, batch sampler) and its moves: measure the held-out
+    pass rate, train some steps, take a snapshot and go back to one."""
+
+    def __init__(self, model: nn.Module, tok, task, config: TrainConfig) -> None:
+        p = config.model.proxy
+        self.model, self.task, self.tok, self.batch_size = model, task, tok, p.warmup_batch_size
+        self.g = torch.Generator().manual_seed(config.task.data_seed)
+        enc = lambda s: tok(s, add_special_tokens=False).input_ids
+        self.prompts = [enc(x.prompt) for x in task.train]
+        self.targets = [enc(task.target(x)) + [tok.eos_token_id] for x in task.train]
+        self.problems = task.eval[: p.warmup_eval_prompts]
+        self.eval_prompts = [enc(x.prompt) for x in self.problems]
+        # Measured with plain sampling (no length control) and an answer-sized cap, so every
+        # variant's settings share one warmed model; eval's mean@16 at temperature 1 measures
+        # the same quantity at the run's first point.
+        longest = max(len(enc(task.target(x))) for x in self.problems)
+        self.measure_cfg = config.model_copy(update={
+            "precision": PrecisionConfig(dtype="fp32"),
+            "length": LengthConfig(control="none"),
+            "rollout": RolloutConfig(backend="hf", max_new_tokens=longest + 2)})
+        # Constant LR, no schedule: the state at any step is a valid place to stop.
+        self.opt = torch.optim.AdamW(model.parameters(), lr=p.warmup_lr, weight_decay=0.0)
+        self.body = model.get_decoder()
+        self.head = LMHead(model.get_output_embeddings(), fp32=True)
+
+    def measure(self) -> float:
+        from trainer.evaluate import pass_rate
+        from trainer.rollout import HFGenerator
+
+        self.model.eval()
+        gen = HFGenerator(self.measure_cfg, self.model, self.tok)
+        return pass_rate(gen, self.task, self.problems, self.eval_prompts, self.measure_cfg,
+                         self.tok, seed=WARMUP_EVAL_SEED, k=16, temperature=1.0)
+
+    def train(self, n: int) -> None:
+        self.model.train()
+        for _ in range(n):
+            idx = torch.randint(len(self.prompts), (self.batch_size,), generator=self.g).tolist()
+            b = pack([self.prompts[i] for i in idx], [self.targets[i] for i in idx],
+                     self.tok.pad_token_id)
+            logp, _ = completion_logprobs(self.body, self.head, b, torch.device("cpu"), "fp32")
+            loss = -(logp * b["mask"]).sum() / b["mask"].sum()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            self.opt.step(), self.opt.zero_grad(set_to_none=True)
+
+    def snapshot(self) -> tuple:
+        return (copy.deepcopy(self.model.state_dict()), copy.deepcopy(self.opt.state_dict()),
+                self.g.get_state())
+
+    def restore(self, snap: tuple) -> None:
+        ms, os_, gs = snap
+        self.model.load_state_dict(ms), self.opt.load_state_dict(os_), self.g.set_state(gs)
+
+
 def supervised_warmup(model: nn.Module, tok, task, config: TrainConfig,
                       on_check=None) -> WarmupLog:
     """Teacher-forced steps on (prompt, answer+EOS) pairs until the held-out pass rate, measured
@@ -132,54 +188,13 @@ def supervised_warmup(model: nn.Module, tok, task, config: TrainConfig,
     the band: long strides; near it: short ones); a check above the band restores the last
     state below it and retries with shorter strides, so the band cannot be stepped over.
     """
-    from trainer.evaluate import pass_rate
-    from trainer.rollout import HFGenerator
-
     p = config.model.proxy
     target, band = p.warmup_target, p.warmup_band
-    g = torch.Generator().manual_seed(config.task.data_seed)
-    prompts = [tok(x.prompt, add_special_tokens=False).input_ids for x in task.train]
-    targets = [tok(task.target(x), add_special_tokens=False).input_ids + [tok.eos_token_id]
-               for x in task.train]
-    problems = task.eval[: p.warmup_eval_prompts]
-    eval_prompts = [tok(x.prompt, add_special_tokens=False).input_ids for x in problems]
-    # Measured with plain sampling (no length control) and an answer-sized cap, so every
-    # variant's settings share one warmed model; eval's mean@16 at temperature 1 measures the
-    # same quantity at the run's first point.
-    longest = max(len(tok(task.target(x), add_special_tokens=False).input_ids) for x in problems)
-    measure_cfg = config.model_copy(update={
-        "precision": PrecisionConfig(dtype="fp32"),
-        "length": LengthConfig(control="none"),
-        "rollout": RolloutConfig(backend="hf", max_new_tokens=longest + 2)})
-    # Constant LR, no schedule: the state at any step is a valid place to stop.
-    opt = torch.optim.AdamW(model.parameters(), lr=p.warmup_lr, weight_decay=0.0)
-    body, head = model.get_decoder(), LMHead(model.get_output_embeddings(), fp32=True)
-
-    def measure() -> float:
-        model.eval()
-        gen = HFGenerator(measure_cfg, model, tok)
-        return pass_rate(gen, task, problems, eval_prompts, measure_cfg, tok,
-                         seed=WARMUP_EVAL_SEED, k=16, temperature=1.0)
-
-    def train(n: int) -> None:
-        model.train()
-        for _ in range(n):
-            idx = torch.randint(len(prompts), (p.warmup_batch_size,), generator=g).tolist()
-            b = pack([prompts[i] for i in idx], [targets[i] for i in idx], tok.pad_token_id)
-            logp, _ = completion_logprobs(body, head, b, torch.device("cpu"), "fp32")
-            loss = -(logp * b["mask"]).sum() / b["mask"].sum()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step(), opt.zero_grad(set_to_none=True)
-
-    def snapshot(step: int, rate: float) -> tuple:
-        return (step, rate, copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()),
-                g.get_state())
-
+    w = _Warmup(model, tok, task, config)
     log, step, stride, trained, cap = WarmupLog(), 0, 100, 0, 100
-    below = None  # the last checked state below the band
+    below = None  # (step, snapshot) of the last checked state below the band
     while True:
-        rate = measure()
+        rate = w.measure()
         log.checks.append((step, rate))
         if on_check is not None:
             on_check(step, rate)
@@ -190,21 +205,21 @@ def supervised_warmup(model: nn.Module, tok, task, config: TrainConfig,
                 raise WarmupError(
                     f"model.proxy.warmup_target: the model's pass rate is {rate:.3f} before any "
                     f"warm-up, above the band {target} +- {band}; raise warmup_target")
-            step, _, ms, os_, gs = below
-            model.load_state_dict(ms), opt.load_state_dict(os_), g.set_state(gs)
+            step = below[0]
+            w.restore(below[1])
             cap = max(1, stride // 4)  # strides never again reach the one that overshot
             stride = cap
         else:
             slope = _slope(log.checks)
             stride = cap if slope <= 0 else int(min(cap, max(2, 0.5 * (target - rate) / slope)))
-            below = snapshot(step, rate)
+            below = (step, w.snapshot())
         if step + stride > p.warmup_max_steps or trained + stride > 2 * p.warmup_max_steps:
             best = max(r for _, r in log.checks)
             raise WarmupError(
                 f"model.proxy: the supervised warm-up reached a held-out pass rate of {best:.3f} "
                 f"at most in {p.warmup_max_steps} steps (warmup_max_steps), never the band "
                 f"{target} +- {band}; raise warmup_max_steps or warmup_lr, or lower warmup_target")
-        train(stride)
+        w.train(stride)
         step += stride
         trained += stride
 
