@@ -53,6 +53,22 @@ def test_warmup_that_never_reaches_its_band_says_what_to_change(tmp_path, monkey
     assert "warmup_max_steps" in msg and "0.9 +- 0.01" in msg and "\n" not in msg
 
 
+def test_proxy_is_built_with_denormals_flushed_like_the_trainer_runs():
+    """A warm-up's steps and weights differ with and without flushed denormals (the recipe's:
+    1,066 vs 1,069 steps), and the trainer flushes them; so the build must flush them itself,
+    or the cached model would depend on which process (a run, a test fixture, a benchmark)
+    built it first. Checked by the mode the build leaves: a denormal input reads as zero."""
+    from trainer.proxy import build_proxy
+
+    denormal = lambda: (torch.tensor([1e-39], dtype=torch.float32) * 1.0).item()
+    torch.set_flush_denormal(False)
+    if denormal() == 0.0:
+        pytest.skip("this CPU flushes denormals regardless of torch.set_flush_denormal")
+    c = config(merge(PROXY, merge(SMALL, {"model": {"proxy": {"warmup_target": None}}})))
+    build_proxy(c)
+    assert denormal() == 0.0
+
+
 def test_cache_key_covers_the_build_not_the_rl_settings(monkeypatch):
     import trainer.proxy as proxy
 
