@@ -221,3 +221,14 @@ def test_pipeline_counts_generation_of_batches_refused_as_stale():
     got = p.next(10)
     assert got.rollout.gen_tokens == [3] and p.stale_dropped == 2
     assert got.dropped_gen_tokens == 5 + 7
+
+
+def test_eval_per_decade_adds_log_spaced_steps_to_every_steps():
+    from trainer.config import EvalConfig
+
+    e = EvalConfig(every_steps=50, per_decade=8)
+    due = {s for s in range(1, 1001) if e.due(s)}
+    log_spaced = {round(10 ** (i / 8)) for i in range(0, 25)}
+    assert due == ({s for s in log_spaced if s <= 1000} | set(range(50, 1001, 50)))
+    assert {1, 2, 3, 4, 6, 7, 10, 13, 18, 24, 32, 42, 56, 75} <= due
+    assert not any(EvalConfig(every_steps=50).due(s) for s in (1, 13, 75))

@@ -15,6 +15,8 @@ can validate thousands of variants quickly without importing torch.
 
 from __future__ import annotations
 
+import math
+
 from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -331,11 +333,30 @@ class EngineConfig(_Strict):
 
 class EvalConfig(_Strict):
     every_steps: int = Field(100, gt=0, description="Evaluate every N steps (paper: 100).")
+    per_decade: Optional[int] = Field(
+        None, gt=0,
+        description="Also evaluate at steps spaced evenly in log-steps: this many per tenfold "
+        "(1, 2, 3, 4, 6, 7, 10, 13, 18, ... for 8). The sigmoid is fitted against log-compute, "
+        "so evenly spaced evaluations there weight its rise and its plateau alike; every "
+        "`every_steps` alone leaves a curve that rises in its first tens of steps with 2-3 "
+        "points on the rise and the fit to its plateau (benchmarks/RESULTS.md). None = off.",
+    )
     num_prompts: Optional[int] = Field(
         None, gt=0, description="Held-out prompts per eval (None = all of task.num_eval_prompts)."
     )
     samples_per_prompt: int = Field(16, gt=0, description="k of mean@k (paper: 16).")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature at eval.")
+
+    def due(self, step: int) -> bool:
+        """Is `step` an evaluation step (besides the first and the last, always evaluated)?"""
+        if step % self.every_steps == 0:
+            return True
+        if self.per_decade is None or step < 1:
+            return False
+        # step is due if it is the rounding of some 10**(i / per_decade): the first i whose
+        # value rounds to at least step must round to exactly step.
+        i = math.ceil(self.per_decade * math.log10(step - 0.5))
+        return round(10 ** (i / self.per_decade)) == step
     # Eval samples with the hf sampler on the trainer's own weights (whatever the rollout
     # backend), with the same length control and a fixed seed, so successive points differ
     # only by the model.

@@ -252,7 +252,7 @@ class _Run:
                 self.counters["wall"] += time.perf_counter() - t0
                 self.status("running")
                 last = self.budget_spent()
-                if self.step % c.eval.every_steps == 0 or last:
+                if c.eval.due(self.step) or last:
                     self.evaluate(source)
                     self.checkpoint()
                 elif self.step % c.checkpoint.every_steps == 0:
