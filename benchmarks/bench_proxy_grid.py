@@ -57,6 +57,32 @@ SETS = {
         "rev_s0": {}, "rev_s1": {"seed": 1},
         "rev_t01_s0": GREEDY, "rev_t01_s1": {**GREEDY, "seed": 1},
     }.items()},
+    # RL on a small pool, eval on that pool (eval.split: train), evals log-spaced.
+    "pool": {f"n{n}_s{i}": {**GREEDY, "seed": i, "task.rl_pool": n, "optim.lr": 1e-4,
+                            "eval.split": "train", "eval.every_steps": 50,
+                            "eval.per_decade": 8}
+             for n in (128, 256) for i in range(2)},
+    # The quickstart's axis on that set-up.
+    "qspool": {f"p{b}_s{i}": {**GREEDY, "seed": i, "task.rl_pool": 128, "optim.lr": 2e-4,
+                              "rollout.prompts_per_step": b, "eval.split": "train",
+                              "eval.every_steps": 50, "eval.per_decade": 8}
+               for b in (8, 16, 32) for i in range(2)},
+    "qspool256": {f"p{b}_s{i}": {**GREEDY, "seed": i, "task.rl_pool": 256, "optim.lr": 1e-4,
+                                 "rollout.prompts_per_step": b, "eval.split": "train",
+                                 "eval.every_steps": 50, "eval.per_decade": 8}
+                  for b in (8, 16, 32) for i in range(2)},
+    # Equal compute for every variant (the paper compares recipes at equal GPU-hours).
+    "qsflops": {f"p{b}_s{i}": {**GREEDY, "seed": i, "task.rl_pool": 256, "optim.lr": 1e-4,
+                               "rollout.prompts_per_step": b, "eval.split": "train",
+                               "eval.every_steps": 50, "eval.per_decade": 8,
+                               "budget.flops": 2.5e12}
+                for b in (8, 16, 32) for i in range(2)},
+    "calib": {f"{n}_s{i}": {**GREEDY, "seed": i, "task.rl_pool": 256, "optim.lr": 1e-4,
+                            "eval.split": "train", "eval.every_steps": 50, "eval.per_decade": 8,
+                            "budget.flops": 2.5e12, **o}
+              for n, o in {"cap": {"task.unanswerable_fraction": 0.3},
+                           "slow": {"optim.warmup_steps": 150},
+                           "lr5e5": {"optim.lr": 5e-5}}.items() for i in range(2)},
 }
 
 # One run in its own process with one thread, like a sweep job on a 1-core slot.

@@ -182,6 +182,23 @@ def test_arithmetic_eval_is_disjoint_from_train():
     random.seed(0)
 
 
+def test_rl_pool_and_eval_on_train_split():
+    """rl_pool cuts what RL draws from; eval split 'train' scores copies of that pool, so the
+    calibration cap marks what eval scores and leaves every training problem answerable."""
+    from trainer.tasks import build_task
+
+    full = build_task(C.TaskConfig(num_train_prompts=500, num_eval_prompts=100))
+    t = build_task(C.TaskConfig(num_train_prompts=500, num_eval_prompts=100, rl_pool=64,
+                                unanswerable_fraction=0.25), "train")
+    assert [p.prompt for p in t.train] == [p.prompt for p in full.train[:64]]
+    assert [p.prompt for p in t.eval] == [p.prompt for p in t.train]
+    assert sum(p.unanswerable for p in t.eval) == 16 and not any(p.unanswerable for p in t.train)
+    assert all(t.score(p, p.answer) for p in t.train)
+    assert sum(t.score(p, p.answer) for p in t.eval) == 48
+    held = build_task(C.TaskConfig(num_train_prompts=500, num_eval_prompts=100, rl_pool=64))
+    assert [p.prompt for p in held.eval] == [p.prompt for p in full.eval]
+
+
 def test_arithmetic_reversed_answer_is_written_least_significant_digit_first():
     from trainer.tasks import build_task
 

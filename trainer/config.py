@@ -141,6 +141,12 @@ class TaskConfig(_Strict):
     )
     path: Optional[str] = Field(None, description="math: local .jsonl/.parquet file.")
     num_train_prompts: int = Field(4096, gt=0, description="Size of the training prompt pool.")
+    rl_pool: Optional[int] = Field(
+        None, gt=0,
+        description="RL draws only from the first N training problems (None = all of them). "
+        "The CPU proxy's supervised warm-up still learns from all `num_train_prompts`, so a "
+        "small pool is a data-limited RL run from the same warmed model, not a weaker model.",
+    )
     num_eval_prompts: int = Field(
         1000, gt=0, description="Held-out prompts, disjoint from training (paper: 1,000)."
     )
@@ -346,6 +352,14 @@ class EvalConfig(_Strict):
     )
     samples_per_prompt: int = Field(16, gt=0, description="k of mean@k (paper: 16).")
     temperature: float = Field(1.0, gt=0, description="Sampling temperature at eval.")
+    split: Literal["heldout", "train"] = Field(
+        "heldout",
+        description="Which problems eval scores: 'heldout' (the paper's validation set, "
+        "disjoint from training) or 'train' (the first `num_prompts` of the problems RL "
+        "trains on: how far RL has optimized its own pool; on the CPU proxy this curve rises "
+        "smoothly to a ceiling, where held-out accuracy of a tiny model creeps with its "
+        "generalization; benchmarks/RESULTS.md).",
+    )
 
     def due(self, step: int) -> bool:
         """Is `step` an evaluation step (besides the first and the last, always evaluated)?"""

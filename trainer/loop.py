@@ -151,7 +151,7 @@ class _Run:
         if self.main:
             run_dir.mkdir(parents=True, exist_ok=True)
         self.device = pick_device(config.engine.device)
-        self.task = build_task(config.task)  # first: a missing dataset fails in seconds
+        self.task = build_task(config.task, config.eval.split)  # first: a missing dataset fails fast
         model, self.tok = load_model(config)
         enc = self.encode
         self.train_prompts = [enc(p.prompt) for p in self.task.train]

@@ -74,8 +74,9 @@ def proxy_path(config: TrainConfig) -> Path:
 def warmup_task_config(config: TrainConfig):
     """The task the warm-up teaches and measures: the run's, minus the calibration cap (the cap
     lowers what the held-out measurement can score, so the warm-up would stop elsewhere; a
-    capped variant must start from its base's model)."""
-    return config.task.model_copy(update={"unanswerable_fraction": 0.0})
+    capped variant must start from its base's model), and on the whole training pool (the RL
+    pool size is an RL setting: every pool size starts from one warmed model)."""
+    return config.task.model_copy(update={"unanswerable_fraction": 0.0, "rl_pool": None})
 
 
 def build_proxy(config: TrainConfig):

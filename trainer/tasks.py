@@ -37,9 +37,15 @@ class Task:
 TASKS: Registry[Callable[[TaskConfig], Task]] = Registry("task")
 
 
-def build_task(cfg: TaskConfig) -> Task:
+def build_task(cfg: TaskConfig, eval_split: str = "heldout") -> Task:
+    """The task, its RL pool cut to `cfg.rl_pool`; with eval_split "train" its eval list is
+    (copies of) that pool, so the calibration cap marks what eval scores, not what RL trains on."""
     kind = cfg.name.split(":", 1)[0]
     task = TASKS.get(kind)(cfg)
+    if cfg.rl_pool:
+        task = replace(task, train=task.train[: cfg.rl_pool])
+    if eval_split == "train":
+        task = replace(task, eval=[replace(p) for p in task.train])
     return cap_task(task, cfg.unanswerable_fraction) if cfg.unanswerable_fraction else task
 
 
