@@ -83,6 +83,26 @@ SETS = {
               for n, o in {"cap": {"task.unanswerable_fraction": 0.3},
                            "slow": {"optim.warmup_steps": 150},
                            "lr5e5": {"optim.lr": 5e-5}}.items() for i in range(2)},
+    # Loss details against the qsflops/calib base (16 prompts, CISPO, prompt aggregation).
+    "details": {f"{n}_s{i}": {**GREEDY, "seed": i, "task.rl_pool": 256, "optim.lr": 1e-4,
+                              "eval.split": "train", "eval.every_steps": 50,
+                              "eval.per_decade": 8, "budget.flops": 2.5e12, **o}
+                for n, o in {"sample": {"loss.aggregation": "sample"},
+                             "token": {"loss.aggregation": "token"},
+                             "dapo": {"loss.type": "dapo"},
+                             "ppo": {"loss.type": "ppo"}}.items() for i in range(2)},
+    # Axes that might move A on the pool: the paper's fp32 LM head under bf16, and samples per
+    # prompt (a problem is learned only once some sample of it is right).
+    "moveA": {f"{n}_s{i}": {**GREEDY, "seed": i, "task.rl_pool": 256, "optim.lr": 1e-4,
+                            "eval.split": "train", "eval.every_steps": 50,
+                            "eval.per_decade": 8, "budget.flops": 2.5e12, **o}
+              for n, o in {"bf16": {"precision.dtype": "bf16",
+                                    "precision.generator_lm_head_fp32": False,
+                                    "precision.trainer_lm_head_fp32": False},
+                           "bf16fp32head": {"precision.dtype": "bf16"},
+                           "g4": {"rollout.generations_per_prompt": 4},
+                           "g16": {"rollout.generations_per_prompt": 16}}.items()
+              for i in range(2)},
 }
 
 # One run in its own process with one thread, like a sweep job on a 1-core slot.

@@ -1,8 +1,8 @@
 """recipes/calibration.yaml, shortened: its controls do what they claim through a real sweep.
 
-The full study (300 steps) is what checks the instrument (benchmarks/bench_proxy_findings.py);
+The full study (2.5e12 FLOPs, ~780 steps) is what checks the instrument (benchmarks/bench_proxy_findings.py);
 here 20 steps show the construction: the capped variant trains exactly like the base and only
-its held-out score is capped, and the slow variant only changes the learning-rate schedule.
+its eval score is capped, and the slow variant only changes the learning-rate schedule.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def test_calibration_controls_through_a_real_sweep(tmp_path):
         # ppo_off_policy k=1 is deterministic on one machine (pipeline mode's thread timing is
         # not), so base and capped runs of one seed must train identically.
         "overrides": {**cal.get("overrides", {}), "off_policy.mode": "ppo_off_policy",
-                      "off_policy.k": 1, "rollout.prompts_per_step": 8, "eval.every_steps": 10},
+                      "off_policy.k": 1, "rollout.prompts_per_step": 8, "eval.every_steps": 10,
+                      "eval.per_decade": None},
         "mode": cal["mode"], "axes": cal["axes"], "seeds": [0], "budget": {"steps": 20},
     }
     path = tmp_path / "calibration_short.yaml"
@@ -50,7 +51,7 @@ def test_calibration_controls_through_a_real_sweep(tmp_path):
     for b, c in zip(base, capped):
         for key in ("samples", "tokens", "flops", "train/reward", "train/pass_rate"):
             assert b.get(key) == c.get(key), key
-    # Held-out score capped: below the base everywhere; at step 0 (same model, same samples)
+    # Eval score capped: below the base everywhere; at step 0 (same model, same samples)
     # the base's score minus what it got right on the marked share.
     assert all(c["eval/pass_rate"] < b["eval/pass_rate"] for b, c in zip(base, capped))
     b0, c0 = base[0]["eval/pass_rate"], capped[0]["eval/pass_rate"]

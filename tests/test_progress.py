@@ -46,6 +46,24 @@ def test_watch_names_the_files_of_a_failed_run(tmp_path):
     assert where_to_look(d, s)[1].endswith("4242_0_log.err")
 
 
+def test_watch_shows_the_share_of_a_flops_budget_the_trainer_reports(tmp_path):
+    """A FLOPs budget has no step total: the bar follows the trainer's own budget share."""
+    from rich.console import Console
+
+    d = tmp_path / "st"
+    d.mkdir()
+    v = {"run_id": "cccccccccccc", "name": "base", "seed": 0, "config": {"budget": {"flops": 1e12}}}
+    (d / "variants.json").write_text(json.dumps([v]))
+    (d / v["run_id"]).mkdir()
+    (d / v["run_id"] / "status.json").write_text(
+        json.dumps({"state": "running", "step": 3, "progress": 0.25, "pid": os.getpid(),
+                    "updated": 1e12}))
+    buf = io.StringIO()
+    (s,) = watch(d, poll_s=0.1, timeout_s=0.3, console=Console(file=buf, width=200))
+    assert s.progress == 0.25
+    assert "3 (25%)" in buf.getvalue()
+
+
 def test_sweep_wait_shows_runs_and_the_failure(tmp_path):
     study = tmp_path / "pv.yaml"
     study.write_text(f"name: pv\nbase: {ROOT / 'recipes' / 'proxy.yaml'}\naxes:\n"

@@ -155,9 +155,10 @@ class TaskConfig(_Strict):
     )
     unanswerable_fraction: float = Field(
         0.0, ge=0, lt=1,
-        description="Calibration control: this share of the held-out problems (spread evenly "
-        "so every prefix of the eval list holds it, independent of difficulty) is scored wrong "
-        "whatever the answer; training is untouched. A variant with fraction f has a known "
+        description="Calibration control: this share of the problems eval scores (held-out or "
+        "the pool's copies, per `eval.split`; spread evenly so every prefix of the eval list "
+        "holds it, independent of difficulty) is scored wrong whatever the answer; training is "
+        "untouched. A variant with fraction f has a known "
         "ceiling: (1 - f) x the base's asymptote A. Not seen by the proxy warm-up.",
     )
 

@@ -232,7 +232,8 @@ class _Run:
     # -- the loop ------------------------------------------------------------------------
     def status(self, state: str) -> None:
         if self.main:
-            rundir.write_status(self.dir, state, self.step, total_steps=self.c.budget.steps)
+            rundir.write_status(self.dir, state, self.step, total_steps=self.c.budget.steps,
+                                progress=round(self.budget_fraction(), 4))
 
     def train(self) -> None:
         c = self.c
@@ -268,6 +269,15 @@ class _Run:
                  or (b.gpu_hours is not None and self.gpu_hours() >= b.gpu_hours)
                  or (b.flops is not None and k["flops_gen"] + k["flops_train"] >= b.flops))
         return broadcast_object(spent)
+
+    def budget_fraction(self) -> float:
+        """How much of the budget is spent, 0-1: the largest share of any limit (a FLOPs or
+        device-hour budget has no step total for a progress bar to count to)."""
+        b, k = self.c.budget, self.counters
+        shares = [self.step / b.steps if b.steps else 0.0,
+                  (k["flops_gen"] + k["flops_train"]) / b.flops if b.flops else 0.0,
+                  self.gpu_hours() / b.gpu_hours if b.gpu_hours else 0.0]
+        return min(1.0, max(shares))
 
     def gpu_hours(self) -> float:
         """Device-hours: train-loop wall (eval and checkpoints excluded) x devices in the job

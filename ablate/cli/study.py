@@ -107,19 +107,22 @@ def status(
     states = study_states(study_dir)
     stopped = stopped_variants(study_dir)  # adaptive studies: which variants stopped, why
     if as_json:
-        keys = ("run_id", "name", "seed", "state", "step", "job_id", "attempts", "error")
+        keys = ("run_id", "name", "seed", "state", "step", "progress", "job_id", "attempts",
+                "error")
         print(json.dumps([{**{k: getattr(s, k) for k in keys}, "stopped": stopped.get(s.name)}
                           for s in states]))
         return
     t = Table(title=str(study_dir))
     # Ids, job ids and the short fields stay whole (ids are what users copy; a folded state
     # or step is unreadable); only the variant name, the one long free-text field, may fold.
-    for col in ("run_id", "name", "seed", "state", "step", "job", "tries"):
+    for col in ("run_id", "name", "seed", "state", "step", "done", "job", "tries"):
         t.add_column(col, no_wrap=col != "name", overflow="fold")
     for s in states:
         style = STATE_STYLE.get(s.state, "")
         t.add_row(s.run_id, s.name, str(s.seed), f"[{style}]{s.state}[/]",
-                  "" if s.step is None else str(s.step), s.job_id or "", str(s.attempts))
+                  "" if s.step is None else str(s.step),
+                  "" if s.progress is None else f"{s.progress:.0%}", s.job_id or "",
+                  str(s.attempts))
     con = Console()
     con.print(t)
     counts: dict[str, int] = {}

@@ -47,11 +47,17 @@ def _table(states: list[RunState], budgets: dict[str, Optional[int]], title: str
     for s in states:
         total = budgets.get(s.run_id)
         step = s.step or 0
-        done = s.state in ("done",)
-        bar = ProgressBar(total=float(total or 1), completed=float(total or 1) if done else
-                          float(min(step, total or 0)), width=24) if total else ""
+        # The trainer's own share of the budget spent (FLOPs budgets have no step total).
+        share = s.progress if s.progress is not None else (
+            min(step / total, 1.0) if total else None)
+        if s.state == "done":
+            share = 1.0
+        bar = ProgressBar(total=1.0, completed=share, width=24) if share is not None else ""
+        where = f"{step}/{total}" if total else str(step)
+        if share is not None and not total:
+            where += f" ({share:.0%})"
         t.add_row(s.name, str(s.seed), f"[{STATE_STYLE.get(s.state, '')}]{s.state}[/]", bar,
-                  f"{step}/{total}" if total else str(step), s.run_id)
+                  where, s.run_id)
     return t
 
 

@@ -33,6 +33,7 @@ class RunState:
     attempts: int = 0
     scheduler: Optional[str] = None
     error: Optional[str] = None
+    progress: Optional[float] = None  # share of the run's budget spent (steps, FLOPs or hours)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,5 +113,6 @@ def run_states(store: StudyStore, variants: list[dict[str, Any]]) -> list[RunSta
             job_id=job, attempts=sub["attempts"] if sub else 0,
             scheduler=sched.get(job) if job else None,
             error=status.get("error") if state == "failed" else None,
+            progress=1.0 if state == "done" else status.get("progress"),
         ))
     return out
