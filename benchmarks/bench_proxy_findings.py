@@ -6,7 +6,7 @@ markdown tables recorded there:
     python benchmarks/bench_proxy_findings.py --quickstart results/quickstart \
         --calibration results/calibration --details results/proxy_details
 
-- finding 1 (recipes differ in A): the quickstart's batch sizes, A with 95% intervals;
+- finding 1 (recipes differ in A): the quickstart's variants, A with 95% intervals;
 - finding 2 (aggregation / normalization details move B more than A): each variant of the
   details study against its base, A and B differences next to their intervals;
 - finding 3 (a fit on the first half of compute predicts the second): for every variant of
@@ -142,11 +142,11 @@ def main() -> None:
     ap.add_argument("--calibration", type=Path)
     ap.add_argument("--details", type=Path)
     ap.add_argument("--fraction", type=float, default=0.3)
-    ap.add_argument("--n-eval", type=int, default=200)
+    ap.add_argument("--n-eval", type=int, default=256)
     a = ap.parse_args()
     studies = [p for p in (a.quickstart, a.calibration, a.details) if p is not None]
     if a.quickstart:
-        fits_table(a.quickstart, "Finding 1: batch size (quickstart)")
+        fits_table(a.quickstart, "Finding 1: the quickstart's axis")
     if a.details:
         fits_table(a.details, "Finding 2: aggregation / normalization details")
     if a.calibration:

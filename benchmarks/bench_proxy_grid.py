@@ -103,6 +103,15 @@ SETS = {
                            "g4": {"rollout.generations_per_prompt": 4},
                            "g16": {"rollout.generations_per_prompt": 16}}.items()
               for i in range(2)},
+    # At RL lr 5e-5 (the steadiest curves of the quickstart's lr axis): candidate axes.
+    "lr5e5": {f"{n}_s{i}": {**GREEDY, "seed": i, "task.rl_pool": 256, "optim.lr": 5e-5,
+                            "eval.split": "train", "eval.every_steps": 50,
+                            "eval.per_decade": 8, "budget.flops": 2.5e12, **o}
+              for n, o in {"p8": {"rollout.prompts_per_step": 8},
+                           "p32": {"rollout.prompts_per_step": 32},
+                           "sample": {"loss.aggregation": "sample"},
+                           "token": {"loss.aggregation": "token"}}.items()
+              for i in range(2)},
 }
 
 # One run in its own process with one thread, like a sweep job on a 1-core slot.
