@@ -29,6 +29,9 @@ sys.path.insert(0, str(ROOT))
 COMMON = {"optim.lr": 2e-4, "eval.every_steps": 50, "checkpoint.every_steps": 100000,
           "engine.threads": 1}
 GREEDY = {"eval.temperature": 0.1, "eval.samples_per_prompt": 4}
+# The pool sets of 2026-11-23 that ran before recipes/proxy.yaml scored all 256 pool problems
+# (they scored the first 200, the old eval.num_prompts) and before it had a FLOPs budget.
+PRE_POOL_RECIPE = {"eval.num_prompts": 200}
 SETS = {
     "grid1": {
         "lr2_s0": {}, "lr2_s1": {"seed": 1}, "lr1": {"optim.lr": 1e-4},
@@ -58,33 +61,33 @@ SETS = {
         "rev_t01_s0": GREEDY, "rev_t01_s1": {**GREEDY, "seed": 1},
     }.items()},
     # RL on a small pool, eval on that pool (eval.split: train), evals log-spaced.
-    "pool": {f"n{n}_s{i}": {**GREEDY, "seed": i, "task.rl_pool": n, "optim.lr": 1e-4,
+    "pool": {f"n{n}_s{i}": {**GREEDY, **PRE_POOL_RECIPE, "budget.flops": None, "seed": i, "task.rl_pool": n, "optim.lr": 1e-4,
                             "eval.split": "train", "eval.every_steps": 50,
                             "eval.per_decade": 8}
              for n in (128, 256) for i in range(2)},
     # The quickstart's axis on that set-up.
-    "qspool": {f"p{b}_s{i}": {**GREEDY, "seed": i, "task.rl_pool": 128, "optim.lr": 2e-4,
+    "qspool": {f"p{b}_s{i}": {**GREEDY, **PRE_POOL_RECIPE, "budget.flops": None, "seed": i, "task.rl_pool": 128, "optim.lr": 2e-4,
                               "rollout.prompts_per_step": b, "eval.split": "train",
                               "eval.every_steps": 50, "eval.per_decade": 8}
                for b in (8, 16, 32) for i in range(2)},
-    "qspool256": {f"p{b}_s{i}": {**GREEDY, "seed": i, "task.rl_pool": 256, "optim.lr": 1e-4,
+    "qspool256": {f"p{b}_s{i}": {**GREEDY, **PRE_POOL_RECIPE, "budget.flops": None, "seed": i, "task.rl_pool": 256, "optim.lr": 1e-4,
                                  "rollout.prompts_per_step": b, "eval.split": "train",
                                  "eval.every_steps": 50, "eval.per_decade": 8}
                   for b in (8, 16, 32) for i in range(2)},
     # Equal compute for every variant (the paper compares recipes at equal GPU-hours).
-    "qsflops": {f"p{b}_s{i}": {**GREEDY, "seed": i, "task.rl_pool": 256, "optim.lr": 1e-4,
+    "qsflops": {f"p{b}_s{i}": {**GREEDY, **PRE_POOL_RECIPE, "seed": i, "task.rl_pool": 256, "optim.lr": 1e-4,
                                "rollout.prompts_per_step": b, "eval.split": "train",
                                "eval.every_steps": 50, "eval.per_decade": 8,
                                "budget.flops": 2.5e12}
                 for b in (8, 16, 32) for i in range(2)},
-    "calib": {f"{n}_s{i}": {**GREEDY, "seed": i, "task.rl_pool": 256, "optim.lr": 1e-4,
+    "calib": {f"{n}_s{i}": {**GREEDY, **PRE_POOL_RECIPE, "seed": i, "task.rl_pool": 256, "optim.lr": 1e-4,
                             "eval.split": "train", "eval.every_steps": 50, "eval.per_decade": 8,
                             "budget.flops": 2.5e12, **o}
               for n, o in {"cap": {"task.unanswerable_fraction": 0.3},
                            "slow": {"optim.warmup_steps": 150},
                            "lr5e5": {"optim.lr": 5e-5}}.items() for i in range(2)},
     # Loss details against the qsflops/calib base (16 prompts, CISPO, prompt aggregation).
-    "details": {f"{n}_s{i}": {**GREEDY, "seed": i, "task.rl_pool": 256, "optim.lr": 1e-4,
+    "details": {f"{n}_s{i}": {**GREEDY, **PRE_POOL_RECIPE, "seed": i, "task.rl_pool": 256, "optim.lr": 1e-4,
                               "eval.split": "train", "eval.every_steps": 50,
                               "eval.per_decade": 8, "budget.flops": 2.5e12, **o}
                 for n, o in {"sample": {"loss.aggregation": "sample"},
@@ -93,7 +96,7 @@ SETS = {
                              "ppo": {"loss.type": "ppo"}}.items() for i in range(2)},
     # Axes that might move A on the pool: the paper's fp32 LM head under bf16, and samples per
     # prompt (a problem is learned only once some sample of it is right).
-    "moveA": {f"{n}_s{i}": {**GREEDY, "seed": i, "task.rl_pool": 256, "optim.lr": 1e-4,
+    "moveA": {f"{n}_s{i}": {**GREEDY, **PRE_POOL_RECIPE, "seed": i, "task.rl_pool": 256, "optim.lr": 1e-4,
                             "eval.split": "train", "eval.every_steps": 50,
                             "eval.per_decade": 8, "budget.flops": 2.5e12, **o}
               for n, o in {"bf16": {"precision.dtype": "bf16",
