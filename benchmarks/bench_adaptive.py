@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +28,9 @@ from ablate.analysis.compare import rank_order
 from ablate.analysis.fitgroups import fit_groups
 from ablate.analysis.sources import Curves
 from ablate.studies.stages import decide
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the synthetic curves live with the tests
-from synthetic import curve, random_truth  # noqa: E402
+from synthetic import curve, random_truth
 
 STAGES = (0.3, 0.6, 1.0)
 
