@@ -115,6 +115,10 @@ SETS = {
                            "sample": {"loss.aggregation": "sample"},
                            "token": {"loss.aggregation": "token"}}.items()
               for i in range(2)},
+    # ScaleRL: "PipelineRL-k and PPO-off-policy-k reach similar A; PipelineRL has higher B".
+    # The recipe (pipeline, k=8) is the base; this is the other mode at the same k.
+    "offpol": {f"ppo_off_s{i}": {**GREEDY, "seed": i, "optim.lr": 5e-5, "off_policy.mode": "ppo_off_policy"}
+               for i in range(2)},
 }
 
 # One run in its own process with one thread, like a sweep job on a 1-core slot.

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY_OVERRIDES = """  model.proxy: {{hidden_size: 32, num_layers: 1, num_heads: 2, intermediate_size: 64, warmup_target: null}}
   task: {{num_train_prompts: 64, num_eval_prompts: 16}}
   rollout: {{prompts_per_step: 4, generations_per_prompt: 2}}
-  eval: {{every_steps: {every}, num_prompts: 16, samples_per_prompt: 1}}
+  eval: {{every_steps: {every}, num_prompts: 16, samples_per_prompt: 1, per_decade: null}}
   checkpoint.every_steps: {every}
   engine.threads: 1
 """
