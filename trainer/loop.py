@@ -262,22 +262,21 @@ class _Run:
             source.close()
         self.status("done")
 
+    def budget_used(self) -> list[tuple[float, float]]:
+        """(used, limit) for each limit the budget sets: steps, device-hours, FLOPs."""
+        b, k = self.c.budget, self.counters
+        return [(used, limit) for used, limit in (
+            (self.step, b.steps), (self.gpu_hours(), b.gpu_hours),
+            (k["flops_gen"] + k["flops_train"], b.flops)) if limit is not None]
+
     def budget_spent(self) -> bool:
         """Rank 0's verdict on every rank: wall-clock budgets would differ between ranks."""
-        b, k = self.c.budget, self.counters
-        spent = ((b.steps is not None and self.step >= b.steps)
-                 or (b.gpu_hours is not None and self.gpu_hours() >= b.gpu_hours)
-                 or (b.flops is not None and k["flops_gen"] + k["flops_train"] >= b.flops))
-        return broadcast_object(spent)
+        return broadcast_object(any(used >= limit for used, limit in self.budget_used()))
 
     def budget_fraction(self) -> float:
         """How much of the budget is spent, 0-1: the largest share of any limit (a FLOPs or
         device-hour budget has no step total for a progress bar to count to)."""
-        b, k = self.c.budget, self.counters
-        shares = [self.step / b.steps if b.steps else 0.0,
-                  (k["flops_gen"] + k["flops_train"]) / b.flops if b.flops else 0.0,
-                  self.gpu_hours() / b.gpu_hours if b.gpu_hours else 0.0]
-        return min(1.0, max(shares))
+        return min(1.0, max(used / limit for used, limit in self.budget_used()))
 
     def gpu_hours(self) -> float:
         """Device-hours: train-loop wall (eval and checkpoints excluded) x devices in the job

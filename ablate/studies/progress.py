@@ -50,8 +50,6 @@ def _table(states: list[RunState], budgets: dict[str, Optional[int]], title: str
         # The trainer's own share of the budget spent (FLOPs budgets have no step total).
         share = s.progress if s.progress is not None else (
             min(step / total, 1.0) if total else None)
-        if s.state == "done":
-            share = 1.0
         bar = ProgressBar(total=1.0, completed=share, width=24) if share is not None else ""
         where = f"{step}/{total}" if total else str(step)
         if share is not None and not total:
