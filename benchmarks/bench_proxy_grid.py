@@ -32,6 +32,19 @@ GREEDY = {"eval.temperature": 0.1, "eval.samples_per_prompt": 4}
 # The pool sets of 2026-11-23 that ran before recipes/proxy.yaml scored all 256 pool problems
 # (they scored the first 200, the old eval.num_prompts) and before it had a FLOPs budget.
 PRE_POOL_RECIPE = {"eval.num_prompts": 200}
+# The pool set-up, pinned here (recipes/proxy.yaml has it since): RL on the first 256
+# training problems, eval of that pool near-greedily at log-spaced steps and every 50.
+POOL = {**GREEDY, "task.rl_pool": 256, "eval.split": "train", "eval.every_steps": 50,
+        "eval.per_decade": 8}
+# The sets that compared variants around lr 1e-4 at equal compute (2.5e12 FLOPs).
+EQUAL_LR1E4 = {**POOL, **PRE_POOL_RECIPE, "optim.lr": 1e-4, "budget.flops": 2.5e12}
+
+
+def seeds(variants: dict[str, dict]) -> dict[str, dict]:
+    """Each variant as two runs, `NAME_s0` and `NAME_s1` (RL seeds 0, 1), which fit_all pools."""
+    return {f"{n}_s{i}": {**o, "seed": i} for n, o in variants.items() for i in range(2)}
+
+
 SETS = {
     "grid1": {
         "lr2_s0": {}, "lr2_s1": {"seed": 1}, "lr1": {"optim.lr": 1e-4},
@@ -61,64 +74,46 @@ SETS = {
         "rev_t01_s0": GREEDY, "rev_t01_s1": {**GREEDY, "seed": 1},
     }.items()},
     # RL on a small pool, eval on that pool (eval.split: train), evals log-spaced.
-    "pool": {f"n{n}_s{i}": {**GREEDY, **PRE_POOL_RECIPE, "budget.flops": None, "seed": i, "task.rl_pool": n, "optim.lr": 1e-4,
-                            "eval.split": "train", "eval.every_steps": 50,
-                            "eval.per_decade": 8}
-             for n in (128, 256) for i in range(2)},
+    "pool": seeds({f"n{n}": {**POOL, **PRE_POOL_RECIPE, "budget.flops": None, "task.rl_pool": n,
+                             "optim.lr": 1e-4} for n in (128, 256)}),
     # The quickstart's axis on that set-up.
-    "qspool": {f"p{b}_s{i}": {**GREEDY, **PRE_POOL_RECIPE, "budget.flops": None, "seed": i, "task.rl_pool": 128, "optim.lr": 2e-4,
-                              "rollout.prompts_per_step": b, "eval.split": "train",
-                              "eval.every_steps": 50, "eval.per_decade": 8}
-               for b in (8, 16, 32) for i in range(2)},
-    "qspool256": {f"p{b}_s{i}": {**GREEDY, **PRE_POOL_RECIPE, "budget.flops": None, "seed": i, "task.rl_pool": 256, "optim.lr": 1e-4,
-                                 "rollout.prompts_per_step": b, "eval.split": "train",
-                                 "eval.every_steps": 50, "eval.per_decade": 8}
-                  for b in (8, 16, 32) for i in range(2)},
+    "qspool": seeds({f"p{b}": {**POOL, **PRE_POOL_RECIPE, "budget.flops": None,
+                               "task.rl_pool": 128, "optim.lr": 2e-4,
+                               "rollout.prompts_per_step": b} for b in (8, 16, 32)}),
+    "qspool256": seeds({f"p{b}": {**POOL, **PRE_POOL_RECIPE, "budget.flops": None,
+                                  "optim.lr": 1e-4, "rollout.prompts_per_step": b}
+                        for b in (8, 16, 32)}),
     # Equal compute for every variant (the paper compares recipes at equal GPU-hours).
-    "qsflops": {f"p{b}_s{i}": {**GREEDY, **PRE_POOL_RECIPE, "seed": i, "task.rl_pool": 256, "optim.lr": 1e-4,
-                               "rollout.prompts_per_step": b, "eval.split": "train",
-                               "eval.every_steps": 50, "eval.per_decade": 8,
-                               "budget.flops": 2.5e12}
-                for b in (8, 16, 32) for i in range(2)},
-    "calib": {f"{n}_s{i}": {**GREEDY, **PRE_POOL_RECIPE, "seed": i, "task.rl_pool": 256, "optim.lr": 1e-4,
-                            "eval.split": "train", "eval.every_steps": 50, "eval.per_decade": 8,
-                            "budget.flops": 2.5e12, **o}
-              for n, o in {"cap": {"task.unanswerable_fraction": 0.3},
-                           "slow": {"optim.warmup_steps": 150},
-                           "lr5e5": {"optim.lr": 5e-5}}.items() for i in range(2)},
+    "qsflops": seeds({f"p{b}": {**EQUAL_LR1E4, "rollout.prompts_per_step": b}
+                      for b in (8, 16, 32)}),
+    "calib": seeds({n: {**EQUAL_LR1E4, **o}
+                    for n, o in {"cap": {"task.unanswerable_fraction": 0.3},
+                                 "slow": {"optim.warmup_steps": 150},
+                                 "lr5e5": {"optim.lr": 5e-5}}.items()}),
     # Loss details against the qsflops/calib base (16 prompts, CISPO, prompt aggregation).
-    "details": {f"{n}_s{i}": {**GREEDY, **PRE_POOL_RECIPE, "seed": i, "task.rl_pool": 256, "optim.lr": 1e-4,
-                              "eval.split": "train", "eval.every_steps": 50,
-                              "eval.per_decade": 8, "budget.flops": 2.5e12, **o}
-                for n, o in {"sample": {"loss.aggregation": "sample"},
-                             "token": {"loss.aggregation": "token"},
-                             "dapo": {"loss.type": "dapo"},
-                             "ppo": {"loss.type": "ppo"}}.items() for i in range(2)},
+    "details": seeds({n: {**EQUAL_LR1E4, **o}
+                      for n, o in {"sample": {"loss.aggregation": "sample"},
+                                   "token": {"loss.aggregation": "token"},
+                                   "dapo": {"loss.type": "dapo"},
+                                   "ppo": {"loss.type": "ppo"}}.items()}),
     # Axes that might move A on the pool: the paper's fp32 LM head under bf16, and samples per
     # prompt (a problem is learned only once some sample of it is right).
-    "moveA": {f"{n}_s{i}": {**GREEDY, **PRE_POOL_RECIPE, "seed": i, "task.rl_pool": 256, "optim.lr": 1e-4,
-                            "eval.split": "train", "eval.every_steps": 50,
-                            "eval.per_decade": 8, "budget.flops": 2.5e12, **o}
-              for n, o in {"bf16": {"precision.dtype": "bf16",
-                                    "precision.generator_lm_head_fp32": False,
-                                    "precision.trainer_lm_head_fp32": False},
-                           "bf16fp32head": {"precision.dtype": "bf16"},
-                           "g4": {"rollout.generations_per_prompt": 4},
-                           "g16": {"rollout.generations_per_prompt": 16}}.items()
-              for i in range(2)},
+    "moveA": seeds({n: {**EQUAL_LR1E4, **o}
+                    for n, o in {"bf16": {"precision.dtype": "bf16",
+                                          "precision.generator_lm_head_fp32": False,
+                                          "precision.trainer_lm_head_fp32": False},
+                                 "bf16fp32head": {"precision.dtype": "bf16"},
+                                 "g4": {"rollout.generations_per_prompt": 4},
+                                 "g16": {"rollout.generations_per_prompt": 16}}.items()}),
     # At RL lr 5e-5 (the steadiest curves of the quickstart's lr axis): candidate axes.
-    "lr5e5": {f"{n}_s{i}": {**GREEDY, "seed": i, "task.rl_pool": 256, "optim.lr": 5e-5,
-                            "eval.split": "train", "eval.every_steps": 50,
-                            "eval.per_decade": 8, "budget.flops": 2.5e12, **o}
-              for n, o in {"p8": {"rollout.prompts_per_step": 8},
-                           "p32": {"rollout.prompts_per_step": 32},
-                           "sample": {"loss.aggregation": "sample"},
-                           "token": {"loss.aggregation": "token"}}.items()
-              for i in range(2)},
+    "lr5e5": seeds({n: {**POOL, "optim.lr": 5e-5, "budget.flops": 2.5e12, **o}
+                    for n, o in {"p8": {"rollout.prompts_per_step": 8},
+                                 "p32": {"rollout.prompts_per_step": 32},
+                                 "sample": {"loss.aggregation": "sample"},
+                                 "token": {"loss.aggregation": "token"}}.items()}),
     # ScaleRL: "PipelineRL-k and PPO-off-policy-k reach similar A; PipelineRL has higher B".
     # The recipe (pipeline, k=8) is the base; this is the other mode at the same k.
-    "offpol": {f"ppo_off_s{i}": {**GREEDY, "seed": i, "optim.lr": 5e-5, "off_policy.mode": "ppo_off_policy"}
-               for i in range(2)},
+    "offpol": seeds({"ppo_off": {**GREEDY, "optim.lr": 5e-5, "off_policy.mode": "ppo_off_policy"}}),
 }
 
 # One run in its own process with one thread, like a sweep job on a 1-core slot.
