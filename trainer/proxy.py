@@ -142,8 +142,9 @@ class _Warmup:
         self.problems = task.eval[: p.warmup_eval_prompts]
         self.eval_prompts = [enc(x.prompt) for x in self.problems]
         # Measured with plain sampling (no length control) and an answer-sized cap, so every
-        # variant's settings share one warmed model; eval's mean@16 at temperature 1 measures
-        # the same quantity at the run's first point.
+        # variant's settings share one warmed model; a run whose eval is held-out mean@16 at
+        # temperature 1 measures the same quantity at its first point (the CPU proxy recipe's
+        # own eval scores its RL pool near-greedily: another quantity).
         longest = max(len(enc(task.target(x))) for x in self.problems)
         self.measure_cfg = config.model_copy(update={
             "precision": PrecisionConfig(dtype="fp32"),
