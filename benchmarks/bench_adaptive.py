@@ -7,7 +7,13 @@ compute), and survivors continue (stages.scale_winner false: a stage that leaves
 ends the study). Compared with the full grid's winner (compare's rank on the full curves) and
 the true best; compute = evaluations trained, summed over runs.
 
-The real CPU-proxy measurement (benchmarks/adaptive/*.yaml) is in RESULTS.md with its commands.
+The real CPU-proxy measurement: both studies of benchmarks/adaptive/ swept for real, then
+`--sweeps RESULTS` reads them (each study's winner as `ablate compare` ranks it, a variant the
+adaptive study stopped left out; FLOPs trained, summed over each study's runs):
+
+    ablate sweep benchmarks/adaptive/full.yaml   --results RESULTS --wait
+    ablate sweep benchmarks/adaptive/staged.yaml --results RESULTS --wait
+    python benchmarks/bench_adaptive.py --sweeps RESULTS
 
     python benchmarks/bench_adaptive.py [--studies 40] [--seed 0]
     python benchmarks/bench_adaptive.py --proxy OUT1 OUT2 ...   # replay on real proxy runs
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -27,7 +34,7 @@ import pandas as pd
 from ablate.analysis.compare import rank_order
 from ablate.analysis.fitgroups import fit_groups
 from ablate.analysis.sources import Curves
-from ablate.studies.stages import decide
+from ablate.studies.stages import decide, read_state, score_levels
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the synthetic curves live with the tests
 from synthetic import curve, random_truth
@@ -50,7 +57,9 @@ def staged(frame: pd.DataFrame, c_final: float) -> tuple[list[str], str | None, 
         prev = s
         if s == 1.0:
             break
-        d = decide(fits(frame[frame["variant"].isin(active)], s * c_final), stage=k)
+        mine = frame[frame["variant"].isin(active)]
+        seen = mine[mine["compute"] <= s * c_final + 1e-12]
+        d = decide(fits(mine, s * c_final), stage=k, levels=score_levels(seen))
         active = d.kept
         if len(active) == 1:
             break
@@ -104,13 +113,55 @@ def replay_proxy(dirs: list[Path]) -> dict:
             "stages": list(STAGES)}
 
 
+def _compare(study_dir: Path) -> list[dict]:
+    out = subprocess.run(["ablate", "compare", str(study_dir), "--json"], capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def _flops(study_dir: Path) -> float:
+    """FLOPs trained by every run of a study: the last `flops` each run logged."""
+    total = 0.0
+    for m in study_dir.glob("*/metrics.jsonl"):
+        rows = [json.loads(x) for x in m.read_text().splitlines() if x.strip()]
+        total += max((r.get("flops", 0.0) for r in rows), default=0.0)
+    return total
+
+
+def sweeps(results: Path) -> dict:
+    """The adaptive study against the full grid, both swept for real into RESULTS."""
+    full, staged = results / "adaptive_full", results / "adaptive_staged"
+    rows_full, rows_staged = _compare(full), _compare(staged)
+
+    def win(rows: list[dict]) -> str:  # the best-ranked variant the study did not stop
+        return next(r["variant"] for r in rows if not r.get("stopped"))
+
+    variants = {}
+    for r in rows_full:
+        st = next(x for x in rows_staged if x["variant"] == r["variant"])
+        variants[r["variant"]] = {
+            "full_A": r.get("A"), "full_A_ci": r.get("A_ci"),
+            "staged_A": st.get("A"), "staged_A_ci": st.get("A_ci"),
+            "stopped": st.get("stopped")}
+    f_full, f_staged = _flops(full), _flops(staged)
+    return {"full_winner": win(rows_full), "staged_winner": win(rows_staged),
+            "same_winner": win(rows_full) == win(rows_staged), "flops_full": f_full,
+            "flops_staged": f_staged, "compute_fraction": round(f_staged / f_full, 3),
+            "decisions": read_state(staged)["decisions"], "variants": variants}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--studies", type=int, default=40)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--proxy", type=Path, nargs="+",
                     help="replay the stage rule on bench_proxy_grid.py output dirs instead")
+    ap.add_argument("--sweeps", type=Path, help="RESULTS dir holding adaptive_full and "
+                    "adaptive_staged, both swept (benchmarks/adaptive/)")
     a = ap.parse_args()
+    if a.sweeps:
+        print(json.dumps(sweeps(a.sweeps), indent=1))
+        return
     if a.proxy:
         print(json.dumps(replay_proxy(a.proxy), indent=1))
         return

@@ -111,6 +111,19 @@ SETS = {
                                  "p32": {"rollout.prompts_per_step": 32},
                                  "sample": {"loss.aggregation": "sample"},
                                  "token": {"loss.aggregation": "token"}}.items()}),
+    # Issue 10: recipe choices that might lower the ceiling on the recipe of recipes/proxy.yaml
+    # (lr 5e-5, 2.5e12 FLOPs): an LR high enough to destabilize, colder sampling (less
+    # exploration), 2 samples per prompt (most groups zero-variance), no filtering. One seed.
+    "spreadA": {n: {**GREEDY, "optim.lr": 5e-5, **o}
+                for n, o in {"base": {}, "lr5e4": {"optim.lr": 5e-4},
+                             "lr2e3": {"optim.lr": 2e-3}, "temp05": {"rollout.temperature": 0.5},
+                             "temp03": {"rollout.temperature": 0.3},
+                             "g2": {"rollout.generations_per_prompt": 2},
+                             "nofilter": {"data.zero_variance_filter": False,
+                                          "data.no_positive_resampling": False},
+                             "lr5e4_nofilter": {"optim.lr": 5e-4,
+                                                "data.zero_variance_filter": False,
+                                                "data.no_positive_resampling": False}}.items()},
     # ScaleRL: "PipelineRL-k and PPO-off-policy-k reach similar A; PipelineRL has higher B".
     # The recipe (pipeline, k=8) is the base; this is the other mode at the same k.
     "offpol": seeds({"ppo_off": {**GREEDY, "optim.lr": 5e-5, "off_policy.mode": "ppo_off_policy"}}),

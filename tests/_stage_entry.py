@@ -38,4 +38,4 @@ def synthetic_run(config, run_dir) -> None:
             y = float(sigmoid(c, A, 1.5, 10 * COST, 0.1)) + rng.normal(0, 0.004)
             out.write(json.dumps({"step": step, "samples": step, "tokens": step, "flops": step,
                                   "gpu_hours": c, "eval/pass_rate": y}) + "\n")
-    write_status(run_dir, "done", config.budget.steps)
+    write_status(run_dir, "done", config.budget.steps, progress=1.0)  # as the trainer reports

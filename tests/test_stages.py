@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
-
 from _study_util import cli, cli_json, metric_steps, tiny_study
+
 from ablate.analysis.fit import sigmoid
-from ablate.analysis.fitters import fit_sigmoid
 from ablate.analysis.fitgroups import GroupFit
-from ablate.studies.stages import decide, stopped_variants
+from ablate.analysis.fitters import fit_sigmoid
+from ablate.studies.stages import _promote, decide, score_levels, stopped_variants
+from ablate.studies.store import StudyStore
 
 ENTRY = "_stage_entry:synthetic_run"
 AXES = "  optim.lr: [1.5e-4, 3.0e-4, 3.001e-4]\n"  # true A 0.30, 0.600, 0.6002 (_stage_entry.py)
@@ -41,6 +43,37 @@ def test_decide_stops_only_what_cannot_win():
     d = decide([low, GroupFit("nofit", None, "too few points", 3)],
                dead={"gone": "every run diverged"})
     assert "nofit" in d.kept and d.stopped == {"gone": "every run diverged"}
+
+
+def test_collapse_rule_stops_a_refused_fit_whose_score_fell_below_the_best():
+    best = _group("best", 0.62, 1)
+    lo = best.fit.ci["A"][0]
+    # Curves as the trainer logs them: a collapsed variant (an LR too high) falls from its
+    # start to near zero and its fit is refused; a slow one has not risen yet.
+    c = np.linspace(0.002, 0.08, 12)
+    frame = pd.concat([pd.DataFrame({"variant": v, "seed": sd, "compute": c, "score": y})
+                       for v, y in {"fell": np.linspace(0.45, 0.03, 12),
+                                    "slow": np.full(12, 0.45) + 0.01 * np.arange(12) % 2,
+                                    "dip": np.linspace(0.80, 0.70, 12)}.items()
+                       for sd in (0, 1)], ignore_index=True)
+    levels = score_levels(frame)
+    assert levels["fell"][0] == pytest.approx(np.mean(np.linspace(0.45, 0.03, 12)[:3]))
+    assert levels["fell"][1] < 0.1
+    refused = [GroupFit(n, None, "score is flat or decreasing with compute", 24)
+               for n in ("fell", "slow", "dip")]
+    d = decide([best, *refused], levels=levels)
+    assert set(d.stopped) == {"fell"} and "collapsed" in d.stopped["fell"]
+    assert f"{lo:.3f}" in d.stopped["fell"]
+    # A rise then a fall back (sampling too cold): stopped from its peak, not its start.
+    rise_fall = np.concatenate([np.linspace(0.45, 0.72, 6), np.linspace(0.70, 0.52, 6)])
+    peaked = score_levels(pd.DataFrame({"variant": "peaked", "seed": 0, "compute": c,
+                                        "score": rise_fall}))
+    assert "peaked" in decide([best, GroupFit("peaked", None, "flat", 12)],
+                              levels=peaked).stopped
+    # 'dip' fell by more than the drop but stays above what the best can be sure of: kept.
+    assert levels["dip"][1] > lo and "dip" in d.kept and "slow" in d.kept
+    # Without a fitted variant to compare with, nothing is stopped on a refused fit.
+    assert decide(refused, levels=levels).stopped == {}
 
 
 def test_adaptive_sweep_stops_promotes_and_resumes_between_stages(tmp_path):
@@ -76,6 +109,16 @@ def test_adaptive_sweep_stops_promotes_and_resumes_between_stages(tmp_path):
     by = {r["variant"]: r for r in cmp}
     assert by["optim.lr=0.00015"]["stopped"]["stage"] == 0
     assert by["optim.lr=0.0003001"]["stopped"] is None
+
+
+def test_promotion_restates_a_runs_progress_against_its_new_budget(tmp_path):
+    study = tiny_study(tmp_path, "pr", AXES, seeds="[0]", steps=100, extra=STAGES)
+    out = cli_json("sweep", str(study), "--results", str(tmp_path / "res"), "--executor",
+                   "debug", "--entry", ENTRY)
+    sd = tmp_path / "res" / "pr"
+    _promote(StudyStore(sd), out["submitted"], {"steps": 100}, 1)
+    for r in cli_json("status", str(sd)):  # 40 of 100 steps: 40%, not the stage's 100%
+        assert r["state"] == "pending" and r["progress"] == pytest.approx(0.4)
 
 
 def test_adaptive_sweep_wait_runs_every_stage_with_the_real_trainer(tmp_path):

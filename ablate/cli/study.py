@@ -101,7 +101,7 @@ def status(
 ) -> None:
     """Per-run state of a study (run dir files first; squeue/sacct add detail)."""
     from ablate.studies.progress import STATE_STYLE
-    from ablate.studies.stages import stopped_variants
+    from ablate.studies.stages import budget_text, stopped_variants
     from ablate.studies.status import study_states
 
     states = study_states(study_dir)
@@ -130,8 +130,8 @@ def status(
         counts[s.state] = counts.get(s.state, 0) + 1
     con.print(" ".join(f"{k}={n}" for k, n in sorted(counts.items())))
     for name, why in stopped.items():
-        con.print(f"stopped at stage {why['stage']} ({why['budget']}): {name}: {why['reason']}",
-                  style="yellow")
+        con.print(f"stopped at stage {why['stage']} ({budget_text(why['budget'])}): {name}: "
+                  f"{why['reason']}", style="yellow", markup=False)
 
 
 @app.command()

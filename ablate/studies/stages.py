@@ -8,9 +8,16 @@ each variant is fitted (its seeds pooled, the study's `fit:` window) and stops w
   * margin rule (only with `stages.baseline`): its fitted A is below the baseline's by more than
     `stages.margin` (the paper's rule for "worse than the base").
 
+  * collapse rule: its fit is refused and its score fell with training (the mean of its last 3
+    evaluations, seeds averaged, is COLLAPSE_DROP below its best 3-evaluation mean) to below
+    the best variant's A lower bound. Unstable recipes do this, the paper's reason to drop
+    them: on the proxy an LR 40x the recipe's falls from 0.49 to 0.03, and sampling at
+    temperature 0.2 rises to 0.72 and sinks back to 0.5 (benchmarks/RESULTS.md). Their fits
+    are refused ("flat or decreasing"), so no rule on A could ever stop them.
+
 Survivors continue from their checkpoints to the next budget, and the last stage is the
-study's `budget`. A variant whose fit fails (too few points, not yet rising) is kept: nothing
-is stopped on a curve we cannot read.
+study's `budget`. Any other variant whose fit fails (too few points, not yet rising) is kept:
+nothing is stopped on a curve we cannot read.
 
 State lives in files, so an interrupted study is resumed by rerunning `ablate sweep`:
 
@@ -30,20 +37,28 @@ import json
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import yaml
 
-from ablate.errors import InputError
 from ablate.analysis import A_MARGIN
-from ablate.studies.expand import Variant
 from ablate.analysis.fitgroups import GroupFit
+from ablate.errors import InputError
+from ablate.studies.expand import Variant
 from ablate.studies.stagespec import limit_of
 from ablate.studies.store import StudyStore
 from ablate.studies.study import LoadedStudy
 from trainer.rundir import atomic_write
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 STATE_FILE = "stages.json"
+# How far a refused fit's score must fall from its best before the collapse rule stops it: well
+# beyond eval noise (+-0.02 on the proxy's 256-problem pool), so a flat, noisy curve that has
+# not started rising is never taken for a collapse.
+COLLAPSE_DROP = 0.05
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,11 +120,13 @@ class Decision:
                 "stopped": self.stopped, "fits": self.fits, "at": time.time()}
 
 
-def decide(groups: list[GroupFit], *, margin: float = A_MARGIN, baseline: Optional[str] = None,
-           stage: int = 0, budget: Optional[dict[str, float]] = None,
-           dead: Optional[dict[str, str]] = None) -> Decision:
+def decide(groups: list[GroupFit], *, margin: float = A_MARGIN, baseline: str | None = None,
+           stage: int = 0, budget: dict[str, float] | None = None,
+           dead: dict[str, str] | None = None,
+           levels: dict[str, tuple[float, float]] | None = None) -> Decision:
     """Which variants stop after a stage. `dead` maps variants whose runs all ended without a
-    curve to continue (diverged / failed for good) to why; they stop too."""
+    curve to continue (diverged / failed for good) to why; they stop too. `levels` maps a
+    variant to its observed (first, recent) score (`score_levels`), for the collapse rule."""
     dead = dict(dead or {})
     ok = [g for g in groups if g.fit is not None and g.variant not in dead]
     ci = {g.variant: g.fit.ci.get("A", (g.fit.A, g.fit.A)) for g in ok}
@@ -130,8 +147,30 @@ def decide(groups: list[GroupFit], *, margin: float = A_MARGIN, baseline: Option
             elif base is not None and g is not base and g.fit.A < base.fit.A - margin:
                 stopped[g.variant] = (f"stage {stage}: A {g.fit.A:.3f} below baseline "
                                       f"{base.variant}'s {base.fit.A:.3f} by more than {margin:g}")
+        for g in groups:
+            best, recent = (levels or {}).get(g.variant, (0.0, 1.0))
+            if (g.fit is None and g.variant not in stopped
+                    and recent < min(best - COLLAPSE_DROP, top_lo)):
+                stopped[g.variant] = (f"stage {stage}: score fell from {best:.3f} to {recent:.3f} "
+                                      f"(collapsed), below {top.variant}'s A lower bound "
+                                      f"{top_lo:.3f}")
     kept = [g.variant for g in groups if g.variant not in stopped]
     return Decision(stage, dict(budget or {}), kept, stopped, fits)
+
+
+def score_levels(frame: pd.DataFrame, k: int = 3) -> dict[str, tuple[float, float]]:
+    """variant -> (its best score, its recent score), from a tidy curves frame (columns variant,
+    seed, compute, score): the seeds' mean of each run's running mean over `k` evaluations, at
+    its highest and at its last. Averaging k evaluations keeps one lucky draw from being the
+    best."""
+    out = {}
+    for v, g in frame.sort_values("compute").groupby("variant", sort=False):
+        runs = [np.convolve(r["score"].to_numpy(), np.ones(k) / k, mode="valid")
+                for _, r in g.groupby("seed") if len(r) >= k]
+        if runs:
+            out[str(v)] = (float(np.mean([r.max() for r in runs])),
+                           float(np.mean([r[-1] for r in runs])))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,14 +200,19 @@ def stopped_variants(study_dir: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _run_budget(run_dir: Path) -> Optional[dict[str, Any]]:
+def budget_text(budget: dict[str, float] | None) -> str:
+    """{"flops": 5e11} -> "flops 5e+11" (how status names a stage's budget)."""
+    return ", ".join(f"{k} {v:g}" for k, v in (budget or {}).items()) or "?"
+
+
+def _run_budget(run_dir: Path) -> dict[str, Any] | None:
     try:
         return (yaml.safe_load((run_dir / "config.yaml").read_text()) or {}).get("budget")
     except (OSError, yaml.YAMLError, AttributeError):
         return None
 
 
-def _reaches(run_budget: Optional[dict[str, Any]], target: dict[str, float]) -> bool:
+def _reaches(run_budget: dict[str, Any] | None, target: dict[str, float]) -> bool:
     """True when a run configured with `run_budget` trains at least to `target`."""
     if not run_budget:
         return False
@@ -202,8 +246,15 @@ def _promote(store: StudyStore, run_ids: list[str], budget: dict[str, float], st
         if rid in subs:  # a fresh record: attempts count per stage, the old jobs are kept
             history[rid] = subs.pop(rid)
             atomic_write(store.submissions_path, json.dumps(subs, indent=1, sort_keys=True))
-        if read_status(d).get("state") == "done":
-            set_state(d, "pending", stage=stage)
+        status = read_status(d)
+        if status.get("state") == "done":
+            # The trainer's progress is a share of the old budget: restate it against the new
+            # one, so status shows how far the promoted run is rather than 100%.
+            (kind, new), = budget.items()
+            old = (cfg.get("budget") or {}).get(kind)
+            share = ({"progress": round(status["progress"] * float(old) / new, 4)}
+                     if old and status.get("progress") is not None else {})
+            set_state(d, "pending", stage=stage, **share)
         cfg["budget"] = dict(budget)
         atomic_write(cfg_path, yaml.safe_dump(cfg, sort_keys=False))
     if history:
@@ -249,7 +300,9 @@ def _stage_complete(store: StudyStore, runs: list[Variant], budget: dict[str, fl
     return True
 
 
-def _fit_stage(store: StudyStore, names: list[str]) -> list[GroupFit]:
+def _fit_stage(store: StudyStore, names: list[str]
+               ) -> tuple[list[GroupFit], dict[str, tuple[float, float]]]:
+    """Each variant's fit, and its observed (first, recent) score for the collapse rule."""
     from ablate.analysis.fitgroups import fit_groups
     from ablate.analysis.sources import load
 
@@ -257,8 +310,8 @@ def _fit_stage(store: StudyStore, names: list[str]) -> list[GroupFit]:
     frame = curves.frame[curves.frame["variant"].isin(names)]
     curves = replace(curves, frame=frame)
     got = {g.variant: g for g in fit_groups(curves)} if len(frame) else {}
-    return [got.get(n) or GroupFit(n, None, f"variant {n!r}: no evaluation points yet", 0)
-            for n in names]
+    return ([got.get(n) or GroupFit(n, None, f"variant {n!r}: no evaluation points yet", 0)
+             for n in names], score_levels(frame) if len(frame) else {})
 
 
 def _dead(store: StudyStore, runs: list[Variant], names: list[str]) -> dict[str, str]:
@@ -279,8 +332,8 @@ def decided(decisions: list[dict[str, Any]], scale_winner: bool) -> bool:
     return bool(decisions) and not scale_winner and len(decisions[-1].get("kept", [])) == 1
 
 
-def advance(study_path: Path | str, *, executor: Optional[str] = None,
-            profile: Optional[str] = None, results: Path | str = "results",
+def advance(study_path: Path | str, *, executor: str | None = None,
+            profile: str | None = None, results: Path | str = "results",
             entry: str = "trainer:run") -> StageReport:
     """Decide every stage whose runs are all finished, promote the survivors, and submit what
     the current stage still needs. Call again (or `ablate sweep` again) after the runs end."""
@@ -310,9 +363,9 @@ def advance(study_path: Path | str, *, executor: Optional[str] = None,
         if k >= len(budgets) - 1 or not _stage_complete(store, runs, budgets[k],
                                                          loaded.study.max_attempts):
             break
-        groups = _fit_stage(store, active)
+        groups, levels = _fit_stage(store, active)
         dec = decide(groups, margin=spec.margin, baseline=spec.baseline, stage=k,
-                     budget=budgets[k], dead=_dead(store, runs, active))
+                     budget=budgets[k], dead=_dead(store, runs, active), levels=levels)
         decisions.append(dec.to_json())
         with store.locked():
             atomic_write(store.root / STATE_FILE,
@@ -344,8 +397,8 @@ def advance(study_path: Path | str, *, executor: Optional[str] = None,
                        out["study_dir"], finished)
 
 
-def run_adaptive(study_path: Path | str, *, executor: Optional[str] = None,
-                 profile: Optional[str] = None, results: Path | str = "results",
+def run_adaptive(study_path: Path | str, *, executor: str | None = None,
+                 profile: str | None = None, results: Path | str = "results",
                  entry: str = "trainer:run", wait: bool = False,
                  show: bool = True) -> StageReport:
     """`advance`, and with `wait` keep going stage after stage until the study is finished or
