@@ -152,6 +152,27 @@ def _note(g: GroupFit, *more: str) -> str:
     return "; ".join(p for p in (*parts, *more) if p)
 
 
+NOTE_CELL = 40  # longer notes go under the table, so a 13-column table stays readable
+
+
+class Footnotes:
+    """Long note cells as "(n)" in the table and "(n) variant: text" lines under it: a
+    paragraph wrapped into a narrow column makes every row of a ranking table 15 lines tall."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def cell(self, variant: str, text: str) -> str:
+        if len(text) <= NOTE_CELL:
+            return text
+        self.lines.append(f"({len(self.lines) + 1}) {variant}: {text}")
+        return f"see ({len(self.lines)})"
+
+    def print(self) -> None:
+        for line in self.lines:
+            out.print(line)
+
+
 def _why(g: GroupFit) -> str:
     """The verdict's reason for the note cell, unless the note already says it (a failed fit's
     reason is its error)."""
@@ -219,9 +240,12 @@ def fit(source: Path = SourceArg, x: Optional[str] = XOpt, y: Optional[str] = YO
     else:
         t = _fit_table(f"sigmoid fits: {curves.y} vs {curves.x}", _interval_caption(groups))
         t.add_column("note")
+        notes = Footnotes()
         for g in groups:
-            t.add_row(g.variant, *_fit_cells(g), _window(g), _verdict(g), _note(g, _why(g)))
+            t.add_row(g.variant, *_fit_cells(g), _window(g), _verdict(g),
+                      notes.cell(g.variant, _note(g, _why(g))))
         out.print(t)
+        notes.print()
     _finish(groups)
 
 
@@ -276,14 +300,17 @@ def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
         if budget is not None:
             t.add_column(f"predicted at {budget:.3g} [95%]", justify="right")
         t.add_column("note")
+        notes = Footnotes()
         for r in rows:
             p = "—" if r.p_beats is None else f"{r.p_beats:.2f}"
             preds = [r.at_max] + ([r.at_budget] if budget is not None else [])
             t.add_row("—" if r.rank is None else str(r.rank), r.group.variant,
                       *_fit_cells(r.group), _window(r.group), _verdict(r.group), p,
                       *("—" if d is None else _ci(d["score"], d["ci"], ".3f") for d in preds),
-                      _note(r.group, _why(r.group), r.note if r.rank is not None else ""))
+                      notes.cell(r.group.variant, _note(r.group, _why(r.group),
+                                                        r.note if r.rank is not None else "")))
         out.print(t)
+        notes.print()
         for r in rows:
             if r.disagreement:  # the paper's rank and the predictions disagree: say it plainly
                 err.print(f"[yellow]rank vs prediction:[/yellow] {r.group.variant} {r.disagreement}")
