@@ -4,7 +4,7 @@ Synthetic studies where the truth is known: each trial is a curve from tests/syn
 ScaleRL parameters, per-prompt difficulty, 16 samples per prompt, AR(1) drift), run in order as
 Optuna would. At each rung (a fraction of the full compute) the trial's curve so far is fitted
 exactly as `ablate tune` does (ablate.studies.tune._fit's settings: default window, 400 draws) and the
-pruner's rule decides; a trial that is not pruned is fitted on its whole curve and its A lower
+pruner's rule (ablate.studies.pruner.rung_stops, the collapse rule included) decides; a trial that is not pruned is fitted on its whole curve and its A lower
 bound joins the finished ones. Reported: how often the trial with the highest true A was stopped
 (target < 5%), how often a pruned trial was in truth within 0.02 of the best finished trial's A
 at that time, and the compute saved.
@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from ablate.analysis.fit import FitError
 from ablate.analysis.fitters import fit_sigmoid
-from ablate.studies.pruner import should_stop
+from ablate.studies.pruner import rung_stops
+from ablate.studies.stages import score_levels
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the synthetic curves live with the tests
-from synthetic import curve, random_truth  # noqa: E402
+from synthetic import curve, random_truth
 
 RUNGS = (0.25, 0.5)
 
@@ -44,9 +47,12 @@ def run_study(rng: np.random.Generator, n_trials: int) -> dict:
             m = c <= r
             try:
                 f = fit_sigmoid(c[m], y[m], n_boot=400, random_state=rng)
-            except (FitError, np.linalg.LinAlgError):
-                continue
-            if should_stop(f.ci["A"][1], finished_lo) is not None:
+                ci, fell = f.ci["A"], None
+            except (FitError, np.linalg.LinAlgError):  # the collapse rule's evidence instead
+                lv = score_levels(pd.DataFrame({"variant": "t", "seed": 0, "compute": c[m],
+                                                "score": y[m]}))
+                ci, fell = None, (list(lv["t"]) if "t" in lv else None)
+            if rung_stops(ci, fell, finished_lo):
                 stop_at = r
                 break
         if stop_at is not None:

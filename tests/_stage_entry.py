@@ -4,7 +4,9 @@
 orchestrator decides, not about training: it appends one evaluation point per step from the
 last step written up to `config.budget.steps` (so it "resumes" like the trainer does), with a
 ScaleRL sigmoid whose asymptote is set by the learning rate (A = lr * 2000, capped at 0.9) and a
-little deterministic noise per (seed, step).
+little deterministic noise per (seed, step). From lr COLLAPSE_LR up the run is unstable: its
+score falls from 0.5 to 0.03 (a curve no sigmoid fits), as an LR far too high does on the
+real proxy.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from ablate.analysis.fit import sigmoid
 from trainer.rundir import write_status
 
 COST = 1e-3  # gpu_hours per step
+COLLAPSE_LR = 1e-3
 
 
 def truth_A(lr: float) -> float:
@@ -35,7 +38,8 @@ def synthetic_run(config, run_dir) -> None:
         for step in range(start + 1, config.budget.steps + 1):
             rng = np.random.default_rng([config.seed, step])
             c = step * COST
-            y = float(sigmoid(c, A, 1.5, 10 * COST, 0.1)) + rng.normal(0, 0.004)
+            y = (0.03 + 0.47 * np.exp(-step / 8) if config.optim.lr >= COLLAPSE_LR
+                 else float(sigmoid(c, A, 1.5, 10 * COST, 0.1))) + rng.normal(0, 0.004)
             out.write(json.dumps({"step": step, "samples": step, "tokens": step, "flops": step,
                                   "gpu_hours": c, "eval/pass_rate": y}) + "\n")
     write_status(run_dir, "done", config.budget.steps, progress=1.0)  # as the trainer reports

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-
+from _stage_entry import COLLAPSE_LR, truth_A
 from _study_util import ROOT, cli
-from _stage_entry import truth_A
-from ablate.studies.pruner import should_stop
+
+from ablate.studies.pruner import rung_stops, should_stop
 
 ENTRY = "_stage_entry:synthetic_run"
 SPACE = f"""name: tf
@@ -58,6 +58,23 @@ def test_fitted_objective_and_curve_pruner(tmp_path):
     assert again["trials"] == trials
 
 
+def test_curve_pruner_stops_a_collapsed_trial_whose_curve_cannot_be_fitted(tmp_path):
+    # From lr 1e-3 up a trial collapses (_stage_entry: score 0.5 -> 0.03, no fit at any rung);
+    # below it, it rises to A = lr * 2000.
+    text = (SPACE.replace("optim.lr: {low: 1.0e-4, high: 4.0e-4}",
+                          "optim.lr: {low: 2.0e-4, high: 3.0e-3, log: true}")
+            .replace("n_trials: 8", "n_trials: 5"))
+    out = json.loads(_run(tmp_path, text, "--json").stdout)
+    trials = out["trials"]
+    after = [t for i, t in enumerate(trials) if t["params"]["optim.lr"] >= COLLAPSE_LR
+             and any(u["state"] == "COMPLETE" for u in trials[:i])]
+    assert after, [(t["params"], t["state"]) for t in trials]  # the seed puts one after a finish
+    for t in after:  # stopped at the rung, not trained to the end and failed there
+        steps = [json.loads(x)["step"] for x in Path(t["run_dir"], "metrics.jsonl").read_text().splitlines()]
+        assert t["state"] == "PRUNED" and t["pruned_at"] == {"steps": 25} and steps[-1] == 25
+    assert out["best"]["params"]["optim.lr"] < COLLAPSE_LR
+
+
 def test_predicted_objective_reports_its_interval(tmp_path):
     text = (SPACE.replace("reduce: asymptote, x: gpu_hours", "reduce: predicted, x: gpu_hours, at: 0.2")
             .replace("prune: {rungs: [{steps: 25}]}\n", "").replace("n_trials: 8", "n_trials: 2"))
@@ -89,3 +106,12 @@ def test_should_stop_needs_a_finished_trial_whose_lower_bound_is_above():
     assert should_stop(0.5, []) is None
     assert should_stop(0.5, [0.45, 0.49]) is None
     assert should_stop(0.5, [0.45, 0.52]) == 0.52
+
+
+def test_rung_stops_uses_the_interval_or_else_a_collapse():
+    assert rung_stops([0.3, 0.5], None, [0.52]) and not rung_stops([0.3, 0.5], None, [0.45])
+    # No fit: a fall of >= 0.05 from its best to below a finished lower bound stops it.
+    assert rung_stops(None, [0.60, 0.10], [0.52])
+    assert not rung_stops(None, [0.60, 0.57], [0.80])  # within noise of its best: not a collapse
+    assert not rung_stops(None, [0.90, 0.60], [0.52])  # fell, but above what the best is sure of
+    assert not rung_stops(None, None, [0.52]) and not rung_stops(None, [0.6, 0.1], [])

@@ -126,7 +126,7 @@ def decide(groups: list[GroupFit], *, margin: float = A_MARGIN, baseline: str | 
            levels: dict[str, tuple[float, float]] | None = None) -> Decision:
     """Which variants stop after a stage. `dead` maps variants whose runs all ended without a
     curve to continue (diverged / failed for good) to why; they stop too. `levels` maps a
-    variant to its observed (first, recent) score (`score_levels`), for the collapse rule."""
+    variant to its observed (best, recent) score (`score_levels`), for the collapse rule."""
     dead = dict(dead or {})
     ok = [g for g in groups if g.fit is not None and g.variant not in dead]
     ci = {g.variant: g.fit.ci.get("A", (g.fit.A, g.fit.A)) for g in ok}
@@ -302,7 +302,7 @@ def _stage_complete(store: StudyStore, runs: list[Variant], budget: dict[str, fl
 
 def _fit_stage(store: StudyStore, names: list[str]
                ) -> tuple[list[GroupFit], dict[str, tuple[float, float]]]:
-    """Each variant's fit, and its observed (first, recent) score for the collapse rule."""
+    """Each variant's fit, and its observed (best, recent) score for the collapse rule."""
     from ablate.analysis.fitgroups import fit_groups
     from ablate.analysis.sources import load
 

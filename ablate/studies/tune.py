@@ -11,18 +11,25 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ablate.errors import InputError
 from ablate.studies.expand import run_id_of
 from ablate.studies.store import study_dir_for
-from trainer.rundir import atomic_write
-from ablate.studies.study import (Provenance, _NAME_RE, check_config_path, load_model,
-                          resolve_base, set_path, validate_config)
+from ablate.studies.study import (
+    _NAME_RE,
+    Provenance,
+    check_config_path,
+    load_model,
+    resolve_base,
+    set_path,
+    validate_config,
+)
 from ablate.yamlio import YamlDoc
 from trainer.config import BudgetConfig
+from trainer.rundir import atomic_write
 
 
 class _Strict(BaseModel):
@@ -32,14 +39,14 @@ class _Strict(BaseModel):
 class Param(_Strict):
     """A numeric range (low/high, optionally log) or a list of choices."""
 
-    low: Optional[float] = None
-    high: Optional[float] = None
+    low: float | None = None
+    high: float | None = None
     log: bool = False
     integer: bool = Field(False, description="Sample integers in [low, high].")
-    choices: Optional[list[Union[bool, int, float, str, None]]] = None
+    choices: list[bool | int | float | str | None] | None = None
 
     @model_validator(mode="after")
-    def _shape(self) -> "Param":
+    def _shape(self) -> Param:
         if self.choices is not None:
             if not self.choices or self.low is not None or self.high is not None:
                 raise ValueError("give either non-empty `choices` or `low`/`high`, not both")
@@ -64,9 +71,9 @@ class Objective(_Strict):
         "curve: asymptote = fitted A, predicted = fitted score at compute `at`.")
     direction: Literal["maximize", "minimize"] = "maximize"
     x: str = Field("gpu_hours", description="Fitted objectives: the compute column.")
-    at: Optional[float] = Field(None, gt=0, description="reduce: predicted: compute (in `x` "
+    at: float | None = Field(None, gt=0, description="reduce: predicted: compute (in `x` "
                                 "units) at which the fitted score is the objective.")
-    min_compute: Optional[float] = Field(None, ge=0, description="Fitted objectives: start of "
+    min_compute: float | None = Field(None, ge=0, description="Fitted objectives: start of "
                                          "the fit window (default: read from the curve's shape).")
 
 
@@ -78,14 +85,14 @@ class Prune(_Strict):
 
 class TuneSpace(_Strict):
     name: str = Field(description="Results go to <results>/<name>/ (optuna.db + run dirs).")
-    base: Optional[str] = Field(None, description="Recipe YAML, relative to this file.")
+    base: str | None = Field(None, description="Recipe YAML, relative to this file.")
     overrides: dict[str, Any] = Field(default_factory=dict, description="Fixed changes to the base.")
     params: dict[str, Param] = Field(min_length=1, description="Dotted TrainConfig path -> range.")
     objective: Objective = Field(default_factory=Objective)
     n_trials: int = Field(10, ge=1, description="Total trials (a rerun only adds the missing ones).")
     seed: int = Field(0, description="Seed of the sampler and of every trial's run.")
-    budget: Optional[BudgetConfig] = Field(None, description="Replaces TrainConfig.budget.")
-    prune: Optional[Prune] = Field(None, description="Curve-predictive pruning (needs reduce "
+    budget: BudgetConfig | None = Field(None, description="Replaces TrainConfig.budget.")
+    prune: Prune | None = Field(None, description="Curve-predictive pruning (needs reduce "
                                    "asymptote or predicted, and `budget`).")
 
 
@@ -117,7 +124,7 @@ def _check_objective(space: TuneSpace, doc: YamlDoc) -> None:
     from ablate.studies.study import suggest
 
     obj = space.objective
-    at = lambda *k: doc.where(("objective", *k)) if "objective" in doc.data else str(doc.path)  # noqa: E731
+    at = lambda *k: doc.where(("objective", *k)) if "objective" in doc.data else str(doc.path)
     if obj.reduce in FITTED:
         if obj.metric not in SCORE_COLUMNS:
             raise InputError(f"{at('metric')}: objective.metric '{obj.metric}' cannot be fitted "
@@ -159,8 +166,31 @@ def _check_objective(space: TuneSpace, doc: YamlDoc) -> None:
 
 def _fit(run_dir: Path, obj: Objective):
     """The trial's curve so far, fitted (FitError when it cannot be)."""
-    from ablate.analysis.fit import FitError
     from ablate.analysis.fitters import fit_sigmoid
+
+    c, y = _points(run_dir, obj)
+    return fit_sigmoid(c, y, min_compute=obj.min_compute, n_boot=400)
+
+
+def _fell(run_dir: Path, obj: Objective) -> list[float] | None:
+    """[best, recent] score of a trial whose curve could not be fitted, for the pruner's
+    collapse rule (ablate.studies.stages.score_levels); None without enough points."""
+    import pandas as pd
+
+    from ablate.analysis.fit import FitError
+    from ablate.studies.stages import score_levels
+
+    try:
+        c, y = _points(run_dir, obj)
+    except FitError:
+        return None
+    lv = score_levels(pd.DataFrame({"variant": "t", "seed": 0, "compute": c, "score": y}))
+    return list(lv["t"]) if "t" in lv else None
+
+
+def _points(run_dir: Path, obj: Objective) -> tuple[list[float], list[float]]:
+    """(compute, score) of every evaluation the trial logged (FitError when there is none)."""
+    from ablate.analysis.fit import FitError
 
     rows = []
     try:
@@ -177,10 +207,10 @@ def _fit(run_dir: Path, obj: Objective):
     if not rows:
         raise FitError(f"{run_dir}: no '{obj.metric}' with '{obj.x}' in metrics.jsonl")
     c, y = zip(*rows)
-    return fit_sigmoid(list(c), list(y), min_compute=obj.min_compute, n_boot=400)
+    return list(c), list(y)
 
 
-def _fitted_score(run_dir: Path, obj: Objective, trial: "Any") -> float:
+def _fitted_score(run_dir: Path, obj: Objective, trial: Any) -> float:
     """Fitted A (or the fitted score at `at`), intervals stored on the trial; RuntimeError (a
     failed trial) when the curve cannot be fitted."""
     from ablate.analysis.fit import FitError
@@ -223,20 +253,20 @@ def _score(run_dir: Path, obj: Objective) -> float:
 
 def _trained_to(run_dir: Path, budget: dict[str, Any]) -> bool:
     """The run finished (done) with a config that reaches `budget`."""
-    from trainer.rundir import read_status
     from ablate.studies.stages import _reaches, _run_budget
+    from trainer.rundir import read_status
 
     return read_status(run_dir).get("state") == "done" and _reaches(_run_budget(run_dir), budget)
 
 
-def tune(path: Path, results: Path, *, n_trials: Optional[int] = None, entry: str = "trainer:run",
+def tune(path: Path, results: Path, *, n_trials: int | None = None, entry: str = "trainer:run",
          show: bool = True) -> dict[str, Any]:
     """Run the missing trials in this process; returns {"best": {...}, "trials": [...]}."""
     import optuna
 
     from ablate.studies.launch.job import load_entry, stdout_to_stderr
-    from trainer.rundir import read_status
     from ablate.studies.pruner import CurvePruner
+    from trainer.rundir import read_status
 
     space, tree, prov, _ = load_space(path)
     out_dir = study_dir_for(results, space.name)
@@ -251,7 +281,7 @@ def tune(path: Path, results: Path, *, n_trials: Optional[int] = None, entry: st
     fn = load_entry(entry)
     total = n_trials or space.n_trials
 
-    def objective(trial: "optuna.Trial") -> float:
+    def objective(trial: optuna.Trial) -> float:
         cfg_tree = set_path(tree, ("seed",), space.seed)
         for dotted, p in space.params.items():
             if p.choices is not None:
@@ -272,9 +302,19 @@ def tune(path: Path, results: Path, *, n_trials: Optional[int] = None, entry: st
                 break
             try:
                 fit = _fit(run_dir, space.objective)
-            except Exception:  # noqa: BLE001 - a curve too short to read: no evidence, go on
+            except Exception:  # noqa: BLE001 - no fit: only a collapse can stop it (pruner.py)
+                fell = _fell(run_dir, space.objective)
+                trial.set_user_attr("rung_A_ci", None)
+                trial.set_user_attr("rung_fell", fell)
+                if fell is not None:
+                    trial.report(fell[1], i)
+                    if trial.should_prune():
+                        trial.set_user_attr("pruned_at", b)
+                        raise optuna.TrialPruned(f"score fell from {fell[0]:.3f} to "
+                                                 f"{fell[1]:.3f} (collapsed)") from None
                 continue
             trial.set_user_attr("rung_A_ci", list(fit.ci.get("A", (fit.A, fit.A))))
+            trial.set_user_attr("rung_fell", None)
             trial.report(fit.A, i)
             if trial.should_prune():
                 trial.set_user_attr("pruned_at", b)
