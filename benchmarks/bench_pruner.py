@@ -21,12 +21,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from ablate.analysis.fit import FitError
 from ablate.analysis.fitters import fit_sigmoid
 from ablate.studies.pruner import rung_stops
-from ablate.studies.stages import score_levels
+from ablate.studies.stages import run_level
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the synthetic curves live with the tests
 from synthetic import curve, random_truth
@@ -49,9 +48,7 @@ def run_study(rng: np.random.Generator, n_trials: int) -> dict:
                 f = fit_sigmoid(c[m], y[m], n_boot=400, random_state=rng)
                 ci, fell = f.ci["A"], None
             except (FitError, np.linalg.LinAlgError):  # the collapse rule's evidence instead
-                lv = score_levels(pd.DataFrame({"variant": "t", "seed": 0, "compute": c[m],
-                                                "score": y[m]}))
-                ci, fell = None, (list(lv["t"]) if "t" in lv else None)
+                ci, fell = None, run_level(y[m])
             if rung_stops(ci, fell, finished_lo):
                 stop_at = r
                 break

@@ -17,11 +17,11 @@ trial's full fit); see ablate.studies.tune.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import optuna
 
-from ablate.studies.stages import COLLAPSE_DROP
+from ablate.studies.stages import collapsed
 
 
 def should_stop(a_hi: float, finished_lo: Iterable[float]) -> float | None:
@@ -30,15 +30,15 @@ def should_stop(a_hi: float, finished_lo: Iterable[float]) -> float | None:
     return best if best is not None and a_hi < best else None
 
 
-def rung_stops(ci: list[float] | None, fell: list[float] | None,
+def rung_stops(ci: Sequence[float] | None, fell: Sequence[float] | None,
                finished_lo: list[float]) -> bool:
     """The rule at one rung: `ci` is the rung's A interval (None when it could not be fitted),
     `fell` its [best, recent] score (the collapse rule's evidence when there is no fit)."""
     if ci:
         return should_stop(float(ci[1]), finished_lo) is not None
-    if fell:  # no fit: stop only a collapse below what a finished trial surely reaches
-        best, recent = fell
-        return recent < best - COLLAPSE_DROP and should_stop(recent, finished_lo) is not None
+    bound = max(finished_lo, default=None)  # what a finished trial surely reaches
+    if fell and bound is not None:  # no fit: only a collapse below it stops the trial
+        return collapsed(fell, bound)
     return False  # this rung could not be fitted: no evidence to stop on
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -148,28 +149,42 @@ def decide(groups: list[GroupFit], *, margin: float = A_MARGIN, baseline: str | 
                 stopped[g.variant] = (f"stage {stage}: A {g.fit.A:.3f} below baseline "
                                       f"{base.variant}'s {base.fit.A:.3f} by more than {margin:g}")
         for g in groups:
-            best, recent = (levels or {}).get(g.variant, (0.0, 1.0))
-            if (g.fit is None and g.variant not in stopped
-                    and recent < min(best - COLLAPSE_DROP, top_lo)):
-                stopped[g.variant] = (f"stage {stage}: score fell from {best:.3f} to {recent:.3f} "
+            lv = (levels or {}).get(g.variant)
+            if g.fit is None and g.variant not in stopped and lv and collapsed(lv, top_lo):
+                stopped[g.variant] = (f"stage {stage}: score fell from {lv[0]:.3f} to {lv[1]:.3f} "
                                       f"(collapsed), below {top.variant}'s A lower bound "
                                       f"{top_lo:.3f}")
     kept = [g.variant for g in groups if g.variant not in stopped]
     return Decision(stage, dict(budget or {}), kept, stopped, fits)
 
 
+def collapsed(level: Sequence[float], bound: float) -> bool:
+    """The collapse rule (module docstring) on a (best, recent) score level: the score fell
+    COLLAPSE_DROP from its best, to below `bound` (the best variant's A lower bound)."""
+    best, recent = level
+    return recent < min(best - COLLAPSE_DROP, bound)
+
+
+def run_level(scores: Any, k: int = 3) -> tuple[float, float] | None:
+    """(best, recent) of one run's scores in compute order: its running mean over `k`
+    evaluations at its highest and at its last (averaging keeps one lucky draw from being the
+    best); None with fewer than k evaluations."""
+    y = np.asarray(scores, dtype=float)
+    if y.size < k:
+        return None
+    smooth = np.convolve(y, np.ones(k) / k, mode="valid")
+    return float(smooth.max()), float(smooth[-1])
+
+
 def score_levels(frame: pd.DataFrame, k: int = 3) -> dict[str, tuple[float, float]]:
-    """variant -> (its best score, its recent score), from a tidy curves frame (columns variant,
-    seed, compute, score): the seeds' mean of each run's running mean over `k` evaluations, at
-    its highest and at its last. Averaging k evaluations keeps one lucky draw from being the
-    best."""
+    """variant -> (best, recent) score, its seeds' `run_level`s averaged, from a tidy curves
+    frame (columns variant, seed, compute, score)."""
     out = {}
     for v, g in frame.sort_values("compute").groupby("variant", sort=False):
-        runs = [np.convolve(r["score"].to_numpy(), np.ones(k) / k, mode="valid")
-                for _, r in g.groupby("seed") if len(r) >= k]
+        runs = [lv for _, r in g.groupby("seed") if (lv := run_level(r["score"], k)) is not None]
         if runs:
-            out[str(v)] = (float(np.mean([r.max() for r in runs])),
-                           float(np.mean([r[-1] for r in runs])))
+            out[str(v)] = (float(np.mean([b for b, _ in runs])),
+                           float(np.mean([r for _, r in runs])))
     return out
 
 

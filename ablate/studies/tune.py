@@ -166,26 +166,13 @@ def _check_objective(space: TuneSpace, doc: YamlDoc) -> None:
 
 def _fit(run_dir: Path, obj: Objective):
     """The trial's curve so far, fitted (FitError when it cannot be)."""
+    return _fit_points(*_points(run_dir, obj), obj)
+
+
+def _fit_points(c: list[float], y: list[float], obj: Objective):
     from ablate.analysis.fitters import fit_sigmoid
 
-    c, y = _points(run_dir, obj)
     return fit_sigmoid(c, y, min_compute=obj.min_compute, n_boot=400)
-
-
-def _fell(run_dir: Path, obj: Objective) -> list[float] | None:
-    """[best, recent] score of a trial whose curve could not be fitted, for the pruner's
-    collapse rule (ablate.studies.stages.score_levels); None without enough points."""
-    import pandas as pd
-
-    from ablate.analysis.fit import FitError
-    from ablate.studies.stages import score_levels
-
-    try:
-        c, y = _points(run_dir, obj)
-    except FitError:
-        return None
-    lv = score_levels(pd.DataFrame({"variant": "t", "seed": 0, "compute": c, "score": y}))
-    return list(lv["t"]) if "t" in lv else None
 
 
 def _points(run_dir: Path, obj: Objective) -> tuple[list[float], list[float]]:
@@ -264,8 +251,10 @@ def tune(path: Path, results: Path, *, n_trials: int | None = None, entry: str =
     """Run the missing trials in this process; returns {"best": {...}, "trials": [...]}."""
     import optuna
 
+    from ablate.analysis.fit import FitError
     from ablate.studies.launch.job import load_entry, stdout_to_stderr
     from ablate.studies.pruner import CurvePruner
+    from ablate.studies.stages import run_level
     from trainer.rundir import read_status
 
     space, tree, prov, _ = load_space(path)
@@ -301,9 +290,14 @@ def tune(path: Path, results: Path, *, n_trials: int | None = None, entry: str =
             if read_status(run_dir).get("state") == "diverged":
                 break
             try:
-                fit = _fit(run_dir, space.objective)
+                c, y = _points(run_dir, space.objective)
+            except FitError:
+                c, y = [], []
+            try:
+                fit = _fit_points(c, y, space.objective)
             except Exception:  # noqa: BLE001 - no fit: only a collapse can stop it (pruner.py)
-                fell = _fell(run_dir, space.objective)
+                level = run_level(y)
+                fell = list(level) if level is not None else None
                 trial.set_user_attr("rung_A_ci", None)
                 trial.set_user_attr("rung_fell", fell)
                 if fell is not None:
