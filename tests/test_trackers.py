@@ -9,6 +9,7 @@ import importlib.util
 import json
 import os
 import struct
+import time
 import typing
 
 import numpy as np
@@ -122,12 +123,29 @@ def _wandb_records(path):
     return out
 
 
+def _finished_records(path, wait_s=60.0):
+    """The file's records once W&B has written all of them. `run.finish()` returns when the
+    exit is acknowledged, but wandb-core may still hold the file's buffered records until its
+    service closes the stream (CI on a loaded 2-core machine read a file holding only the
+    header); stopping the service is what the end of a trainer process does."""
+    import wandb
+
+    wandb.teardown()
+    deadline = time.monotonic() + wait_s
+    while True:
+        recs = _wandb_records(path)
+        if any(r.WhichOneof("record_type") == "exit" for r in recs) \
+                or time.monotonic() > deadline:
+            return recs
+        time.sleep(0.2)
+
+
 def test_wandb_offline_run(tmp_path):
     _need("wandb")
     root, run, cfg = _study(tmp_path, ["wandb"], project="ablate-test")
     _log_all(cfg, run, state="failed")
     (f,) = glob.glob(str(root / "wandb" / "offline-run-*" / "run-a1b2c3d4e5f6.wandb"))
-    recs = _wandb_records(f)
+    recs = _finished_records(f)
     (info,) = [r.run for r in recs if r.WhichOneof("record_type") == "run"]
     assert (info.run_id, info.display_name, info.run_group, info.project) == (
         "a1b2c3d4e5f6", "loss.aggregation=prompt", "loss_agg", "ablate-test")
