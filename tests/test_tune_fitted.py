@@ -115,3 +115,19 @@ def test_rung_stops_uses_the_interval_or_else_a_collapse():
     assert not rung_stops(None, [0.60, 0.57], [0.80])  # within noise of its best: not a collapse
     assert not rung_stops(None, [0.90, 0.60], [0.52])  # fell, but above what the best is sure of
     assert not rung_stops(None, None, [0.52]) and not rung_stops(None, [0.6, 0.1], [])
+
+
+def test_a_trial_whose_metric_the_fitter_refuses_fails_alone(tmp_path):
+    """A score outside [0, 1] is that trial's bad data: it fails (RuntimeError, which optuna
+    records as a failed trial and the search goes on), where it used to end `ablate tune`."""
+    import optuna
+
+    from ablate.studies.tune import Objective, _fitted_score
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"gpu_hours": 0.1 * i, "eval/pass_rate": 0.2 + 0.3 * i} for i in range(1, 8)]
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    obj = Objective(metric="eval/pass_rate", reduce="asymptote", x="gpu_hours")
+    with pytest.raises(RuntimeError, match=r"outside \[0, 1\]"):
+        _fitted_score(run, obj, optuna.trial.FixedTrial({}))

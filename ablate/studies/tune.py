@@ -199,12 +199,12 @@ def _points(run_dir: Path, obj: Objective) -> tuple[list[float], list[float]]:
 
 def _fitted_score(run_dir: Path, obj: Objective, trial: Any) -> float:
     """Fitted A (or the fitted score at `at`), intervals stored on the trial; RuntimeError (a
-    failed trial) when the curve cannot be fitted."""
-    from ablate.analysis.fit import FitError
-
+    failed trial) when the curve cannot be fitted. The fitter's InputError (say a metric
+    outside [0, 1]) is one trial's bad data, not bad input to `ablate tune`: the search goes
+    on instead of exiting 2."""
     try:
         fit = _fit(run_dir, obj)
-    except FitError as e:
+    except InputError as e:  # FitError is an InputError
         raise RuntimeError(f"{run_dir}: {e}") from None
     trial.set_user_attr("A", fit.A)
     trial.set_user_attr("A_ci", list(fit.ci.get("A", (fit.A, fit.A))))
