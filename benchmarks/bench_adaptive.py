@@ -42,9 +42,13 @@ from synthetic import curve, random_truth
 STAGES = (0.3, 0.6, 1.0)
 
 
-def fits(frame: pd.DataFrame, c_max: float):
-    cut = frame[frame["compute"] <= c_max + 1e-12]
-    return fit_groups(Curves(cut, "synthetic", "compute", "score"), n_boot=400)
+def upto(frame: pd.DataFrame, c_max: float) -> pd.DataFrame:
+    """The curves as seen when `c_max` compute has been trained."""
+    return frame[frame["compute"] <= c_max + 1e-12]
+
+
+def fits(seen: pd.DataFrame):
+    return fit_groups(Curves(seen, "synthetic", "compute", "score"), n_boot=400)
 
 
 def staged(frame: pd.DataFrame, c_final: float) -> tuple[list[str], str | None, float]:
@@ -57,15 +61,14 @@ def staged(frame: pd.DataFrame, c_final: float) -> tuple[list[str], str | None, 
         prev = s
         if s == 1.0:
             break
-        mine = frame[frame["variant"].isin(active)]
-        seen = mine[mine["compute"] <= s * c_final + 1e-12]
-        d = decide(fits(mine, s * c_final), stage=k, levels=score_levels(seen))
+        seen = upto(frame[frame["variant"].isin(active)], s * c_final)
+        d = decide(fits(seen), stage=k, levels=score_levels(seen))
         active = d.kept
         if len(active) == 1:
             break
     if len(active) == 1:
         return active, active[0], spent / len(variants)
-    order, _ = rank_order(fits(frame[frame["variant"].isin(active)], prev * c_final))
+    order, _ = rank_order(fits(upto(frame[frame["variant"].isin(active)], prev * c_final)))
     return active, (order[0].variant if order else None), spent / len(variants)
 
 
@@ -77,7 +80,7 @@ def one(rng: np.random.Generator) -> dict:
             c, y = curve(tr, rng, c_max=1.0, n_points=100)
             rows.append(pd.DataFrame({"variant": name, "seed": seed, "compute": c, "score": y}))
     frame = pd.concat(rows, ignore_index=True)
-    order, _ = rank_order(fits(frame, 1.0))
+    order, _ = rank_order(fits(upto(frame, 1.0)))
     full_winner = order[0].variant if order else None
     active, winner, share = staged(frame, 1.0)
     true_best = max(truths, key=lambda n: truths[n].A)
@@ -106,7 +109,7 @@ def replay_proxy(dirs: list[Path]) -> dict:
     same compute): what an adaptive study would have stopped, and at what cost."""
     frame = proxy_frame(dirs)
     c_final = float(frame.groupby("variant")["compute"].max().min())
-    order, _ = rank_order(fits(frame, c_final))
+    order, _ = rank_order(fits(upto(frame, c_final)))
     active, winner, share = staged(frame, c_final)
     return {"variants": int(frame["variant"].nunique()), "full_winner": order[0].variant,
             "staged_winner": winner, "survivors": active, "compute_fraction": round(share, 3),
@@ -144,8 +147,9 @@ def sweeps(results: Path) -> dict:
             "staged_A": st.get("A"), "staged_A_ci": st.get("A_ci"),
             "stopped": st.get("stopped")}
     f_full, f_staged = _flops(full), _flops(staged)
-    return {"full_winner": win(rows_full), "staged_winner": win(rows_staged),
-            "same_winner": win(rows_full) == win(rows_staged), "flops_full": f_full,
+    w_full, w_staged = win(rows_full), win(rows_staged)
+    return {"full_winner": w_full, "staged_winner": w_staged,
+            "same_winner": w_full == w_staged, "flops_full": f_full,
             "flops_staged": f_staged, "compute_fraction": round(f_staged / f_full, 3),
             "decisions": read_state(staged)["decisions"], "variants": variants}
 
