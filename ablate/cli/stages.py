@@ -11,7 +11,7 @@ from rich.console import Console
 
 def adaptive_sweep(study: Path, *, executor: Optional[str], profile: Optional[str],
                    results: Path, entry: str, wait: bool, as_json: bool) -> None:
-    from ablate.studies.stages import run_adaptive
+    from ablate.studies.stages import budget_text, run_adaptive
 
     rep = run_adaptive(study, executor=executor, profile=profile, results=results, entry=entry,
                        wait=wait, show=not as_json)
@@ -22,7 +22,7 @@ def adaptive_sweep(study: Path, *, executor: Optional[str], profile: Optional[st
     n = len(rep.budgets)
     shown = min(rep.stage, n - 1)
     con.print(f"[bold]{Path(rep.study_dir).name}[/]: adaptive, stage {shown + 1} of {n} "
-              f"(budget {rep.budgets[shown]}), submitted {len(rep.submitted)} via "
+              f"(budget {budget_text(rep.budgets[shown])}), submitted {len(rep.submitted)} via "
               f"{rep.executor}, skipped {len(rep.skipped)}  ->  {rep.study_dir}")
     for d in rep.decisions:
         for v, why in d["stopped"].items():
