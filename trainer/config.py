@@ -234,6 +234,11 @@ class LengthConfig(_Strict):
         "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>",
         description="interrupt: text appended when the budget is hit (paper's wording).",
     )
+    think_end: str = Field(
+        "</think>",
+        description="interrupt: the marker that closes thinking; a sample that wrote it within "
+        "its drawn budget is not interrupted, and its answer budget counts from it.",
+    )
     overlong_max: int = Field(
         12288, gt=0, description="overlong_penalty: L_max in clip((L_max-|y|)/L_cache - 1, -1, 0)."
     )
@@ -394,6 +399,12 @@ class BudgetConfig(_Strict):
 class CheckpointConfig(_Strict):
     every_steps: int = Field(
         50, gt=0, description="Save a resumable checkpoint every N steps (and at every eval)."
+    )
+    every_minutes: Optional[float] = Field(
+        None, gt=0,
+        description="Also save when this many wall-clock minutes have passed since the last "
+        "checkpoint (checked at step boundaries; None: steps only). A Slurm preemption/timeout "
+        "signal (USR2) always saves at the next step boundary.",
     )
 
 

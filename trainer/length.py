@@ -71,40 +71,86 @@ def overlong(length: int, l_max: int, l_cache: int) -> float:
 
 @CONTROLS.register("interrupt")
 def interrupt(gen, prompts, config, tokenizer, seed, *, n, temperature) -> Rollout:
-    """ScaleRL forced interruption: think up to a per-sample budget drawn in
-    [budget_min_fraction * thinking_budget, thinking_budget]; samples still thinking get the
-    interruption text appended (masked out of the loss: the policy did not sample it) and
-    answer within `answer_budget` tokens."""
+    """ScaleRL forced interruption, keyed on whether thinking closed in time: each sample draws
+    a thinking budget in [budget_min_fraction * thinking_budget, thinking_budget]. A sample
+    whose `length.think_end` marker (`</think>`) ends within its budget is never interrupted;
+    its answer may run `answer_budget` tokens past the marker. A sample still thinking at its
+    budget is cut there and gets the interruption text (masked out of the loss: the policy did
+    not sample it), then answers within `answer_budget` tokens. A sample that stopped (EOS)
+    within its budget without the marker (a model that does not think) is left alone."""
     L, cap = config.length, config.rollout.max_new_tokens
     think = min(L.thinking_budget, cap)
     ro = _plain(gen, prompts, config, seed, n, temperature, max_new=think)
     rng = random.Random(seed)
     lo = max(1, int(L.budget_min_fraction * think))
+    close = marker_ids(tokenizer, L.think_end)
     text = tokenizer(L.interrupt_text, add_special_tokens=False).input_ids
-    cont_idx, cont_prompts = [], []
+    todo: list[tuple[int, list[int], int]] = []  # (row, inserted text, answer tokens left)
     for i, toks in enumerate(ro.tokens):
-        budget = rng.randint(lo, think)
-        if ro.finished[i] and len(toks) <= budget:
+        budget = rng.randint(lo, think)  # drawn for every sample: the stream stays seedable
+        end = closed_at(toks, close, budget)
+        if end is None:
+            if ro.finished[i] and len(toks) <= budget:
+                continue
+            _cut(ro, i, budget)
+            ro.interrupted[i] = True
+            todo.append((i, text, L.answer_budget))
             continue
-        for field_ in (ro.tokens, ro.logprobs, ro.versions, ro.loss_mask):
-            field_[i] = field_[i][:budget]
-        ro.interrupted[i] = True
-        ro.finished[i] = False
-        cont_idx.append(i)
-        cont_prompts.append(ro.prompts[i] + ro.tokens[i] + text)
-    answer = L.answer_budget  # on top of the thinking tokens, as in the paper
-    if cont_idx:
-        ver = [v[-1] if v else 0 for v in ro.versions]
-        g = gen.generate(cont_prompts, n=1, max_new_tokens=answer, temperature=temperature,
-                         top_p=config.rollout.top_p, seed=seed + 1)
-        for j, i in enumerate(cont_idx):
-            ro.gen_tokens[i] += len(cont_prompts[j]) + len(g.tokens[j])
-            ro.tokens[i] += text + g.tokens[j]
-            ro.logprobs[i] += [0.0] * len(text) + g.logprobs[j]
-            ro.versions[i] += [ver[i]] * len(text) + g.versions[j]
-            ro.loss_mask[i] += [0] * len(text) + [1] * len(g.tokens[j])
-            ro.finished[i] = g.finished[j]
+        limit = end + L.answer_budget  # the answer budget starts where thinking closed
+        if len(toks) > limit:
+            _cut(ro, i, limit)
+        elif not ro.finished[i] and len(toks) < limit:  # the first pass's cap stopped it
+            todo.append((i, [], limit - len(toks)))
+    _answer(gen, ro, todo, config, temperature, seed + 1)
     return ro
+
+
+def marker_ids(tokenizer, marker: str) -> list[int] | None:
+    """Token ids of the end-of-thinking marker; None when the tokenizer cannot spell it (an
+    unknown-token id would match whatever else maps to it)."""
+    ids = tokenizer(marker, add_special_tokens=False).input_ids if marker else []
+    unk = getattr(tokenizer, "unk_token_id", None)
+    return ids if ids and (unk is None or unk not in ids) else None
+
+
+def closed_at(tokens: list[int], marker: list[int] | None, budget: int) -> int | None:
+    """Position just past the first end-of-thinking marker when it ends within the first
+    `budget` tokens, else None (thinking still open at the budget)."""
+    if not marker:
+        return None
+    m = len(marker)
+    for j in range(0, min(len(tokens), budget) - m + 1):
+        if tokens[j:j + m] == marker:
+            return j + m
+    return None
+
+
+def _cut(ro: Rollout, i: int, length: int) -> None:
+    """Keep sample i's first `length` tokens; it did not stop on its own."""
+    for field_ in (ro.tokens, ro.logprobs, ro.versions, ro.loss_mask):
+        field_[i] = field_[i][:length]
+    ro.finished[i] = False
+
+
+def _answer(gen: Generator, ro: Rollout, todo: list[tuple[int, list[int], int]],
+            config: TrainConfig, temperature: float, seed: int) -> None:
+    """Continue each listed sample after its inserted text (the interruption text, or nothing
+    when only the first pass's cap stopped it), for at most its own number of tokens. One
+    generate call at the largest allowance; each sample then keeps its own share."""
+    if not todo:
+        return
+    conts = [ro.prompts[i] + ro.tokens[i] + text for i, text, _ in todo]
+    g = gen.generate(conts, n=1, max_new_tokens=max(k for _, _, k in todo),
+                     temperature=temperature, top_p=config.rollout.top_p, seed=seed)
+    for j, (i, text, k) in enumerate(todo):
+        ver = ro.versions[i][-1] if ro.versions[i] else 0
+        toks = g.tokens[j][:k]
+        ro.gen_tokens[i] += len(conts[j]) + len(g.tokens[j])  # what the generator ran
+        ro.tokens[i] += text + toks
+        ro.logprobs[i] += [0.0] * len(text) + g.logprobs[j][:k]
+        ro.versions[i] += [ver] * len(text) + g.versions[j][:k]
+        ro.loss_mask[i] += [0] * len(text) + [1] * len(toks)
+        ro.finished[i] = g.finished[j] and len(g.tokens[j]) <= k
 
 
 def generate_rollout(gen: Generator, prompts: list[list[int]], config: TrainConfig, tokenizer,
