@@ -341,6 +341,17 @@ class EngineConfig(_Strict):
         description="torch CPU threads (None = torch default). On a shared CPU 1 is often "
         "fastest for the proxy: spinning thread pools collapse under contention.",
     )
+    micro_batch_tokens: Optional[int] = Field(
+        None, gt=0,
+        description="Tokens (prompt + completion, padding included) per forward/backward on "
+        "one rank. A rank's rows are length-bucketed into micro-batches of at most this many "
+        "tokens and their gradients accumulated, so the optimizer still steps once on the "
+        "whole batch with the whole batch's loss denominators (same update as one big "
+        "batch). Why: one forward over a rank's whole share holds every activation at once "
+        "and pads every row to the longest; at 8B and 16k context that does not fit, and "
+        "bucketing keeps padding small. A row longer than this forms a micro-batch alone. "
+        "None = one micro-batch per rank (no accumulation).",
+    )
 
 
 class EvalConfig(_Strict):
