@@ -1,13 +1,15 @@
 """The `ablate` command line: a thin typer shell over the typed Python API.
 
 Each area registers its commands from its own module (curves, study, run) so the CLI stays
-one small file per concern. `main()` maps `InputError` to exit code 2 with a one-line message.
+one small file per concern. `main()` maps `InputError` and every usage error to one line on
+stderr and exit code 2 (no traceback), whatever typer/click version is installed.
 """
 
 from __future__ import annotations
 
 import math
 import sys
+from typing import Any, Optional, Sequence
 
 import typer
 
@@ -18,7 +20,6 @@ app = typer.Typer(
     name="ablate",
     help="Run RL recipe ablations and compare them by fitted scaling curves (ScaleRL sigmoid: "
     "asymptote A, efficiency B).",
-    no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
@@ -35,34 +36,50 @@ def margin_option(help: str):
     return typer.Option(A_MARGIN, "--margin", help=help, callback=_check_margin)
 
 
+def package_version() -> str:
+    """The installed distribution's version (pyproject's `version`), read from its metadata."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ablate")
+    except PackageNotFoundError:  # run from a source tree that was never pip-installed
+        return "unknown (not installed: pip install -e .)"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        print(f"ablate {package_version()}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_show_version,
+                                 help="Print the ablate version and exit."),
+) -> None:
+    # A callback without a docstring: the group's help stays the `help=` given to Typer above.
+    pass
+
+
 def _register() -> None:
     # Imported for their side effect of adding commands to `app`.
     from ablate.cli import curves, plan, report, run, study  # noqa: F401
 
 
-def main() -> None:
+def main(args: Optional[Sequence[str]] = None) -> None:
     """Console entry point: bad input -> one line on stderr, exit 2; no traceback."""
-    _register()
-    try:
-        app(standalone_mode=False)
-    except InputError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except typer.Exit as e:
-        sys.exit(e.exit_code)
-    except typer.Abort:
-        print("aborted", file=sys.stderr)
-        sys.exit(130)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
-    except Exception as e:  # click usage errors come through here in standalone_mode=False
-        import click
+    from ablate.cli.usage import build_command, exit_for, no_command_line
 
-        if isinstance(e, click.exceptions.UsageError):
-            e.show()
-            sys.exit(2)
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        raise
+    _register()
+    command = build_command(app)
+    argv = list(sys.argv[1:] if args is None else args)
+    if not argv:  # one line, not the whole help (click 8.1 printed help, exit 0; 8.2+ exit 2)
+        print(no_command_line(command), file=sys.stderr)
+        sys.exit(2)
+    try:
+        rv: Any = command.main(args=argv, prog_name="ablate", standalone_mode=False)
+    except BaseException as e:  # noqa: B036 - exit_for re-raises what it does not handle
+        sys.exit(exit_for(e))
+    # In non-standalone mode click returns an `Exit`'s code (e.g. `raise typer.Exit(1)` in
+    # `ablate run` when the run failed) instead of exiting: pass it on. Commands return None.
+    sys.exit(rv if isinstance(rv, int) and not isinstance(rv, bool) else 0)
