@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from ablate.cli import app, margin_option
 from ablate.cli.progress import delayed_progress
@@ -25,8 +25,10 @@ if TYPE_CHECKING:  # numpy/scipy/pandas load when a command fits, not for `ablat
     from ablate.analysis.sources import Curves
 
 # Wide when piped (rich would wrap at 80 columns): the tables carry intervals in every cell.
-out = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+# COLUMNS, when set, wins (a script or test asking for the table at a given width).
+_PIPE_WIDTH = None if "COLUMNS" in os.environ else 200
+out = Console(width=None if sys.stdout.isatty() else _PIPE_WIDTH)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else _PIPE_WIDTH)
 
 SourceArg = typer.Argument(..., help="Study results dir, .csv/.jsonl/.parquet long table "
                            "(variant, seed, compute, score), W&B CSV export, MLflow tracking "
@@ -53,6 +55,8 @@ BinOpt = typer.Option(None, "--bin", help="Average each run's points in the fit 
                       "most N bins of consecutive evaluations before fitting (for dense logs; "
                       "see README: fit speed and interval widths with and without it).")
 PlotOpt = typer.Option(None, "--plot", help="Write a log-x PNG of points, fits and extrapolation.")
+WideOpt = typer.Option(False, "--wide", help="Show every column (C_mid, R0, R², points, window, "
+                       "notes); by default the table holds the columns that decide.")
 
 
 def _check_plot(plot: Optional[Path]) -> None:
@@ -141,95 +145,13 @@ def _print_json(obj) -> None:
     print(json.dumps(_clean(obj), indent=2))
 
 
-def _ci(v: float, ci, fmt: str) -> str:
-    lo, hi = ci
-    return f"{v:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
-
-
-def _note(g: GroupFit, *more: str) -> str:
-    """The note cell: the failure reason, or the fit's bound/identifiability warnings."""
-    parts = [g.error] if g.error else list(g.fit.warnings) if g.fit is not None else []
-    return "; ".join(p for p in (*parts, *more) if p)
-
-
-NOTE_CELL = 40  # longer notes go under the table, so a 13-column table stays readable
-
-
-class Footnotes:
-    """Long note cells as "(n)" in the table and "(n) variant: text" lines under it: a
-    paragraph wrapped into a narrow column makes every row of a ranking table 15 lines tall."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def cell(self, variant: str, text: str) -> str:
-        if len(text) <= NOTE_CELL:
-            return text
-        self.lines.append(f"({len(self.lines) + 1}) {variant}: {text}")
-        return f"see ({len(self.lines)})"
-
-    def print(self) -> None:
-        for line in self.lines:
-            out.print(line)
-
-
-def _why(g: GroupFit) -> str:
-    """The verdict's reason for the note cell, unless the note already says it (a failed fit's
-    reason is its error)."""
-    v, why = g.verdict()
-    return "" if g.fit is None or v == "ok" else why
-
-
-def _window(g: GroupFit) -> str:
-    f = g.fit
-    if f is None:
-        return "—"
-    hi = f.window_max()
-    return (f"{f.min_compute:.3g}–{'' if hi is None else format(hi, '.3g')}"
-            + (f" ({f.skipped} skipped)" if f.skipped else ""))
-
-
-def _verdict(g: GroupFit) -> str:
-    """The trust verdict, coloured: green only when the fit can be read as an answer."""
-    v = g.verdict()[0]
-    return f"[green]{v}[/green]" if v == "ok" else f"[yellow]{v}[/yellow]"
-
-
-def _verdict_note(row: dict) -> str:
-    """An extrapolation row's trust verdict, when the fit behind it is not "ok"."""
-    v = row.get("verdict")
-    return "" if v in (None, "ok") or row.get("error") else f"[yellow]{v}[/yellow]: {row.get('verdict_reason')}"
-
-
-def _fit_cells(g: GroupFit) -> list[str]:
-    f = g.fit
-    if f is None:
-        return ["—"] * 5 + [str(0)]
-    return [_ci(f.A, f.ci["A"], ".3f"), _ci(f.B, f.ci["B"], ".2f"), _ci(f.C_mid, f.ci["C_mid"], ".3g"),
-            _ci(f.R0, f.ci["R0"], ".3f"), f"{f.r2:.3f}", str(f.n_points)]
-
-
-def _fit_table(title: str, caption: str, first: tuple[str, ...] = ()) -> Table:
-    t = Table(title=title, caption=caption)
-    for c in first + ("variant", "A [95%]", "B [95%]", "C_mid [95%]", "R0 [95%]", "R²", "points",
-                      "window", "verdict"):
-        t.add_column(c, justify="left" if c == "variant" else "right")
-    return t
-
-
-def _interval_caption(groups: list[GroupFit]) -> str:
-    kinds = sorted({g.fit.interval_method for g in groups if g.fit is not None})
-    return ("intervals: " + ", ".join({"seeds": "across seeds (t, k-1 dof)",
-                                       "bootstrap": "AR(1)+noise residual bootstrap"}.get(k, k)
-                                      for k in kinds)) if kinds else ""
-
-
 @app.command()
 def fit(source: Path = SourceArg, x: Optional[str] = XOpt, y: Optional[str] = YOpt,
         by: Optional[str] = ByOpt, min_compute: Optional[float] = MinOpt,
         max_compute: Optional[float] = MaxOpt, method: str = MethodOpt, json_: bool = JsonOpt,
         plot: Optional[Path] = PlotOpt, step_cost: Optional[float] = StepCostOpt,
-        paper_grid: str = PaperGridOpt, bins: Optional[int] = BinOpt) -> None:
+        paper_grid: str = PaperGridOpt, bins: Optional[int] = BinOpt,
+        wide: bool = WideOpt) -> None:
     """Fit the ScaleRL sigmoid R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B) to each variant."""
     _check_plot(plot)
     curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_,
@@ -238,14 +160,9 @@ def fit(source: Path = SourceArg, x: Optional[str] = XOpt, y: Optional[str] = YO
     if json_:
         _print_json([g.as_dict() for g in groups])
     else:
-        t = _fit_table(f"sigmoid fits: {curves.y} vs {curves.x}", _interval_caption(groups))
-        t.add_column("note")
-        notes = Footnotes()
-        for g in groups:
-            t.add_row(g.variant, *_fit_cells(g), _window(g), _verdict(g),
-                      notes.cell(g.variant, _note(g, _why(g))))
-        out.print(t)
-        notes.print()
+        from ablate.cli.render import print_fit
+
+        print_fit(out, groups, curves.x, curves.y, wide)
     _finish(groups)
 
 
@@ -260,7 +177,8 @@ def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
             method: str = MethodOpt, step_cost: Optional[float] = StepCostOpt,
             budget: Optional[float] = typer.Option(None, "--budget", help="Also show each "
                                                    "variant's predicted score at this compute."),
-            paper_grid: str = PaperGridOpt, bins: Optional[int] = BinOpt) -> None:
+            paper_grid: str = PaperGridOpt, bins: Optional[int] = BinOpt,
+            wide: bool = WideOpt) -> None:
     """Rank variants by asymptote A (ties within --margin broken by B at a shared A), next to
     what each is predicted to reach at the largest compute observed (and at --budget)."""
     from ablate.analysis.compare import compare as rank
@@ -289,28 +207,10 @@ def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
     if json_:
         _print_json([{**r.as_dict(), "stopped": stopped.get(r.group.variant)} for r in rows])
     else:
-        t = _fit_table(f"ranking by asymptote A ({curves.y} vs {curves.x})",
-                       f"baseline: {base or '—'}; margin on A: {margin:g}; "
-                       + _interval_caption(groups),
-                       first=("rank",))
-        t.add_column(f"P(beats {base or 'baseline'})", justify="right")
-        at_max = next((r.at_max for r in rows if r.at_max), None)
-        t.add_column(f"predicted at {at_max['compute']:.3g} (max) [95%]" if at_max else
-                     "predicted at max", justify="right")
-        if budget is not None:
-            t.add_column(f"predicted at {budget:.3g} [95%]", justify="right")
-        t.add_column("note")
-        notes = Footnotes()
-        for r in rows:
-            p = "—" if r.p_beats is None else f"{r.p_beats:.2f}"
-            preds = [r.at_max] + ([r.at_budget] if budget is not None else [])
-            t.add_row("—" if r.rank is None else str(r.rank), r.group.variant,
-                      *_fit_cells(r.group), _window(r.group), _verdict(r.group), p,
-                      *("—" if d is None else _ci(d["score"], d["ci"], ".3f") for d in preds),
-                      notes.cell(r.group.variant, _note(r.group, _why(r.group),
-                                                        r.note if r.rank is not None else "")))
-        out.print(t)
-        notes.print()
+        from ablate.cli.render import print_compare
+
+        print_compare(out, rows, groups, x=curves.x, y=curves.y, base=base, margin=margin,
+                      budget=budget, wide=wide)
         for r in rows:
             if r.disagreement:  # the paper's rank and the predictions disagree: say it plainly
                 err.print(f"[yellow]rank vs prediction:[/yellow] {r.group.variant} {r.disagreement}")
@@ -331,7 +231,8 @@ def extrapolate(source: Path = SourceArg,
                 plot: Optional[Path] = PlotOpt, step_cost: Optional[float] = StepCostOpt,
                 margin: float = margin_option("As in compare: the rank shown next to each "
                                               "prediction uses it."),
-                paper_grid: str = PaperGridOpt, bins: Optional[int] = BinOpt) -> None:
+                paper_grid: str = PaperGridOpt, bins: Optional[int] = BinOpt,
+                wide: bool = WideOpt) -> None:
     """Predict the score at --budget, or the compute to reach --target, with 95% intervals."""
     from ablate.analysis.extrapolate import extrapolate as predict
 
@@ -351,19 +252,8 @@ def extrapolate(source: Path = SourceArg,
     else:
         what = f"score at {curves.x}={budget:g}" if budget is not None else \
             f"{curves.x} to reach {curves.y}={target:g}"
-        t = Table(title=f"extrapolation: {what}", caption="★ = the variant to scale")
-        for c in ("", "variant", "compare rank", "predicted", "95% interval", "note"):
-            t.add_column(c)
-        key = "score" if budget is not None else "compute"
-        for r in rows:
-            v = r.get(key)
-            ci = r.get("ci")
-            t.add_row("★" if r.get("recommended") else "", r["variant"],
-                      "—" if r.get("rank") is None else str(r["rank"]),
-                      "—" if v is None else f"{v:.4g}",
-                      "—" if not ci else "[" + ", ".join("∞" if c is None else f"{c:.4g}"
-                                                         for c in ci) + "]",
-                      "; ".join(x for x in (_verdict_note(r), r.get("note"),
-                                            *(r.get("warnings") or [])) if x))
-        out.print(t)
+        from ablate.cli.render import print_extrapolate
+
+        print_extrapolate(out, rows, what=what, key="score" if budget is not None else "compute",
+                          wide=wide)
     _finish(groups)

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.table import Table
 
 from ablate.cli import app
 from ablate.cli.curves import (ByOpt, JsonOpt, MaxOpt, MethodOpt, MinOpt, PlotOpt, SourceArg,
-                               XOpt, YOpt, _check_plot, _finish, _print_json, _run_fits, out)
+                               WideOpt, XOpt, YOpt, _check_plot, _finish, _print_json, _run_fits,
+                               out)
 from ablate.errors import InputError
 
 
@@ -24,7 +24,7 @@ def plan(source: Path = SourceArg,
          plot: Optional[Path] = PlotOpt, json_: bool = JsonOpt, x: Optional[str] = XOpt,
          y: Optional[str] = YOpt, by: Optional[str] = ByOpt,
          min_compute: Optional[float] = MinOpt, max_compute: Optional[float] = MaxOpt,
-         method: str = MethodOpt) -> None:
+         method: str = MethodOpt, wide: bool = WideOpt) -> None:
     """Given fitted variants and a compute budget: the variant to scale (least expected regret
     under the fits' uncertainty), how far, and the score it is predicted to reach."""
     from ablate.analysis.plan import plan as make_plan
@@ -42,20 +42,8 @@ def plan(source: Path = SourceArg,
     if json_:
         _print_json(result)
         return
-    t = Table(title=f"plan: budget {budget:.4g} {curves.x} ({curves.y})",
-              caption=f"recommended: {result['recommended'] or '—'}; expected regret "
-              + ("—" if result["expected_regret"] is None else f"{result['expected_regret']:.4f}")
-              + f"; scale-to = where the curve is within {tol:g} of its score at the budget")
-    for col in ("variant", "predicted [95%]", "P(best)", "E[regret]", "scale to",
-                "extra compute", "A [95%]"):
-        t.add_column(col, justify="left" if col == "variant" else "right")
-    for r in result["rows"]:
-        if r["error"]:
-            t.add_row(r["variant"], "—", "—", "—", "—", "—", f"fit failed: {r['error']}")
-            continue
-        t.add_row(r["variant"], f"{r['score']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}]",
-                  f"{r['p_best']:.2f}", f"{r['expected_regret']:.4f}", f"{r['scale_to']:.3g}",
-                  f"{r['extra_compute']:.3g}", f"{r['A']:.3f} [{r['A_ci'][0]:.3f}, {r['A_ci'][1]:.3f}]",
-                  style="bold green" if r["recommended"] else "")
-    out.print(t)
+    from ablate.cli.render import print_plan
+
+    print_plan(out, result, title=f"plan: budget {budget:.4g} {curves.x} ({curves.y})", tol=tol,
+               wide=wide)
     _finish(groups)

@@ -98,9 +98,10 @@ def sweep(
 def status(
     study_dir: Path = typer.Argument(..., help="A study results dir, e.g. results/loss_agg."),
     as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
+    wide: bool = typer.Option(False, "--wide", help="Also show each run's job id and tries."),
 ) -> None:
     """Per-run state of a study (run dir files first; squeue/sacct add detail)."""
-    from ablate.studies.progress import STATE_STYLE
+    from ablate.cli.render import status_table
     from ablate.studies.stages import budget_text, stopped_variants
     from ablate.studies.status import study_states
 
@@ -112,19 +113,8 @@ def status(
         print(json.dumps([{**{k: getattr(s, k) for k in keys}, "stopped": stopped.get(s.name)}
                           for s in states]))
         return
-    t = Table(title=str(study_dir))
-    # Ids, job ids and the short fields stay whole (ids are what users copy; a folded state
-    # or step is unreadable); only the variant name, the one long free-text field, may fold.
-    for col in ("run_id", "name", "seed", "state", "step", "done", "job", "tries"):
-        t.add_column(col, no_wrap=col != "name", overflow="fold")
-    for s in states:
-        style = STATE_STYLE.get(s.state, "")
-        t.add_row(s.run_id, s.name, str(s.seed), f"[{style}]{s.state}[/]",
-                  "" if s.step is None else str(s.step),
-                  "" if s.progress is None else f"{s.progress:.0%}", s.job_id or "",
-                  str(s.attempts))
     con = Console()
-    con.print(t)
+    con.print(status_table(con, str(study_dir), states, wide))
     counts: dict[str, int] = {}
     for s in states:
         counts[s.state] = counts.get(s.state, 0) + 1

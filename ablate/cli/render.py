@@ -1,0 +1,260 @@
+"""The tables of `ablate fit / compare / extrapolate / plan / status` and the `sweep --wait` view.
+
+Each takes what its command computed (never refits or reloads) and the console's width. By
+default a table holds the columns that decide (rank, variant, A and B with their intervals,
+the prediction, the verdict, P(beats baseline)); `wide=True` adds the rest (C_mid, R0, R²,
+points, window, notes). `--json` never goes through here: its shape is the contract.
+Layout rules (labels whole, two lines a cell at most) are in ablate/cli/tables.py.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ablate.cli.tables import Col, ci, shorten, table
+
+if TYPE_CHECKING:
+    from ablate.analysis.compare import Ranked
+    from ablate.analysis.fitgroups import GroupFit
+    from ablate.studies.status import RunState
+
+NOTE_CELL = 40  # in --wide, a longer note goes under the table as "(n) variant: text"
+WIDE = 10  # drop priority of the --wide columns: they give way before any default one
+
+
+def note(g: GroupFit, *more: str) -> str:
+    """A variant's note: the failure reason, or the fit's bound/identifiability warnings, and
+    the verdict's reason when it is not "ok"."""
+    parts = [g.error] if g.error else list(g.fit.warnings) if g.fit is not None else []
+    v, why = g.verdict()
+    if g.fit is not None and v != "ok":
+        parts.append(why)
+    return "; ".join(p for p in (*parts, *more) if p)
+
+
+def window(g: GroupFit) -> str:
+    f = g.fit
+    if f is None:
+        return "—"
+    hi = f.window_max()
+    return (f"{f.min_compute:.3g}–{'' if hi is None else format(hi, '.3g')}"
+            + (f" ({f.skipped} skipped)" if f.skipped else ""))
+
+
+def verdict(v: Optional[str]) -> Text:
+    """The trust verdict, coloured: green only when the fit can be read as an answer."""
+    return Text(v or "—", style="green" if v == "ok" else "yellow")
+
+
+def verdict_col(verdicts: list[Optional[str]], drop: int) -> Col:
+    """The verdict column; when every fit is "ok" it gives way first, said in the caption."""
+    same = all(v == "ok" for v in verdicts)
+    return Col("verdict", [verdict(v) for v in verdicts], drop=WIDE - 1 if same else drop,
+               summary="verdict: ok for every variant" if same else "")
+
+
+def interval_caption(groups: list[GroupFit]) -> str:
+    kinds = sorted({g.fit.interval_method for g in groups if g.fit is not None})
+    return ("intervals: " + ", ".join({"seeds": "across seeds (t, k-1 dof)",
+                                       "bootstrap": "AR(1)+noise residual bootstrap"}.get(k, k)
+                                      for k in kinds)) if kinds else ""
+
+
+def _window_cols(groups: list[GroupFit], wide: bool) -> tuple[str, list[Col]]:
+    """The fit window said once (caption) when every variant shares it, else a column."""
+    spans = [window(g) for g in groups]
+    fitted = {w for g, w in zip(groups, spans) if g.fit is not None}
+    if len(fitted) == 1 and not wide:
+        return f"window: {fitted.pop()}", []
+    return "", [Col("window", spans, drop=WIDE if wide and len(fitted) <= 1 else 6)]
+
+
+def _fit_cols(groups: list[GroupFit], wide: bool) -> tuple[list[Col], list[Col]]:
+    """(A and B, the --wide fit columns)."""
+    fits = [g.fit for g in groups]
+    dash = "—"
+    ab = [Col("A [95%]", [dash if f is None else ci(f.A, f.ci["A"], ".3f") for f in fits], drop=1),
+          Col("B [95%]", [dash if f is None else ci(f.B, f.ci["B"], ".2f") for f in fits], drop=5)]
+    if not wide:
+        return ab, []
+    more = [Col("C_mid [95%]", [dash if f is None else ci(f.C_mid, f.ci["C_mid"], ".3g")
+                                for f in fits], drop=WIDE + 3),
+            Col("R0 [95%]", [dash if f is None else ci(f.R0, f.ci["R0"], ".3f") for f in fits],
+                drop=WIDE + 2),
+            Col("R²", [dash if f is None else f"{f.r2:.3f}" for f in fits], drop=WIDE + 1),
+            Col("points", [str(0 if f is None else f.n_points) for f in fits], drop=WIDE + 1)]
+    return ab, more
+
+
+class Notes:
+    """Notes of a table. By default all go under it as "variant: text" (an empty column took
+    the width); with --wide short ones sit in a note column and long ones under it as "(n)"."""
+
+    def __init__(self, wide: bool) -> None:
+        self.wide = wide
+        self.lines: list[str] = []
+
+    def cell(self, variant: str, text: str) -> str:
+        if not text:
+            return ""
+        if not self.wide:
+            self.lines.append(f"{variant}: {text}")
+            return ""
+        if len(text) <= NOTE_CELL:
+            return text
+        self.lines.append(f"({len(self.lines) + 1}) {variant}: {text}")
+        return f"see ({len(self.lines)})"
+
+    def column(self, cells: list[str]) -> list[Col]:
+        return [Col("note", cells, justify="left", drop=WIDE + 5)] if self.wide and any(cells) \
+            else []
+
+    def print(self, console: Console) -> None:
+        for line in self.lines:
+            console.print(line, markup=False, highlight=False)
+
+
+def _labels(variants: list[str]) -> tuple[str, list[str], dict[str, str]]:
+    """(legend, each row's short label, full -> short)."""
+    legend, short = shorten(list(dict.fromkeys(variants)))
+    return legend, [short[v] for v in variants], short
+
+
+def _variant_col(labels: list[str]) -> Col:
+    return Col("variant", labels, justify="left", whole=True, keep=True)
+
+
+def print_fit(console: Console, groups: list[GroupFit], x: str, y: str, wide: bool) -> None:
+    legend, labels, _ = _labels([g.variant for g in groups])
+    ab, more = _fit_cols(groups, wide)
+    win_caption, win = _window_cols(groups, wide)
+    notes = Notes(wide)
+    cells = [notes.cell(g.variant, note(g)) for g in groups]
+    cols = [_variant_col(labels), *ab, verdict_col([g.verdict()[0] for g in groups], 2),
+            *more, *win, *notes.column(cells)]
+    caption = "; ".join(c for c in (win_caption, interval_caption(groups)) if c)
+    console.print(table(console, f"sigmoid fits: {y} vs {x}", cols, caption=caption,
+                        legend=legend))
+    notes.print(console)
+
+
+def _pred(d: Optional[dict]) -> str:
+    return "—" if d is None else ci(d["score"], d["ci"], ".3f")
+
+
+def print_compare(console: Console, rows: list[Ranked], groups: list[GroupFit], *, x: str,
+                  y: str, base: Optional[str], margin: float, budget: Optional[float],
+                  wide: bool) -> None:
+    """The ranking: rank, variant, A, B, the prediction (at --budget, else at the largest
+    compute observed), verdict, P(beats baseline)."""
+    ranked = [r.group for r in rows]
+    legend, labels, short = _labels([g.variant for g in ranked])
+    short_base = short.get(base or "", base)
+    ab, more = _fit_cols(ranked, wide)
+    win_caption, win = _window_cols(ranked, wide)
+    at_max = next((r.at_max for r in rows if r.at_max), None)
+    max_head = f"predicted at {at_max['compute']:.3g} (max) [95%]" if at_max else "predicted at max"
+    preds = [Col(max_head, [_pred(r.at_max) for r in rows], drop=4 if budget is None else WIDE)]
+    if budget is not None:
+        preds = [Col(f"predicted at {budget:.3g} [95%]", [_pred(r.at_budget) for r in rows],
+                     drop=4)] + (preds if wide else [])
+    notes = Notes(wide)
+    cells = [notes.cell(r.group.variant, note(r.group, r.note if r.rank is not None else ""))
+             for r in rows]
+    cols = [Col("rank", ["—" if r.rank is None else str(r.rank) for r in rows], keep=True),
+            _variant_col(labels), *ab, *preds,
+            verdict_col([g.verdict()[0] for g in ranked], 2),
+            Col(f"P(beats {short_base or 'baseline'})",
+                ["—" if r.p_beats is None else f"{r.p_beats:.2f}" for r in rows], drop=3),
+            *more, *win, *notes.column(cells)]
+    caption = "; ".join(c for c in (f"baseline: {base or '—'}", f"margin on A: {margin:g}",
+                                    win_caption, interval_caption(groups)) if c)
+    console.print(table(console, f"ranking by asymptote A ({y} vs {x})", cols, caption=caption,
+                        legend=legend))
+    notes.print(console)
+
+
+def _row_note(r: dict) -> str:
+    """An extrapolation row's note: the verdict when the fit behind it is not "ok", the row's
+    own note and the fit's warnings."""
+    v = r.get("verdict")
+    why = "" if v in (None, "ok") or r.get("error") else f"{v}: {r.get('verdict_reason')}"
+    return "; ".join(x for x in (why, r.get("note"), *(r.get("warnings") or [])) if x)
+
+
+def print_extrapolate(console: Console, rows: list[dict], *, what: str, key: str,
+                      wide: bool) -> None:
+    """Prediction per variant (`key` is "score" for --budget, "compute" for --target)."""
+    legend, labels, _ = _labels([r["variant"] for r in rows])
+    notes = Notes(wide)
+    cells = [notes.cell(r["variant"], _row_note(r)) for r in rows]
+    interval = ["—" if not r.get("ci") else
+                "[" + ", ".join("∞" if c is None else f"{c:.4g}" for c in r["ci"]) + "]"
+                for r in rows]
+    cols = [Col("", ["★" if r.get("recommended") else "" for r in rows], justify="left",
+                keep=True),
+            _variant_col(labels),
+            Col("predicted", ["—" if r.get(key) is None else f"{r[key]:.4g}" for r in rows],
+                drop=1),
+            Col("95% interval", interval, drop=2),
+            verdict_col([r.get("verdict") for r in rows], 4),
+            Col("compare rank", ["—" if r.get("rank") is None else str(r["rank"]) for r in rows],
+                drop=3),
+            *notes.column(cells)]
+    console.print(table(console, f"extrapolation: {what}", cols,
+                        caption="★ = the variant to scale", legend=legend))
+    notes.print(console)
+
+
+def print_plan(console: Console, result: dict[str, Any], *, title: str, tol: float,
+               wide: bool) -> None:
+    """Which variant to scale at the budget (bold green), its regret, how far to scale."""
+    rows = result["rows"]
+    legend, labels, _ = _labels([r["variant"] for r in rows])
+    ok = [not r["error"] for r in rows]
+    notes = Notes(wide=False)  # a failed fit's reason is long: always under the table
+
+    def cells(fmt) -> list[str]:
+        return [fmt(r) if good else "—" for r, good in zip(rows, ok)]
+
+    for r in rows:
+        if r["error"]:
+            notes.cell(r["variant"], f"fit failed: {r['error']}")
+    cols = [_variant_col(labels),
+            Col("predicted [95%]", cells(lambda r: ci(r["score"], r["ci"], ".3f")), drop=1),
+            Col("P(best)", cells(lambda r: f"{r['p_best']:.2f}"), drop=2),
+            Col("E[regret]", cells(lambda r: f"{r['expected_regret']:.4f}"), drop=3),
+            Col("scale to", cells(lambda r: f"{r['scale_to']:.3g}"), drop=4),
+            Col("extra compute", cells(lambda r: f"{r['extra_compute']:.3g}"), drop=5)]
+    if wide:
+        cols.append(Col("A [95%]", cells(lambda r: ci(r["A"], r["A_ci"], ".3f")), drop=WIDE))
+    regret = result["expected_regret"]
+    caption = (f"recommended: {result['recommended'] or '—'}; expected regret "
+               + ("—" if regret is None else f"{regret:.4f}")
+               + f"; scale to = where the curve is within {tol:g} of its score at the budget")
+    styles = ["bold green" if r["recommended"] else "" for r in rows]
+    console.print(table(console, title, cols, caption=caption, legend=legend, row_styles=styles))
+    notes.print(console)
+
+
+def status_table(console: Console, title: str, states: list[RunState], wide: bool) -> Table:
+    """`ablate status`: one row per run. Ids stay whole (they are what users copy)."""
+    from ablate.studies.progress import STATE_STYLE
+
+    legend, labels, _ = _labels([s.name for s in states])
+    cols = [Col("run_id", [s.run_id for s in states], justify="left", whole=True, drop=5),
+            Col("name", labels, justify="left", whole=True, keep=True),
+            Col("seed", [str(s.seed) for s in states], drop=4),
+            Col("state", [Text(s.state, style=STATE_STYLE.get(s.state, "")) for s in states],
+                keep=True),
+            Col("step", ["" if s.step is None else str(s.step) for s in states], drop=2),
+            Col("done", ["" if s.progress is None else f"{s.progress:.0%}" for s in states],
+                drop=3)]
+    if wide:
+        cols += [Col("job", [s.job_id or "" for s in states], whole=True, drop=WIDE + 1),
+                 Col("tries", [str(s.attempts) for s in states], drop=WIDE)]
+    return table(console, title, cols, legend=legend)

@@ -1,0 +1,175 @@
+"""Tables that read at the terminal's width: variant labels whole, no cell over two lines.
+
+rich, left alone, squeezes an over-wide table by shrinking its widest columns and, as a last
+resort, every column evenly, so at 100 columns a ranking's variant cells came out as `off_po…`
+for every row and nobody could tell which variant won. Here the widths are chosen before rich
+sees the table: label and id columns keep their full width, the other cells may wrap onto at
+most two lines, and when even that does not fit, the least important columns are left out
+(and the caption says which). Every cell, header and title is a rich Text, never markup, so
+bracketed text (`[95%]`, `E[regret]`) prints as written.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional, Union
+
+from rich import box
+from rich.cells import cell_len
+from rich.console import Console, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+Cell = Union[str, Text, RenderableType]
+PADDING = (0, 1, 0, 0)  # right only: with the separator, columns sit two spaces apart
+MAX_LINES = 2  # a cell wrapped further than this is a paragraph, not a table cell
+LEGEND_MAX = 90  # a legend listing more values than fit on a line names the axes only
+
+
+@dataclass
+class Col:
+    """One column: its cells top to bottom, and how it may give way to a narrow terminal."""
+
+    header: str
+    cells: list[Cell]
+    justify: str = "right"
+    whole: bool = False  # labels and ids: never wrapped, never truncated
+    keep: bool = False  # never left out (the rank and the label)
+    drop: int = 0  # among the others, higher is left out first when the terminal is narrow
+    width: Optional[int] = None  # a fixed-width renderable (a progress bar)
+    summary: str = ""  # said in the caption instead when left out (e.g. every verdict is "ok")
+    texts: list[Text] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.texts = [c if isinstance(c, Text) else Text(c) for c in self.cells
+                      if isinstance(c, (str, Text))]
+
+
+# ---------------------------------------------------------------------------------------------
+# variant labels: the axis names once, the values that differ in the table
+
+_ASSIGN = re.compile(r",(?=[A-Za-z_][\w.\-]*=)")  # a comma that starts the next `axis=value`
+
+
+def _assignments(label: str) -> Optional[list[tuple[str, str]]]:
+    """`a.b=x,c=y` -> [("a.b", "x"), ("c", "y")]; None for a label that is not of that form."""
+    parts = _ASSIGN.split(label)
+    if not all("=" in p for p in parts):
+        return None
+    return [tuple(p.split("=", 1)) for p in parts]  # type: ignore[misc]
+
+
+def shorten(labels: list[str]) -> tuple[str, dict[str, str]]:
+    """(legend, label -> short label). When every label assigns the same axes (a grid or a
+    single-axis study), the table shows only the values that differ and the legend names the
+    axes once, e.g. `off_policy.mode: pipeline | ppo_off_policy`; an axis every label sets to
+    the same value goes to the legend as `axis=value`. Anything else (one-at-a-time studies,
+    `base`, plain names from a CSV) is shown as written, with no legend."""
+    same = ("", {lab: lab for lab in labels})
+    parsed = [_assignments(lab) for lab in labels]
+    if len(labels) < 2 or any(p is None for p in parsed):
+        return same
+    keys = [k for k, _ in parsed[0]]  # type: ignore[index]
+    if any([k for k, _ in p] != keys for p in parsed):  # type: ignore[union-attr]
+        return same
+    varying = [i for i in range(len(keys)) if len({p[i][1] for p in parsed}) > 1]  # type: ignore[index]
+    fixed = [f"{keys[i]}={parsed[0][i][1]}" for i in range(len(keys)) if i not in varying]  # type: ignore[index]
+    short = {lab: ", ".join(p[i][1] for i in varying) for lab, p in zip(labels, parsed)}  # type: ignore[index]
+    if not varying or len(set(short.values())) < len(set(labels)):
+        return same
+    axes = ", ".join(keys[i] for i in varying)
+    listed = f"{axes}: " + " | ".join(dict.fromkeys(short[lab] for lab in labels))
+    legend = listed if cell_len(listed) <= LEGEND_MAX else f"variant = {axes}"
+    return legend + (f" (all {', '.join(fixed)})" if fixed else ""), short
+
+
+# ---------------------------------------------------------------------------------------------
+# widths
+
+def _lines(console: Console, text: Text, width: int) -> int:
+    return len(text.wrap(console, width, overflow="fold"))
+
+
+def _widths(console: Console, col: Col) -> tuple[int, int]:
+    """(natural, tightest) content width: on one line each, and the narrowest at which every
+    cell and the header still take at most MAX_LINES lines."""
+    if col.width is not None:
+        return col.width, col.width
+    texts = [Text(col.header), *col.texts]
+    natural = max(cell_len(t.plain) for t in texts)
+    if col.whole:
+        return natural, natural
+    # never split a word: a header folded mid-word ("verd/ict") is unreadable
+    words = max((cell_len(w) for t in texts for w in t.plain.split()), default=1)
+    tight = max(words, (natural + MAX_LINES - 1) // MAX_LINES)
+    while tight < natural and any(_lines(console, t, tight) > MAX_LINES for t in texts):
+        tight += 1
+    return natural, tight
+
+
+def _grow(natural: list[int], tight: list[int], room: int) -> list[int]:
+    """Widths from the tightest up: spare room goes first to the columns that need least to
+    sit on one line, so as many columns as possible read on one line (a column given less
+    than that would still wrap, so it gets nothing)."""
+    widths = list(tight)
+    for i in sorted(range(len(widths)), key=lambda i: natural[i] - tight[i]):
+        if natural[i] - widths[i] <= room:
+            room -= natural[i] - widths[i]
+            widths[i] = natural[i]
+    return widths
+
+
+def _layout(console: Console, cols: list[Col], width: int) -> tuple[list[Col], list[int]]:
+    """The columns that fit `width` (dropping the least important first) and their widths."""
+    shown = list(cols)
+    while True:
+        measured = [_widths(console, c) for c in shown]
+        natural, tight = [m[0] for m in measured], [m[1] for m in measured]
+        room = width - _overhead(len(shown))
+        droppable = [c for c in shown if not c.keep]
+        if sum(tight) <= room or not droppable:
+            return shown, _grow(natural, tight, max(0, room - sum(tight)))
+        shown.remove(max(droppable, key=lambda c: (c.drop, shown.index(c))))
+
+
+def _overhead(n: int) -> int:
+    """Characters a table of n columns spends outside its cells: box.SIMPLE_HEAD without its
+    edges puts a one-space separator between columns, after each column's one-space right
+    padding (PADDING): two spaces apart, so a 7-column ranking fits 80 columns."""
+    return 2 * (n - 1) if n else 0
+
+
+def table(console: Console, title: str, cols: list[Col], *, caption: str = "",
+          legend: str = "", row_styles: Optional[list[str]] = None,
+          width: Optional[int] = None) -> Table:
+    """A rich Table of `cols` laid out for `width` (default: the console's) columns."""
+    width = width or console.width
+    shown, widths = _layout(console, cols, width)
+    left_out = [c.header for c in cols if c not in shown and not c.summary]
+    notes = [caption] if caption else []
+    notes += [c.summary for c in cols if c not in shown and c.summary]
+    if left_out:
+        notes.append(f"not shown at {width} columns: {', '.join(left_out)} (see --json)")
+    t = Table(title=Text("\n".join(x for x in (title, legend) if x)),
+              caption=Text("\n".join(notes)) if notes else None, box=box.SIMPLE_HEAD,
+              show_edge=False, pad_edge=False, padding=PADDING, title_justify="left",
+              caption_justify="left")
+    for c, w in zip(shown, widths):
+        t.add_column(Text(c.header), justify=c.justify, width=w, no_wrap=c.whole,  # type: ignore[arg-type]
+                     overflow="fold")
+    n_rows = max((len(c.cells) for c in cols), default=0)
+    for i in range(n_rows):
+        style = row_styles[i] if row_styles else ""
+        t.add_row(*(_cell(c.cells[i]) for c in shown), style=style or None)
+    return t
+
+
+def _cell(c: Cell) -> RenderableType:
+    return Text(c) if isinstance(c, str) else c
+
+
+def ci(v: float, interval, fmt: str) -> str:
+    """`v [lo, hi]`: a value and its 95% interval, in one cell."""
+    lo, hi = interval
+    return f"{v:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
