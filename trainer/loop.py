@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from trainer import rundir, trackers
+from trainer import preempt, rundir, trackers
 from trainer.advantages import compute_advantages
 from trainer.chat import prompt_encoder
 from trainer.config import LOSS_OPTIONS, TrainConfig
@@ -228,15 +229,21 @@ class _Run:
                        tmp / "state.pt")
             rundir.commit_checkpoint(self.dir, tmp)
         barrier()
+        self.saved = (self.step, time.monotonic())  # for every_minutes and the preemption stop
 
     # -- the loop ------------------------------------------------------------------------
     def status(self, state: str) -> None:
+        """status.json (rank 0): state, step, progress, and the run's preemption record
+        (`preempted_at`: steps checkpointed on a stop signal, over all attempts;
+        `resumed_from`: the checkpoint step this attempt started from)."""
         if self.main:
             rundir.write_status(self.dir, state, self.step, total_steps=self.c.budget.steps,
-                                progress=round(self.budget_fraction(), 4))
+                                progress=round(self.budget_fraction(), 4),
+                                **getattr(self, "notes", {}))
 
     def train(self) -> None:
         c = self.c
+        self.start_attempt()
         self.status("running")
         if self.step == 0 and not broadcast_object(bool(rundir.read_metrics(self.dir))):
             self.evaluate()
@@ -253,14 +260,49 @@ class _Run:
                 self.counters["wall"] += time.perf_counter() - t0
                 self.status("running")
                 last = self.budget_spent()
+                stop, timely = self.boundary_flags()
                 if c.eval.due(self.step) or last:
                     self.evaluate(source)
                     self.checkpoint()
-                elif self.step % c.checkpoint.every_steps == 0:
+                elif self.step % c.checkpoint.every_steps == 0 or timely or stop:
                     self.checkpoint()
+                if stop and not last:  # saved at this boundary; the launcher requeues
+                    self.stop_for_preemption()
+                    return
         finally:
             source.close()
         self.status("done")
+
+    def start_attempt(self) -> None:
+        """Carry the preemption record over from earlier attempts; note where this one
+        starts. The wall-clock checkpoint timer starts now (a resume has just loaded one)."""
+        prev = broadcast_object(rundir.read_status(self.dir))
+        self.notes = {"preempted_at": list(prev.get("preempted_at", []))}
+        if self.step:
+            self.notes["resumed_from"] = self.step
+            if self.main:
+                print(f"[trainer] resumed from the checkpoint at step {self.step}",
+                      file=sys.stderr, flush=True)
+        self.saved = (self.step, time.monotonic())
+
+    def boundary_flags(self) -> tuple[bool, bool]:
+        """At a step boundary, agreed by every rank in one all-reduce (so DeepSpeed's
+        collective save lines up): (a stop signal reached some rank, `checkpoint.every_minutes`
+        has passed since the last save on rank 0's clock)."""
+        every = self.c.checkpoint.every_minutes
+        due = (every is not None and self.main
+               and time.monotonic() - self.saved[1] >= every * 60)
+        stop, due = all_reduce_floats([float(preempt.requested()), float(due)], self.device, "max")
+        return bool(stop), bool(due)
+
+    def stop_for_preemption(self) -> None:
+        """Record the stop (status.json, stderr, trainer.preempt) after the boundary's save."""
+        self.notes["preempted_at"].append(self.step)
+        preempt.mark_stopped(self.step)
+        self.status("running")  # still running as far as the study goes: the job requeues
+        if self.main:
+            print(f"[trainer] stop signal: checkpointed at step {self.step}, stopping for the "
+                  "requeue", file=sys.stderr, flush=True)
 
     def budget_used(self) -> list[tuple[float, float]]:
         """(used, limit) for each limit the budget sets: steps, device-hours, FLOPs."""

@@ -4,6 +4,14 @@ A job carries only run-dir paths; the config is read from `<run_dir>/config.yaml
 submission, so what ran is exactly what is on disk. On timeout or preemption submitit calls
 `checkpoint()`, which resubmits this same object: the next attempt skips finished runs and
 the trainer resumes the unfinished one from its checkpoint.
+
+Preemption keeps work: Slurm's USR2 (sent `signal_delay_s` before the time limit, or on
+preemption) would make submitit's own handler requeue at once, killing the trainer mid-step
+so the next attempt restarts from the last periodic checkpoint. So the job puts the trainer's
+flag handler (trainer/preempt.py) on USR2 and keeps submitit's: the trainer checkpoints at the
+next step boundary and returns, and only then is submitit's handler called (rank 0 pickles
+this object and runs `scontrol requeue`; other ranks log and return). `signal_delay_s` must
+cover one step plus a checkpoint.
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -19,6 +28,7 @@ from typing import Callable
 import submitit
 import yaml
 
+from trainer import preempt
 from trainer.rundir import read_status, write_status
 
 FINAL_STATES = ("done", "diverged")
@@ -68,6 +78,7 @@ class RunJob(submitit.helpers.Checkpointable):
         from trainer.config import TrainConfig
 
         fn = load_entry(self.entry)
+        requeue = preempt.install(signal.SIGUSR2)  # submitit's handler, called after the save
         failed: list[str] = []
         # Decided once, up front, so every rank of a multi-task job runs the same runs even
         # after rank 0 marks one done.
@@ -76,6 +87,9 @@ class RunJob(submitit.helpers.Checkpointable):
             config = TrainConfig.model_validate(yaml.safe_load((d / "config.yaml").read_text()))
             try:
                 fn(config, d)
+                if preempt.stopped_at() is not None:
+                    hand_over(requeue)  # rank 0: requeue and exit; others return
+                    return self.run_dirs
                 if env.global_rank == 0 and read_status(d).get("state") not in FINAL_STATES:
                     # Returned normally = finished, whatever the entry point wrote (or not).
                     set_state(d, "done")
@@ -87,3 +101,11 @@ class RunJob(submitit.helpers.Checkpointable):
         if failed:
             raise RuntimeError("run(s) failed: " + "; ".join(failed))
         return self.run_dirs
+
+
+def hand_over(handler) -> None:
+    """The trainer saved at a step boundary because of USR2: now let submitit's own handler
+    do what it does on that signal (rank 0: pickle the job, `scontrol requeue`, exit; other
+    ranks: log and return). Outside submitit (no callable handler) there is nothing to do."""
+    if callable(handler):
+        handler(signal.SIGUSR2, None)
