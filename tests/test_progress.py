@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -77,6 +78,7 @@ def test_sweep_wait_shows_runs_and_the_failure(tmp_path):
     err = r.stderr
     assert "failed loss.type=ppo seed 0" in err and "boom at step 3" in err, err
     assert "look at:" in err and "status.json" in err and "_submitit" in err
-    assert "loss.type=cispo" in err and "4/4" in err and "done" in err  # the final view
+    # the final view: the axis named once, each row its value
+    assert "loss.type: cispo | ppo" in err and re.search(r"\ncispo +0 +done .* 4/4 ", err), err
     states = {s.name: s.state for s in study_states(tmp_path / "results" / "pv")}
     assert states == {"loss.type=cispo": "done", "loss.type=ppo": "failed"}

@@ -37,26 +37,42 @@ def _budgets(study_dir: Path) -> dict[str, Optional[int]]:
     return out
 
 
-def _table(states: list[RunState], budgets: dict[str, Optional[int]], title: str):
-    from rich.progress_bar import ProgressBar
-    from rich.table import Table
+BAR_WIDTH = 16  # with the other columns, a row fits 80 columns for labels up to ~20 characters
 
-    t = Table(title=title, title_justify="left", expand=False)
-    for col in ("variant", "seed", "state", "progress", "step", "run_id"):
-        t.add_column(col, no_wrap=col in ("variant", "run_id"))
+
+def _table(states: list[RunState], budgets: dict[str, Optional[int]], title: str,
+           console: Any = None):
+    """The live view: variant (shortened to what differs, the axes named once), seed, state,
+    a bar of the budget spent, step / budget and the run id, laid out for the terminal's width
+    (ablate/cli/tables.py: labels whole, cells at most two lines)."""
+    from rich.console import Console
+    from rich.progress_bar import ProgressBar
+    from rich.text import Text
+
+    from ablate.cli.tables import Col, shorten, table
+
+    bars: list[Any] = []
+    steps: list[str] = []
     for s in states:
         total = budgets.get(s.run_id)
         step = s.step or 0
         # The trainer's own share of the budget spent (FLOPs budgets have no step total).
         share = s.progress if s.progress is not None else (
             min(step / total, 1.0) if total else None)
-        bar = ProgressBar(total=1.0, completed=share, width=24) if share is not None else ""
+        bars.append(ProgressBar(total=1.0, completed=share, width=BAR_WIDTH)
+                    if share is not None else "")
         where = f"{step}/{total}" if total else str(step)
-        if share is not None and not total:
-            where += f" ({share:.0%})"
-        t.add_row(s.name, str(s.seed), f"[{STATE_STYLE.get(s.state, '')}]{s.state}[/]", bar,
-                  where, s.run_id)
-    return t
+        steps.append(where + (f" ({share:.0%})" if share is not None and not total else ""))
+    legend, short = shorten(list(dict.fromkeys(s.name for s in states)))
+    cols = [Col("variant", [short[s.name] for s in states], justify="left", whole=True,
+                keep=True),
+            Col("seed", [str(s.seed) for s in states], drop=2),
+            Col("state", [Text(s.state, style=STATE_STYLE.get(s.state, "")) for s in states],
+                justify="left", keep=True),
+            Col("progress", bars, justify="left", width=BAR_WIDTH, drop=4),
+            Col("step", steps, drop=1),
+            Col("run_id", [s.run_id for s in states], justify="left", whole=True, drop=3)]
+    return table(console or Console(stderr=True), title, cols, legend=legend)
 
 
 def watch(study_dir: Path, *, poll_s: float = 2.0, timeout_s: Optional[float] = None,
@@ -79,7 +95,7 @@ def watch(study_dir: Path, *, poll_s: float = 2.0, timeout_s: Optional[float] = 
                 + f"  ({time.time() - t0:.0f}s)")
 
     states = study_states(study_dir)
-    with Live(_table(states, budgets, title(states)), console=con, refresh_per_second=2,
+    with Live(_table(states, budgets, title(states), con), console=con, refresh_per_second=2,
               transient=False) if show else _Null() as live:
         while True:
             states = study_states(study_dir)
@@ -92,7 +108,7 @@ def watch(study_dir: Path, *, poll_s: float = 2.0, timeout_s: Optional[float] = 
                                   f"(run {s.run_id}) at step {s.step}{why}\n  look at: "
                                   + ", ".join(where_to_look(study_dir, s)))
             if show:
-                live.update(_table(states, budgets, title(states)))
+                live.update(_table(states, budgets, title(states), con))
             if not any(s.state in ACTIVE for s in states) or (
                     timeout_s is not None and time.time() - t0 > timeout_s):
                 break
