@@ -10,11 +10,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ablate.errors import InputError
-from ablate.studies.study import (LoadedStudy, Provenance, base_is_a_run, set_path,
+from ablate.studies.study import (LoadedStudy, Provenance, Study, base_is_a_run, set_path,
                                   validate_config)
 from trainer.config import TrainConfig
 
@@ -106,8 +107,36 @@ def _apply(base: dict[str, Any], prov: Provenance, assign: list[Assignment]) -> 
     return tree, prov
 
 
+def design_points(s: Study) -> int:
+    """How many design points `_points` yields, from the axis lengths alone (never expanding).
+    Stages add none: each stage continues the same runs to a larger budget."""
+    lengths = [len(v) for v in s.axes.values()]
+    if s.mode == "grid":
+        return math.prod(lengths)  # no axes: 1, the base
+    if s.mode == "one_at_a_time":
+        return 1 + sum(lengths)
+    if s.mode == "zip":
+        return min(lengths, default=1)  # load_study checked the lengths are equal
+    return 1 + len(s.components)  # leave_one_out
+
+
+def check_size(ls: LoadedStudy) -> None:
+    """Refuse a study above its `max_variants` before building a single config: a grid of
+    5 axes x 20 values (3.2M runs) would otherwise hang `sweep --dry-run` for many minutes."""
+    s = ls.study
+    runs = design_points(s) * len(s.seeds)
+    if runs <= s.max_variants:
+        return
+    axes = " x ".join(f"{p} ({len(v)})" for p, v in s.axes.items()) or f"{len(s.components)} components"
+    raise InputError(
+        f"{ls.doc.where(('axes',))}: the study expands to {runs:,} runs ({s.mode}: {axes}; "
+        f"{len(s.seeds)} seed(s)), above max_variants {s.max_variants:,}; drop values, use mode "
+        "one_at_a_time, or set `max_variants:` in the study if you mean it")
+
+
 def expand(ls: LoadedStudy) -> list[Variant]:
     """All variants of a loaded study; identical configs collapse into the first one listed."""
+    check_size(ls)
     s = ls.study
     # Where a value alone against the base is a run, check each first, so an invalid value is
     # reported at its own line before any combination. In a grid or zip only combinations run

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import json
 import re
 import typing
 from dataclasses import dataclass, field
@@ -25,6 +26,11 @@ from ablate.errors import InputError
 from ablate.studies.stagespec import StageSpec
 from ablate.yamlio import KeyPath, YamlDoc, load_yaml
 from trainer.config import BudgetConfig, TrainConfig
+
+# Default run limit. Expanding validates each run's config (~0.3 ms each on a 2-core machine),
+# so 10,000 runs expand in ~3 s while 3.2M would take ~16 min and gigabytes; and 10,000 full
+# trainer jobs is already more than any cluster allocation runs as one ablation.
+MAX_VARIANTS = 10_000
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 
@@ -96,6 +102,11 @@ class Study(_Strict):
     max_attempts: int = Field(
         3, ge=1, description="A failed run is resubmitted by a later `ablate sweep` until it "
         "has been submitted this many times."
+    )
+    max_variants: int = Field(
+        MAX_VARIANTS, ge=1, description="Refuse a study that expands to more runs than this "
+        "(variants x seeds), counted before expanding: a grid of 5 axes x 20 values is 3.2M "
+        "runs, almost always a typo. Raise it if you mean it."
     )
 
     @field_validator("name")
@@ -361,7 +372,12 @@ M = TypeVar("M", bound=BaseModel)
 
 def load_model(path: Path, model: type[M], what: str) -> tuple[M, YamlDoc]:
     """Strict-load a YAML file and validate it as `model`; errors name file, line and key."""
-    doc = load_yaml(path)
+    return validate_model(load_yaml(path), model, what)
+
+
+def validate_model(doc: YamlDoc, model: type[M], what: str) -> tuple[M, YamlDoc]:
+    """`load_model` on an already parsed file."""
+    path = doc.path
     if not isinstance(doc.data, dict):
         raise InputError(f"{path}:1: {what}")
     try:
@@ -377,7 +393,9 @@ def load_study(path: Path | str, overrides: Sequence[str] = ()) -> LoadedStudy:
     path = Path(path)
     if path.suffix not in (".yaml", ".yml"):
         raise InputError(f"{path}: expected a study .yaml file")
-    study, doc = load_model(path, Study, "a study must be a mapping with at least `name`")
+    doc = load_yaml(path)
+    _check_is_a_study(doc)
+    study, doc = validate_model(doc, Study, "a study must be a mapping with at least `name`")
 
     tree, prov, recipes = resolve_base(doc, study.base, study.overrides, study.budget)
     tree = apply_cli_overrides(tree, prov, overrides)
@@ -389,6 +407,27 @@ def load_study(path: Path | str, overrides: Sequence[str] = ()) -> LoadedStudy:
             validate_config(tree, prov, str(path))  # raises the one-line error
     return LoadedStudy(study=study, doc=doc, base_tree=tree, prov=prov, recipes=recipes,
                        cli_overrides=list(overrides))
+
+
+def _listed(items: list[str], most: int) -> str:
+    return ", ".join(items[:most]) + (", ..." if len(items) > most else "")
+
+
+def _check_is_a_study(doc: YamlDoc) -> None:
+    """The two files people hand `ablate sweep` by mistake, said as such: an empty file, and a
+    recipe (TrainConfig values, what `base:` names) instead of a study."""
+    path, data = doc.path, doc.data
+    if data in ({}, None):
+        raise InputError(f"{path}: the file is empty; a study needs at least `name:` (see "
+                         "recipes/loss_agg.yaml; `ablate schema` lists every key)")
+    if not isinstance(data, dict) or "name" in data or "axes" in data:
+        return
+    recipe_keys = [k for k in data if k in TrainConfig.model_fields and k not in Study.model_fields]
+    if recipe_keys:
+        raise InputError(
+            f"{path}: this is a TrainConfig recipe (keys {_listed(recipe_keys, 4)}), not a "
+            f"study: run it once with `ablate run {path} --out results/NAME`, or sweep it from a "
+            f"study file with `name:`, `base: {path.name}` (relative to the study) and `axes:`")
 
 
 def base_is_a_run(study: Study) -> bool:
@@ -449,6 +488,7 @@ def _check_axes(study: Study, doc: YamlDoc) -> None:
         check_config_path(dotted, where, "axis")
         if not values:
             raise InputError(f"{where}: axis '{dotted}' has no values; list at least one")
+        _check_no_repeats(dotted, values, doc)
     if study.mode == "leave_one_out":
         if not study.components:
             raise InputError(
@@ -477,6 +517,24 @@ def _check_axes(study: Study, doc: YamlDoc) -> None:
             raise InputError(
                 f"{doc.where(('axes',))}: mode zip needs axes of equal length, got {lengths}"
             )
+
+
+def _value_key(v: Any) -> tuple[str, str]:
+    """What makes two axis values the same run: 8 and 8.0 are one number, true is not 1."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return type(v).__name__, json.dumps(v, sort_keys=True, default=str)
+    return "number", repr(float(v))
+
+
+def _check_no_repeats(dotted: str, values: list[Any], doc: YamlDoc) -> None:
+    """A value listed twice is a typo (it would be one run under two names, or silently one)."""
+    first: dict[tuple[str, str], int] = {}
+    for i, v in enumerate(values):
+        j = first.setdefault(_value_key(v), i)
+        if j != i:
+            raise InputError(f"{doc.where(('axes', dotted, str(i)))}: axis '{dotted}' lists "
+                             f"{json.dumps(v, default=str)} twice (items {j + 1} and {i + 1}); "
+                             "list each value once")
 
 
 def study_json_schema() -> dict[str, Any]:
