@@ -33,7 +33,7 @@ def sweep(
     entry: str = typer.Option("trainer:run", "--entry", hidden=True,
                               help="module:function each job calls (tests)."),
     override: list[str] = typer.Option(
-        [], "--override", "-o",
+        [], "--override",  # no -o: that is --out (ablate report); one meaning per short option
         help="KEY=VALUE on top of the study for every run (dotted TrainConfig key, YAML value; "
         "repeatable), e.g. --override model.name_or_path=/models/qwen3-8b "
         "--override task.path=data/polaris.jsonl. Existing relative paths become absolute.",
