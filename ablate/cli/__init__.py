@@ -68,7 +68,7 @@ def _register() -> None:
 
 def main(args: Optional[Sequence[str]] = None) -> None:
     """Console entry point: bad input -> one line on stderr, exit 2; no traceback."""
-    from ablate.cli.usage import build_command, exit_for, no_command_line
+    from ablate.cli.usage import build_command, command_path, exit_for, no_command_line
 
     _register()
     command = build_command(app)
@@ -79,7 +79,7 @@ def main(args: Optional[Sequence[str]] = None) -> None:
     try:
         rv: Any = command.main(args=argv, prog_name="ablate", standalone_mode=False)
     except BaseException as e:  # noqa: B036 - exit_for re-raises what it does not handle
-        sys.exit(exit_for(e))
+        sys.exit(exit_for(e, command_path(command, argv)))
     # In non-standalone mode click returns an `Exit`'s code (e.g. `raise typer.Exit(1)` in
     # `ablate run` when the run failed) instead of exiting: pass it on. Commands return None.
     sys.exit(rv if isinstance(rv, int) and not isinstance(rv, bool) else 0)

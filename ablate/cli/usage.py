@@ -30,11 +30,13 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def usage_line(e: Any) -> str:
+def usage_line(e: Any, fallback_path: str = "ablate") -> str:
     """`ablate compare: no such option: --bogus (try 'ablate compare --help')` for a usage error
-    from either click or typer's vendored click: the command, what is wrong, where to look."""
+    from either click or typer's vendored click: the command, what is wrong, where to look.
+    `fallback_path` names the command when the error carries no context (typer's parser
+    raises "option requires an argument" without one)."""
     ctx = getattr(e, "ctx", None)
-    path = getattr(ctx, "command_path", None) or "ablate"
+    path = getattr(ctx, "command_path", None) or fallback_path
     msg = one_line(e.format_message()).rstrip(".")
     if len(msg) > 1 and msg[0].isupper() and msg[1].islower():
         msg = msg[0].lower() + msg[1:]  # "No such option" -> "no such option"; keep "A", "JSON"
@@ -47,9 +49,15 @@ def no_command_line(command: Any) -> str:
     return f"ablate: no command given; one of {', '.join(names)} (try 'ablate --help')"
 
 
-def exit_for(e: BaseException) -> int:
+def command_path(command: Any, argv: list[str]) -> str:
+    """`ablate SUBCOMMAND` when argv names one, else `ablate`."""
+    names = getattr(command, "commands", {})
+    return f"ablate {argv[0]}" if argv and argv[0] in names else "ablate"
+
+
+def exit_for(e: BaseException, path: str = "ablate") -> int:
     """Print the one line for a user-facing failure and return its exit code; re-raise anything
-    else (an internal error keeps its traceback, exit 1)."""
+    else (an internal error keeps its traceback, exit 1). `path`: see `usage_line`."""
     names = _names(e)
     if isinstance(e, InputError):
         print(f"error: {e}", file=sys.stderr)
@@ -58,7 +66,7 @@ def exit_for(e: BaseException) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     if "UsageError" in names and hasattr(e, "format_message"):
-        print(usage_line(e), file=sys.stderr)
+        print(usage_line(e, path), file=sys.stderr)
         return 2
     if "ClickException" in names and hasattr(e, "format_message"):  # e.g. a FileError
         print(f"error: {one_line(e.format_message())}", file=sys.stderr)

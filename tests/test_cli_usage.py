@@ -1,0 +1,110 @@
+"""Usage errors and help as a user sees them: the installed `ablate` console script, run in a
+subprocess (typer >= 0.26 vendors its own click, which an in-process check against click's
+classes missed: every typo printed a traceback).
+
+ABLATE_CLI=/path/to/ablate runs the same checks against another install (another typer/click).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from importlib.metadata import version
+
+import pytest
+
+from ablate.cli import _register, app
+from ablate.cli.usage import build_command, unwrap
+
+WIDTH = 100
+
+
+def ablate(*args: str, columns: int = WIDTH) -> subprocess.CompletedProcess:
+    exe = os.environ.get("ABLATE_CLI") or shutil.which("ablate")
+    assert exe, "the `ablate` console script is not on PATH: pip install -e ."
+    env = {**os.environ, "COLUMNS": str(columns), "NO_COLOR": "1", "TERM": "dumb"}
+    env.pop("FORCE_COLOR", None)
+    return subprocess.run([exe, *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+USAGE = {
+    # id: (argv, fragments the one line must contain)
+    "no_args": ((), ["ablate:", "no command given", "compare", "sweep", "--help"]),
+    "unknown_command": (("nosuch",), ["ablate:", "nosuch", "--help"]),
+    "unknown_option": (("compare", "--bogus", "x"), ["ablate compare:", "--bogus",
+                                                     "'ablate compare --help'"]),
+    "missing_argument": (("compare",), ["ablate compare:", "missing argument", "source"]),
+    "missing_option": (("plan", "results/x"), ["ablate plan:", "missing option", "--budget"]),
+    "bad_number": (("plan", "results/x", "--budget", "abc"), ["ablate plan:", "--budget", "number"]),
+    "option_without_value": (("sweep", "recipes/loss_agg.yaml", "--results"),
+                             ["ablate sweep:", "--results"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(USAGE))
+def test_usage_error_is_one_line_exit_2(case):
+    argv, fragments = USAGE[case]
+    r = ablate(*argv)
+    text = r.stdout + r.stderr
+    assert r.returncode == 2, text
+    assert "Traceback" not in text
+    assert r.stdout == "" and r.stderr.count("\n") == 1, text
+    for f in fragments:
+        assert f in r.stderr, (f, r.stderr)
+
+
+def test_version_prints_the_installed_version():
+    r = ablate("--version")
+    assert r.returncode == 0 and r.stdout == f"ablate {version('ablate')}\n", r
+
+
+def _commands() -> dict:
+    _register()
+    return build_command(app).commands
+
+
+@pytest.mark.parametrize("cmd", [""] + sorted(_commands()))
+def test_help_fits_100_columns_and_flags_show_no_type(cmd):
+    r = ablate(*([cmd] if cmd else []), "--help")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert max(len(line) for line in lines) <= WIDTH
+    assert "<bool>" not in r.stdout
+    assert "--help" in r.stdout
+
+
+@pytest.mark.parametrize("cmd", sorted(_commands()))
+def test_help_sentences_wrap_at_the_terminal_not_at_the_source(cmd):
+    """At 250 columns a paragraph shorter than the text column is on one line: a line break
+    carried over from the docstring would split it (as `compare`'s did, at any width)."""
+    command = _commands()[cmd]
+    wide = ablate(cmd, "--help", columns=250).stdout
+    listing = ablate("--help", columns=250).stdout
+    paragraphs = [p for p in unwrap(command.help or "").split("\n\n") if not p.startswith("\b")]
+    assert paragraphs
+    first = re.sub(r"\s+", " ", paragraphs[0])
+    if len(first) < 200:  # the commands panel's text column is ~230 wide at 250 columns
+        assert any(first in line for line in listing.splitlines()), (first, listing)
+    for p in paragraphs:
+        p = re.sub(r"\s+", " ", p)
+        if len(p) < 200 and "\n" not in p:
+            assert any(p in line for line in wide.splitlines()), (p, wide)
+
+
+def test_each_short_option_means_one_thing_across_commands():
+    meaning: dict[str, set[str]] = {}
+    for name, command in _commands().items():
+        for param in command.params:
+            longs = [o for o in param.opts if o.startswith("--")]
+            for short in (o for o in param.opts if re.fullmatch(r"-[A-Za-z]", o)):
+                meaning.setdefault(short, set()).update(longs or [f"{name}:{param.name}"])
+    clashes = {s: sorted(m) for s, m in meaning.items() if len(m) > 1}
+    assert not clashes, clashes
+
+
+def test_bad_input_from_a_command_is_one_line_exit_2(tmp_path):
+    r = ablate("compare", str(tmp_path / "missing"))
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1
+    assert str(tmp_path / "missing") in r.stderr and "Traceback" not in r.stderr
