@@ -215,12 +215,10 @@ def test_arithmetic_reversed_answer_is_written_least_significant_digit_first():
 
 def test_pipeline_counts_generation_of_batches_refused_as_stale():
     """A batch refused as > k versions old was still generated: the next batch carries its
-    generator tokens so the loop counts their FLOPs. (The queue is fed by hand here instead of
+    generator tokens so the loop counts their FLOPs. (The stream is fed by hand here instead of
     the generator thread, to make the staleness deterministic.)"""
-    import queue
-
     from trainer.length import Rollout
-    from trainer.offpolicy import Batch, Context, Pipeline
+    from trainer.offpolicy import Batch, GroupStream
 
     cfg = C.TrainConfig(off_policy={"mode": "pipeline", "k": 2})
 
@@ -230,12 +228,11 @@ def test_pipeline_counts_generation_of_batches_refused_as_stale():
                      gen_tokens=[gen_tokens])
         return Batch([0], ro, 0.0)
 
-    p = Pipeline.__new__(Pipeline)  # no generator thread: this test is the producer
-    p.ctx = Context(cfg, None, None, None, [], 0)
-    p.queue, p.error, p.stale_dropped, p.wait_seconds = queue.Queue(), None, 0, 0.0
+    # The pipeline's group stream without its generator thread: this test is the producer.
+    p = GroupStream(cfg.off_policy.k, groups_per_step=1)
     for b in (batch(0, 5), batch(1, 7), batch(9, 3)):
-        p.queue.put(b)
-    got = p.next(10)
+        p.put(b)
+    got = p.take(10, lambda: None)
     assert got.rollout.gen_tokens == [3] and p.stale_dropped == 2
     assert got.dropped_gen_tokens == 5 + 7
 

@@ -317,9 +317,18 @@ class OffPolicyConfig(_Strict):
     )
     k: int = Field(
         8, ge=1,
-        description="pipeline: max staleness in optimizer steps (older data is refused). "
+        description="pipeline: max staleness in optimizer steps: the generator runs at most k "
+        "steps ahead of the trainer (PipelineRL's max_lag), older data is refused. "
         "ppo_off_policy: one generation of k x rollout.prompts_per_step prompts is split into "
         "k minibatches, one optimizer step each (so every step sees prompts_per_step prompts).",
+    )
+    groups_per_call: Optional[int] = Field(
+        None, gt=0,
+        description="pipeline: prompt groups per generate call of the streaming generator; each "
+        "group enters the stream when its call returns and every step trains on the next "
+        "rollout.prompts_per_step finished groups. Smaller calls stream finer (staleness "
+        "counted per group, not per step's batch) at some batching cost with the hf sampler. "
+        "None = rollout.prompts_per_step.",
     )
 
 

@@ -2,10 +2,12 @@
 
 ppo_off_policy (PPO-off-policy-k): generate k steps' worth of prompts with the current weights,
 then take k optimizer steps on its minibatches (k=1 is plain on-policy).
-pipeline (PipelineRL-k, ScaleRL): a generator thread with its own copy of the model keeps
-generating while the trainer updates; after every optimizer step the new weights are pushed and
-applied between decode steps (mid-sequence), each token recording the version that sampled it;
-the trainer refuses data more than k versions old and waits for fresher data instead.
+pipeline (PipelineRL-k, ScaleRL): a generator thread on rank 0 with its own copy of the model
+streams finished prompt groups while the trainer updates; after every optimizer step the new
+weights are pushed and applied between decode steps (mid-sequence), each token recording the
+version that sampled it; each step's batch is the next prompts_per_step finished groups. The
+generator runs at most k steps ahead (PipelineRL's max_lag rule), so the staleness of the
+tokens trained on reaches k when generation outpaces training and never exceeds it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Callable, Protocol
 from torch import nn
 
 from trainer.config import TrainConfig
+from trainer.distributed import rank
 from trainer.length import Rollout, generate_rollout
 from trainer.pool import PromptPool
 from trainer.registry import Registry
@@ -107,59 +110,155 @@ class PPOOffPolicy:
         _close(self.gen)
 
 
-@MODES.register("pipeline")
-class Pipeline:
-    """Generation concurrent with training; in-flight weight pushes; max staleness k."""
+def oldest_version(b: Batch, default: int) -> int:
+    """Policy version of the oldest token in `b` (its first token: versions only grow along
+    a sample, in-flight pushes make later tokens newer)."""
+    return min((v[0] for v in b.rollout.versions if v), default=default)
 
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
-        self.gen = make_generator(ctx.config, ctx.model, ctx.tokenizer, own_copy=True)
-        self.queue: queue.Queue[Batch] = queue.Queue(maxsize=1)
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
+
+def concat(parts: list[Batch]) -> Batch:
+    """Prompt groups (or minibatches) joined into one batch, in order."""
+    ros = [b.rollout for b in parts]
+    fields = ("prompts", "tokens", "logprobs", "versions", "loss_mask", "finished",
+              "interrupted", "penalty", "gen_tokens")
+    ro = Rollout(**{f: [x for r in ros for x in getattr(r, f)] for f in fields})
+    return Batch([i for b in parts for i in b.prompt_ids], ro, sum(b.gen_seconds for b in parts),
+                 sum(b.dropped_gen_tokens for b in parts))
+
+
+class GroupStream:
+    """Finished prompt groups flowing from the generator thread to the trainer, with
+    PipelineRL's admission rule (ServiceNow/PipelineRL actor.py, `max_lag`): the generator may
+    start (k + 1) steps' worth of groups before the first weight push and one step's worth
+    more after each push. Group N of the stream (counting from the first push) is trained on
+    at step base + N // groups_per_step and was started with weights >= that step - k, so a
+    fast generator runs exactly k steps ahead and staleness reaches k but never exceeds it.
+    The trainer still refuses a group whose oldest token is more than k versions old (a
+    safety net; such a group's slot is handed back to the generator)."""
+
+    def __init__(self, k: int, groups_per_step: int) -> None:
+        self.k, self.per_step = k, groups_per_step
+        self.finished: queue.Queue[Batch] = queue.Queue()
+        self.cond = threading.Condition()
+        self.base: int | None = None  # weight version at the stream's first push
+        self.pushed = 0  # latest pushed weight version
+        self.started = 0  # groups the generator has started
+        self.refunded = 0  # slots handed back by groups refused as stale
         self.stale_dropped = 0
         self.wait_seconds = 0.0
+
+    def push(self, version: int) -> None:
+        """The trainer pushed weights `version`: one more step's worth of groups may start."""
+        with self.cond:
+            self.base = version if self.base is None else self.base
+            self.pushed = version
+            self.cond.notify_all()
+
+    def allowance(self) -> int:
+        """Groups the generator may start now (caller holds the lock)."""
+        if self.base is None:
+            return 0
+        limit = (self.k + 1 + self.pushed - self.base) * self.per_step + self.refunded
+        return limit - self.started
+
+    def admit(self, want: int, stop: threading.Event) -> int:
+        """Block until some groups may start; reserve and return up to `want` (0: stopping)."""
+        with self.cond:
+            while not stop.is_set():
+                n = min(want, self.allowance())
+                if n > 0:
+                    self.started += n
+                    return n
+                self.cond.wait(timeout=0.1)
+        return 0
+
+    def put(self, group: Batch) -> None:
+        self.finished.put(group)
+
+    def take(self, version: int, failed: Callable[[], BaseException | None]) -> Batch:
+        """The next step's batch: `groups_per_step` finished groups at most k versions old,
+        in the order they finished; waits while there are not enough."""
+        t0, groups, dropped = time.perf_counter(), [], 0
+        while len(groups) < self.per_step:
+            err = failed()
+            if err is not None:
+                raise RuntimeError("generator thread failed") from err
+            try:
+                g = self.finished.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if version - oldest_version(g, version) <= self.k:
+                groups.append(g)
+                continue
+            self.stale_dropped += 1
+            dropped += sum(g.rollout.gen_tokens) + g.dropped_gen_tokens
+            with self.cond:
+                self.refunded += 1
+                self.cond.notify_all()
+        self.wait_seconds += time.perf_counter() - t0
+        b = concat(groups)
+        b.dropped_gen_tokens += dropped
+        return b
+
+
+@MODES.register("pipeline")
+class Pipeline:
+    """PipelineRL-k: a generator thread (rank 0 only) streams finished prompt groups while the
+    trainer updates; weights are pushed in flight after every optimizer step; each step's batch
+    is built from finished groups; staleness is bounded by k (GroupStream)."""
+
+    def __init__(self, ctx: Context) -> None:
+        c = ctx.config
+        self.ctx = ctx
+        self.stream = GroupStream(c.off_policy.k, c.rollout.prompts_per_step)
+        self.per_call = c.off_policy.groups_per_call or c.rollout.prompts_per_step
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        # Rank 0 feeds the stream; the loop broadcasts its batch, so other ranks neither
+        # hold a generator nor generate (next() returns None there).
+        self.feeds = rank() == 0
+        self.gen = make_generator(c, ctx.model, ctx.tokenizer, own_copy=True) if self.feeds else None
         self.thread = threading.Thread(target=self._produce, name="ablate-generator", daemon=True)
-        self.thread.start()
+        if self.feeds:
+            self.thread.start()
+
+    @property
+    def stale_dropped(self) -> int:
+        return self.stream.stale_dropped
+
+    @property
+    def wait_seconds(self) -> float:
+        return self.stream.wait_seconds
 
     def _produce(self) -> None:
+        """Generate admitted groups in calls of up to `groups_per_call` prompts; every group
+        enters the stream as soon as its call returns."""
+        G = self.ctx.config.rollout.generations_per_prompt
         try:
             while not self.stop.is_set():
-                b = sample(self.gen, self.ctx, self.ctx.config.rollout.prompts_per_step)
-                while not self.stop.is_set():
-                    try:
-                        self.queue.put(b, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
+                n = self.stream.admit(self.per_call, self.stop)
+                if n == 0:
+                    break
+                for group in split(sample(self.gen, self.ctx, n), n, G):
+                    self.stream.put(group)
         except BaseException as e:  # surfaced in the trainer thread by next()
             self.error = e
 
-    def next(self, version: int) -> Batch:
-        k = self.ctx.config.off_policy.k
-        t0, dropped = time.perf_counter(), 0
-        while True:
-            if self.error is not None:
-                raise RuntimeError("generator thread failed") from self.error
-            try:
-                b = self.queue.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            oldest = min((v[0] for v in b.rollout.versions if v), default=version)
-            if version - oldest <= k:
-                self.wait_seconds += time.perf_counter() - t0
-                b.dropped_gen_tokens = dropped
-                return b
-            self.stale_dropped += 1  # trainer is > k steps ahead of this data: wait for newer
-            dropped += sum(b.rollout.gen_tokens)
+    def next(self, version: int) -> Batch | None:
+        if not self.feeds:
+            return None
+        return self.stream.take(version, lambda: self.error)
 
     def after_step(self, model: nn.Module, version: int) -> None:
-        self.gen.sync_weights(model, version)
+        if self.feeds:
+            self.gen.sync_weights(model, version)
+            self.stream.push(version)
 
     def close(self) -> None:
         self.stop.set()
-        self.thread.join(timeout=60)
-        _close(self.gen)
+        if self.feeds:
+            self.thread.join(timeout=60)
+            _close(self.gen)
 
 
 def _close(gen: Generator) -> None:

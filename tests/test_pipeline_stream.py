@@ -1,0 +1,125 @@
+"""PipelineRL-k streaming (trainer/offpolicy.py Pipeline, GroupStream) and batched eval.
+
+The pipeline tests drive the real source (generator thread, tiny proxy model, real in-flight
+weight pushes) with a trainer that is slower than the generator, as on a cluster where the
+generation GPUs outpace training: the staleness of what is trained on must then reach k and
+never pass it. Lag is computed from the per-token versions exactly as the loop does
+(loop.py rollout_stats: step - version of each kept token).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from _trainer_util import config, tiny
+from trainer.length import Rollout
+from trainer.offpolicy import Batch, Context, GroupStream, Pipeline
+from trainer.pool import PromptPool
+
+
+@pytest.fixture(scope="module")
+def proxy():
+    from trainer.model import load_model
+
+    torch.set_num_threads(1)
+    return load_model(config(tiny()))
+
+
+def _lags(proxy, k: int, steps: int, train_seconds: float, **over) -> list[int]:
+    """Per step, the max lag of the batch trained on, with a trainer that takes
+    `train_seconds` per step (the weights change at every push, as after a real step)."""
+    model, tok = proxy
+    c = config(tiny(off_policy={"mode": "pipeline", "k": k, **over},
+                    rollout={"prompts_per_step": 2, "generations_per_prompt": 2,
+                             "max_new_tokens": 6}))
+    from trainer.tasks import build_task
+
+    task = build_task(c.task, c.eval.split)
+    prompts = [tok(p.prompt).input_ids for p in task.train]
+    pool = PromptPool([p.difficulty for p in task.train], c.data, c.seed)
+    src = Pipeline(Context(c, model, tok, pool, prompts, 0))
+    out = []
+    try:
+        src.after_step(model, 0)
+        for step in range(steps):
+            b = src.next(step)
+            assert len(b.prompt_ids) == 2 and len(b.rollout.tokens) == 4
+            out.append(step - min(v for vs in b.rollout.versions for v in vs))
+            time.sleep(train_seconds)  # the optimizer step
+            with torch.no_grad():
+                next(model.parameters()).add_(1e-4)
+            src.after_step(model, step + 1)
+    finally:
+        src.close()
+    return out
+
+
+def test_pipeline_staleness_reaches_k_and_never_passes_it(proxy):
+    lags = _lags(proxy, k=8, steps=14, train_seconds=0.4)
+    assert max(lags) > 2, lags  # the old one-batch queue kept it at ~2
+    assert max(lags) <= 8, lags
+
+
+def test_pipeline_k1_stays_within_one_step(proxy):
+    lags = _lags(proxy, k=1, steps=6, train_seconds=0.3, groups_per_call=1)
+    assert max(lags) <= 1, lags
+    assert max(lags) == 1, lags  # a faster generator does run one step ahead
+
+
+def _group(version: int, gen_tokens: int, pid: int) -> Batch:
+    ro = Rollout(prompts=[[1]], tokens=[[2]], logprobs=[[0.0]], versions=[[version]],
+                 loss_mask=[[1]], finished=[True], interrupted=[False], penalty=[0.0],
+                 gen_tokens=[gen_tokens])
+    return Batch([pid], ro, 0.5)
+
+
+def test_stream_admits_k_plus_one_steps_then_one_step_per_push():
+    s, stop = GroupStream(k=2, groups_per_step=3), threading.Event()
+    stop_soon = threading.Timer(0.3, stop.set)
+    s.push(5)  # a resumed run: the first push names the step it resumed at
+    assert s.admit(100, stop) == 9  # (k + 1) steps x 3 groups
+    stop_soon.start()
+    assert s.admit(1, stop) == 0  # blocked until the next push (here: until stopped)
+    stop.clear()
+    s.push(6)
+    assert s.admit(100, stop) == 3
+
+
+def test_stream_refuses_stale_groups_and_counts_their_generation():
+    """A group more than k versions old is refused; its generation still counts in FLOPs
+    (carried by the batch) and its slot goes back to the generator."""
+    s = GroupStream(k=2, groups_per_step=2)
+    s.push(0)
+    for g in (_group(0, 5, 0), _group(1, 7, 1), _group(9, 3, 2), _group(8, 4, 3)):
+        s.put(g)
+    b = s.take(10, lambda: None)
+    assert b.prompt_ids == [2, 3] and b.rollout.gen_tokens == [3, 4]
+    assert s.stale_dropped == 2 and b.dropped_gen_tokens == 5 + 7 and b.gen_seconds == 1.0
+    with s.cond:
+        assert s.allowance() == (2 + 1) * 2 + 2
+
+
+def test_stream_surfaces_generator_failure():
+    s = GroupStream(k=1, groups_per_step=1)
+    with pytest.raises(RuntimeError, match="generator thread failed"):
+        s.take(0, lambda: ValueError("boom"))
+
+
+def test_run_logs_lag_within_k(tmp_path):
+    """A real pipeline run logs pipeline/lag_mean and pipeline/lag_max at every eval point;
+    the max over the window is at most k."""
+    import trainer
+    from _trainer_util import metrics, status
+
+    d = tmp_path / "run"
+    trainer.run(config(tiny(off_policy={"mode": "pipeline", "k": 1},
+                            budget={"steps": 4}, eval={"every_steps": 2})), d)
+    assert status(d)["state"] == "done"
+    rows = [r for r in metrics(d) if r["step"] > 0]
+    assert [r["step"] for r in rows] == [2, 4]
+    for r in rows:
+        assert 0 <= r["pipeline/lag_mean"] <= r["pipeline/lag_max"] <= 1
