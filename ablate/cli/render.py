@@ -246,7 +246,7 @@ def status_table(console: Console, title: str, states: list[RunState], wide: boo
     from ablate.studies.progress import STATE_STYLE
 
     legend, labels, _ = _labels([s.name for s in states])
-    cols = [Col("run_id", [s.run_id for s in states], justify="left", whole=True, drop=5),
+    cols = [Col("run_id", [s.run_id for s in states], justify="left", whole=True, drop=1),
             Col("name", labels, justify="left", whole=True, keep=True),
             Col("seed", [str(s.seed) for s in states], drop=4),
             Col("state", [Text(s.state, style=STATE_STYLE.get(s.state, "")) for s in states],

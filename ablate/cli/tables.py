@@ -78,10 +78,16 @@ def shorten(labels: list[str]) -> tuple[str, dict[str, str]]:
     short = {lab: ", ".join(p[i][1] for i in varying) for lab, p in zip(labels, parsed)}  # type: ignore[index]
     if not varying or len(set(short.values())) < len(set(labels)):
         return same
-    axes = ", ".join(keys[i] for i in varying)
-    listed = f"{axes}: " + " | ".join(dict.fromkeys(short[lab] for lab in labels))
-    legend = listed if cell_len(listed) <= LEGEND_MAX else f"variant = {axes}"
+    head = [f"variant = {', '.join(keys[i] for i in varying)}"] if len(varying) > 1 else []
+    legend = "; ".join(head + [_values(keys[i], [p[i][1] for p in parsed])  # type: ignore[index]
+                               for i in varying])
     return legend + (f" (all {', '.join(fixed)})" if fixed else ""), short
+
+
+def _values(axis: str, values: list[str]) -> str:
+    """`axis: a | b`, or `axis: n values` when the list would not fit a line."""
+    listed = f"{axis}: " + " | ".join(dict.fromkeys(values))
+    return listed if cell_len(listed) <= LEGEND_MAX else f"{axis}: {len(set(values))} values"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,45 +97,62 @@ def _lines(console: Console, text: Text, width: int) -> int:
     return len(text.wrap(console, width, overflow="fold"))
 
 
-def _widths(console: Console, col: Col) -> tuple[int, int]:
-    """(natural, tightest) content width: on one line each, and the narrowest at which every
-    cell and the header still take at most MAX_LINES lines."""
-    if col.width is not None:
-        return col.width, col.width
-    texts = [Text(col.header), *col.texts]
-    natural = max(cell_len(t.plain) for t in texts)
-    if col.whole:
-        return natural, natural
+@dataclass
+class Widths:
+    """A column's content widths: `tight` takes every cell and the header onto at most
+    MAX_LINES lines, `cells` puts every cell on one line (the header may still wrap onto
+    two), `full` puts the header on one line too."""
+
+    full: int
+    cells: int
+    tight: int
+
+
+def _tightest(console: Console, texts: list[Text], natural: int) -> int:
     # never split a word: a header folded mid-word ("verd/ict") is unreadable
     words = max((cell_len(w) for t in texts for w in t.plain.split()), default=1)
     tight = max(words, (natural + MAX_LINES - 1) // MAX_LINES)
     while tight < natural and any(_lines(console, t, tight) > MAX_LINES for t in texts):
         tight += 1
-    return natural, tight
+    return tight
 
 
-def _grow(natural: list[int], tight: list[int], room: int) -> list[int]:
-    """Widths from the tightest up: spare room goes first to the columns that need least to
-    sit on one line, so as many columns as possible read on one line (a column given less
-    than that would still wrap, so it gets nothing)."""
-    widths = list(tight)
-    for i in sorted(range(len(widths)), key=lambda i: natural[i] - tight[i]):
-        if natural[i] - widths[i] <= room:
-            room -= natural[i] - widths[i]
-            widths[i] = natural[i]
-    return widths
+def _widths(console: Console, col: Col) -> Widths:
+    if col.width is not None:
+        return Widths(col.width, col.width, col.width)
+    header = Text(col.header)
+    full = max(cell_len(t.plain) for t in (header, *col.texts))
+    if col.whole:
+        return Widths(full, full, full)
+    one_line = max((cell_len(t.plain) for t in col.texts), default=0)
+    return Widths(full, max(one_line, _tightest(console, [header], cell_len(header.plain))),
+                  _tightest(console, [header, *col.texts], full))
+
+
+def _grow(target: list[int], widths: list[int], room: int) -> tuple[list[int], int]:
+    """Spare room to the columns that need least to reach `target`, so that as many as
+    possible reach it (a column given less would still wrap, so it gets nothing)."""
+    widths = list(widths)
+    for i in sorted(range(len(widths)), key=lambda i: target[i] - widths[i]):
+        need = max(0, target[i] - widths[i])
+        if need <= room:
+            room -= need
+            widths[i] += need
+    return widths, room
 
 
 def _layout(console: Console, cols: list[Col], width: int) -> tuple[list[Col], list[int]]:
-    """The columns that fit `width` (dropping the least important first) and their widths."""
+    """The columns that fit `width` (dropping the least important first) and their widths:
+    from the tightest, first every cell onto one line, then every header."""
     shown = list(cols)
     while True:
         measured = [_widths(console, c) for c in shown]
-        natural, tight = [m[0] for m in measured], [m[1] for m in measured]
-        room = width - _overhead(len(shown))
+        tight = [m.tight for m in measured]
+        room = width - _overhead(len(shown)) - sum(tight)
         droppable = [c for c in shown if not c.keep]
-        if sum(tight) <= room or not droppable:
-            return shown, _grow(natural, tight, max(0, room - sum(tight)))
+        if room >= 0 or not droppable:
+            widths, room = _grow([m.cells for m in measured], tight, max(0, room))
+            return shown, _grow([m.full for m in measured], widths, room)[0]
         shown.remove(max(droppable, key=lambda c: (c.drop, shown.index(c))))
 
 

@@ -81,6 +81,7 @@ def watch(study_dir: Path, *, poll_s: float = 2.0, timeout_s: Optional[float] = 
     live per-run table on stderr and one message per run that fails or diverges."""
     from rich.console import Console
     from rich.live import Live
+    from rich.markup import escape
 
     con = console or Console(stderr=True)
     budgets = _budgets(study_dir)
@@ -104,9 +105,11 @@ def watch(study_dir: Path, *, poll_s: float = 2.0, timeout_s: Optional[float] = 
                     told.add(s.run_id)
                     if show:
                         why = f": {s.error}" if s.error else ""
-                        con.print(f"[{STATE_STYLE[s.state]}]{s.state}[/] {s.name} seed {s.seed} "
-                                  f"(run {s.run_id}) at step {s.step}{why}\n  look at: "
-                                  + ", ".join(where_to_look(study_dir, s)))
+                        # names, errors and paths as written: "[...]" in them is not markup
+                        con.print(f"[{STATE_STYLE[s.state]}]{s.state}[/] "
+                                  + escape(f"{s.name} seed {s.seed} (run {s.run_id}) at step "
+                                           f"{s.step}{why}\n  look at: "
+                                           + ", ".join(where_to_look(study_dir, s))))
             if show:
                 live.update(_table(states, budgets, title(states), con))
             if not any(s.state in ACTIVE for s in states) or (
