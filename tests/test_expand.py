@@ -137,3 +137,28 @@ def test_grid_base_need_only_be_valid_once_its_axes_apply(tmp_path):
     # A bad value at a key is an error even where an axis would set that key in every run.
     with pytest.raises(InputError, match="aggregation"):
         study(tmp_path, "overrides:\n  loss.aggregation: median\naxes:\n  loss.aggregation: [token, sample]\n")
+
+
+@pytest.mark.parametrize("recipe", sorted(p.name for p in (ROOT / "recipes").glob("*.yaml")
+                                          if "axes:" in p.read_text() or "components:" in p.read_text()))
+def test_variant_count_is_known_before_expanding(recipe):
+    """The size check counts from axis lengths (never expanding): it must equal what `_points`
+    yields, in every mode the shipped studies use."""
+    from ablate.studies.expand import _points, design_points
+
+    ls = load_study(ROOT / "recipes" / recipe)
+    assert design_points(ls.study) == sum(1 for _ in _points(ls))
+
+
+@pytest.mark.parametrize("mode,body,points", [
+    ("grid", "axes:\n  loss.type: [ppo, cispo, dapo]\n  loss.aggregation: [sample, token]\n", 6),
+    ("one_at_a_time", "axes:\n  loss.type: [ppo, dapo]\n  loss.aggregation: [sample]\n", 4),
+    ("zip", "axes:\n  loss.type: [ppo, dapo]\n  loss.aggregation: [sample, token]\n", 2),
+])
+def test_variant_count_per_mode(tmp_path, mode, body, points):
+    from ablate.studies.expand import _points, design_points
+
+    p = tmp_path / "s.yaml"
+    p.write_text(f"name: s\nbase: {BASE}\nmode: {mode}\n{body}seeds: [0, 1]\n")
+    ls = load_study(p)
+    assert design_points(ls.study) == points == sum(1 for _ in _points(ls))

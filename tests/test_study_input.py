@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from ablate.cli import main
+from ablate.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = ROOT / "recipes" / "scalerl.yaml"
@@ -25,6 +27,13 @@ def run_main(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
 
 
 GOOD = f"name: s\nbase: {BASE}\naxes:\n  loss.aggregation: [sample, token]\nseeds: [0, 1]\n"
+
+# 5 axes x 20 values: 3.2M runs, which used to hang `sweep --dry-run` while expanding.
+HUGE_AXES = ("optim.lr", "rollout.temperature", "loss.eps_max", "optim.weight_decay",
+             "optim.grad_clip")
+HUGE = "name: s\naxes:\n" + "".join(
+    f"  {a}: [{', '.join(str(round(0.01 * (i + 1) + k, 3)) for i in range(20))}]\n"
+    for k, a in enumerate(HUGE_AXES))
 
 CASES = {
     # id: (study text, expected fragments of the one-line message)
@@ -54,6 +63,16 @@ CASES = {
     "bad_mode": ("name: s\nmode: random\n", ["s.yaml:2", "mode", "grid"]),
     "missing_name": ("seeds: [0]\n", ["name", "missing"]),
     "dup_seeds": ("name: s\nseeds: [0, 0]\n", ["s.yaml:2", "listed twice"]),
+    "dup_axis_value": ("name: s\naxes:\n  loss.aggregation: [token,\n    prompt, token]\n",
+                       ["s.yaml:4", "axis 'loss.aggregation'", '"token" twice', "items 1 and 3"]),
+    "dup_axis_number": ("name: s\naxes:\n  optim.lr: [0.001, 1.0e-3]\n",
+                        ["s.yaml:3", "axis 'optim.lr'", "twice"]),
+    "empty_file": ("# nothing yet\n", ["s.yaml", "empty", "name"]),
+    "recipe_not_study": ("seed: 0\nloss: {type: ppo}\n",
+                         ["TrainConfig recipe", "not a study", "ablate run", "--out",
+                          "base: s.yaml"]),
+    "too_many_runs": (HUGE, ["s.yaml:2", "3,200,000 runs", "max_variants 10,000",
+                             "optim.lr (20) x rollout.temperature (20)", "max_variants:"]),
 }
 
 
@@ -179,3 +198,28 @@ def test_ablate_run_config_may_chain_a_base_recipe_and_errors_name_the_line(tmp_
     cfg.write_text("name: s\naxes: {loss.type: [ppo]}\n")
     with pytest.raises(InputError, match="this is a study"):
         load_train_config(cfg)
+
+
+def test_a_huge_grid_is_refused_before_expanding(tmp_path):
+    from ablate.studies.expand import expand
+    from ablate.studies.study import load_study
+
+    study = tmp_path / "s.yaml"
+    study.write_text(HUGE)
+    t0 = time.perf_counter()
+    with pytest.raises(InputError, match="3,200,000 runs"):
+        expand(load_study(study))
+    assert time.perf_counter() - t0 < 0.5  # expanding took > 30 s
+
+
+def test_max_variants_raises_the_limit(tmp_path):
+    from ablate.studies.expand import expand
+    from ablate.studies.study import load_study
+
+    body = "name: s\naxes:\n  loss.aggregation: [sample, token]\nseeds: [0, 1]\n"
+    study = tmp_path / "s.yaml"
+    study.write_text(body + "max_variants: 3\n")
+    with pytest.raises(InputError, match=r"4 runs .*above max_variants 3"):
+        expand(load_study(study))
+    study.write_text(body + "max_variants: 4\n")
+    assert len(expand(load_study(study))) == 4
