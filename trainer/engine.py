@@ -1,8 +1,10 @@
 """Optimizer engines: what turns a loss into an update.
 
 Contract (DeepSpeed plugs in as `trainer.engine_deepspeed:make_deepspeed_engine`):
-`Engine.model` is the module to forward; `step(loss)` does backward, grad clip, optimizer and
-LR-scheduler step, zero grad, and returns the grad norm; `save(path)` / `load(path)` round-trip
+`Engine.model` is the module to forward; `backward(loss, boundary)` accumulates one
+micro-batch's gradients (`boundary`: the step's last micro-batch, where a data-parallel engine
+may reduce them); `step(loss=None)` (backward of `loss` first, if given) does grad clip,
+optimizer and LR-scheduler step, zero grad, and returns the grad norm; `save(path)` / `load(path)` round-trip
 model + optimizer + scheduler. A non-finite grad norm skips the update (the loop then stops the
 run as diverged) so a NaN never reaches the weights that get checkpointed.
 """
@@ -24,7 +26,9 @@ from trainer.registry import Registry
 class Engine(Protocol):
     model: nn.Module
 
-    def step(self, loss: torch.Tensor) -> float: ...
+    def backward(self, loss: torch.Tensor, boundary: bool = True) -> None: ...
+
+    def step(self, loss: torch.Tensor | None = None) -> float: ...
 
     def save(self, path: Path) -> None: ...
 
@@ -71,8 +75,13 @@ class TorchEngine:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, constant_with_warmup(o.warmup_steps))
 
-    def step(self, loss: torch.Tensor) -> float:
+    def backward(self, loss: torch.Tensor, boundary: bool = True) -> None:
+        """Accumulate one micro-batch's gradients into .grad (averaged over ranks in step)."""
         loss.backward()
+
+    def step(self, loss: torch.Tensor | None = None) -> float:
+        if loss is not None:
+            self.backward(loss)
         average_grads(self.model)
         norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.clip))
         if math.isfinite(norm):

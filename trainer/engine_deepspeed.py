@@ -3,7 +3,12 @@
 Why DeepSpeed: models of 0.5B-8B+ do not fit optimizer state (fp32 master + two Adam moments =
 16 bytes/param) on one GPU; ZeRO-1/2/3 partition optimizer state / gradients / parameters
 across the data-parallel ranks. Same contract as the torch engine (trainer/engine.py):
-`model`, `step(loss) -> grad norm`, `save(path)`, `load(path)`.
+`model`, `backward(loss, boundary)`, `step(loss=None) -> grad norm`, `save(path)`, `load(path)`.
+Micro-batches (engine.micro_batch_tokens, trainer/microbatch.py) are accumulated with DeepSpeed's
+manual accumulation boundary: the config keeps gradient_accumulation_steps 1 (the number of
+micro-batches varies from step to step with the rollouts' lengths), each `backward` sets the
+boundary (False until the step's last micro-batch) and does not rescale by the accumulation
+steps, because the trainer's micro-batch losses already carry the whole batch's denominators.
 
 Precision: with precision.dtype=bf16 DeepSpeed casts the module to bf16 and keeps fp32 master
 weights in its optimizer. The LM head's *computation* stays fp32 because the trainer applies
@@ -31,8 +36,10 @@ from trainer.engine import constant_with_warmup
 
 
 def deepspeed_config(config: TrainConfig, world_size: int, on_gpu: bool = True) -> dict[str, Any]:
-    """The DeepSpeed JSON config for this TrainConfig (one micro-batch per optimizer step:
-    the trainer hands `step` the already-aggregated loss of its whole batch)."""
+    """The DeepSpeed JSON config for this TrainConfig. gradient_accumulation_steps stays 1:
+    the trainer marks the accumulation boundary itself (DeepSpeedEngine.backward), since its
+    micro-batch count follows the rollouts' lengths, and each micro-batch loss is already
+    weighted by the whole batch's denominators."""
     zero: dict[str, Any] = {"stage": config.engine.zero_stage}
     if config.engine.zero_stage == 3 and not on_gpu:
         # CPU (the tiny proxy, tests): partition even the smallest tensors so that stage 3 is
@@ -105,11 +112,19 @@ class DeepSpeedEngine:
         if config.engine.zero_stage == 3:
             persist_head_weight(self.ds)
 
-    def step(self, loss: torch.Tensor) -> float:
-        """backward, clip (DeepSpeed's gradient_clipping), optimizer + scheduler step, zero grad.
+    def backward(self, loss: torch.Tensor, boundary: bool = True) -> None:
+        """Accumulate one micro-batch; DeepSpeed reduces the gradients over ranks at the
+        boundary (ZeRO-2/3 reduce-scatter into the partitions as they go). Every rank must run
+        the same number of micro-batches (the trainer lines them up)."""
+        self.ds.set_gradient_accumulation_boundary(boundary)
+        self.ds.backward(loss, scale_wrt_gas=False)
 
-        Gradients are averaged over the data-parallel ranks by DeepSpeed."""
-        self.ds.backward(loss)
+    def step(self, loss: torch.Tensor | None = None) -> float:
+        """(backward of `loss`, if given,) clip (DeepSpeed's gradient_clipping), optimizer +
+        scheduler step, zero grad. Gradients are averaged over the data-parallel ranks by
+        DeepSpeed."""
+        if loss is not None:
+            self.backward(loss)
         # Stage 0 without a bf16 optimizer wrapper clips inside step() but does not record the
         # norm; read it from the (already all-reduced) gradients first.
         pre = None

@@ -41,10 +41,12 @@ from trainer.distributed import (
     rank,
     world_size,
 )
+from trainer.devices import job_devices
 from trainer.engine import make_engine
 from trainer.evaluate import pass_rate, score
 from trainer.filters import zero_variance_keep
-from trainer.losses import policy_loss_with_stats
+from trainer.losses import LOSSES, loss_options
+from trainer.microbatch import StepTotals, deal_groups, plan_micro_batches, rows_token_weights
 from trainer.model import (
     completion_logprobs,
     load_model,
@@ -134,6 +136,7 @@ class LossBatch:
     old_logp: torch.Tensor  # [B, T] behaviour log-probs (the sampler's)
     group: torch.Tensor  # [B] prompt group of each row
     adv: torch.Tensor  # [B] advantage of each row
+    weight: torch.Tensor  # [B, T] each token's weight in the whole batch's loss (microbatch.py)
 
 
 class _Run:
@@ -234,8 +237,9 @@ class _Run:
     # -- the loop ------------------------------------------------------------------------
     def status(self, state: str) -> None:
         """status.json (rank 0): state, step, progress, and the run's preemption record
-        (`preempted_at`: steps checkpointed on a stop signal, over all attempts;
-        `resumed_from`: the checkpoint step this attempt started from)."""
+        (`preemptions`: over all attempts, per stop signal the step rank 0 was working on when
+        it arrived and the step checkpointed at; `resumed_from`: the checkpoint step this
+        attempt started from)."""
         if self.main:
             rundir.write_status(self.dir, state, self.step, total_steps=self.c.budget.steps,
                                 progress=round(self.budget_fraction(), 4),
@@ -253,6 +257,7 @@ class _Run:
         try:
             while not self.budget_spent():
                 t0 = time.perf_counter()
+                preempt.at_step(self.step + 1)
                 batch = broadcast_object(source.next(self.step))  # rank 0's data everywhere
                 self.train_step(batch)
                 self.step += 1
@@ -277,7 +282,7 @@ class _Run:
         """Carry the preemption record over from earlier attempts; note where this one
         starts. The wall-clock checkpoint timer starts now (a resume has just loaded one)."""
         prev = broadcast_object(rundir.read_status(self.dir))
-        self.notes = {"preempted_at": list(prev.get("preempted_at", []))}
+        self.notes = {"preemptions": list(prev.get("preemptions", []))}
         if self.step:
             self.notes["resumed_from"] = self.step
             if self.main:
@@ -297,7 +302,8 @@ class _Run:
 
     def stop_for_preemption(self) -> None:
         """Record the stop (status.json, stderr, trainer.preempt) after the boundary's save."""
-        self.notes["preempted_at"].append(self.step)
+        self.notes["preemptions"].append({"signal_in_step": preempt.signal_step(),
+                                          "checkpoint_step": self.step})
         preempt.mark_stopped(self.step)
         self.status("running")  # still running as far as the study goes: the job requeues
         if self.main:
@@ -321,9 +327,12 @@ class _Run:
         return min(1.0, max(used / limit for used, limit in self.budget_used()))
 
     def gpu_hours(self) -> float:
-        """Device-hours: train-loop wall (eval and checkpoints excluded) x devices in the job
-        (the world size under torch.distributed, else 1; a CPU counts as one device)."""
-        return self.counters["wall"] * self.world / 3600
+        """Device-hours: train-loop wall (eval and checkpoints excluded) x every device the job
+        holds, training and generation GPUs alike (trainer/devices.py; a CPU process counts
+        as one device), so off-policy modes of one job shape share one x axis."""
+        if not hasattr(self, "devices"):
+            self.devices = job_devices(self.c, self.device, self.world)
+        return self.counters["wall"] * self.devices / 3600
 
     def train_step(self, batch) -> None:
         """One optimizer step on one batch of rollouts; its statistics join the running
@@ -380,26 +389,44 @@ class _Run:
         }
         vers = [v for r in rows for v in ro.versions[r]]  # policy version of each kept token
         if vers:
-            stats["pipeline/staleness_mean"] = self.step - sum(vers) / len(vers)
-            stats["pipeline/staleness_max"] = self.step - min(vers)
+            # Lag: optimizer steps between the weights that sampled a token and the weights
+            # it is trained on (0 = on-policy). lag_max is the max over the eval window
+            # (evaluate() reports it), lag_mean the mean of the steps' token means.
+            lag_max = self.step - min(vers)
+            stats["pipeline/lag_mean"] = self.step - sum(vers) / len(vers)
+            self.lag_max_window = max(getattr(self, "lag_max_window", 0), lag_max)
+            stats["pipeline/staleness_mean"] = stats["pipeline/lag_mean"]  # earlier names
+            stats["pipeline/staleness_max"] = lag_max
         return stats
 
     def update(self, ro, rows: list[int], rewards: list[float]) -> dict:
-        """Advantages -> policy loss -> one optimizer step on the kept samples (this rank's
-        share of them in a multi-process job; see the module docstring)."""
+        """Advantages -> policy loss -> one optimizer step on the kept samples: this rank's
+        share of them (groups dealt by tokens), in micro-batches of at most
+        engine.micro_batch_tokens whose gradients accumulate into the one step, each token
+        weighted with the whole batch's denominators (trainer/microbatch.py)."""
         adv_of = self.advantages(rows, rewards)
-        rows, weight = self.my_share(ro, rows)
-        b = self.loss_batch(ro, rows, adv_of)
+        weight_of = rows_token_weights(ro, rows, self.c.rollout.generations_per_prompt,
+                                       self.c.loss.aggregation, self.world)
+        mine, real = self.my_share(ro, rows)
+        micro = self.micro_batches(ro, mine)
+        totals = StepTotals()
         self.model.train()  # HF gradient checkpointing (and dropout) act only in train mode
         try:
-            logp, ent, n_proc = self.forward(ro, b)
-            loss, st = self.policy_loss(logp, b)
-            gnorm = self.engine.step(loss * weight if self.world > 1 else loss)
+            for i, (mb, live) in enumerate(micro):
+                b = self.loss_batch(ro, mb, adv_of, weight_of if real and live else None)
+                logp, ent, n_proc = self.forward(ro, b)
+                loss, st = self.policy_loss(logp, b)
+                self.engine.backward(loss, boundary=i == len(micro) - 1)
+                if real and live:  # a zero-weighted line-up micro-batch counts for nothing
+                    totals.add(float(loss.detach()), b.mask, ent, st["mismatch"], st["ratio"],
+                               st["clipped"], float(b.packed["attention_mask"].sum()),
+                               float(b.packed["attention_mask"].numel()), n_proc)
+            gnorm = self.engine.step()
         finally:
             self.model.eval()
         if not math.isfinite(gnorm):
             raise Diverged(self.step + 1)
-        stats = self.count_and_average(b, logp, ent, loss, st, weight, n_proc)
+        stats = self.count_and_average(totals, real, len(micro))
         return {**stats, "train/grad_norm": gnorm, "train/lr": self.engine_lr()}
 
     def advantages(self, rows: list[int], rewards: list[float]) -> dict[int, float]:
@@ -411,38 +438,53 @@ class _Run:
                                  normalization=c.advantage.normalization, eps=c.advantage.eps)
         return dict(zip(rows, adv.tolist()))
 
-    def my_share(self, ro, rows: list[int]) -> tuple[list[int], float]:
-        """This rank's rows and the weight of its loss (all rows, weight 1 in one process)."""
+    def my_share(self, ro, rows: list[int]) -> tuple[list[int], bool]:
+        """This rank's rows (all of them in one process) and whether they are its own: prompt
+        groups are dealt so that ranks carry about equal tokens; a rank dealt none borrows a
+        group and trains on it with zero weight (collectives must line up)."""
         if self.world == 1:
-            return rows, 1.0
+            return rows, True
         G = self.c.rollout.generations_per_prompt
-        mine, real = shard_groups(sorted({r // G for r in rows}), self.rank, self.world)
-        mine = set(mine)
-        local = [r for r in rows if r // G in mine]
-        if not real:
-            return local, 0.0
+        size: dict[int, int] = {}
+        for r in rows:
+            size[r // G] = size.get(r // G, 0) + len(ro.prompts[r]) + len(ro.tokens[r])
+        mine = set(deal_groups(size, self.world)[self.rank])
+        if not mine:
+            return [r for r in rows if r // G == rows[0] // G], False
+        return [r for r in rows if r // G in mine], True
 
-        def size(rs: list[int]) -> dict:
-            return {"tokens": sum(sum(ro.loss_mask[r]) for r in rs), "samples": len(rs),
-                    "groups": len({r // G for r in rs})}
+    def micro_batches(self, ro, rows: list[int]) -> list[tuple[list[int], bool]]:
+        """`rows` length-bucketed into micro-batches of at most engine.micro_batch_tokens
+        padded tokens, each with whether it is live. Every rank runs as many as the rank with
+        most (DeepSpeed's collectives run per forward/backward): the others add zero-weighted
+        repeats of their longest row."""
+        G = self.c.rollout.generations_per_prompt
+        lengths = [(len(ro.prompts[r]), len(ro.tokens[r])) for r in rows]
+        plan = [([rows[i] for i in mb], True) for mb in plan_micro_batches(
+            lengths, self.c.engine.micro_batch_tokens, [r // G for r in rows])]
+        most = int(all_reduce_floats([float(len(plan))], self.device, "max")[0])
+        return plan + [(plan[0][0][:1], False)] * (most - len(plan))
 
-        return local, shard_weight(self.c.loss.aggregation, size(local), size(rows), self.world)
-
-    def loss_batch(self, ro, rows: list[int], adv_of: dict[int, float]) -> LossBatch:
+    def loss_batch(self, ro, rows: list[int], adv_of: dict[int, float],
+                   weight_of: dict[int, torch.Tensor] | None) -> LossBatch:
         """The rows padded into tensors: prompt+completion ids, the loss mask (completion
-        tokens the loss counts), behaviour log-probs, prompt group and advantage of each row."""
+        tokens the loss counts), behaviour log-probs, prompt group and advantage of each row,
+        and each token's weight in the loss (`weight_of`; None: all zero)."""
         G = self.c.rollout.generations_per_prompt
         packed = pack([ro.prompts[r] for r in rows], [ro.tokens[r] for r in rows],
                       self.tok.pad_token_id)
         T = packed["mask"].shape[1]
         mask = packed["mask"].clone()
         old = torch.zeros_like(mask)
+        weight = torch.zeros(mask.shape, dtype=torch.float64)
         for i, r in enumerate(rows):
             n = len(ro.tokens[r])
             mask[i, :n] *= torch.tensor(ro.loss_mask[r], dtype=mask.dtype)
             old[i, :n] = torch.tensor(ro.logprobs[r][:T])
+            if weight_of is not None:
+                weight[i, :n] = weight_of[r][:T]
         return LossBatch(rows, packed, mask, old, torch.tensor([r // G for r in rows]),
-                         torch.tensor([adv_of[r] for r in rows], dtype=torch.float32))
+                         torch.tensor([adv_of[r] for r in rows], dtype=torch.float32), weight)
 
     def forward(self, ro, b: LossBatch) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Log-probs and entropies of the completion tokens under the current weights, and
@@ -465,44 +507,50 @@ class _Run:
         return logp, ent, n_proc
 
     def policy_loss(self, logp: torch.Tensor, b: LossBatch) -> tuple[torch.Tensor, dict]:
-        """The configured loss type and aggregation; a non-finite loss on any rank stops the
-        run on every rank, before anyone enters the engine's collectives."""
+        """This micro-batch's part of the whole batch's loss: the configured loss type's
+        per-token terms weighted by `b.weight` (the aggregation's, whole-batch denominators,
+        trainer/microbatch.py). A non-finite loss on any rank stops the run on every rank,
+        before anyone enters the engine's collectives."""
         dev, cfg = self.device, self.c.loss
         options = {k: getattr(cfg, k) for k in LOSS_OPTIONS[cfg.type]}  # None: the default
         b.mask, b.old_logp = b.mask.to(dev), b.old_logp.to(dev)
-        loss, st = policy_loss_with_stats(logp, b.old_logp, b.adv.to(dev), b.mask,
-                                          b.group.to(dev), loss_type=cfg.type,
-                                          aggregation=cfg.aggregation, **options)
+        mask = b.mask.to(logp.dtype)
+        terms, st = LOSSES.get(cfg.type)(logp, b.old_logp, b.adv.to(dev, logp.dtype)[:, None],
+                                         mask, **loss_options(cfg.type, options))
+        loss = (terms * b.weight.to(dev, logp.dtype)).sum()
         if all_reduce_floats([float(not torch.isfinite(loss))], dev, "max")[0]:
             raise Diverged(self.step + 1)
+        with torch.no_grad():
+            st["mismatch"] = (b.old_logp - logp.detach()).abs()
         return loss, st
 
-    def count_and_average(self, b: LossBatch, logp, ent, loss, st: dict, weight: float,
-                          n_proc: int) -> dict:
+    def count_and_average(self, t: StepTotals, real: bool, n_micro: int) -> dict:
         """Add the step's tokens and training FLOPs (all ranks) to the counters; the step's
         loss statistics: the loss sums to the global one, the rest is the mean over ranks
-        that trained on real data."""
-        dev, mask = self.device, b.mask
-        m = mask.sum().clamp(min=1)
-        with torch.no_grad():
-            mismatch = float(((b.old_logp - logp.detach()).abs() * mask).sum() / m)
-        real = weight > 0 or self.world == 1
-        tokens, flops = all_reduce_floats([float(b.packed["attention_mask"].sum()) * real,
-                                           6.0 * self.n_params * n_proc * real], dev)
+        that trained on real data; padding share, micro-batches, and (several ranks) the
+        max/mean ratio of the ranks' tokens."""
+        dev = self.device
+        tokens, flops, slots, top = all_reduce_floats(
+            [t.tokens, 6.0 * self.n_params * t.processed, t.slots, 0.0], dev)
         self.counters["tokens"] += int(tokens)  # prompt + completion per sample
         self.counters["flops_train"] += flops  # what was actually computed (all ranks)
-        means = {"train/loss": float(loss.detach()) * (weight if self.world > 1 else 1.0),
-                 "train/entropy": float((ent * mask).sum() / m),
-                 "train/is_ratio_mean": st["is_ratio_mean"], "train/clip_frac": st["clip_frac"],
-                 "train/logprob_mismatch": mismatch}
+        m = max(t.loss_tokens, 1.0)
+        means = {"train/loss": t.loss, "train/entropy": t.entropy / m,
+                 "train/is_ratio_mean": t.ratio / m, "train/clip_frac": t.clipped / m,
+                 "train/logprob_mismatch": t.mismatch / m}
+        out = {"train/padding_frac": 1.0 - tokens / max(slots, 1.0),
+               "train/micro_batches": float(n_micro)}
         if self.world > 1:
             n_real = all_reduce_floats([float(real)], dev)[0]
             vals = all_reduce_floats([v * (real or k == "train/loss") for k, v in means.items()],
                                      dev)
             means = {k: v / (self.world if k == "train/loss" else n_real)
                      for k, v in zip(means, vals)}
-        ratio_max = all_reduce_floats([st["is_ratio_max"] if real else 0.0], dev, "max")[0]
-        return {**means, "train/is_ratio_max": ratio_max}
+            top = all_reduce_floats([t.tokens], dev, "max")[0]
+            out["train/rank_tokens_max_over_mean"] = top / max(tokens / self.world, 1.0)
+        ratio_max = t.ratio_max if real and t.loss_tokens else 1.0
+        ratio_max = all_reduce_floats([ratio_max if real else 0.0], dev, "max")[0]
+        return {**means, **out, "train/is_ratio_max": ratio_max}
 
     def engine_lr(self) -> float:
         if callable(getattr(self.engine, "lr", None)):
@@ -527,7 +575,7 @@ class _Run:
         self.model.eval()
         pr = pass_rate(gen, self.task, self.eval_problems, self.eval_prompts, c, self.tok,
                        seed=c.seed * 7919 + 17, k=c.eval.samples_per_prompt,
-                       temperature=c.eval.temperature)
+                       temperature=c.eval.temperature, batch_rows=c.eval.batch_size)
         self.model.train(was)
         k_ = self.counters
         row = {"step": self.step, "samples": k_["samples"], "tokens": k_["tokens"],
@@ -539,6 +587,8 @@ class _Run:
                "time/wall_s": k_["wall"]}
         for key in [x for x in self.acc if not x.startswith("n/")]:
             row[key] = self.acc[key] / self.acc["n/" + key]
+        if "pipeline/lag_mean" in row:
+            row["pipeline/lag_max"] = self.__dict__.pop("lag_max_window", 0)
         if source is not None and hasattr(source, "stale_dropped"):
             row["pipeline/stale_dropped"] = source.stale_dropped
             row["pipeline/wait_s"] = source.wait_seconds

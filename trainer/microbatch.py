@@ -1,0 +1,142 @@
+"""Micro-batching by tokens: which rows each rank trains on, in which micro-batches, and with
+what weight each of their tokens enters the loss.
+
+Why: one forward/backward over a rank's whole share holds every activation of the step at once
+and pads every row to the longest; an RL batch at 16k context (16 samples x ~14k tokens per
+prompt group) does not fit a GPU that way. So a rank's rows are split into micro-batches of at
+most `engine.micro_batch_tokens` padded tokens, their gradients accumulate, and the optimizer
+steps once on the whole batch.
+
+Exactness: every aggregation the trainer knows (token, sample, prompt; trainer/losses.py) is
+linear in the per-token loss terms, loss = sum_bt W[b, t] * term[b, t], with W set by the WHOLE
+batch's denominators (its token count, sample count, per-prompt-group token counts). `token_weights`
+reads W off the registered aggregation itself (its gradient with respect to the terms) over the
+whole kept batch; each micro-batch's loss is then sum(W * term) over its own rows, times the
+world size because the engines average gradients over ranks. Summed over micro-batches and ranks
+this is exactly the one-big-batch loss, whatever the split: rows need not keep their prompt group
+together, and micro-batch boundaries may cut a group.
+
+Rows are length-bucketed (longest first, filled greedily), so rows of similar length share a
+micro-batch and padding stays small; prompt groups are dealt to ranks longest-first to the
+lightest rank so that ranks carry about equal tokens. Groups stay whole on a rank (exactness does
+not need it) so the shared-prefix forward still computes each prompt once per micro-batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+from trainer.losses import AGGREGATIONS
+
+Lengths = tuple[int, int]  # (prompt tokens, completion tokens) of one row
+
+
+def token_weights(aggregation: str, mask: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """W [B, T]: the weight of each completion token in the whole batch's aggregated loss.
+
+    Read as the gradient of the registered aggregation with respect to the per-token terms
+    (exact for a linear aggregation, which all of them are), so the micro-batched loss uses the
+    very function `loss.aggregation` names, with the whole batch's denominators."""
+    probe = torch.zeros(mask.shape, dtype=torch.float64, requires_grad=True)
+    total = AGGREGATIONS.get(aggregation)(probe, mask.to(torch.float64), group)
+    (w,) = torch.autograd.grad(total, probe)
+    return w
+
+
+def rows_token_weights(ro, rows: list[int], G: int, aggregation: str,
+                       world: int) -> dict[int, torch.Tensor]:
+    """world x W (see token_weights) for each kept rollout row, over its completion tokens:
+    computed on every rank over the WHOLE kept batch, whichever rows a rank then trains on.
+    The factor `world` undoes the engines' average of gradients over ranks."""
+    T = max(1, max(len(ro.tokens[r]) for r in rows))
+    mask = torch.zeros((len(rows), T), dtype=torch.float64)
+    for i, r in enumerate(rows):
+        mask[i, : len(ro.loss_mask[r])] = torch.tensor(ro.loss_mask[r], dtype=torch.float64)
+    w = token_weights(aggregation, mask, torch.tensor([r // G for r in rows])) * world
+    return {r: w[i, : len(ro.tokens[r])] for i, r in enumerate(rows)}
+
+
+def deal_groups(group_tokens: dict[int, int], world: int) -> list[list[int]]:
+    """Prompt groups per rank, about equal tokens each: longest group first, to the rank with
+    the fewest tokens so far (LPT scheduling: within 4/3 of the best split). Deterministic, so
+    every rank computes the same deal from the same batch."""
+    load = [0] * world
+    out: list[list[int]] = [[] for _ in range(world)]
+    for g in sorted(group_tokens, key=lambda g: (-group_tokens[g], g)):
+        r = min(range(world), key=lambda i: (load[i], i))
+        out[r].append(g)
+        load[r] += group_tokens[g]
+    return [sorted(gs) for gs in out]
+
+
+def padded_tokens(lengths: list[Lengths]) -> int:
+    """Token slots one padded micro-batch of these rows occupies: every row is left-padded to
+    the longest prompt and right-padded to the longest completion (trainer.model.pack)."""
+    if not lengths:
+        return 0
+    return len(lengths) * (max(p for p, _ in lengths) + max(max(c, 1) for _, c in lengths))
+
+
+def plan_micro_batches(lengths: list[Lengths], budget: Optional[int],
+                       group: Optional[list[int]] = None) -> list[list[int]]:
+    """Indices into `lengths`, one list per micro-batch of at most `budget` padded tokens.
+
+    Rows sorted longest first (ties: same prompt group together, for the shared-prefix forward)
+    and filled greedily: a row joins the open micro-batch unless the padded size would pass the
+    budget. A row longer than the budget is a micro-batch alone. None: one micro-batch in the
+    given order (no accumulation, the trainer's behaviour without micro-batching)."""
+    if budget is None or not lengths:
+        return [list(range(len(lengths)))] if lengths else []
+    grp = group or [0] * len(lengths)
+    order = sorted(range(len(lengths)), key=lambda i: (-sum(lengths[i]), grp[i], i))
+    out: list[list[int]] = []
+    cur: list[int] = []
+    for i in order:
+        if cur and padded_tokens([lengths[j] for j in cur + [i]]) > budget:
+            out.append(cur)
+            cur = []
+        cur.append(i)
+    out.append(cur)
+    return out
+
+
+def padding_share(lengths: list[Lengths], micro: list[list[int]]) -> float:
+    """Share of the padded token slots that hold padding, over all micro-batches."""
+    slots = sum(padded_tokens([lengths[i] for i in mb]) for mb in micro)
+    real = sum(p + max(c, 1) for p, c in lengths)
+    return 1.0 - real / slots if slots else 0.0
+
+
+@dataclass
+class StepTotals:
+    """Sums over a rank's micro-batches, reduced over ranks once the step is done."""
+
+    loss: float = 0.0  # this rank's part of the whole-batch loss (world x, see module doc)
+    tokens: float = 0.0  # prompt + completion tokens trained on
+    slots: float = 0.0  # padded token slots the forwards ran on
+    processed: float = 0.0  # token positions the forwards computed (FLOPs count)
+    loss_tokens: float = 0.0  # completion tokens the loss counts
+    entropy: float = 0.0  # sum over loss tokens
+    mismatch: float = 0.0  # sum over loss tokens of |old logp - logp|
+    ratio: float = 0.0  # sum over loss tokens of the importance ratio
+    clipped: float = 0.0  # loss tokens where the clip was active
+    ratio_max: float = field(default=float("-inf"))
+
+    def add(self, loss: float, mask: torch.Tensor, ent: torch.Tensor, mismatch: torch.Tensor,
+            ratio: torch.Tensor, clipped: torch.Tensor, tokens: float, slots: float,
+            processed: float) -> None:
+        """One micro-batch: per-token tensors [B, T] are summed under the loss mask."""
+        self.loss += loss
+        self.tokens += tokens
+        self.slots += slots
+        self.processed += processed
+        self.loss_tokens += float(mask.sum())
+        self.entropy += float((ent * mask).sum())
+        self.mismatch += float((mismatch * mask).sum())
+        self.ratio += float((ratio * mask).sum())
+        self.clipped += float((clipped * mask).sum())
+        if mask.any():
+            self.ratio_max = max(self.ratio_max, float(ratio[mask.bool()].max()))
