@@ -377,6 +377,15 @@ class EvalConfig(_Strict):
         None, gt=0, description="Held-out prompts per eval (None = all of task.num_eval_prompts)."
     )
     samples_per_prompt: int = Field(16, gt=0, description="k of mean@k (paper: 16).")
+    batch_size: Optional[int] = Field(
+        None, gt=0,
+        description="Rows (prompt x sample) per generate call of the eval sampler, rounded down "
+        "to whole prompts (at least one): bounds its KV cache, rows x (prompt + "
+        "max_new_tokens) tokens; the paper's 1,000 x 16 at ~14k tokens cannot decode at once. "
+        "None = 64 prompts per call (64 x samples_per_prompt rows; the proxy's chunking). A "
+        "different chunking draws different samples (one random stream per call): the same "
+        "pass rate in expectation, identical when eval is near-greedy.",
+    )
     temperature: float = Field(1.0, gt=0, description="Sampling temperature at eval.")
     split: Literal["heldout", "train"] = Field(
         "heldout",

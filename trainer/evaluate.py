@@ -14,8 +14,17 @@ from trainer.length import generate_rollout
 from trainer.rollout import Generator
 from trainer.tasks import Problem, Task
 
-# Held-out prompts per generate call: bounds the sampler's KV cache without slowing it much.
+# Held-out prompts per generate call when no row budget is given (eval.batch_size unset): the
+# chunking every run used before eval.batch_size existed, so their results stay unchanged.
 EVAL_CHUNK = 64
+
+
+def prompts_per_call(batch_rows: int | None, k: int) -> int:
+    """Prompts per generate call for a budget of `batch_rows` sampled rows (prompt x sample):
+    whole prompts only (a prompt's k samples share one call), at least one. The rows bound the
+    sampler's KV cache (rows x sequence length), which is what runs out of memory: the paper's
+    eval is 1,000 prompts x 16 samples at ~14k tokens."""
+    return EVAL_CHUNK if batch_rows is None else max(1, batch_rows // k)
 
 
 def decode(tok, completions: Sequence[Sequence[int]]) -> list[str]:
@@ -34,14 +43,18 @@ def score(task: Task, problems: Sequence[Problem], tok, completions: Sequence[Se
 
 def pass_rate(gen: Generator, task: Task, problems: Sequence[Problem],
               prompts: Sequence[list[int]], config: TrainConfig, tok, *, seed: int, k: int,
-              temperature: float) -> float:
+              temperature: float, batch_rows: int | None = None) -> float:
     """mean@k: the share of correct samples over k samples of every problem, drawn with the
-    run's length control (what the policy would really answer)."""
+    run's length control (what the policy would really answer), in generate calls of at most
+    `batch_rows` rows (eval.batch_size). Every call uses the same seed: the batched sampler
+    draws one random stream per call, so a different chunking draws different samples (the
+    same pass rate in expectation; identical when sampling is near-greedy)."""
     correct = total = 0
-    for a in range(0, len(prompts), EVAL_CHUNK):
-        ro = generate_rollout(gen, list(prompts[a:a + EVAL_CHUNK]), config, tok, seed=seed,
+    step = prompts_per_call(batch_rows, k)
+    for a in range(0, len(prompts), step):
+        ro = generate_rollout(gen, list(prompts[a:a + step]), config, tok, seed=seed,
                               n=k, temperature=temperature)
-        verdicts = score(task, problems[a:a + EVAL_CHUNK], tok, ro.tokens, k)
+        verdicts = score(task, problems[a:a + step], tok, ro.tokens, k)
         correct += sum(verdicts)
         total += len(verdicts)
     return correct / max(total, 1)
