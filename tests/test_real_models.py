@@ -51,7 +51,8 @@ SMALL = ["rollout.prompts_per_step=2", "rollout.generations_per_prompt=2",
          "rollout.max_new_tokens=6", "length.thinking_budget=4", "length.answer_budget=3",
          "task.num_eval_prompts=2", "eval.num_prompts=2", "eval.samples_per_prompt=2",
          "eval.every_steps=1", "checkpoint.every_steps=1", "budget.steps=2",
-         "engine.type=torch", "engine.zero_stage=0", "engine.device=cpu", "engine.threads=1"]
+         "engine.type=torch", "engine.zero_stage=0", "engine.device=cpu", "engine.threads=1",
+         "rollout.backend=hf"]  # the paper recipe generates with vLLM; this venv has none
 
 
 def overrides(*pairs: str) -> list[str]:

@@ -30,7 +30,19 @@ def load_train_config(path: Path):
         raise InputError(f"{path}: this is a study (has name/axes/seeds); run it with "
                          "`ablate sweep`, or give `ablate run` a plain TrainConfig YAML")
     tree, prov, _ = load_recipe(path)
-    return validate_config(tree, prov, str(path))
+    cfg = validate_config(tree, prov, str(path))
+    check_combination(path, cfg)
+    return cfg
+
+
+def check_combination(path: Path, cfg) -> None:
+    """Refuse what the trainer would refuse at start (trainer/validate.py), before anything is
+    written. The machine's own shape (GPUs) is checked by the trainer itself at start."""
+    from trainer.validate import problems
+
+    found = problems(cfg)
+    if found:
+        raise InputError(f"{path}: {found[0]}")
 
 
 @app.command("run")

@@ -25,7 +25,11 @@ def sweep(
         None, "--profile", "-p", help="Launch profile: sweeps/NAME.yaml or a bare NAME."
     ),
     results: Path = typer.Option(Path("results"), "--results", help="Results root folder."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the expansion; run nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the expansion and each run's "
+                                 "GPU memory plan (against the profile's gpu_memory_gib); run "
+                                 "nothing."),
+    force: bool = typer.Option(False, "--force", help="Submit even variants whose memory plan "
+                               "does not fit the profile's GPUs."),
     as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
     wait: bool = typer.Option(False, "--wait", help="Block until all runs end, with a live "
                               "per-run view (state, step / budget) and where to look when a "
@@ -49,17 +53,11 @@ def sweep(
     if dry_run:
         from ablate.studies.sweep import check_inputs
 
-        _, variants, _ = check_inputs(study, executor=executor, profile=profile,
-                                      overrides=override)
-        if as_json:
-            print(json.dumps([v.to_json() for v in variants]))
-        else:
-            t = Table(title=f"{study}: {len(variants)} runs")
-            for col in ("run_id", "name", "seed"):
-                t.add_column(col)
-            for v in variants:
-                t.add_row(v.run_id, v.name, str(v.seed))
-            Console().print(t)
+        from ablate.cli.dryrun import print_dry_run
+
+        _, variants, prof = check_inputs(study, executor=executor, profile=profile,
+                                         overrides=override)
+        print_dry_run(str(study), variants, prof.job_shape(executor), as_json)
         return
     from ablate.studies.stages import has_stages
 
@@ -75,7 +73,7 @@ def sweep(
                        entry=entry, wait=wait, as_json=as_json)
         return
     plan = plan_sweep(study, executor=executor, profile=profile, results=results,
-                      overrides=override)
+                      overrides=override, force=force)
     out = run_sweep(plan, entry=entry)
     if wait:
         from ablate.studies.progress import watch

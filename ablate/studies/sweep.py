@@ -21,6 +21,7 @@ from ablate.studies.launch.profile import Profile, find_profile, load_profile
 from ablate.studies.status import FINAL, RunState, run_states, study_states
 from ablate.studies.store import StudyStore, study_dir_for
 from ablate.studies.study import LoadedStudy, load_study
+from trainer.validate import JobShape, problems
 
 RESUBMIT_ALWAYS = ("pending", "cancelled")  # never ran to a verdict, or the user cancelled it
 RESUBMIT_BOUNDED = ("failed", "interrupted")  # up to the study's max_attempts
@@ -52,15 +53,59 @@ def check_inputs(study_path: Path | str, *, executor: Optional[str] = None,
     prof = load_profile(find_profile(ref, Path(study_path).parent)) if ref else Profile()
     if executor is not None:
         launch.check_executor(executor)
+    check_variants(study_path, variants, prof.job_shape(executor))
     return loaded, variants, prof
+
+
+def check_variants(study_path: Path | str, variants: list[Variant], shape: JobShape) -> None:
+    """Refuse a variant the trainer would refuse at start (trainer/validate.py), on the job
+    shape the profile asks for: one line naming the variant, the keys and a fix."""
+    for v in variants:
+        found = problems(v.config, shape)
+        if found:
+            raise InputError(f"{study_path}: variant {v.name} (seed {v.seed}): {found[0]}")
+
+
+def resource_plans(variants: list[Variant], shape: JobShape) -> dict[str, Any]:
+    """run_id -> trainer.resources.Plan (computed once per distinct config; seeds share it)."""
+    from trainer.resources import plan
+
+    by_name: dict[str, Any] = {}
+    for v in variants:
+        if v.name not in by_name:
+            by_name[v.name] = plan(v.config, shape)
+    return {v.run_id: by_name[v.name] for v in variants}
+
+
+def check_fit(study_path: Path | str, variants: list[Variant], shape: JobShape) -> None:
+    """Refuse to submit a study with a variant whose plan exceeds the profile's GPU memory
+    (`--force` skips this): one line, which variant, which term, what to change."""
+    from trainer.resources import advice
+
+    plans = resource_plans(variants, shape)
+    for v in variants:
+        p = plans[v.run_id]
+        if p.fits is False:
+            what = (f"{p.train_gib_per_gpu:g} GiB per training GPU (budget "
+                    f"{p.train_budget_gib:g}), largest term {p.largest} {p.train[p.largest]:g} GiB"
+                    if p.train_gib_per_gpu > p.train_budget_gib
+                    else f"generation GPU: {p.kv_sequences}")
+            raise InputError(
+                f"{study_path}: variant {v.name} does not fit {p.gpu_gib:g} GiB GPUs: {what}; "
+                f"{advice(v.config, p)} (`ablate sweep --dry-run` shows the plan; --force "
+                "submits anyway)")
 
 
 def plan_sweep(study_path: Path | str, *, executor: Optional[str] = None,
                overrides: Sequence[str] = (),
-               profile: Optional[str] = None, results: Path | str = "results") -> SweepPlan:
-    """Everything `sweep` will do, decided without writing anything."""
+               profile: Optional[str] = None, results: Path | str = "results",
+               force: bool = False) -> SweepPlan:
+    """Everything `sweep` will do, decided without writing anything. `force`: submit even
+    variants whose resource plan does not fit the profile's GPUs."""
     loaded, variants, prof = check_inputs(study_path, executor=executor, profile=profile,
                                           overrides=overrides)
+    if not force:
+        check_fit(study_path, variants, prof.job_shape(executor))
     store = StudyStore(study_dir_for(Path(results), loaded.study.name))
     plan = SweepPlan(loaded, variants, prof, "", store)
     states = {s.run_id: s for s in run_states(store, [v.to_json() for v in variants])}

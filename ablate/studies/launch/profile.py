@@ -16,6 +16,7 @@ from ablate.errors import InputError
 from ablate.studies.launch import EXECUTORS
 from ablate.studies.study import format_validation_error
 from ablate.yamlio import load_yaml
+from trainer.validate import JobShape
 
 Executor = Literal[tuple(EXECUTORS)]  # the registered executors' names
 
@@ -75,6 +76,21 @@ class Profile(_Strict):
     )
     local: LocalProfile = Field(default_factory=LocalProfile)
     slurm: SlurmProfile = Field(default_factory=SlurmProfile)
+    gpu_memory_gib: Optional[float] = Field(
+        None, gt=0, description="Memory of one GPU in GiB (e.g. 80 for an H100 80GB). `ablate "
+        "sweep` plans each run's GPU memory against it and refuses a study that does not fit; "
+        "None (CPU jobs): no GPU check."
+    )
+
+    def job_shape(self, executor: Optional[str] = None) -> JobShape:
+        """Where one run's processes land under this profile (trainer/validate.py checks
+        configs against it; trainer/resources.py plans memory on it). Slurm: its nodes, tasks
+        and GPUs; local/debug: one process, GPUs not known here (the trainer checks at start)."""
+        if (executor or self.executor) == "slurm":
+            s = self.slurm
+            return JobShape(nodes=s.nodes, ranks_per_node=s.tasks_per_node,
+                            gpus_per_node=s.gpus_per_node, gpu_memory_gib=self.gpu_memory_gib)
+        return JobShape(gpu_memory_gib=self.gpu_memory_gib)
 
 
 def find_profile(ref: str, study_dir: Optional[Path] = None) -> Path:

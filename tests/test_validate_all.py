@@ -1,0 +1,144 @@
+"""Cross-field validation (trainer/validate.py): every shipped recipe and study passes on every
+launch profile, and every combination the trainer refuses at start is refused before launch,
+with one line naming the keys and a valid alternative (through the real `ablate` executable)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _study_util import ROOT
+
+from trainer.config import TrainConfig
+from trainer.validate import ConfigConflict, JobShape, problems, validate
+
+RECIPES = sorted((ROOT / "recipes").glob("*.yaml"))
+# sweeps/ also holds `ablate tune` search spaces (tune_*.yaml): not launch profiles.
+PROFILES = sorted(p for p in (ROOT / "sweeps").glob("*.yaml") if not p.name.startswith("tune_"))
+
+
+def ablate(*args: str) -> subprocess.CompletedProcess:
+    """The installed console script (what a user runs), else `python -m ablate`."""
+    exe = shutil.which("ablate")
+    cmd = [exe] if exe else [sys.executable, "-m", "ablate"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=300)
+
+
+def is_study(path: Path) -> bool:
+    from ablate.yamlio import load_yaml
+
+    data = load_yaml(path).data or {}
+    return any(k in data for k in ("axes", "name", "seeds"))
+
+
+def test_the_walk_covers_every_recipe_study_and_profile():
+    names = {p.name for p in RECIPES}
+    assert {"scalerl.yaml", "loss_agg.yaml", "proxy.yaml", "off_policy.yaml"} <= names
+    assert {p.name for p in PROFILES} >= {"local.yaml", "slurm.yaml", "slurm_gpu.yaml"}
+
+
+@pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
+def test_every_shipped_recipe_passes_on_every_profile(recipe, profile):
+    """What `ablate sweep --dry-run` and `ablate sweep` check before submitting: the
+    cross-field checks on the profile's job shape, and (GPU profiles) the memory plan."""
+    from ablate.cli.run import load_train_config
+    from ablate.studies.launch.profile import load_profile
+    from ablate.studies.sweep import check_fit, check_inputs
+    from trainer.resources import plan
+
+    prof = load_profile(profile)
+    shape = prof.job_shape()
+    if is_study(recipe):
+        _, variants, _ = check_inputs(recipe, profile=str(profile))  # raises on a conflict
+        assert variants
+        check_fit(recipe, variants, shape)
+    else:
+        cfg = load_train_config(recipe)
+        assert problems(cfg, shape) == []
+        assert plan(cfg, shape).fits is not False
+
+
+# Each combination the trainer refuses at start: (config, job shape, keys the line names,
+# the alternative it offers). Sources: engine_deepspeed.make_deepspeed_engine, chat.prompt_encoder,
+# distributed.resolve_device, distributed.split_gpus.
+REFUSED = [
+    ({"engine": {"type": "deepspeed", "zero_stage": 3}, "off_policy": {"mode": "pipeline"},
+      "rollout": {"backend": "hf"}}, JobShape(),
+     ["engine.zero_stage=3", "off_policy.mode=pipeline", "rollout.backend=hf"],
+     "needs rollout.backend: vllm"),
+    ({"model": {"chat_template": True}}, JobShape(),
+     ["model.chat_template=true", "model.name_or_path=null"], "model.chat_template: false"),
+    ({"engine": {"device": "cuda"}}, JobShape(gpus_per_node=0),
+     ["engine.device=cuda", "gpus_per_node: 0"], "engine.device: auto or cpu"),
+    ({"off_policy": {"mode": "pipeline"}, "rollout": {"backend": "vllm",
+                                                       "vllm": {"generation_gpus": 8}}},
+     JobShape(gpus_per_node=8), ["rollout.vllm.generation_gpus=8", "8-GPU node"], "1..7"),
+]
+
+
+@pytest.mark.parametrize("tree, shape, keys, fix", REFUSED, ids=lambda x: None)
+def test_each_refused_combination_is_one_line_with_keys_and_a_fix(tree, shape, keys, fix):
+    cfg = TrainConfig.model_validate(tree)
+    found = problems(cfg, shape)
+    assert len(found) == 1, found
+    line = found[0]
+    assert "\n" not in line and all(k in line for k in keys) and fix in line, line
+    with pytest.raises(ConfigConflict, match="^" + line[:30]):
+        validate(cfg, shape)
+
+
+def test_neighbours_of_each_refused_combination_pass():
+    """Each check binds only on its combination: change one key and the config is accepted."""
+    ok = [
+        {"engine": {"type": "deepspeed", "zero_stage": 2}, "off_policy": {"mode": "pipeline"}},
+        {"engine": {"type": "deepspeed", "zero_stage": 3}, "off_policy": {"mode": "ppo_off_policy"}},
+        {"engine": {"type": "deepspeed", "zero_stage": 3}, "rollout": {"backend": "vllm"}},
+        {"model": {"chat_template": True, "name_or_path": "/models/some-instruct"}},
+        {"rollout": {"backend": "vllm", "vllm": {"generation_gpus": 7}}},
+    ]
+    for tree in ok:
+        assert problems(TrainConfig.model_validate(tree), JobShape(gpus_per_node=8)) == [], tree
+    # Unknown GPU count (local executor): the GPU checks wait for the trainer's own start.
+    assert problems(TrainConfig.model_validate({"engine": {"device": "cuda"}}), JobShape()) == []
+
+
+def test_trainer_refuses_at_start_before_writing_anything(tmp_path):
+    import trainer
+
+    cfg = TrainConfig.model_validate({"model": {"chat_template": True}})
+    with pytest.raises(ConfigConflict, match="model.chat_template=true"):
+        trainer.run(cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_sweep_dry_run_refuses_the_old_paper_default_exit_2(tmp_path):
+    """recipes/scalerl.yaml used to ship hf + pipeline + ZeRO-3: the dry run now says no."""
+    r = ablate("sweep", "recipes/loss_agg.yaml", "--profile", "slurm_gpu", "--dry-run",
+               "--override", "rollout.backend=hf")
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    line = r.stderr.strip()
+    assert "recipes/loss_agg.yaml" in line and "variant loss.aggregation=sample" in line
+    assert "engine.zero_stage=3" in line and "rollout.backend: vllm" in line
+
+
+def test_sweep_refuses_before_writing_and_run_refuses_before_writing(tmp_path):
+    results = tmp_path / "results"
+    r = ablate("sweep", "recipes/quickstart.yaml", "--executor", "local", "--results",
+               str(results), "--override", "model.chat_template=true")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "model.chat_template=true" in r.stderr and not results.exists()
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"base: {ROOT / 'recipes' / 'proxy.yaml'}\nmodel: {{chat_template: true}}\n")
+    out = tmp_path / "run"
+    r = ablate("run", str(cfg), "--out", str(out))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert str(cfg) in r.stderr and "model.chat_template: false" in r.stderr
+    assert not out.exists()

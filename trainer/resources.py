@@ -1,0 +1,379 @@
+"""GPU memory a run will need, per training rank and per generation GPU, from first principles.
+
+Why here (trainer/) and not in ablate/: the model is a description of what *this trainer*
+allocates (ZeRO partitioning through DeepSpeed, the chunked fp32 LM head of trainer/model.py,
+the hf/vLLM generators), so it changes when the trainer changes; `ablate sweep --dry-run` only
+shows it, and benchmarks/gpu/bench_memory_plan.py checks it against
+torch.cuda.max_memory_allocated on a GPU. Pure Python (no torch import): ablate plans
+thousands of variants with it.
+
+Sources of the formulas (bytes; Psi = parameters, d = data-parallel degree):
+- Model states, ZeRO (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training
+  Trillion Parameter Models", sec. 3.1 and Fig. 1): mixed-precision Adam holds 2 Psi (16-bit
+  weights) + 2 Psi (16-bit gradients) + 12 Psi (fp32 master weights, momentum, variance).
+  Stage 1 divides the 12 Psi by d, stage 2 also the gradients, stage 3 also the weights.
+  Without mixed precision (fp32 body, or the torch engine, which keeps fp32 weights under
+  autocast) it is 4 + 4 + 8 bytes, unpartitioned for the torch engine (plain data parallel).
+- Activations (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+  Transformer Models", sec. 4.1): a transformer layer stores s*b*h*(34 + 5*a*s/h) bytes with
+  16-bit activations. We adapt their count to this trainer's blocks (Llama/Qwen): no dropout
+  (no 1-byte masks), SDPA/flash attention (no a*s^2 score matrix, only O and its logsumexp),
+  grouped-query K/V, a SwiGLU MLP of width I (gate, up, act, product: 4 tensors of I), and
+  RMSNorm inputs kept in fp32 by HF's RMSNorm. With full activation checkpointing (sec. 5,
+  "full recomputation") only each layer's input (s*b*h 16-bit values) is kept, plus one
+  layer's working set while it is recomputed in the backward (its activations and their
+  gradients: twice the forward set).
+- LM head: trainer/model.py computes the head over at most MAX_LOGITS_PER_CHUNK logits at once
+  (fp32); at its peak a chunk holds the logits, the tempered copy and their gradient (3 x 4
+  bytes per logit), plus the fp32 copy of the head weight (precision.trainer_lm_head_fp32).
+- KV cache (vLLM's PagedAttention, Kwon et al. 2023, and HF's DynamicCache alike):
+  2 (K and V) x layers x kv_heads x head_dim x bytes per token of every sequence in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Optional
+
+from trainer.config import TrainConfig
+from trainer.validate import JobShape, separate_generation
+
+GIB = 2 ** 30
+# trainer/model.py MAX_LOGITS_PER_CHUNK (kept equal by tests/test_resources.py; not imported,
+# as that module imports torch).
+MAX_LOGITS_PER_CHUNK = 2 ** 28
+# Prompt tokens assumed for a real model: the paper's prompt budget (ScaleRL: 2,048 of the
+# 16,384-token context). Prompts are data; this bounds them for planning.
+PROMPT_TOKENS = 2048
+VLLM_UTILIZATION = 0.9  # rollout.vllm.gpu_memory_utilization default on GPUs of its own
+VLLM_SHARED_UTILIZATION = 0.3  # ... when it shares the one GPU with the trainer
+VLLM_MAX_NUM_SEQS = 256  # vLLM's default cap on sequences decoded at once per engine
+CUDA_OVERHEAD_GIB = 1.0  # CUDA context, NCCL buffers, allocator slack, per process
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the memory model needs from a model's HF config."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    tied: bool
+    source: str  # where the shape came from (config.json path, the known table, the proxy)
+
+    @property
+    def layer_params(self) -> int:
+        h, d = self.hidden, self.head_dim
+        attn = h * self.heads * d * 2 + h * self.kv_heads * d * 2  # q, o; k, v
+        return attn + 3 * h * self.intermediate + 2 * h  # SwiGLU MLP, two RMSNorms
+
+    @property
+    def params(self) -> int:
+        embed = self.vocab * self.hidden
+        return self.layers * self.layer_params + embed * (1 if self.tied else 2) + self.hidden
+
+
+# Shapes of models a study is likely to name, for planning where the HF cache is empty (the
+# laptop that plans a cluster study). Values from each model's config.json on the Hub.
+KNOWN: dict[str, dict] = {
+    "Qwen/Qwen3-8B": dict(layers=36, hidden=4096, heads=32, kv_heads=8, head_dim=128,
+                          intermediate=12288, vocab=151936, tied=False),
+    "Qwen/Qwen3-4B": dict(layers=36, hidden=2560, heads=32, kv_heads=8, head_dim=128,
+                          intermediate=9728, vocab=151936, tied=True),
+    "Qwen/Qwen3-1.7B": dict(layers=28, hidden=2048, heads=16, kv_heads=8, head_dim=128,
+                            intermediate=6144, vocab=151936, tied=True),
+    "Qwen/Qwen2.5-0.5B": dict(layers=24, hidden=896, heads=14, kv_heads=2, head_dim=64,
+                              intermediate=4864, vocab=151936, tied=True),
+    "Qwen/Qwen2.5-1.5B": dict(layers=28, hidden=1536, heads=12, kv_heads=2, head_dim=128,
+                              intermediate=8960, vocab=151936, tied=True),
+    "Qwen/Qwen2.5-7B": dict(layers=28, hidden=3584, heads=28, kv_heads=4, head_dim=128,
+                            intermediate=18944, vocab=152064, tied=False),
+}
+
+
+def shape_from_hf(cfg: dict, source: str) -> ModelShape:
+    """ModelShape from a config.json dict (Llama/Qwen2/Qwen3 field names)."""
+    heads = cfg["num_attention_heads"]
+    return ModelShape(
+        layers=cfg["num_hidden_layers"], hidden=cfg["hidden_size"], heads=heads,
+        kv_heads=cfg.get("num_key_value_heads") or heads,
+        head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+        intermediate=cfg["intermediate_size"], vocab=cfg["vocab_size"],
+        tied=bool(cfg.get("tie_word_embeddings", False)), source=source)
+
+
+@lru_cache(maxsize=64)
+def model_shape(name_or_path: str) -> tuple[Optional[ModelShape], str]:
+    """(shape, '') from a local dir, the HF cache or the known table; (None, why) otherwise.
+    Offline-safe: never downloads."""
+    local = Path(name_or_path) / "config.json"
+    path: Optional[str] = str(local) if local.is_file() else None
+    if path is None:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            hit = try_to_load_from_cache(name_or_path, "config.json")
+            path = hit if isinstance(hit, str) else None
+        except Exception:  # noqa: BLE001 - not a repo id, no hub library: fall through
+            path = None
+    if path is not None:
+        try:
+            cfg = json.loads(Path(path).read_text())
+            return shape_from_hf(cfg.get("text_config", cfg), path), ""
+        except (OSError, ValueError, KeyError) as e:
+            return None, f"{path}: unreadable model config ({e})"
+    base = name_or_path.removesuffix("-Instruct")
+    if base in KNOWN:
+        return ModelShape(**KNOWN[base], source=f"known shape of {base}"), ""
+    return None, (f"no config.json for {name_or_path!r} locally or in the HF cache (pre-fill "
+                  "the cache, or point model.name_or_path at a local dir)")
+
+
+def proxy_shape(c: TrainConfig) -> ModelShape:
+    p = c.model.proxy
+    return ModelShape(layers=p.num_layers, hidden=p.hidden_size, heads=p.num_heads,
+                      kv_heads=p.num_heads, head_dim=p.hidden_size // p.num_heads,
+                      intermediate=p.intermediate_size, vocab=100, tied=True,
+                      source="CPU proxy (model.proxy)")
+
+
+def sequence_tokens(c: TrainConfig) -> int:
+    """Longest prompt + completion a sample can reach (trainer/length.py's caps)."""
+    if c.length.control == "interrupt":
+        think = min(c.length.thinking_budget, c.rollout.max_new_tokens)
+        completion = think + 2 * len(c.length.interrupt_text.split()) + c.length.answer_budget
+    else:
+        completion = c.rollout.max_new_tokens
+    if c.model.name_or_path is None:
+        return min(c.model.proxy.max_position_embeddings, 64 + completion)
+    return PROMPT_TOKENS + completion
+
+
+@dataclass
+class Plan:
+    """GiB per GPU. `train` terms are per training rank; `generation` per generation GPU."""
+
+    model: str
+    params_b: float
+    dp: int
+    tokens_per_forward: int
+    train: dict[str, float] = field(default_factory=dict)
+    generation: dict[str, float] = field(default_factory=dict)
+    train_gib_per_gpu: Optional[float] = None
+    generation_gib_per_gpu: Optional[float] = None
+    generation_where: str = ""  # "own GPUs" | "training GPUs"
+    kv_sequences: str = ""  # e.g. "KV room for 40 of 96 sequences at full length"
+    gpu_gib: Optional[float] = None
+    train_budget_gib: Optional[float] = None
+    largest: str = ""
+    fits: Optional[bool] = None
+    note: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def generation_gpus_per_node(c: TrainConfig, gpus: int) -> int:
+    """trainer/distributed.py split_gpus: rollout.vllm.generation_gpus, else half (>= 1)."""
+    return c.rollout.vllm.generation_gpus or max(1, gpus // 2)
+
+
+def training_dp(c: TrainConfig, shape: JobShape) -> int:
+    """Data-parallel degree: one training rank per training GPU (pipeline + vLLM keeps the
+    generation GPUs out); on CPU or an unknown node, every rank trains."""
+    gpus = shape.gpus_per_node
+    if not gpus:
+        return shape.world
+    per_node = gpus
+    if separate_generation(c) and gpus >= 2:
+        per_node = gpus - generation_gpus_per_node(c, gpus)
+    return shape.nodes * max(1, min(per_node, shape.ranks_per_node))
+
+
+def model_state_terms(c: TrainConfig, m: ModelShape, dp: int) -> dict[str, float]:
+    """Weights, gradients, optimizer states per rank (ZeRO paper's accounting), in bytes."""
+    psi = m.params
+    mixed = c.engine.type == "deepspeed" and c.precision.dtype == "bf16"
+    w, g, o = (2, 2, 12) if mixed else (4, 4, 8)  # ZeRO sec. 3.1: 2+2+12; fp32: 4+4+8
+    stage = c.engine.zero_stage if c.engine.type == "deepspeed" else 0
+    terms = {"weights": w * psi / (dp if stage >= 3 else 1),
+             "gradients": g * psi / (dp if stage >= 2 else 1),
+             "optimizer states": o * psi / (dp if stage >= 1 else 1)}
+    if stage == 3:
+        # Gathered for compute: the current layer and the prefetched next one, plus the LM head
+        # weight kept whole on every rank (engine_deepspeed.persist_head_weight).
+        terms["ZeRO-3 gathered layers + head"] = w * (2 * m.layer_params + m.vocab * m.hidden)
+    return terms
+
+
+def layer_activation_bytes_per_token(c: TrainConfig, m: ModelShape) -> float:
+    """One Llama/Qwen block's saved activations per token (Korthikanti et al. 2022 sec. 4.1,
+    adapted: no dropout, SDPA attention, GQA, SwiGLU, fp32 RMSNorm inputs)."""
+    b = 2 if c.precision.dtype == "bf16" else 4
+    h, q, kv, i = m.hidden, m.heads * m.head_dim, m.kv_heads * m.head_dim, m.intermediate
+    attn = 4 * h + b * h + b * (q + 2 * kv) + b * (q + kv) + b * q + 4 * m.heads
+    mlp = 4 * h + b * h + 4 * b * i
+    return attn + mlp
+
+
+def tokens_per_forward(c: TrainConfig, dp: int) -> int:
+    """Tokens one forward/backward holds: engine.micro_batch_tokens (a sample is never split,
+    so at least one full-length sample), else the rank's whole share of the batch."""
+    seq = sequence_tokens(c)
+    rows = math.ceil(c.rollout.prompts_per_step * c.rollout.generations_per_prompt / dp)
+    mbt = getattr(c.engine, "micro_batch_tokens", None)
+    return min(rows * seq, max(mbt, seq)) if mbt else rows * seq
+
+
+def activation_terms(c: TrainConfig, m: ModelShape, t: int) -> dict[str, float]:
+    b = 2 if c.precision.dtype == "bf16" else 4
+    layer = layer_activation_bytes_per_token(c, m) * t
+    if c.model.gradient_checkpointing:
+        # Each layer's input (and the final hidden state) kept; one layer recomputed in the
+        # backward holds its activations and their gradients (Korthikanti sec. 5).
+        return {"activation checkpoints": (m.layers + 1) * t * m.hidden * b,
+                "recomputed layer": 2 * layer}
+    return {"activations": m.layers * layer + t * m.hidden * b}
+
+
+def logits_bytes(c: TrainConfig, m: ModelShape, t: int) -> float:
+    """trainer/model.py head_logprobs: one chunk of <= MAX_LOGITS_PER_CHUNK fp32 logits (logits,
+    tempered copy, gradient) plus the fp32 copy of the head weight."""
+    rows = max(1, MAX_LOGITS_PER_CHUNK // m.vocab)
+    chunk = min(t, rows) * m.vocab * 4 * 3
+    return chunk + (4 * m.vocab * m.hidden if c.precision.trainer_lm_head_fp32 else 0)
+
+
+def kv_bytes_per_token(c: TrainConfig, m: ModelShape) -> int:
+    b = 2 if c.precision.dtype == "bf16" else 4
+    return 2 * m.layers * m.kv_heads * m.head_dim * b
+
+
+def vllm_terms(c: TrainConfig, m: ModelShape, shape: JobShape, gpu_gib: Optional[float],
+               util: float) -> tuple[dict[str, float], str]:
+    """One vLLM GPU: its share of the weights (tensor parallel over `tp` GPUs) and the KV cache
+    of the sequences it decodes at once, which is what fits in `util` of the GPU, at most what
+    it is sent and vLLM's max_num_seqs. Returns (terms in bytes, what the KV cache holds)."""
+    b = 2 if c.precision.dtype == "bf16" else 4
+    gpus = shape.gpus_per_node or 1
+    gen = generation_gpus_per_node(c, gpus) if gpus >= 2 and separate_generation(c) else 1
+    # rollout.vllm.tensor_parallel_size where set; otherwise today's placement: one engine
+    # per node, tensor-parallel over the node's generation GPUs.
+    tp = getattr(c.rollout.vllm, "tensor_parallel_size", None) or gen
+    replicas = max(1, shape.nodes * gen // tp)
+    head_extra = m.vocab * m.hidden * (4 - b) if c.precision.generator_lm_head_fp32 else 0
+    weights = (m.params * b + head_extra) / tp
+    per_seq = sequence_tokens(c) * kv_bytes_per_token(c, m) / tp
+    wanted = math.ceil(c.rollout.prompts_per_step * c.rollout.generations_per_prompt / replicas)
+    held = min(wanted, VLLM_MAX_NUM_SEQS)
+    note = f"{held} sequences at full length"
+    if gpu_gib is not None:
+        room = int(max(0.0, util * gpu_gib * GIB - weights - CUDA_OVERHEAD_GIB * GIB) // per_seq)
+        note = f"KV room for {room} of {held} sequences at full length"
+        held = min(held, room)
+    return {"generation weights": weights, "KV cache": held * per_seq,
+            "CUDA context": CUDA_OVERHEAD_GIB * GIB}, note
+
+
+def hf_generation_terms(c: TrainConfig, m: ModelShape, dp: int) -> dict[str, float]:
+    """The hf generator on a training GPU: the KV cache of the rank's rows (all decoded at
+    once), plus in pipeline mode the generator's private copy of the model."""
+    rows = math.ceil(c.rollout.prompts_per_step * c.rollout.generations_per_prompt / dp)
+    terms = {"KV cache": rows * sequence_tokens(c) * kv_bytes_per_token(c, m)}
+    if c.off_policy.mode == "pipeline":
+        mixed = c.engine.type == "deepspeed" and c.precision.dtype == "bf16"
+        terms["generator model copy"] = m.params * (2 if mixed else 4)
+    return terms
+
+
+def _gib(terms: dict[str, float]) -> dict[str, float]:
+    return {k: round(v / GIB, 2) for k, v in terms.items()}
+
+
+def plan(c: TrainConfig, shape: JobShape) -> Plan:
+    """The resource plan of one run on `shape` (gpu_memory_gib None: no GPU check)."""
+    name = c.model.name_or_path
+    m, why = (proxy_shape(c), "") if name is None else model_shape(name)
+    dp = training_dp(c, shape)
+    p = Plan(model=name or "proxy", params_b=0.0, dp=dp, tokens_per_forward=0,
+             gpu_gib=shape.gpu_memory_gib)
+    if m is None:
+        p.note = f"model shape unknown: {why}; no memory estimate"
+        return p
+    p.params_b = round(m.params / 1e9, 3)
+    p.tokens_per_forward = t = tokens_per_forward(c, dp)
+    train = {**model_state_terms(c, m, dp), **activation_terms(c, m, t),
+             "LM head logits chunk": logits_bytes(c, m, t), "CUDA context": CUDA_OVERHEAD_GIB * GIB}
+    gpu, gen, fits_gen = shape.gpu_memory_gib, {}, True
+    budget = gpu
+    if c.rollout.backend == "vllm":
+        own = separate_generation(c) and (shape.gpus_per_node or 0) >= 2
+        util = c.rollout.vllm.gpu_memory_utilization or (
+            VLLM_UTILIZATION if own else VLLM_SHARED_UTILIZATION)
+        gen, p.kv_sequences = vllm_terms(c, m, shape, gpu, util)
+        p.generation_where = "own GPUs" if own else "training GPUs (shared)"
+        if not own and gpu is not None:
+            budget = gpu * (1 - util)  # vLLM reserves its share of the same GPU up front
+        if gpu is not None:
+            fits_gen = "room for 0 " not in p.kv_sequences
+    else:
+        gen = hf_generation_terms(c, m, dp)
+        p.generation_where = "training GPUs"
+        if c.off_policy.mode == "pipeline":
+            train.update({f"generation: {k}": v for k, v in gen.items()})
+        else:  # generation and the training step take turns: the larger of the two counts
+            states = sum(v for k, v in train.items() if k in ("weights", "CUDA context"))
+            extra = sum(gen.values()) + states - sum(train.values())
+            if extra > 0:
+                train["generation: KV cache (beyond the training step)"] = extra
+    p.train, p.generation = _gib(train), _gib(gen)
+    p.train_gib_per_gpu = round(sum(train.values()) / GIB, 2)
+    p.generation_gib_per_gpu = round(sum(gen.values()) / GIB, 2)
+    p.largest = max(p.train, key=p.train.get)
+    p.note = rank_note(c, shape)
+    if gpu is not None:
+        p.train_budget_gib = round(budget, 2)
+        p.fits = p.train_gib_per_gpu <= budget and fits_gen
+    return p
+
+
+def rank_note(c: TrainConfig, shape: JobShape) -> str:
+    """Say so when the profile starts more ranks per node than there are training GPUs: the
+    plan assumes one rank per training GPU (the generation GPUs hold no trainer rank)."""
+    gpus = shape.gpus_per_node or 0
+    if not (separate_generation(c) and gpus >= 2):
+        return ""
+    train = gpus - generation_gpus_per_node(c, gpus)
+    if shape.ranks_per_node <= train:
+        return ""
+    return (f"planned as one rank per training GPU: {train} of the node's {gpus} GPUs train, "
+            f"{gpus - train} generate (the profile starts {shape.ranks_per_node} ranks per node)")
+
+
+def advice(c: TrainConfig, p: Plan) -> str:
+    """What to change when a plan does not fit (the largest term decides)."""
+    term = p.largest
+    if p.train_budget_gib is not None and p.train_gib_per_gpu is not None \
+            and p.train_gib_per_gpu <= p.train_budget_gib:
+        return ("the KV cache of one full-length sequence does not fit the generation GPU: "
+                "lower rollout.max_new_tokens or raise rollout.vllm.gpu_memory_utilization")
+    if term in ("weights", "gradients", "optimizer states"):
+        if c.engine.type != "deepspeed":
+            return "use engine.type: deepspeed with engine.zero_stage: 3, or more GPUs"
+        if c.engine.zero_stage < 3:
+            return f"raise engine.zero_stage (now {c.engine.zero_stage}) to 3, or use more GPUs"
+        return "use more GPUs (slurm.nodes), or a smaller model"
+    if "activation" in term or term == "recomputed layer":
+        fix = "set model.gradient_checkpointing: true and " if not c.model.gradient_checkpointing else ""
+        return f"{fix}lower engine.micro_batch_tokens (now {getattr(c.engine, 'micro_batch_tokens', None)})"
+    if term.startswith("generation"):
+        return "use rollout.backend: vllm, or lower rollout.prompts_per_step / max_new_tokens"
+    return "lower engine.micro_batch_tokens or use more GPUs"

@@ -1,0 +1,117 @@
+"""Cross-field checks of a TrainConfig: every combination the trainer refuses at start.
+
+Field-level rules (types, ranges, loss options, a budget) live in trainer/config.py's pydantic
+models. What one field alone cannot say — ZeRO-3 with an in-process pipeline generator, a chat
+template on the proxy's character tokenizer, a generation/training GPU split the node cannot
+hold — is checked here, in one place that both sides call:
+
+- the trainer at start (`trainer.run`, before any process group, model or file), with the
+  shape of the machine it finds itself on;
+- `ablate sweep` / `ablate sweep --dry-run` / `ablate run`, before anything is written or
+  submitted, with the shape the launch profile asks for.
+
+So a study that would fail on the cluster fails at the laptop instead, with one line naming
+the keys, why, and a valid alternative. Pure Python (no torch): `ablate` checks thousands of
+variants with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from trainer.config import TrainConfig
+
+
+class ConfigConflict(ValueError):
+    """Fields that are each valid but cannot be used together (one line: keys, why, fix)."""
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """Where a run's processes land. None = not known here (a check that needs it is skipped:
+    the trainer repeats it at start on the machine it actually runs on)."""
+
+    nodes: int = 1
+    ranks_per_node: int = 1
+    gpus_per_node: Optional[int] = None
+    gpu_memory_gib: Optional[float] = None
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+
+def separate_generation(c: TrainConfig) -> bool:
+    """Pipeline mode with vLLM: generation GPUs of their own (trainer/distributed.py
+    gpu_split_args), which the training ranks do not use."""
+    return c.off_policy.mode == "pipeline" and c.rollout.backend == "vllm"
+
+
+def _zero3_pipeline_hf(c: TrainConfig, shape: JobShape) -> Optional[str]:
+    # trainer/engine_deepspeed.py make_deepspeed_engine: the hf pipeline generator deep-copies
+    # the module and snapshots its state_dict; under ZeRO-3 each rank holds only a shard.
+    if (c.engine.type == "deepspeed" and c.engine.zero_stage == 3
+            and c.off_policy.mode == "pipeline" and c.rollout.backend == "hf"):
+        return ("engine.zero_stage=3 with off_policy.mode=pipeline needs rollout.backend: vllm, "
+                "not rollout.backend=hf (the hf generator copies the whole model, which ZeRO-3 "
+                "partitions across ranks); or use engine.zero_stage 0-2, or off_policy.mode: "
+                "ppo_off_policy")
+    return None
+
+
+def _chat_template_proxy(c: TrainConfig, shape: JobShape) -> Optional[str]:
+    # trainer/chat.py prompt_encoder: the proxy's character tokenizer has no chat template.
+    if c.model.chat_template and c.model.name_or_path is None:
+        return ("model.chat_template=true with model.name_or_path=null: the CPU proxy's character "
+                "tokenizer has no chat template; set model.chat_template: false, or "
+                "model.name_or_path to an instruct/chat checkpoint")
+    return None
+
+
+def _cuda_without_gpus(c: TrainConfig, shape: JobShape) -> Optional[str]:
+    # trainer/distributed.py resolve_device: 'cuda' with no CUDA device.
+    if c.engine.device == "cuda" and shape.gpus_per_node == 0:
+        return ("engine.device=cuda but the job has no GPUs (gpus_per_node: 0); use "
+                "engine.device: auto or cpu, or a profile with gpus_per_node > 0")
+    return None
+
+
+def _generation_split(c: TrainConfig, shape: JobShape) -> Optional[str]:
+    # trainer/distributed.py split_gpus: 1 <= generation GPUs < GPUs per node (one GPU: shared).
+    g, n = c.rollout.vllm.generation_gpus, shape.gpus_per_node
+    if not separate_generation(c) or not n or n < 2 or g is None or 1 <= g < n:
+        return None
+    return (f"rollout.vllm.generation_gpus={g} on a {n}-GPU node (off_policy.mode=pipeline, "
+            f"rollout.backend=vllm): the trainer needs at least one GPU of the node; use a value "
+            f"in 1..{n - 1}, or null (half: {max(1, n // 2)})")
+
+
+# Each returns the one-line problem, or None. Order: the most fundamental first.
+CHECKS: tuple[Callable[[TrainConfig, JobShape], Optional[str]], ...] = (
+    _zero3_pipeline_hf, _chat_template_proxy, _cuda_without_gpus, _generation_split,
+)
+
+
+def problems(config: TrainConfig, shape: JobShape = JobShape()) -> list[str]:
+    """Every cross-field problem of `config` on `shape` (empty: the trainer will start)."""
+    return [p for check in CHECKS if (p := check(config, shape)) is not None]
+
+
+def validate(config: TrainConfig, shape: JobShape = JobShape()) -> None:
+    """Raise ConfigConflict with the first problem; return quietly when there is none."""
+    found = problems(config, shape)
+    if found:
+        raise ConfigConflict(found[0])
+
+
+def local_shape() -> JobShape:
+    """The shape of the machine this process runs on (the trainer's own view at start)."""
+    import torch
+
+    from trainer.distributed import read_env
+
+    env = read_env()
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return JobShape(nodes=max(1, env.world_size // max(env.local_world_size, 1)),
+                    ranks_per_node=env.local_world_size, gpus_per_node=gpus)
