@@ -195,6 +195,12 @@ class VLLMConfig(_Strict):
         description="Pipeline mode on a multi-GPU node: how many of the node's GPUs run vLLM "
         "(the rest train). None = half, rounded down. A one-GPU node is always shared.",
     )
+    tensor_parallel_size: Optional[int] = Field(
+        None, gt=0,
+        description="GPUs per vLLM replica (tensor parallel, inside one node); it must divide "
+        "generation_gpus. None = one replica over all of a node's generation GPUs. "
+        "trainer/distributed.py plan_topology derives the job's replicas from it.",
+    )
 
 
 class RolloutConfig(_Strict):

@@ -119,7 +119,8 @@ def export_env(d: DistEnv) -> None:
 
 def resolve_device(device: str = "auto", local_rank: int = 0, separate_generation: bool = False,
                    generation_gpus: Optional[int] = None) -> torch.device:
-    """'auto' -> this rank's GPU when CUDA is there, else CPU. One GPU per local rank; with
+    """'auto' -> this rank's GPU when CUDA is there, else CPU. One GPU per local rank (a rank
+    beyond the node's training GPUs is an error, not a second tenant); with
     `separate_generation` (pipeline mode with vLLM) ranks use only the split's training GPUs
     (`generation_gpus`: split_gpus)."""
     if device == "auto":
@@ -130,7 +131,12 @@ def resolve_device(device: str = "auto", local_rank: int = 0, separate_generatio
         gpus = list(range(torch.cuda.device_count()))
         if separate_generation:
             gpus = list(split_gpus(len(gpus), generation_gpus).training)
-        index = gpus[local_rank % len(gpus)]
+        if local_rank >= len(gpus):  # one rank per GPU: never two ranks on one device
+            raise RuntimeError(
+                f"local rank {local_rank} has no GPU of its own: {len(gpus)} training GPUs on "
+                f"this node (see trainer/distributed.py plan_topology); launch one task per "
+                f"training GPU")
+        index = gpus[local_rank]
         torch.cuda.set_device(index)
         return torch.device("cuda", index)
     return torch.device(device)
@@ -199,6 +205,67 @@ def split_gpus(num_gpus: int, generation_gpus: Optional[int] = None) -> GpuSplit
             f"generation GPUs must be between 1 and {num_gpus - 1} on a {num_gpus}-GPU node, got {g}"
         )
     return GpuSplit(tuple(range(g)), tuple(range(g, num_gpus)))
+
+
+Gpu = tuple[int, int]  # (node index in the job, local GPU index on that node)
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Where a job's processes and engines sit: one training rank per training GPU (rank r on
+    `training[r]`), the generation GPUs, and the vLLM replicas (each a tensor-parallel group
+    of GPUs on one node; the replicas are data parallel)."""
+
+    training: tuple[Gpu, ...]
+    generation: tuple[Gpu, ...]
+    replicas: tuple[tuple[Gpu, ...], ...]
+
+    @property
+    def ranks_per_node(self) -> int:
+        return sum(1 for node, _ in self.training if node == 0)
+
+
+def plan_topology(nodes: int, gpus_per_node: int, *, separate_generation: bool,
+                  generation_gpus: Optional[int] = None,
+                  tensor_parallel_size: Optional[int] = None, ranks_per_node: Optional[int] = None) -> Topology:
+    """The split of a job's GPUs (nodes x gpus_per_node) into training ranks and vLLM replicas,
+    or a one-line ValueError naming the setting and what is valid.
+
+    Every node splits alike (split_gpus: rollout.vllm.generation_gpus per node, default half);
+    a replica's tensor-parallel group stays inside a node (TP all-reduces every layer: NVLink,
+    not the network), so tensor_parallel_size must divide the node's generation GPUs. Without
+    separate generation (on-policy modes, hf backend) every GPU trains and generation runs on
+    the training ranks. tensor_parallel_size None: one replica per node over all its
+    generation GPUs. One rank per GPU: `ranks_per_node` (the launcher's tasks per node),
+    when given, must equal the training GPUs per node; more would put two ranks on one GPU."""
+    if nodes < 1 or gpus_per_node < 1:
+        raise ValueError(f"a GPU job needs nodes >= 1 and gpus_per_node >= 1, got {nodes} x "
+                         f"{gpus_per_node}")
+    if separate_generation:
+        split = split_gpus(gpus_per_node, generation_gpus)
+    else:
+        split = GpuSplit((), tuple(range(gpus_per_node)))
+    gen_local = split.generation
+    if tensor_parallel_size is None:  # one replica over all of a node's generation GPUs
+        tensor_parallel_size = max(1, len(gen_local))
+    if tensor_parallel_size < 1:
+        raise ValueError(f"rollout.vllm.tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
+    if gen_local and len(gen_local) % tensor_parallel_size:
+        raise ValueError(
+            f"rollout.vllm.tensor_parallel_size={tensor_parallel_size} does not divide the "
+            f"{len(gen_local)} generation GPUs per node; valid: a divisor of {len(gen_local)}")
+    train_local = split.training
+    if ranks_per_node is not None and ranks_per_node != len(train_local):
+        raise ValueError(
+            f"{ranks_per_node} ranks per node on {len(train_local)} training GPUs per node "
+            f"({gpus_per_node} GPUs, {len(gen_local) if not split.shared else 0} for "
+            f"generation): one rank per GPU needs tasks_per_node={len(train_local)}")
+    tp = tensor_parallel_size
+    replicas = tuple(tuple((n, g) for g in gen_local[i:i + tp])
+                     for n in range(nodes) for i in range(0, len(gen_local), tp))
+    return Topology(training=tuple((n, g) for n in range(nodes) for g in train_local),
+                    generation=tuple((n, g) for n in range(nodes) for g in gen_local),
+                    replicas=replicas)
 
 
 def join_process_group(device: str, separate_generation: bool = False,

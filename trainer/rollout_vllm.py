@@ -61,24 +61,30 @@ def _named_weights(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[tuple
             yield name, p.detach().to(dtype).clone()
 
 
-def generation_placement(generation_gpus: Optional[int] = None) -> tuple[dict[str, str], int, bool]:
+def generation_placement(generation_gpus: Optional[int] = None,
+                         tensor_parallel_size: Optional[int] = None) -> tuple[dict[str, str], int, bool]:
     """Where vLLM runs on this node: (env for the engine process, tensor-parallel size, shared).
 
     Pipeline mode wants generation and training on different GPUs (trainer/distributed.py
     split_gpus: half and half by default, rollout.vllm.generation_gpus overrides). The engine then
     runs in its own process (V1 multiprocessing) started with CUDA_VISIBLE_DEVICES limited to
-    the generation GPUs and tensor parallelism across them; this process keeps its own CUDA
+    the first replica's GPUs (plan_topology; rollout.vllm.tensor_parallel_size, default all of
+    the node's generation GPUs) and tensor parallelism across them; further data-parallel
+    replicas of the plan are not started yet; this process keeps its own CUDA
     context on the training GPUs. One GPU is shared in-process with a smaller memory share.
     """
-    from trainer.distributed import split_gpus
+    from trainer.distributed import plan_topology
 
-    split = split_gpus(torch.cuda.device_count(), generation_gpus)
-    if split.shared:
+    n = torch.cuda.device_count()
+    plan = plan_topology(1, n, separate_generation=True, generation_gpus=generation_gpus,
+                         tensor_parallel_size=tensor_parallel_size)
+    if n == 1:
         return {}, 1, True
+    first = [g for _, g in plan.replicas[0]]  # this node's first replica (tensor-parallel group)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    physical = visible.split(",") if visible else [str(i) for i in range(torch.cuda.device_count())]
-    return ({"CUDA_VISIBLE_DEVICES": ",".join(physical[i] for i in split.generation),
-             "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}, len(split.generation), False)
+    physical = visible.split(",") if visible else [str(i) for i in range(n)]
+    return ({"CUDA_VISIBLE_DEVICES": ",".join(physical[i] for i in first),
+             "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}, len(first), False)
 
 
 def _set_vllm_env() -> None:
@@ -183,7 +189,8 @@ class VLLMGenerator:
         }
         env = {}
         if torch.cuda.is_available():
-            env, kwargs["tensor_parallel_size"], shared = generation_placement(vc.generation_gpus)
+            env, kwargs["tensor_parallel_size"], shared = generation_placement(
+                vc.generation_gpus, vc.tensor_parallel_size)
             kwargs["gpu_memory_utilization"] = vc.gpu_memory_utilization or (0.3 if shared else 0.9)
         with _environ(env):
             self.llm = LLM(**kwargs)
