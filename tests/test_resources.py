@@ -1,0 +1,143 @@
+"""The GPU memory plan (trainer/resources.py): its formulas against hand counts and real models,
+and what `ablate sweep` does with it (the paper recipe fits 80 GiB GPUs; without ZeRO it does
+not, and the sweep refuses it in one line unless --force)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_validate_all import ablate
+
+from trainer.config import TrainConfig
+from trainer.resources import (GIB, MAX_LOGITS_PER_CHUNK, KNOWN, ModelShape, activation_terms,
+                               model_shape, model_state_terms, plan, tokens_per_forward)
+from trainer.validate import JobShape
+
+QWEN3_8B = ModelShape(**KNOWN["Qwen/Qwen3-8B"], source="test")
+
+
+def test_chunk_size_is_the_trainers():
+    from trainer.model import MAX_LOGITS_PER_CHUNK as trainer_chunk
+
+    assert MAX_LOGITS_PER_CHUNK == trainer_chunk
+
+
+@pytest.mark.parametrize("tied, kv", [(True, 2), (False, 1), (True, 4)])
+def test_parameter_count_equals_a_real_model_built_from_the_same_config(tmp_path, tied, kv):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=176, num_hidden_layers=3,
+                      num_attention_heads=4, num_key_value_heads=kv, tie_word_embeddings=tied)
+    model = LlamaForCausalLM(cfg)
+    model.save_pretrained(tmp_path)
+    shape, why = model_shape(str(tmp_path))  # read from the saved config.json
+    assert why == "" and shape.source.endswith("config.json")
+    assert shape.params == sum(p.numel() for p in model.parameters())
+
+
+def test_known_shapes_match_published_sizes():
+    # Model cards: Qwen3-8B 8.2B parameters; Qwen2.5-0.5B 0.49B; Qwen2.5-7B 7.61B.
+    assert QWEN3_8B.params / 1e9 == pytest.approx(8.19, abs=0.02)
+    assert ModelShape(**KNOWN["Qwen/Qwen2.5-0.5B"], source="").params / 1e9 == pytest.approx(0.49, abs=0.01)
+    assert ModelShape(**KNOWN["Qwen/Qwen2.5-7B"], source="").params / 1e9 == pytest.approx(7.61, abs=0.02)
+
+
+@pytest.mark.parametrize("stage, w, g, o", [(0, 2, 2, 12), (1, 2, 2, 12 / 8), (2, 2, 2 / 8, 12 / 8),
+                                            (3, 2 / 8, 2 / 8, 12 / 8)])
+def test_zero_stages_follow_the_papers_2_2_12_accounting(stage, w, g, o):
+    c = TrainConfig.model_validate({"engine": {"type": "deepspeed", "zero_stage": stage}})
+    terms = model_state_terms(c, QWEN3_8B, dp=8)
+    psi = QWEN3_8B.params
+    assert terms["weights"] == pytest.approx(w * psi)
+    assert terms["gradients"] == pytest.approx(g * psi)
+    assert terms["optimizer states"] == pytest.approx(o * psi)
+    assert ("ZeRO-3 gathered layers + head" in terms) == (stage == 3)
+
+
+def test_torch_engine_keeps_fp32_states_whole():
+    terms = model_state_terms(TrainConfig(), QWEN3_8B, dp=8)  # engine.type torch
+    assert [terms[k] / QWEN3_8B.params for k in ("weights", "gradients", "optimizer states")] == [4, 4, 8]
+
+
+def test_activations_follow_micro_batch_tokens_and_checkpointing():
+    base = {"model": {"name_or_path": "Qwen/Qwen3-8B"}, "rollout": {"max_new_tokens": 4096},
+            "length": {"control": "none"}}
+    small = TrainConfig.model_validate({**base, "engine": {"micro_batch_tokens": 8192}})
+    big = TrainConfig.model_validate({**base, "engine": {"micro_batch_tokens": 16384}})
+    t_small, t_big = tokens_per_forward(small, 8), tokens_per_forward(big, 8)
+    assert (t_small, t_big) == (8192, 16384)
+    a_small, a_big = (sum(activation_terms(c, QWEN3_8B, t).values()) for c, t in
+                      ((small, t_small), (big, t_big)))
+    assert a_big == pytest.approx(2 * a_small)  # linear in tokens (no s^2 term under SDPA)
+    ckpt = TrainConfig.model_validate({**base, "model": {**base["model"], "gradient_checkpointing": True}})
+    full = sum(activation_terms(big, QWEN3_8B, t_big).values())
+    assert sum(activation_terms(ckpt, QWEN3_8B, t_big).values()) < full / 5
+    # A sample is never split: a micro-batch holds at least one full-length sample.
+    tiny = TrainConfig.model_validate({**base, "engine": {"micro_batch_tokens": 100}})
+    assert tokens_per_forward(tiny, 8) == 2048 + 4096
+
+
+def test_unknown_model_is_said_not_failed():
+    c = TrainConfig.model_validate({"model": {"name_or_path": "/nowhere/model"}})
+    p = plan(c, JobShape(gpu_memory_gib=80))
+    assert p.fits is None and p.train_gib_per_gpu is None and "no config.json" in p.note
+
+
+def dry_run(*overrides: str) -> list[dict]:
+    args = [x for o in overrides for x in ("--override", o)]
+    r = ablate("sweep", "recipes/loss_agg.yaml", "--profile", "slurm_gpu", "--dry-run", "--json",
+               *args)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_paper_recipe_fits_80_gib_and_not_without_zero():
+    runs = dry_run()
+    assert len(runs) == 6
+    for run in runs:
+        res = run["resources"]
+        assert res["gpu_gib"] == 80 and res["fits"] is True
+        assert 0 < res["train_gib_per_gpu"] <= 80 and 0 < res["generation_gib_per_gpu"] <= 80
+        assert res["train_gib_per_gpu"] == pytest.approx(sum(res["train_terms_gib"].values()), abs=0.05)
+    no_zero = dry_run("engine.zero_stage=0")
+    for run in no_zero:
+        res = run["resources"]
+        assert res["fits"] is False and res["train_gib_per_gpu"] > 80
+        assert res["largest"] == "optimizer states"  # 12 bytes/param unpartitioned: ~92 GiB
+        assert res["train_terms_gib"]["optimizer states"] * GIB == pytest.approx(
+            12 * QWEN3_8B.params, rel=1e-3)
+
+
+def test_sweep_refuses_a_study_that_does_not_fit_and_force_overrides(tmp_path):
+    results = tmp_path / "results"
+    r = ablate("sweep", "recipes/loss_agg.yaml", "--profile", "slurm_gpu", "--results",
+               str(results), "--override", "engine.zero_stage=0")
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip()
+    assert len(line.splitlines()) == 1 and "Traceback" not in line, line
+    assert "variant loss.aggregation=sample does not fit 80 GiB" in line
+    assert "optimizer states" in line and "engine.zero_stage" in line and "--force" in line
+    assert not results.exists()
+    from ablate.studies.sweep import plan_sweep  # --force: planned for submission (not sent here)
+
+    plan = plan_sweep("recipes/loss_agg.yaml", profile="slurm_gpu", results=results, force=True,
+                      overrides=["engine.zero_stage=0"])
+    assert len(plan.submit) == 6 and not results.exists()
+
+
+def test_cpu_profile_has_no_gpu_check():
+    r = ablate("sweep", "recipes/quickstart.yaml", "--profile", "local", "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    for run in json.loads(r.stdout):
+        res = run["resources"]
+        assert res["gpu_gib"] is None and res["fits"] is None and res["train_gib_per_gpu"] > 0
+
+
+def test_dry_run_text_names_terms_and_verdict():
+    r = ablate("sweep", "recipes/loss_agg.yaml", "--profile", "slurm_gpu", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    for term in ("weights", "gradients", "optimizer states", "activation checkpoints",
+                 "LM head logits chunk", "KV cache", "largest:", "-> fits"):
+        assert term in out, term
