@@ -118,7 +118,7 @@ def test_compare_and_fit_tables(fitted, name, width):
         con, rows, groups, x="gpu_hours", y="eval/pass_rate", base=base, margin=0.02,
         budget=1.0, wide=False))
     _check(text, width, name)
-    assert "A [95%]" in text and f"baseline: {base}" in text
+    assert "A [95%]" in text and f"baseline: {SHORT[name][0]}" in text
     assert _body_lines(text, "baseline:") <= 2 * len(rows), text  # <= 2 lines a row
     if width >= 100:  # the columns that decide
         for head in ("rank", "B [95%]", "predicted at", "P(beats"):  # headers may wrap

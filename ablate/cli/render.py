@@ -92,15 +92,23 @@ def _fit_cols(groups: list[GroupFit], wide: bool) -> tuple[list[Col], list[Col]]
 
 class Notes:
     """Notes of a table. By default all go under it as "variant: text" (an empty column took
-    the width); with --wide short ones sit in a note column and long ones under it as "(n)"."""
+    the width); with --wide short ones sit in a note column and long ones under it as "(n)".
+    Variant names in them are shortened as in the table (the legend names the axes)."""
 
-    def __init__(self, wide: bool) -> None:
+    def __init__(self, wide: bool, short: dict[str, str]) -> None:
         self.wide = wide
         self.lines: list[str] = []
+        self.short = {k: v for k, v in short.items() if k != v}
+
+    def _shorten(self, text: str) -> str:
+        for full in sorted(self.short, key=len, reverse=True):  # a name inside another last
+            text = text.replace(full, self.short[full])
+        return text
 
     def cell(self, variant: str, text: str) -> str:
         if not text:
             return ""
+        variant, text = self._shorten(variant), self._shorten(text)
         if not self.wide:
             self.lines.append(f"{variant}: {text}")
             return ""
@@ -129,10 +137,10 @@ def _variant_col(labels: list[str]) -> Col:
 
 
 def print_fit(console: Console, groups: list[GroupFit], x: str, y: str, wide: bool) -> None:
-    legend, labels, _ = _labels([g.variant for g in groups])
+    legend, labels, short = _labels([g.variant for g in groups])
     ab, more = _fit_cols(groups, wide)
     win_caption, win = _window_cols(groups, wide)
-    notes = Notes(wide)
+    notes = Notes(wide, short)
     cells = [notes.cell(g.variant, note(g)) for g in groups]
     cols = [_variant_col(labels), *ab, verdict_col([g.verdict()[0] for g in groups], 2),
             *more, *win, *notes.column(cells)]
@@ -162,7 +170,7 @@ def print_compare(console: Console, rows: list[Ranked], groups: list[GroupFit], 
     if budget is not None:
         preds = [Col(f"predicted at {budget:.3g} [95%]", [_pred(r.at_budget) for r in rows],
                      drop=4)] + (preds if wide else [])
-    notes = Notes(wide)
+    notes = Notes(wide, short)
     cells = [notes.cell(r.group.variant, note(r.group, r.note if r.rank is not None else ""))
              for r in rows]
     cols = [Col("rank", ["—" if r.rank is None else str(r.rank) for r in rows], keep=True),
@@ -171,7 +179,7 @@ def print_compare(console: Console, rows: list[Ranked], groups: list[GroupFit], 
             Col(f"P(beats {short_base or 'baseline'})",
                 ["—" if r.p_beats is None else f"{r.p_beats:.2f}" for r in rows], drop=3),
             *more, *win, *notes.column(cells)]
-    caption = "; ".join(c for c in (f"baseline: {base or '—'}", f"margin on A: {margin:g}",
+    caption = "; ".join(c for c in (f"baseline: {short_base or '—'}", f"margin on A: {margin:g}",
                                     win_caption, interval_caption(groups)) if c)
     console.print(table(console, f"ranking by asymptote A ({y} vs {x})", cols, caption=caption,
                         legend=legend))
@@ -189,8 +197,8 @@ def _row_note(r: dict) -> str:
 def print_extrapolate(console: Console, rows: list[dict], *, what: str, key: str,
                       wide: bool) -> None:
     """Prediction per variant (`key` is "score" for --budget, "compute" for --target)."""
-    legend, labels, _ = _labels([r["variant"] for r in rows])
-    notes = Notes(wide)
+    legend, labels, short = _labels([r["variant"] for r in rows])
+    notes = Notes(wide, short)
     cells = [notes.cell(r["variant"], _row_note(r)) for r in rows]
     interval = ["—" if not r.get("ci") else
                 "[" + ", ".join("∞" if c is None else f"{c:.4g}" for c in r["ci"]) + "]"
@@ -214,9 +222,9 @@ def print_plan(console: Console, result: dict[str, Any], *, title: str, tol: flo
                wide: bool) -> None:
     """Which variant to scale at the budget (bold green), its regret, how far to scale."""
     rows = result["rows"]
-    legend, labels, _ = _labels([r["variant"] for r in rows])
+    legend, labels, short = _labels([r["variant"] for r in rows])
     ok = [not r["error"] for r in rows]
-    notes = Notes(wide=False)  # a failed fit's reason is long: always under the table
+    notes = Notes(False, short)  # a failed fit's reason is long: always under the table
 
     def cells(fmt) -> list[str]:
         return [fmt(r) if good else "—" for r, good in zip(rows, ok)]
@@ -233,7 +241,8 @@ def print_plan(console: Console, result: dict[str, Any], *, title: str, tol: flo
     if wide:
         cols.append(Col("A [95%]", cells(lambda r: ci(r["A"], r["A_ci"], ".3f")), drop=WIDE))
     regret = result["expected_regret"]
-    caption = (f"recommended: {result['recommended'] or '—'}; expected regret "
+    rec = result["recommended"]
+    caption = (f"recommended: {short.get(rec, rec) if rec else '—'}; expected regret "
                + ("—" if regret is None else f"{regret:.4f}")
                + f"; scale to = where the curve is within {tol:g} of its score at the budget")
     styles = ["bold green" if r["recommended"] else "" for r in rows]
@@ -245,7 +254,7 @@ def status_table(console: Console, title: str, states: list[RunState], wide: boo
     """`ablate status`: one row per run. Ids stay whole (they are what users copy)."""
     from ablate.studies.progress import STATE_STYLE
 
-    legend, labels, _ = _labels([s.name for s in states])
+    legend, labels, short = _labels([s.name for s in states])
     cols = [Col("run_id", [s.run_id for s in states], justify="left", whole=True, drop=1),
             Col("name", labels, justify="left", whole=True, keep=True),
             Col("seed", [str(s.seed) for s in states], drop=4),
