@@ -34,12 +34,13 @@ def _signal_when(run_dir: Path, step: int) -> threading.Thread:
     """A thread that sends this process USR2 once status.json shows `step`; it stores the
     step it saw just before signalling in `.seen`."""
     def go():
-        while (rundir.read_status(run_dir).get("step") or 0) < step:
+        while (seen := rundir.read_status(run_dir).get("step") or 0) < step:
             time.sleep(0.005)
-        t.seen = rundir.read_status(run_dir)["step"]
+        t.seen = seen
         os.kill(os.getpid(), signal.SIGUSR2)
 
     t = threading.Thread(target=go, daemon=True)
+    t.seen = None
     t.start()
     return t
 
@@ -59,10 +60,13 @@ def test_signal_checkpoints_at_the_next_boundary_and_the_rerun_resumes_there(tmp
     t = _signal_when(d, 3)
     trainer.run(c, d)
     t.join(5)
-    r = preempt.stopped_at()
-    assert r is not None and t.seen <= r <= t.seen + 1, (t.seen, r)  # at most one step lost
+    r, s = preempt.stopped_at(), preempt.signal_step()
+    # Saved at the boundary that ends the step in flight (or the next one, for a signal that
+    # came after that boundary's check): at most that one step's work is redone.
+    assert r is not None and t.seen <= r and s <= r <= s + 1, (t.seen, s, r, metric_steps(d))
     st = rundir.read_status(d)
-    assert st["state"] == "running" and st["step"] == r and st["preempted_at"] == [r]
+    rec = [{"signal_in_step": s, "checkpoint_step": r}]
+    assert st["state"] == "running" and st["step"] == r and st["preemptions"] == rec
     ck = rundir.checkpoint_dir(d)
     import torch
 
@@ -71,7 +75,7 @@ def test_signal_checkpoints_at_the_next_boundary_and_the_rerun_resumes_there(tmp
     preempt.reset()  # the next attempt (a new process on a real cluster)
     trainer.run(c, d)
     st = rundir.read_status(d)
-    assert st["state"] == "done" and st["resumed_from"] == r and st["preempted_at"] == [r]
+    assert st["state"] == "done" and st["resumed_from"] == r and st["preemptions"] == rec
     assert metric_steps(d) == [0, 8, 16]
 
 
@@ -148,10 +152,9 @@ def test_two_rank_slurm_job_preempted_resumes_from_the_signal_checkpoint(tmp_pat
                       "--results", str(tmp_path / "res"))["submitted"]
     sdir = tmp_path / "res" / "pre"
     run_dir = sdir / rid
-    wait_until(lambda: (rundir.read_status(run_dir).get("step") or 0) >= 50, 300, 0.05,
-               "step 50 (past the step-40 eval)")
-    seen = rundir.read_status(run_dir)["step"]
-    job = states(sdir)[rid]["job_id"].split(":")[1]
+    job = states(sdir)[rid]["job_id"].split(":")[1]  # before: ablate status runs squeue/sacct
+    seen = wait_until(lambda: (x := rundir.read_status(run_dir).get("step") or 0) >= 50 and x,
+                      300, 0.02, "step 50 (past the step-40 eval)")
     subprocess.run(["scancel", "--signal=USR2", job], check=True)
 
     def requeued() -> bool:  # Slurm holds a requeued job back a while: release it now
@@ -164,10 +167,11 @@ def test_two_rank_slurm_job_preempted_resumes_from_the_signal_checkpoint(tmp_pat
     final = wait_until(lambda: (x := rundir.read_status(run_dir))["state"] in ("done", "failed") and x,
                        400, 1.0, "the resumed run to finish")
     assert final["state"] == "done" and final["step"] == steps, final
-    (r,) = final["preempted_at"]
+    ((s, r),) = [(p["signal_in_step"], p["checkpoint_step"]) for p in final["preemptions"]]
     # Resumed from the signal's checkpoint, not the last periodic one (step 40): no step that
-    # had completed when the signal was sent is redone, and the save came at the next boundary.
-    assert final["resumed_from"] == r and seen <= r <= seen + 2, (seen, final)
+    # had completed when the signal was sent is redone; the save came at the boundary ending
+    # the step in flight on rank 0 (s), or the next one if it came after that boundary's check.
+    assert final["resumed_from"] == r and seen <= r and s <= r <= s + 1, (seen, final)
     assert states(sdir)[rid]["job_id"] == f"slurm:{job}"  # the same job, requeued
     assert "REQUEUE" in _sh("sacct", "-D", "-n", "-X", "-P", "-o", "State", "-j", job)
     logs = {t: "".join(p.read_text(errors="replace")
@@ -177,4 +181,5 @@ def test_two_rank_slurm_job_preempted_resumes_from_the_signal_checkpoint(tmp_pat
     assert "Caught signal SIGUSR2" in logs[0]  # submitit's handler ran after the save
     assert "Not checkpointing nor requeuing since I am a slave (procid=1)" in logs[1]
     assert metric_steps(run_dir) == [0, 40, 80, 120]  # each eval step once
-    print(json.dumps({"signal_seen_step": seen, "checkpoint_step": r}))
+    print(json.dumps({"status_step_before_signal": seen, "signal_in_step": s,
+                      "checkpoint_step": r}))

@@ -18,19 +18,34 @@ import signal
 from typing import Callable
 
 _requested = False  # a stop signal arrived (this process)
+_current: int | None = None  # the step this process is working towards (the loop sets it)
+_signal_step: int | None = None  # _current when the first stop signal arrived
 _stopped_at: int | None = None  # the step the trainer checkpointed at and stopped (this attempt)
 
 
 def request(signum: int | None = None, frame=None) -> None:
     """The signal handler: record the request, nothing else (no I/O: a print here could
     re-enter a stderr write the signal interrupted). The loop logs it at the boundary."""
-    global _requested
+    global _requested, _signal_step
+    if not _requested:
+        _signal_step = _current
     _requested = True
 
 
 def install(signum: int = signal.SIGUSR2) -> Callable | int | None:
     """Make `signum` set the flag; returns the handler it replaces (to hand over to later)."""
     return signal.signal(signum, request)
+
+
+def at_step(step: int) -> None:
+    """The loop is now working on optimizer step `step` (the signal's step is noted from it)."""
+    global _current
+    _current = step
+
+
+def signal_step() -> int | None:
+    """The step in flight when the first stop signal arrived (None: none arrived)."""
+    return _signal_step
 
 
 def requested() -> bool:
@@ -51,5 +66,5 @@ def stopped_at() -> int | None:
 
 def reset() -> None:
     """Forget a request and a stop (a new process attempt, or tests)."""
-    global _requested, _stopped_at
-    _requested, _stopped_at = False, None
+    global _requested, _stopped_at, _signal_step, _current
+    _requested, _stopped_at, _signal_step, _current = False, None, None, None
