@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from importlib.metadata import version
 
 import pytest
@@ -110,3 +111,13 @@ def test_bad_input_from_a_command_is_one_line_exit_2(tmp_path):
     r = ablate("compare", str(tmp_path / "missing"))
     assert r.returncode == 2 and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1
     assert str(tmp_path / "missing") in r.stderr and "Traceback" not in r.stderr
+
+
+def test_an_exit_code_raised_by_a_command_is_passed_on():
+    """`raise typer.Exit(1)` (how `ablate run` reports a run that did not finish) comes back from
+    click's non-standalone mode as a return value; main used to drop it and exit 0."""
+    code = ("import typer\nfrom ablate.cli import app, main\n"
+            "@app.command('boom')\ndef boom() -> None:\n    raise typer.Exit(3)\n"
+            "main(['boom'])\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 3 and "Traceback" not in r.stderr, r.stderr
