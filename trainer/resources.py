@@ -207,6 +207,10 @@ def model_state_terms(c: TrainConfig, m: ModelShape, dp: int) -> dict[str, float
     terms = {"weights": w * psi / (dp if stage >= 3 else 1),
              "gradients": g * psi / (dp if stage >= 2 else 1),
              "optimizer states": o * psi / (dp if stage >= 1 else 1)}
+    if c.engine.type == "torch" and c.precision.dtype == "bf16":
+        # The torch engine keeps fp32 weights and runs the body under bf16 autocast, which
+        # caches a bf16 copy of every weight it casts until the forward's autocast region ends.
+        terms["bf16 weight copies (autocast)"] = 2 * psi
     if stage == 3:
         # Gathered for compute: the current layer and the prefetched next one, plus the LM head
         # weight kept whole on every rank (engine_deepspeed.persist_head_weight).
