@@ -77,12 +77,15 @@ def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json:
     con.print(t)
     con.print(f"Resource plan per GPU ({shape_text(shape, None)}; GiB; trainer/resources.py):",
               markup=False, highlight=False)
-    seen: set[str] = set()
+    # Variants with the same plan (an axis that does not change memory) are listed once.
+    groups: dict[tuple[str, ...], list[str]] = {}
     for v in variants:
-        if v.name not in seen:
-            seen.add(v.name)
-            for line in plan_lines(v.name, plans[v.run_id]):
-                con.print(line, markup=False, highlight=False, soft_wrap=True)
+        names = groups.setdefault(tuple(plan_lines("", plans[v.run_id])), [])
+        if v.name not in names:
+            names.append(v.name)
+    for lines, names in groups.items():
+        for line in [" | ".join(names) + lines[0], *lines[1:]]:
+            con.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _num(x: Any) -> str:
