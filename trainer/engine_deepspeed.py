@@ -116,6 +116,13 @@ class DeepSpeedEngine:
         """Accumulate one micro-batch; DeepSpeed reduces the gradients over ranks at the
         boundary (ZeRO-2/3 reduce-scatter into the partitions as they go). Every rank must run
         the same number of micro-batches (the trainer lines them up)."""
+        # DeepSpeed's own forward() starts each micro-batch by clearing its ZeRO optimizer's
+        # backward bookkeeping (ZeRO-3: micro_step_id, whose 0 means "copy, don't accumulate";
+        # ZeRO-1/2: grad_accum). The trainer calls the decoder body and LM head directly, never
+        # ds.forward, so do it here: without it ZeRO-3 keeps only the last micro-batch's grads.
+        clear = getattr(self.ds.optimizer, "clear_backward_seen_flag", None)
+        if clear is not None:
+            clear()
         self.ds.set_gradient_accumulation_boundary(boundary)
         self.ds.backward(loss, scale_wrt_gas=False)
 
