@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional
 
-from rich.console import Console
-from rich.table import Table
+from rich.console import Console, Group
 from rich.text import Text
 
 from ablate.cli.tables import Col, ci, shorten, table
@@ -250,7 +249,7 @@ def print_plan(console: Console, result: dict[str, Any], *, title: str, tol: flo
     notes.print(console)
 
 
-def status_table(console: Console, title: str, states: list[RunState], wide: bool) -> Table:
+def status_table(console: Console, title: str, states: list[RunState], wide: bool) -> Group:
     """`ablate status`: one row per run. Ids stay whole (they are what users copy)."""
     from ablate.studies.progress import STATE_STYLE
 

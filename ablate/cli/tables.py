@@ -12,12 +12,12 @@ bracketed text (`[95%]`, `E[regret]`) prints as written.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional, Union
 
 from rich import box
 from rich.cells import cell_len
-from rich.console import Console, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -79,7 +79,7 @@ def shorten(labels: list[str]) -> tuple[str, dict[str, str]]:
     if not varying or len(set(short.values())) < len(set(labels)):
         return same
     head = [f"variant = {', '.join(keys[i] for i in varying)}"] if len(varying) > 1 else []
-    legend = "; ".join(head + [_values(keys[i], [p[i][1] for p in parsed])  # type: ignore[index]
+    legend = "\n".join(head + [_values(keys[i], [p[i][1] for p in parsed])  # type: ignore[index]
                                for i in varying])
     return legend + (f" (all {', '.join(fixed)})" if fixed else ""), short
 
@@ -88,6 +88,21 @@ def _values(axis: str, values: list[str]) -> str:
     """`axis: a | b`, or `axis: n values` when the list would not fit a line."""
     listed = f"{axis}: " + " | ".join(dict.fromkeys(values))
     return listed if cell_len(listed) <= LEGEND_MAX else f"{axis}: {len(set(values))} values"
+
+
+def _two_lines(label: Cell) -> Cell:
+    """`a=1,b=2,c=3` (or a shortened `1, 2, 3`) broken after the comma that best halves it,
+    every `axis=value` (value) whole: the last resort before columns are left out for a long
+    multi-axis label."""
+    if not isinstance(label, str):
+        return label
+    sep = ", " if ", " in label else ","
+    parts = label.split(sep) if sep == ", " else _ASSIGN.split(label)
+    if len(parts) < 2:
+        return label
+    k = min(range(1, len(parts)), key=lambda k: max(len(sep.join(parts[:k])) + 1,
+                                                    len(sep.join(parts[k:]))))
+    return sep.join(parts[:k]) + ",\n" + sep.join(parts[k:])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,14 +132,19 @@ def _tightest(console: Console, texts: list[Text], natural: int) -> int:
     return tight
 
 
+def _span(t: Text) -> int:
+    """Width of a text's longest line (a split label has two)."""
+    return max(cell_len(line) for line in t.plain.split("\n"))
+
+
 def _widths(console: Console, col: Col) -> Widths:
     if col.width is not None:
         return Widths(col.width, col.width, col.width)
     header = Text(col.header)
-    full = max(cell_len(t.plain) for t in (header, *col.texts))
+    full = max(_span(t) for t in (header, *col.texts))
     if col.whole:
         return Widths(full, full, full)
-    one_line = max((cell_len(t.plain) for t in col.texts), default=0)
+    one_line = max((_span(t) for t in col.texts), default=0)
     return Widths(full, max(one_line, _tightest(console, [header], cell_len(header.plain))),
                   _tightest(console, [header, *col.texts], full))
 
@@ -165,19 +185,24 @@ def _overhead(n: int) -> int:
 
 def table(console: Console, title: str, cols: list[Col], *, caption: str = "",
           legend: str = "", row_styles: Optional[list[str]] = None,
-          width: Optional[int] = None) -> Table:
-    """A rich Table of `cols` laid out for `width` (default: the console's) columns."""
+          width: Optional[int] = None) -> Group:
+    """The title (and legend) lines, a rich Table of `cols` laid out for `width` (default:
+    the console's) columns, and the caption lines. Title and caption are lines of their own,
+    wrapped at the terminal's width rather than at a narrow table's."""
     width = width or console.width
     shown, widths = _layout(console, cols, width)
+    if len(shown) < len(cols):  # a long label crowds columns out: try it on two lines
+        split = [replace(c, cells=[_two_lines(x) for x in c.cells]) if c.whole and c.keep
+                 else c for c in cols]
+        shown2, widths2 = _layout(console, split, width)
+        if len(shown2) > len(shown):
+            cols, shown, widths = split, shown2, widths2
     left_out = [c.header for c in cols if c not in shown and not c.summary]
     notes = [caption] if caption else []
     notes += [c.summary for c in cols if c not in shown and c.summary]
     if left_out:
         notes.append(f"not shown at {width} columns: {', '.join(left_out)} (see --json)")
-    t = Table(title=Text("\n".join(x for x in (title, legend) if x)),
-              caption=Text("\n".join(notes)) if notes else None, box=box.SIMPLE_HEAD,
-              show_edge=False, pad_edge=False, padding=PADDING, title_justify="left",
-              caption_justify="left")
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=PADDING)
     for c, w in zip(shown, widths):
         t.add_column(Text(c.header), justify=c.justify, width=w, no_wrap=c.whole,  # type: ignore[arg-type]
                      overflow="fold")
@@ -185,7 +210,8 @@ def table(console: Console, title: str, cols: list[Col], *, caption: str = "",
     for i in range(n_rows):
         style = row_styles[i] if row_styles else ""
         t.add_row(*(_cell(c.cells[i]) for c in shown), style=style or None)
-    return t
+    head = Text("\n".join(x for x in (title, legend) if x), style="italic")
+    return Group(head, t, *([Text("\n".join(notes), style="dim")] if notes else []))
 
 
 def _cell(c: Cell) -> RenderableType:
