@@ -52,12 +52,12 @@ class Col:
 _ASSIGN = re.compile(r",(?=[A-Za-z_][\w.\-]*=)")  # a comma that starts the next `axis=value`
 
 
-def _assignments(label: str) -> Optional[list[tuple[str, str]]]:
-    """`a.b=x,c=y` -> [("a.b", "x"), ("c", "y")]; None for a label that is not of that form."""
-    parts = _ASSIGN.split(label)
-    if not all("=" in p for p in parts):
+def _assignments(label: str) -> Optional[tuple[list[str], list[str]]]:
+    """`a.b=x,c=y` -> (["a.b", "c"], ["x", "y"]); None for a label not of that form."""
+    parts = [p.split("=", 1) for p in _ASSIGN.split(label)]
+    if not all(len(p) == 2 for p in parts):
         return None
-    return [tuple(p.split("=", 1)) for p in parts]  # type: ignore[misc]
+    return [p[0] for p in parts], [p[1] for p in parts]
 
 
 def shorten(labels: list[str]) -> tuple[str, dict[str, str]]:
@@ -70,17 +70,17 @@ def shorten(labels: list[str]) -> tuple[str, dict[str, str]]:
     parsed = [_assignments(lab) for lab in labels]
     if len(labels) < 2 or any(p is None for p in parsed):
         return same
-    keys = [k for k, _ in parsed[0]]  # type: ignore[index]
-    if any([k for k, _ in p] != keys for p in parsed):  # type: ignore[union-attr]
+    keys = parsed[0][0]  # type: ignore[index]
+    if any(p[0] != keys for p in parsed if p):
         return same
-    varying = [i for i in range(len(keys)) if len({p[i][1] for p in parsed}) > 1]  # type: ignore[index]
-    fixed = [f"{keys[i]}={parsed[0][i][1]}" for i in range(len(keys)) if i not in varying]  # type: ignore[index]
-    short = {lab: ", ".join(p[i][1] for i in varying) for lab, p in zip(labels, parsed)}  # type: ignore[index]
+    values = [p[1] for p in parsed if p]  # one row of values per label
+    varying = [i for i in range(len(keys)) if len({row[i] for row in values}) > 1]
+    fixed = [f"{keys[i]}={values[0][i]}" for i in range(len(keys)) if i not in varying]
+    short = {lab: ", ".join(row[i] for i in varying) for lab, row in zip(labels, values)}
     if not varying or len(set(short.values())) < len(set(labels)):
         return same
     head = [f"variant = {', '.join(keys[i] for i in varying)}"] if len(varying) > 1 else []
-    legend = "\n".join(head + [_values(keys[i], [p[i][1] for p in parsed])  # type: ignore[index]
-                               for i in varying])
+    legend = "\n".join(head + [_values(keys[i], [row[i] for row in values]) for i in varying])
     return legend + (f" (all {', '.join(fixed)})" if fixed else ""), short
 
 
@@ -204,8 +204,8 @@ def table(console: Console, title: str, cols: list[Col], *, caption: str = "",
         notes.append(f"not shown at {width} columns: {', '.join(left_out)} (see --json)")
     t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=PADDING)
     for c, w in zip(shown, widths):
-        t.add_column(Text(c.header), justify=c.justify, width=w, no_wrap=c.whole,  # type: ignore[arg-type]
-                     overflow="fold")
+        t.add_column(Text(c.header), justify=c.justify,  # type: ignore[arg-type]
+                     width=w, no_wrap=c.whole, overflow="fold")
     n_rows = max((len(c.cells) for c in cols), default=0)
     for i in range(n_rows):
         style = row_styles[i] if row_styles else ""
