@@ -7,7 +7,7 @@ budget, with little padding on a reasoning-like length mix; the deal balances ra
 End to end (real processes of tests/_microbatch_script.py, the trainer's own `train_step` on one
 fixed rollout batch of a warmed tiny proxy): the update of one optimizer step with micro-batches
 equals the update without, for the token, sample and prompt aggregations, in one process (torch
-engine) and on 2 gloo ranks under ZeRO 0 and ZeRO 3, within 1e-5 relative (fp32). Adam's eps is
+engine) and on 2 gloo ranks under ZeRO 0, 2 and 3, within 1e-5 relative (fp32). Adam's eps is
 set to 1 there so the update is proportional to the gradient (see the script).
 """
 
@@ -88,7 +88,7 @@ def test_plan_covers_every_row_once_within_the_budget():
 
 def test_bucketing_keeps_padding_under_ten_percent_of_a_reasoning_mix():
     lengths = _reasoning_lengths(512, seed=2)
-    one = padding_share(lengths, plan_micro_batches(lengths, None))
+    one = padding_share(lengths, plan_micro_batches(lengths, None), contiguous=False)
     bucketed = padding_share(lengths, plan_micro_batches(lengths, 32768))
     assert one > 0.5  # one padded batch: most slots are padding
     assert bucketed < 0.10
@@ -159,7 +159,7 @@ def test_micro_batches_match_one_batch_in_one_process(single):
 
 @pytest.mark.slow
 @pytest.mark.deepspeed
-@pytest.mark.parametrize("stage", [0, 3])
+@pytest.mark.parametrize("stage", [0, 2, 3])
 def test_micro_batches_match_one_batch_on_two_zero_ranks(stage, single, cache, tmp_path_factory):
     pytest.importorskip("deepspeed")
     outs = _launch("deepspeed", stage, 2, cache, tmp_path_factory)

@@ -51,7 +51,9 @@ from trainer.model import (
     completion_logprobs,
     load_model,
     pack,
+    pack_right,
     pick_device,
+    right_padded_logprobs,
     shared_prefix_logprobs,
 )
 from trainer.offpolicy import MODES, Context
@@ -471,8 +473,11 @@ class _Run:
         tokens the loss counts), behaviour log-probs, prompt group and advantage of each row,
         and each token's weight in the loss (`weight_of`; None: all zero)."""
         G = self.c.rollout.generations_per_prompt
-        packed = pack([ro.prompts[r] for r in rows], [ro.tokens[r] for r in rows],
-                      self.tok.pad_token_id)
+        # Micro-batches: rows back to back, right-padded (their padding is what bucketing
+        # bounds); one batch: prompts left-padded, completions aligned (shared-prefix forward).
+        packer = pack if self.c.engine.micro_batch_tokens is None else pack_right
+        packed = packer([ro.prompts[r] for r in rows], [ro.tokens[r] for r in rows],
+                        self.tok.pad_token_id)
         T = packed["mask"].shape[1]
         mask = packed["mask"].clone()
         old = torch.zeros_like(mask)
@@ -488,8 +493,17 @@ class _Run:
 
     def forward(self, ro, b: LossBatch) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Log-probs and entropies of the completion tokens under the current weights, and
-        the number of token positions the forward processed (for the FLOPs count)."""
+        the number of token positions the forward processed (for the FLOPs count).
+
+        With micro-batches (engine.micro_batch_tokens) every row runs whole, back to back
+        (trainer.model.pack_right): the shared-prefix forward is replaced there, since
+        bucketing by length puts a prompt's samples in different micro-batches anyway."""
         c, G, rows = self.c, self.c.rollout.generations_per_prompt, b.rows
+        if "start" in b.packed:  # pack_right
+            logp, ent = right_padded_logprobs(self.body, self.head, b.packed, self.device,
+                                              c.precision.dtype, c.rollout.temperature,
+                                              with_entropy=True)
+            return logp, ent, int(b.packed["attention_mask"].sum())
         if c.model.gradient_checkpointing:  # recomputation and a grad-carrying KV cache clash
             logp, ent = completion_logprobs(self.body, self.head, b.packed, self.device,
                                             c.precision.dtype, c.rollout.temperature,

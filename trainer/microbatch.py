@@ -16,10 +16,13 @@ world size because the engines average gradients over ranks. Summed over micro-b
 this is exactly the one-big-batch loss, whatever the split: rows need not keep their prompt group
 together, and micro-batch boundaries may cut a group.
 
-Rows are length-bucketed (longest first, filled greedily), so rows of similar length share a
-micro-batch and padding stays small; prompt groups are dealt to ranks longest-first to the
-lightest rank so that ranks carry about equal tokens. Groups stay whole on a rank (exactness does
-not need it) so the shared-prefix forward still computes each prompt once per micro-batch.
+Rows are length-bucketed (longest first, filled greedily) and each micro-batch holds its rows
+back to back, right-padded (trainer.model.pack_right), so rows of similar length share a
+micro-batch and padding stays small; this replaces the shared-prefix forward (one prompt forward
+per group) where micro-batching is on, as bucketing scatters a group's samples anyway. Prompt
+groups are dealt to ranks longest-first to the lightest rank so that ranks carry about equal
+tokens; groups stay whole on a rank (exactness does not need it; without micro-batches the
+shared-prefix forward does).
 """
 
 from __future__ import annotations
@@ -72,11 +75,15 @@ def deal_groups(group_tokens: dict[int, int], world: int) -> list[list[int]]:
     return [sorted(gs) for gs in out]
 
 
-def padded_tokens(lengths: list[Lengths]) -> int:
-    """Token slots one padded micro-batch of these rows occupies: every row is left-padded to
-    the longest prompt and right-padded to the longest completion (trainer.model.pack)."""
+def padded_tokens(lengths: list[Lengths], contiguous: bool = True) -> int:
+    """Token slots one padded micro-batch of these rows occupies. Contiguous (micro-batches,
+    trainer.model.pack_right): every row right-padded to the longest row. Not (one batch,
+    trainer.model.pack): every prompt left-padded to the longest prompt and every completion
+    right-padded to the longest completion."""
     if not lengths:
         return 0
+    if contiguous:
+        return len(lengths) * max(p + max(c, 1) for p, c in lengths)
     return len(lengths) * (max(p for p, _ in lengths) + max(max(c, 1) for _, c in lengths))
 
 
@@ -103,9 +110,9 @@ def plan_micro_batches(lengths: list[Lengths], budget: Optional[int],
     return out
 
 
-def padding_share(lengths: list[Lengths], micro: list[list[int]]) -> float:
+def padding_share(lengths: list[Lengths], micro: list[list[int]], contiguous: bool = True) -> float:
     """Share of the padded token slots that hold padding, over all micro-batches."""
-    slots = sum(padded_tokens([lengths[i] for i in mb]) for mb in micro)
+    slots = sum(padded_tokens([lengths[i] for i in mb], contiguous) for mb in micro)
     real = sum(p + max(c, 1) for p, c in lengths)
     return 1.0 - real / slots if slots else 0.0
 

@@ -65,6 +65,44 @@ def pack(prompts: list[list[int]], completions: list[list[int]], pad: int) -> di
             "padded": bool((attn[:, :P] == 0).any())}
 
 
+def pack_right(prompts: list[list[int]], completions: list[list[int]], pad: int) -> dict:
+    """Each row's prompt and completion back to back from column 0, right-padded to the
+    longest row; `start` [B] is where each completion begins, `mask` [B, T] marks completion
+    tokens (as in `pack`).
+
+    Why: `pack` aligns completions at one column, so a row pays for the longest prompt AND the
+    longest completion of its batch; back to back, a row pays only for the longest row, which
+    length bucketing (trainer/microbatch.py) keeps close to its own. Padding only on the right
+    also needs no attention mask (causal attention never looks right) and no position shift."""
+    B = len(prompts)
+    L = max(len(p) + len(c) for p, c in zip(prompts, completions))
+    T = max(1, max(len(c) for c in completions))
+    ids = torch.full((B, L), pad, dtype=torch.long)
+    attn = torch.zeros((B, L), dtype=torch.long)
+    mask = torch.zeros((B, T), dtype=torch.float32)
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        ids[i, : len(p) + len(c)] = torch.tensor(list(p) + list(c), dtype=torch.long)
+        attn[i, : len(p) + len(c)] = 1
+        mask[i, : len(c)] = 1
+    return {"input_ids": ids, "attention_mask": attn, "mask": mask,
+            "start": torch.tensor([len(p) for p in prompts])}
+
+
+def right_padded_logprobs(body: nn.Module, head: LMHead, batch: dict, device: torch.device,
+                          dtype: str, temperature: float = 1.0, with_entropy: bool = False):
+    """`completion_logprobs` of a `pack_right` batch: log pi of each completion token [B, T]
+    (and entropy), read at each row's own offset. Positions past a row's end are clamped to
+    its last column: finite values the loss mask then drops."""
+    ids = batch["input_ids"].to(device)
+    L, T = ids.shape[1], batch["mask"].shape[1]
+    at = batch["start"].to(device)[:, None] + torch.arange(T, device=device)  # target columns
+    at = at.clamp(max=L - 1)
+    with autocast(device, dtype):
+        hidden = body(input_ids=ids, use_cache=False).last_hidden_state
+        h = hidden.gather(1, (at - 1).clamp(min=0)[..., None].expand(-1, -1, hidden.shape[-1]))
+        return head_logprobs(head, h, ids.gather(1, at), temperature, with_entropy)
+
+
 def completion_logprobs(body: nn.Module, head: LMHead, batch: dict, device: torch.device,
                         dtype: str, temperature: float = 1.0, with_entropy: bool = False):
     """log pi(token) of each completion token [B, T] (and entropy [B, T] if asked)."""
