@@ -15,6 +15,7 @@ Nothing here imports ablate or submitit: the trainer only sets and reads flags.
 from __future__ import annotations
 
 import signal
+import threading
 from typing import Callable
 
 _requested = False  # a stop signal arrived (this process)
@@ -33,7 +34,10 @@ def request(signum: int | None = None, frame=None) -> None:
 
 
 def install(signum: int = signal.SIGUSR2) -> Callable | int | None:
-    """Make `signum` set the flag; returns the handler it replaces (to hand over to later)."""
+    """Make `signum` set the flag; returns the handler it replaces (to hand over to later).
+    Only the main thread may set handlers: elsewhere nothing changes and None is returned."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
     return signal.signal(signum, request)
 
 

@@ -75,32 +75,44 @@ class RunJob(submitit.helpers.Checkpointable):
         # A multi-task job's ranks find each other in the trainer (`trainer.distributed.read_env`
         # reads Slurm's variables), the one place that decides rank, world and master address.
         env = submitit.JobEnvironment()
-        from trainer.config import TrainConfig
-
         fn = load_entry(self.entry)
-        requeue = preempt.install(signal.SIGUSR2)  # submitit's handler, called after the save
-        failed: list[str] = []
         # Decided once, up front, so every rank of a multi-task job runs the same runs even
         # after rank 0 marks one done.
         todo = [d for d in map(Path, self.run_dirs) if read_status(d).get("state") not in FINAL_STATES]
+        requeue = preempt.install(signal.SIGUSR2)  # submitit's handler, called after the save
+        try:
+            failed = self.train_all(todo, fn, env.global_rank)
+        finally:
+            if requeue is not None:
+                signal.signal(signal.SIGUSR2, requeue)
+        if preempt.stopped_at() is not None:
+            hand_over(requeue)  # rank 0: requeue and exit; other ranks return
+        elif failed:
+            raise RuntimeError("run(s) failed: " + "; ".join(failed))
+        return self.run_dirs
+
+    @staticmethod
+    def train_all(todo: list[Path], fn: Callable, global_rank: int) -> list[str]:
+        """Train each run in turn; returns the failures. Stops early when the trainer stopped
+        a run for a preemption signal (checkpointed: the requeued job resumes it)."""
+        from trainer.config import TrainConfig
+
+        failed: list[str] = []
         for d in todo:
             config = TrainConfig.model_validate(yaml.safe_load((d / "config.yaml").read_text()))
             try:
                 fn(config, d)
                 if preempt.stopped_at() is not None:
-                    hand_over(requeue)  # rank 0: requeue and exit; others return
-                    return self.run_dirs
-                if env.global_rank == 0 and read_status(d).get("state") not in FINAL_STATES:
+                    break
+                if global_rank == 0 and read_status(d).get("state") not in FINAL_STATES:
                     # Returned normally = finished, whatever the entry point wrote (or not).
                     set_state(d, "done")
-            except Exception as e:  # noqa: BLE001 - recorded in the run dir, then re-raised below
-                if env.global_rank == 0:
+            except Exception as e:  # noqa: BLE001 - recorded in the run dir, then re-raised
+                if global_rank == 0:
                     set_state(d, "failed", error=f"{type(e).__name__}: {e}",
                               traceback=traceback.format_exc()[-4000:])
                 failed.append(f"{d.name}: {type(e).__name__}: {e}")
-        if failed:
-            raise RuntimeError("run(s) failed: " + "; ".join(failed))
-        return self.run_dirs
+        return failed
 
 
 def hand_over(handler) -> None:
