@@ -1,8 +1,12 @@
 """Slurm executor: job arrays through submitit, split to fit the cluster's MaxArraySize.
 
 One array task per run, so a failing or preempted run touches nothing else. submitit writes
-the sbatch script (profile values pass through as its parameters) and, because jobs are
-`Checkpointable`, answers a timeout/preemption signal by `scontrol requeue`.
+the sbatch script (profile values pass through as its parameters, `--signal=USR2@signal_delay_s`
+among them) and, because jobs are `Checkpointable`, answers a timeout/preemption signal by
+`scontrol requeue` — after the trainer has checkpointed at its next step boundary
+(ablate/studies/launch/job.py), so `signal_delay_s` must cover one step plus a checkpoint.
+Preemption by a higher-priority job sends the same signal only with the cluster's
+`SlurmctldParameters=preempt_send_user_signal` (and a GraceTime that covers the same).
 """
 
 from __future__ import annotations
