@@ -63,12 +63,13 @@ def interval_caption(groups: list[GroupFit]) -> str:
                                       for k in kinds)) if kinds else ""
 
 
-def _window_cols(groups: list[GroupFit], wide: bool) -> tuple[str, list[Col]]:
-    """The fit window said once (caption) when every variant shares it, else a column."""
+def _window_cols(groups: list[GroupFit], x: str, wide: bool) -> tuple[str, list[Col]]:
+    """The fit window (in x) said once, in the caption, when every variant shares it, else a
+    column."""
     spans = [window(g) for g in groups]
     fitted = {w for g, w in zip(groups, spans) if g.fit is not None}
     if len(fitted) == 1 and not wide:
-        return f"window: {fitted.pop()}", []
+        return f"window: {x} {fitted.pop()}", []
     return "", [Col("window", spans, drop=WIDE if wide and len(fitted) <= 1 else 6)]
 
 
@@ -138,7 +139,7 @@ def _variant_col(labels: list[str]) -> Col:
 def print_fit(console: Console, groups: list[GroupFit], x: str, y: str, wide: bool) -> None:
     legend, labels, short = _labels([g.variant for g in groups])
     ab, more = _fit_cols(groups, wide)
-    win_caption, win = _window_cols(groups, wide)
+    win_caption, win = _window_cols(groups, x, wide)
     notes = Notes(wide, short)
     cells = [notes.cell(g.variant, note(g)) for g in groups]
     cols = [_variant_col(labels), *ab, verdict_col([g.verdict()[0] for g in groups], 2),
@@ -162,7 +163,7 @@ def print_compare(console: Console, rows: list[Ranked], groups: list[GroupFit], 
     legend, labels, short = _labels([g.variant for g in ranked])
     short_base = short.get(base or "", base)
     ab, more = _fit_cols(ranked, wide)
-    win_caption, win = _window_cols(ranked, wide)
+    win_caption, win = _window_cols(ranked, x, wide)
     at_max = next((r.at_max for r in rows if r.at_max), None)
     max_head = f"predicted at {at_max['compute']:.3g} (max) [95%]" if at_max else "predicted at max"
     preds = [Col(max_head, [_pred(r.at_max) for r in rows], drop=4 if budget is None else WIDE)]
