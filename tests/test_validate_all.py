@@ -5,6 +5,7 @@ with one line naming the keys and a valid alternative (through the real `ablate`
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -80,6 +81,15 @@ REFUSED = [
     ({"off_policy": {"mode": "pipeline"}, "rollout": {"backend": "vllm",
                                                        "vllm": {"generation_gpus": 8}}},
      JobShape(gpus_per_node=8), ["rollout.vllm.generation_gpus=8", "8-GPU node"], "1..7"),
+    ({"off_policy": {"mode": "pipeline"}, "rollout": {"backend": "vllm"}},
+     JobShape(nodes=2, ranks_per_node=8, gpus_per_node=8),
+     ["8 ranks per node", "4 training GPUs", "off_policy.mode=pipeline"], "tasks_per_node: 4"),
+    ({"off_policy": {"mode": "ppo_off_policy"}, "rollout": {"backend": "vllm"}},
+     JobShape(ranks_per_node=4, gpus_per_node=2), ["4 ranks per node", "2 training GPUs"],
+     "tasks_per_node: 2"),
+    ({"rollout": {"backend": "vllm", "vllm": {"generation_gpus": 3, "tensor_parallel_size": 2}}},
+     JobShape(ranks_per_node=5, gpus_per_node=8),
+     ["rollout.vllm.tensor_parallel_size=2", "3 generation GPUs"], "valid: 1, 3"),
 ]
 
 
@@ -90,7 +100,7 @@ def test_each_refused_combination_is_one_line_with_keys_and_a_fix(tree, shape, k
     assert len(found) == 1, found
     line = found[0]
     assert "\n" not in line and all(k in line for k in keys) and fix in line, line
-    with pytest.raises(ConfigConflict, match="^" + line[:30]):
+    with pytest.raises(ConfigConflict, match="^" + re.escape(line)):
         validate(cfg, shape)
 
 
@@ -102,9 +112,14 @@ def test_neighbours_of_each_refused_combination_pass():
         {"engine": {"type": "deepspeed", "zero_stage": 3}, "rollout": {"backend": "vllm"}},
         {"model": {"chat_template": True, "name_or_path": "/models/some-instruct"}},
         {"rollout": {"backend": "vllm", "vllm": {"generation_gpus": 7}}},
+        {"rollout": {"backend": "vllm", "vllm": {"generation_gpus": 4, "tensor_parallel_size": 2}}},
     ]
     for tree in ok:
         assert problems(TrainConfig.model_validate(tree), JobShape(gpus_per_node=8)) == [], tree
+    pipeline = TrainConfig.model_validate({"rollout": {"backend": "vllm"}})
+    assert problems(pipeline, JobShape(ranks_per_node=4, gpus_per_node=8)) == []
+    assert problems(pipeline.model_copy(update={"rollout": pipeline.rollout.model_copy(
+        update={"backend": "hf"})}), JobShape(ranks_per_node=8, gpus_per_node=8)) == []
     # Unknown GPU count (local executor): the GPU checks wait for the trainer's own start.
     assert problems(TrainConfig.model_validate({"engine": {"device": "cuda"}}), JobShape()) == []
 

@@ -268,7 +268,9 @@ def vllm_terms(c: TrainConfig, m: ModelShape, shape: JobShape, gpu_gib: Optional
     it is sent and vLLM's max_num_seqs. Returns (terms in bytes, what the KV cache holds)."""
     b = 2 if c.precision.dtype == "bf16" else 4
     gpus = shape.gpus_per_node or 1
-    gen = generation_gpus_per_node(c, gpus) if gpus >= 2 and separate_generation(c) else 1
+    # trainer/rollout_vllm.py generation_placement: on a multi-GPU node vLLM spans the split's
+    # generation GPUs in every off-policy mode (outside pipeline mode they also train).
+    gen = generation_gpus_per_node(c, gpus) if gpus >= 2 else 1
     # rollout.vllm.tensor_parallel_size where set; otherwise today's placement: one engine
     # per node, tensor-parallel over the node's generation GPUs.
     tp = getattr(c.rollout.vllm, "tensor_parallel_size", None) or gen
@@ -319,9 +321,12 @@ def plan(c: TrainConfig, shape: JobShape) -> Plan:
     gpu, gen, fits_gen = shape.gpu_memory_gib, {}, True
     budget = gpu
     if c.rollout.backend == "vllm":
-        own = separate_generation(c) and (shape.gpus_per_node or 0) >= 2
+        gpus = shape.gpus_per_node or 0
+        own = separate_generation(c) and gpus >= 2
+        # trainer/rollout_vllm.py: 0.3 only on a one-GPU node; on a multi-GPU node vLLM takes
+        # 0.9 of its replica's GPUs, which outside pipeline mode are training GPUs too.
         util = c.rollout.vllm.gpu_memory_utilization or (
-            VLLM_UTILIZATION if own else VLLM_SHARED_UTILIZATION)
+            VLLM_UTILIZATION if gpus >= 2 else VLLM_SHARED_UTILIZATION)
         gen, p.kv_sequences = vllm_terms(c, m, shape, gpu, util)
         p.generation_where = "own GPUs" if own else "training GPUs (shared)"
         if not own and gpu is not None:
@@ -369,6 +374,11 @@ def advice(c: TrainConfig, p: Plan) -> str:
             and p.train_gib_per_gpu <= p.train_budget_gib:
         return ("the KV cache of one full-length sequence does not fit the generation GPU: "
                 "lower rollout.max_new_tokens or raise rollout.vllm.gpu_memory_utilization")
+    if p.generation_where.startswith("training GPUs (shared)") and p.gpu_gib is not None \
+            and p.train_gib_per_gpu is not None and p.train_gib_per_gpu <= p.gpu_gib:
+        return ("vLLM takes rollout.vllm.gpu_memory_utilization of GPUs the trainer also uses "
+                "(off_policy.mode is not pipeline): lower it (e.g. 0.3), or use off_policy.mode: "
+                "pipeline")
     if term in ("weights", "gradients", "optimizer states"):
         if c.engine.type != "deepspeed":
             return "use engine.type: deepspeed with engine.zero_stage: 3, or more GPUs"

@@ -87,9 +87,48 @@ def _generation_split(c: TrainConfig, shape: JobShape) -> Optional[str]:
             f"in 1..{n - 1}, or null (half: {max(1, n // 2)})")
 
 
+def training_gpus_per_node(c: TrainConfig, gpus: int) -> int:
+    """trainer/distributed.py resolve_device: pipeline + vLLM keeps split_gpus' generation
+    GPUs (rollout.vllm.generation_gpus, default half) out of the training ranks' choice."""
+    if separate_generation(c) and gpus >= 2:
+        return gpus - (c.rollout.vllm.generation_gpus or max(1, gpus // 2))
+    return gpus
+
+
+def _ranks_per_gpu(c: TrainConfig, shape: JobShape) -> Optional[str]:
+    # trainer/distributed.py resolve_device: a local rank beyond the node's training GPUs has
+    # no GPU of its own and stops at start (one rank per GPU, never two).
+    n = shape.gpus_per_node
+    if not n or c.engine.device == "cpu" or _generation_split(c, shape):
+        return None
+    train = training_gpus_per_node(c, n)
+    if shape.ranks_per_node <= train:
+        return None
+    why = (f" (off_policy.mode=pipeline, rollout.backend=vllm: {n - train} of the {n} GPUs "
+           "generate)" if train < n else "")
+    return (f"{shape.ranks_per_node} ranks per node (tasks_per_node) on {train} training GPUs "
+            f"per node{why}: one rank per GPU needs slurm.tasks_per_node: {train}, or set "
+            f"rollout.vllm.generation_gpus")
+
+
+def _tensor_parallel(c: TrainConfig, shape: JobShape) -> Optional[str]:
+    # trainer/rollout_vllm.py generation_placement -> distributed.plan_topology: a replica's
+    # tensor-parallel group must divide the node's generation GPUs.
+    tp, n = c.rollout.vllm.tensor_parallel_size, shape.gpus_per_node
+    if c.rollout.backend != "vllm" or not n or n < 2 or tp is None or _generation_split(c, shape):
+        return None
+    gen = c.rollout.vllm.generation_gpus or max(1, n // 2)
+    if gen % tp == 0:
+        return None
+    divisors = [d for d in range(1, gen + 1) if gen % d == 0]
+    return (f"rollout.vllm.tensor_parallel_size={tp} does not divide the {gen} generation GPUs "
+            f"per node ({n}-GPU nodes); valid: {', '.join(map(str, divisors))}")
+
+
 # Each returns the one-line problem, or None. Order: the most fundamental first.
 CHECKS: tuple[Callable[[TrainConfig, JobShape], Optional[str]], ...] = (
     _zero3_pipeline_hf, _chat_template_proxy, _cuda_without_gpus, _generation_split,
+    _ranks_per_gpu, _tensor_parallel,
 )
 
 

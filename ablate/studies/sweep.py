@@ -90,6 +90,8 @@ def check_fit(study_path: Path | str, variants: list[Variant], shape: JobShape) 
                     f"{p.train_budget_gib:g}), largest term {p.largest} {p.train[p.largest]:g} GiB"
                     if p.train_gib_per_gpu > p.train_budget_gib
                     else f"generation GPU: {p.kv_sequences}")
+            if p.generation_where.startswith("training GPUs (shared)"):
+                what += f" (vLLM reserves {p.gpu_gib - p.train_budget_gib:g} GiB of each)"
             raise InputError(
                 f"{study_path}: variant {v.name} does not fit {p.gpu_gib:g} GiB GPUs: {what}; "
                 f"{advice(v.config, p)} (`ablate sweep --dry-run` shows the plan; --force "
