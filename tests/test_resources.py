@@ -141,3 +141,21 @@ def test_dry_run_text_names_terms_and_verdict():
     for term in ("weights", "gradients", "optimizer states", "activation checkpoints",
                  "LM head logits chunk", "KV cache", "largest:", "-> fits"):
         assert term in out, term
+
+
+def test_eval_kv_cache_is_planned_and_bounded_by_eval_batch_size():
+    from trainer.resources import eval_kv_bytes, kv_bytes_per_token, sequence_tokens
+
+    tree = {"model": {"name_or_path": "Qwen/Qwen3-8B", "gradient_checkpointing": True},
+            "rollout": {"backend": "vllm", "max_new_tokens": 14336},
+            "engine": {"type": "deepspeed", "zero_stage": 3, "micro_batch_tokens": 32768},
+            "eval": {"batch_size": 16, "samples_per_prompt": 16}}
+    c = TrainConfig.model_validate(tree)
+    # 2 (K, V) x 36 layers x 8 kv heads x 128 x 2 bytes = 147,456 bytes per token
+    assert kv_bytes_per_token(c, QWEN3_8B) == 147456
+    assert eval_kv_bytes(c, QWEN3_8B) == 16 * sequence_tokens(c) * 147456
+    shape = JobShape(nodes=2, ranks_per_node=4, gpus_per_node=8, gpu_memory_gib=80)
+    ok = plan(c, shape)
+    assert ok.fits and ok.train["eval: KV cache (beyond the training step)"] > 0
+    unbounded = plan(TrainConfig.model_validate({**tree, "eval": {"samples_per_prompt": 16}}), shape)
+    assert unbounded.fits is False and unbounded.largest.startswith("eval")  # 64 prompts x 16

@@ -300,6 +300,30 @@ def hf_generation_terms(c: TrainConfig, m: ModelShape, dp: int) -> dict[str, flo
     return terms
 
 
+STATE_TERMS = ("weights", "gradients", "optimizer states", "ZeRO-3 gathered layers + head",
+               "bf16 weight copies (autocast)", "CUDA context")
+
+
+def _add_phase(train: dict[str, float], label: str, need: float) -> None:
+    """A phase that runs between training steps (generation, eval) on the training GPU holds
+    the model states plus `need`; where that exceeds the step's total, the excess is a term."""
+    resident = sum(v for k, v in train.items() if k in STATE_TERMS)
+    extra = resident + need - sum(train.values())
+    if extra > 0:
+        train[label] = extra
+
+
+def eval_kv_bytes(c: TrainConfig, m: ModelShape) -> float:
+    """KV cache of one eval generate call: trainer/evaluate.py prompts_per_call (eval.batch_size
+    rows in whole prompts, at least one; unset: 64 prompts) x samples_per_prompt rows, each at
+    full length."""
+    k = c.eval.samples_per_prompt
+    batch = getattr(c.eval, "batch_size", None)
+    prompts = 64 if batch is None else max(1, batch // k)
+    n_eval = c.eval.num_prompts or c.task.num_eval_prompts
+    return min(prompts, n_eval) * k * sequence_tokens(c) * kv_bytes_per_token(c, m)
+
+
 def _gib(terms: dict[str, float]) -> dict[str, float]:
     return {k: round(v / GIB, 2) for k, v in terms.items()}
 
@@ -339,10 +363,10 @@ def plan(c: TrainConfig, shape: JobShape) -> Plan:
         if c.off_policy.mode == "pipeline":
             train.update({f"generation: {k}": v for k, v in gen.items()})
         else:  # generation and the training step take turns: the larger of the two counts
-            states = sum(v for k, v in train.items() if k in ("weights", "CUDA context"))
-            extra = sum(gen.values()) + states - sum(train.values())
-            if extra > 0:
-                train["generation: KV cache (beyond the training step)"] = extra
+            _add_phase(train, "generation: KV cache (beyond the training step)", sum(gen.values()))
+    # Eval (trainer/loop.py evaluate): the hf sampler on the trainer's own weights, on every
+    # ZeRO-3 rank, between steps: model states stay, the step's activations are gone.
+    _add_phase(train, "eval: KV cache (beyond the training step)", eval_kv_bytes(c, m))
     p.train, p.generation = _gib(train), _gib(gen)
     p.train_gib_per_gpu = round(sum(train.values()) / GIB, 2)
     p.generation_gib_per_gpu = round(sum(gen.values()) / GIB, 2)
@@ -388,6 +412,9 @@ def advice(c: TrainConfig, p: Plan) -> str:
     if "activation" in term or term == "recomputed layer":
         fix = "set model.gradient_checkpointing: true and " if not c.model.gradient_checkpointing else ""
         return f"{fix}lower engine.micro_batch_tokens (now {getattr(c.engine, 'micro_batch_tokens', None)})"
+    if term.startswith("eval"):
+        return (f"lower eval.batch_size (now {getattr(c.eval, 'batch_size', None)}; one prompt's "
+                f"{c.eval.samples_per_prompt} samples at least) or rollout.max_new_tokens")
     if term.startswith("generation"):
         return "use rollout.backend: vllm, or lower rollout.prompts_per_step / max_new_tokens"
     return "lower engine.micro_batch_tokens or use more GPUs"
