@@ -72,6 +72,8 @@ def summary(rows: list[dict]) -> dict:
         return {"curves": len(rows), "fits": 0}
     out = {"curves": len(rows), "fits": len(ok),
            "mean_abs_err": float(np.mean([abs(r["pred"] - r["target"]) for r in ok])),
+           # the narrowest interval centred on the prediction that covers 95% of the targets
+           "needed_width": 2 * float(np.quantile([abs(r["pred"] - r["target"]) for r in ok], 0.95)),
            "share_inflated": float(np.mean([r["inflation"] > 1 for r in ok]))}
     for k in ("old", "drift_only", "new"):
         out[f"{k}_coverage"] = float(np.mean([r[f"{k}_covers"] for r in ok]))
