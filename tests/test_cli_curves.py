@@ -31,8 +31,8 @@ def test_fit_json_matches_contract(table, capsys):
     for r in rows:
         assert KEYS <= set(r)
         assert r["A_ci"][0] <= r["A"] <= r["A_ci"][1]
-        # on the sigmoid from compute 0: the shape-based window keeps every point (2 seeds)
-        assert r["n_points"] == 2 * 50 and r["skipped"] == 0 and r["window_rule"] == "auto"
+        # on the sigmoid from compute 0: the shared shape-based window keeps every point
+        assert r["n_points"] == 2 * 50 and r["skipped"] == 0 and r["window_rule"] == "shared"
         assert r["window"][0] > 0 and r["window"][1] == pytest.approx(0.05)
         assert r["method"] == "default" and r["warnings"] == []
     assert abs(rows[0]["A"] - 0.66) < 0.03 and abs(rows[1]["A"] - 0.55) < 0.03

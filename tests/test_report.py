@@ -4,6 +4,7 @@ console shows no error."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -83,8 +84,30 @@ def test_report_page_content(tmp_path):
     assert "CUDA out of memory &lt;b&gt;not html&lt;/b&gt;" in page  # escaped
     assert str(d / "f00000000000" / "status.json") in page  # where to look
     assert "non-finite loss or grad" in page  # why the diverged run stopped
-    assert f"ablate compare {d} --margin 0.02" in page and "ablate sweep" in page
     assert "name: loss_agg" in page  # the study as submitted
+    # the answer on top, naming the baseline and the window the table was fitted on
+    assert page.index('class="answer"') < page.index("<h2>Question</h2>")
+    assert data.answer.startswith("loss.aggregation=prompt has the higher ceiling: A 0.6")
+    assert "(baseline loss.aggregation=prompt; window 0-1 gpu_hours)" in data.answer
+    assert html.escape(data.answer) in page and "<b>Fit window</b>" in page
+    # one colour per variant, the same in the table and in every figure
+    assert len(set(data.colors.values())) == 2 + 1
+    assert page.count(f"background: {data.colors['loss.aggregation=token']}") == 2
+
+
+def test_report_reproduce_block_pastes(tmp_path):
+    """Each command of the reproduce block runs as pasted (absolute paths, real options)."""
+    from ablate.analysis.report import write_report
+
+    d = make_study(tmp_path)
+    _, data = write_report(d, n_boot=200, baseline="loss.aggregation=token", margin=0.03)
+    compare = next(c for c in data.commands if c.startswith("ablate compare"))
+    assert compare.startswith(f"ablate compare {d.resolve()} --baseline "
+                              "loss.aggregation=token --margin 0.03")
+    r = subprocess.run(compare.split("#")[0] + " --json", shell=True, capture_output=True, text=True,
+                       cwd=tmp_path, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert r.returncode == 0, r.stderr
+    assert [x["A"] for x in json.loads(r.stdout)] == [x["A"] for x in data.ranking]
 
 
 def _chromium() -> str:

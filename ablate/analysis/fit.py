@@ -49,7 +49,10 @@ class Fit:
     min_compute: float | None = None
     max_compute: float | None = None
     skipped: int = 0  # points below the window's minimum (early phase) left out of the fit
-    window_rule: str = "given"  # "auto" (ablate.analysis.window chose the start) | "given"
+    # "auto" (the curve's shape chose the start) | "given" (--min-compute) | "study" (study.yaml
+    # fit.min_compute) | "shared" (compared variants: the latest of their shape-chosen starts,
+    # ablate.analysis.pipeline)
+    window_rule: str = "given"
     warnings: list[str] = field(default_factory=list)  # bounds / identifiability, in words
     grid: dict | None = None  # paper method: the (possibly extended) grid that was searched
     binned_from: int | None = None  # points in the window before `bins` averaged them

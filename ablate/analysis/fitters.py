@@ -76,12 +76,7 @@ def fit_sigmoid(
         raise InputError(f"seeds has {sid.size} labels for {c.size} points")
     rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
 
-    # R0: each seed's score at its smallest compute (compute 0 included), averaged over seeds.
-    starts = []
-    for s in np.unique(sid):
-        ix = np.flatnonzero(sid == s)
-        starts.append(float(np.mean(y[ix][c[ix] == c[ix].min()])))
-    r0 = float(np.mean(starts))
+    r0, n_seeds = _measured_r0(c, y, sid)
 
     hi = np.inf if max_compute is None else float(max_compute)
     positive = (c > 0) & (c <= hi)
@@ -134,7 +129,7 @@ def fit_sigmoid(
     r2 = 1.0 - sse / ss_tot if ss_tot > 0 else float("nan")
 
     fit = Fit(A=A, B=B, C_mid=cm, R0=r0, ci={}, r2=r2, n_points=n, sse=sse, method=method,
-              n_seeds=len(starts), min_compute=lo, max_compute=None if max_compute is None else hi,
+              n_seeds=n_seeds, min_compute=lo, max_compute=None if max_compute is None else hi,
               skipped=skipped, window_rule=rule, grid=grid, data=(c, y, sid),
               warnings=_bound_warnings(A, B, cm, x, r2, grid) + notes, binned_from=binned_from,
               fit_points=(x, yw, sw))
@@ -234,6 +229,31 @@ def _duplicate_warning(c: np.ndarray, sid: np.ndarray) -> list[str]:
     return [f"{n_dup} point(s) repeat a compute value already seen in the same seed (a resumed "
             "run re-logging steps, or several runs without a seed column); they are fit as "
             "separate evaluations"]
+
+
+def _measured_r0(c: np.ndarray, y: np.ndarray, sid: np.ndarray) -> tuple[float, int]:
+    """(R0, seeds): each seed's score at its smallest compute (compute 0 included), averaged."""
+    starts = []
+    for s in np.unique(sid):
+        ix = np.flatnonzero(sid == s)
+        starts.append(float(np.mean(y[ix][c[ix] == c[ix].min()])))
+    return float(np.mean(starts)), len(starts)
+
+
+def shape_start(compute, score, seeds=None, max_compute: float | None = None) -> float | None:
+    """The start the curve's own shape asks for (what `fit_sigmoid(min_compute=None)` would
+    use), or None when it keeps every positive point: no early phase to skip. Used by the
+    analysis pipeline to give compared variants one window (ablate.analysis.pipeline)."""
+    c, y = _validate(compute, score)
+    sid = np.zeros(c.size, int) if seeds is None else \
+        np.unique(np.asarray(seeds), return_inverse=True)[1].ravel()
+    r0, _ = _measured_r0(c, y, sid)
+    hi = np.inf if max_compute is None else float(max_compute)
+    positive = (c > 0) & (c <= hi)
+    if not positive.any():
+        return None
+    lo = _auto_start(c[positive], y[positive], r0)
+    return lo if lo > c[positive].min() else None
 
 
 def _auto_start(c: np.ndarray, y: np.ndarray, r0: float) -> float:

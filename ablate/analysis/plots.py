@@ -10,10 +10,26 @@ from ablate.analysis.fitgroups import GroupFit
 from ablate.analysis.sources import Curves
 
 
+def palette(variants: list[str]) -> dict[str, str]:
+    """One colour per variant, in data order: the same variant has the same colour in every
+    figure (the overview and each variant's own), so figures can be read side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    if len(variants) > len(cycle):
+        cmap = plt.get_cmap("tab20")
+        cycle = [matplotlib.colors.to_hex(cmap(i % 20)) for i in range(len(variants))]
+    return {v: cycle[i % len(cycle)] for i, v in enumerate(variants)}
+
+
 def plot_fits(curves: Curves, groups: list[GroupFit], path: str | Path, *,
-              extend_to: float | None = None) -> Path:
+              extend_to: float | None = None, colors: dict[str, str] | None = None) -> Path:
     """Write a PNG: per variant its points (hollow outside the fit window), the fitted curve
-    over the data, the dashed extrapolation with its 95% band, and A as a dotted line."""
+    over the data, the dashed extrapolation with its 95% band, and A as a dotted line.
+    `colors`: variant -> colour (default: `palette` of `groups`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -21,10 +37,10 @@ def plot_fits(curves: Curves, groups: list[GroupFit], path: str | Path, *,
 
     path = Path(path)
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = colors or palette([g.variant for g in groups])
     df = curves.frame
-    for i, g in enumerate(groups):
-        col = colors[i % len(colors)]
+    for g in groups:
+        col = colors[g.variant]
         d = df[(df["variant"] == g.variant) & (df["compute"] > 0)]
         c, y = d["compute"].to_numpy(), d["score"].to_numpy()
         f = g.fit

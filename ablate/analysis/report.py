@@ -23,7 +23,6 @@ from typing import Any, Optional
 import yaml
 
 from ablate.errors import InputError
-from ablate.analysis import A_MARGIN
 from ablate.analysis.gather import is_study_dir
 from trainer.rundir import read_status
 
@@ -44,16 +43,20 @@ class ReportData:
     commands: list[str]
     notes: list[str] = field(default_factory=list)
     figures: dict[str, str] = field(default_factory=dict)  # title -> base64 PNG
+    answer: str = ""  # ablate.analysis.answer.answer_sentence: what `compare` prints on top
+    baseline: Optional[str] = None
+    window: dict[str, Any] = field(default_factory=dict)  # pipeline.Window.to_json() + "text"
+    colors: dict[str, str] = field(default_factory=dict)  # variant -> its colour in every plot
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in ("figures", "study_yaml")}
 
 
-def _png_b64(curves, groups, extend_to: Optional[float] = None) -> str:
+def _png_b64(curves, groups, colors: dict[str, str], extend_to: Optional[float] = None) -> str:
     from ablate.analysis.plots import plot_fits
 
     with tempfile.TemporaryDirectory() as d:
-        p = plot_fits(curves, groups, Path(d) / "fig.png", extend_to=extend_to)
+        p = plot_fits(curves, groups, Path(d) / "fig.png", extend_to=extend_to, colors=colors)
         return base64.b64encode(p.read_bytes()).decode("ascii")
 
 
@@ -62,79 +65,127 @@ def _finite(v: Any) -> Any:
         return None
     if isinstance(v, (list, tuple)):
         return [_finite(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
     return v
 
 
-def collect(study_dir: Path, *, baseline: Optional[str] = None, margin: float = A_MARGIN,
-            method: str = "default", n_boot: Optional[int] = None) -> ReportData:
-    """Load, fit, rank and gather the run states of a study results dir."""
-    from ablate.analysis.compare import compare
-    from ablate.analysis.fit import N_BOOT
-    from ablate.analysis.fitgroups import fit_groups
+def _read_study_yaml(study_dir: Path) -> tuple[str, dict[str, Any]]:
+    f = study_dir / "study.yaml"
+    text = f.read_text() if f.is_file() else ""
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise InputError(f"{f}: not valid YAML ({str(e).splitlines()[0]})") from None
+    return text, doc if isinstance(doc, dict) else {}
+
+
+def _problems(study_dir: Path, states) -> list[dict[str, Any]]:
     from ablate.studies.progress import where_to_look
-    from ablate.analysis.sources import Curves, load
+
+    out = []
+    for s in states:
+        if s.state in ("failed", "diverged", "interrupted", "cancelled"):
+            out.append({"run_id": s.run_id, "name": s.name, "seed": s.seed, "state": s.state,
+                        "step": s.step, "error": s.error or read_status(study_dir / s.run_id).get("reason"),
+                        "look_at": where_to_look(study_dir, s)})
+    return out
+
+
+def option_flags(options) -> str:
+    """The CLI flags that reproduce `options` (only those that differ from the defaults)."""
+    from ablate.analysis.pipeline import Options
+
+    q, dflt, flags = shlex.quote, Options(), []
+    for name, flag in (("x", "--x"), ("y", "--y"), ("by", "--by"), ("step_cost", "--step-cost"),
+                       ("min_compute", "--min-compute"), ("max_compute", "--max-compute"),
+                       ("bins", "--bin"), ("method", "--method"), ("paper_grid", "--paper-grid"),
+                       ("baseline", "--baseline"), ("margin", "--margin"),
+                       ("budget", "--budget")):
+        v = getattr(options, name)
+        if v is not None and v != getattr(dflt, name):
+            flags.append(f"{flag} {q(format(v, 'g') if isinstance(v, float) else str(v))}")
+    return " ".join(flags)
+
+
+def _study_file(study_dir: Path, text: str, name: str) -> Optional[Path]:
+    """The study file the results came from, when it can be found (same text): the results dir
+    keeps only a copy, whose `base:` is relative to the original's folder."""
+    roots = [Path.cwd(), Path(__file__).resolve().parents[2]]
+    for root in roots:
+        for cand in (root / "recipes" / f"{name}.yaml", root / f"{name}.yaml"):
+            if text and cand.is_file() and cand.read_text() == text:
+                return cand.resolve()
+    return None
+
+
+def _commands(study_dir: Path, text: str, name: str, options, runs) -> list[str]:
+    """Commands that paste: absolute paths, the same analysis options as this page."""
+    q = shlex.quote
+    d = q(str(study_dir.resolve()))
+    flags = option_flags(options)
+    flags = f" {flags}" if flags else ""
+    cmds = [f"ablate compare {d}{flags}   # the ranking and answer on this page",
+            f"ablate report {d}{flags}"]
+    src = _study_file(study_dir, text, name)
+    if src is not None:
+        cmds.append(f"ablate sweep {q(str(src))} --wait --results /tmp/ablate-repro   "
+                    "# train every run again, into a fresh folder")
+        cmds.append(f"ablate compare /tmp/ablate-repro/{q(name)}{flags}")
+    if runs:
+        r = runs[0]
+        cfg = study_dir.resolve() / r["run_id"] / "config.yaml"
+        if cfg.is_file():
+            cmds.append(f"ablate run {q(str(cfg))} --out /tmp/ablate-repro-run   # one run "
+                        f"({r['name']}, seed {r['seed']}) from its exact config")
+    return cmds
+
+
+def collect(study_dir: Path, *, options=None, n_boot: Optional[int] = None,
+            **legacy: Any) -> ReportData:
+    """Load, fit and rank through the pipeline `compare` uses (ablate.analysis.pipeline), and
+    gather the run states of a study results dir. `legacy` (baseline, margin, method) are
+    Options fields, kept for callers that pass them one by one."""
+    from dataclasses import replace
+
+    from ablate.analysis.answer import answer_sentence
+    from ablate.analysis.pipeline import Options, analyze
+    from ablate.analysis.plots import palette
     from ablate.studies.status import study_states
 
     study_dir = Path(study_dir)
     if not is_study_dir(study_dir):
         raise InputError(f"{study_dir}: not a study results dir (no variants.json; run "
                          "`ablate sweep STUDY.yaml` first)")
-    text = (study_dir / "study.yaml").read_text() if (study_dir / "study.yaml").is_file() else ""
-    try:
-        doc = yaml.safe_load(text) or {}
-    except yaml.YAMLError as e:
-        raise InputError(f"{study_dir / 'study.yaml'}: not valid YAML "
-                         f"({str(e).splitlines()[0]})") from None
-    doc = doc if isinstance(doc, dict) else {}
+    options = replace(options or Options(), **legacy)
+    if n_boot is not None:
+        options = replace(options, n_boot=n_boot)
+    text, doc = _read_study_yaml(study_dir)
     name = str(doc.get("name") or study_dir.name)
-    states = study_states(study_dir)
-    runs = [s.to_json() for s in states]
-    problems = []
-    for s in states:
-        if s.state in ("failed", "diverged", "interrupted", "cancelled"):
-            rd = study_dir / s.run_id
-            problems.append({"run_id": s.run_id, "name": s.name, "seed": s.seed,
-                             "state": s.state, "step": s.step,
-                             "error": s.error or read_status(rd).get("reason"),
-                             "look_at": where_to_look(study_dir, s)})
-    ranking: list[dict[str, Any]] = []
-    notes: list[str] = []
-    figures: dict[str, str] = {}
-    x = y = ""
+    runs = [s.to_json() for s in study_states(study_dir)]
+    data = ReportData(str(study_dir), name, str(doc.get("description") or ""), text, "", "",
+                      [], runs, _problems(study_dir, study_states(study_dir)),
+                      _commands(study_dir, text, name, options, runs))
     try:
-        curves = load(study_dir)
+        a = analyze(study_dir, options)
     except InputError as e:  # no metrics yet: the page still shows the runs
-        notes.append(f"no curves to fit yet: {e}")
-        curves = None
-    if curves is not None:
-        x, y = curves.x, curves.y
-        groups = fit_groups(curves, method=method, n_boot=N_BOOT if n_boot is None else n_boot)
-        if baseline is not None and baseline not in curves.variants():
-            raise InputError(f"--baseline {baseline!r}: no such variant; variants: "
-                             + ", ".join(curves.variants()))
-        for r in compare(groups, baseline=baseline, margin=margin,
-                         n_boot=N_BOOT if n_boot is None else n_boot):
-            ranking.append({k: _finite(v) for k, v in r.as_dict().items()})
-        if any(g.fit for g in groups):
-            figures["All variants"] = _png_b64(curves, groups)
-            for g in groups:
-                sub = Curves(curves.frame[curves.frame["variant"] == g.variant], curves.source,
-                             curves.x, curves.y, curves.defaults)
-                if g.fit is not None:
-                    figures[g.variant] = _png_b64(sub, [g])
-    q = shlex.quote
-    d = q(str(study_dir))
-    commands = [
-        "pip install torch==2.13.0 && pip install -e .   # in the ablate checkout",
-        f"ablate sweep path/to/{q(name)}.yaml   # the study file shown below (its base: "
-        "recipe beside it); re-running skips finished runs",
-        f"ablate status {d}",
-        f"ablate compare {d} --margin {margin:g}" + (f" --baseline {q(baseline)}" if baseline else "")
-        + (f" --method {method}" if method != "default" else ""),
-        f"ablate report {d}",
-    ]
-    return ReportData(str(study_dir), name, str(doc.get("description") or ""), text, x, y,
-                      ranking, runs, problems, commands, notes, figures)
+        if "--baseline" in str(e):
+            raise
+        data.notes.append(f"no curves to fit yet: {e}")
+        return data
+    data.x, data.y = a.curves.x, a.curves.y
+    data.ranking = [{k: _finite(v) for k, v in r.items()} for r in a.ranking_json()]
+    data.answer, data.baseline = answer_sentence(a), a.baseline
+    data.window = _finite({**a.window.to_json(), "text": a.window.text(a.curves.x)})
+    colors = palette([g.variant for g in a.groups])
+    data.colors = colors
+    if any(g.fit for g in a.groups):
+        data.figures["All variants"] = _png_b64(a.curves, a.groups, colors)
+        for g in a.groups:
+            if g.fit is not None:
+                sub = replace(a.curves, frame=a.curves.frame[a.curves.frame["variant"] == g.variant])
+                data.figures[g.variant] = _png_b64(sub, [g], colors)
+    return data
 
 
 def render(data: ReportData) -> str:

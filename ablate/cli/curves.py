@@ -22,6 +22,7 @@ from ablate.errors import InputError
 
 if TYPE_CHECKING:  # numpy/scipy/pandas load when a command fits, not for `ablate --help`
     from ablate.analysis.fitgroups import GroupFit
+    from ablate.analysis.pipeline import Analysis, Options
     from ablate.analysis.sources import Curves
 
 # Wide when piped (rich would wrap at 80 columns): the tables carry intervals in every cell.
@@ -41,8 +42,10 @@ YOpt = typer.Option(None, "--y", help="Score column/tag (default: study dir eval
                     "study.yaml fit.y; table score; TensorBoard eval/pass_rate).")
 ByOpt = typer.Option(None, "--by", help="Comma-separated columns naming a variant (default: variant).")
 MinOpt = typer.Option(None, "--min-compute", help="Fit only points with compute >= X. Default: "
-                      "chosen from each curve's shape: early points are kept unless they are off "
-                      "the sigmoid the later points follow (an early phase); see ablate/analysis/window.py.")
+                      "one start for every variant, read from the curves' shapes: early points "
+                      "are kept unless a variant's are off the sigmoid its later points follow "
+                      "(an early phase), then they are skipped for all; see "
+                      "ablate/analysis/pipeline.py.")
 MaxOpt = typer.Option(None, "--max-compute", help="Fit only points with compute <= X.")
 MethodOpt = typer.Option("default", "--method", help="default (fast multi-start least squares) "
                          "or paper (the paper's A x C_mid grid with curve_fit for B).")
@@ -77,51 +80,64 @@ def _plot(curves: Curves, groups: list[GroupFit], plot: Optional[Path],
         plot_fits(curves, groups, plot, extend_to=extend_to)
 
 
-def _run_fits(source: Path, x, y, by, min_compute, max_compute, method, quiet: bool,
-              check=None, step_cost: Optional[float] = None,
-              paper_grid: str = "relative", bins: Optional[int] = None,
-              ) -> tuple[Curves, list[GroupFit]]:
-    """Load, validate (`check(curves)` before any work), fit each variant with a progress bar."""
-    from ablate.analysis.fit import MIN_POINTS, PAPER_GRIDS
-    from ablate.analysis.fitgroups import fit_groups
-    from ablate.analysis.sources import Curves, load
+def _options(**kw) -> "Options":
+    """The shared options as the pipeline's typed Options (ablate.analysis.pipeline)."""
+    from ablate.analysis.pipeline import Options
 
-    if method not in ("default", "paper"):
-        raise InputError(f"--method {method!r}: valid methods are default, paper")
-    if paper_grid not in PAPER_GRIDS:
-        raise InputError(f"--paper-grid {paper_grid!r}: valid: {', '.join(PAPER_GRIDS)}")
-    if min_compute is not None and max_compute is not None and min_compute >= max_compute:
-        raise InputError(f"--min-compute {min_compute:g} must be below --max-compute {max_compute:g}")
-    if bins is not None and bins < MIN_POINTS:
-        raise InputError(f"--bin {bins}: must be at least {MIN_POINTS} (bins per run)")
-    curves = load(source, x=x, y=y, by=by, step_cost=step_cost)
+    return Options(**kw)
+
+
+def _print_load_notes(curves: Curves, quiet: bool) -> None:
     if not quiet:
         for note in curves.notes:  # what a reader of another tool's log picked
-            err.print(f"[dim]{note}[/dim]")
+            err.print(f"[dim]{note}[/dim]", markup=True)
     if curves.dropped:  # always on stderr, --json or not: the data differs from the file
         err.print(f"{curves.source}: dropped {curves.dropped} row(s) with a blank "
-                  f"{curves.x!r} or {curves.y!r} cell")
+                  f"{curves.x!r} or {curves.y!r} cell", markup=False)
     for note in curves.duplicates:  # also always: rows were dropped or replaced
-        err.print(f"{curves.source}: {note}")
+        err.print(f"{curves.source}: {note}", markup=False)
+
+
+def _print_window_note(a: Analysis) -> None:
+    """Say once why early points were skipped (the shared window, or one curve's own start)."""
+    w, x = a.window, a.curves.x
+    skipped = [g for g in a.groups if g.fit is not None and g.fit.skipped]
+    if not skipped or w.rule not in ("shared", "auto"):
+        return
+    if w.rule == "auto":
+        g = skipped[0]
+        err.print(f"{g.variant}: skipped {g.fit.skipped} early point(s) below {x}="
+                  f"{g.fit.min_compute:.4g}: they are off the sigmoid the later points follow "
+                  "(an early phase); --min-compute 0 keeps them", style="dim", markup=False)
+        return
+    by = [v for v, s in w.starts.items() if s is not None and s == w.lo]
+    err.print(f"one window for every variant: points below {x}={w.lo:.4g} are skipped for all "
+              f"({', '.join(f'{g.variant} {g.fit.skipped}' for g in skipped)}) because "
+              f"{', '.join(by)}'s early points are off the sigmoid its later points follow; "
+              "--min-compute 0 keeps them", style="dim", markup=False)
+
+
+def _analyze(source: Path, options: Options, quiet: bool, check=None) -> Analysis:
+    """Load (notes on stderr), validate (`check(curves)` before any work), fit every variant
+    on the comparison's one window with a progress bar, rank: ablate.analysis.pipeline."""
+    from ablate.analysis.pipeline import analyze_curves, check_baseline, load_curves
+
+    curves = load_curves(source, options)
+    _print_load_notes(curves, quiet)
+    check_baseline(curves, options.baseline)
     if check is not None:
         check(curves)
-    variants = curves.variants()
     with delayed_progress(err, disable=quiet) as bar:
-        task = bar.add_task("fitting", total=len(variants))
-        groups = []
-        for v in variants:
+        task = bar.add_task("fitting", total=len(curves.variants()))
+
+        def step(v: str) -> None:
             bar.update(task, description=f"fitting {v}")
-            sub = Curves(curves.frame[curves.frame["variant"] == v], curves.source, curves.x,
-                         curves.y, curves.defaults)
-            groups += fit_groups(sub, min_compute=min_compute, max_compute=max_compute,
-                                 method=method, paper_grid=paper_grid, bins=bins)
             bar.advance(task)
-    for g in groups:
-        if not quiet and g.fit is not None and g.fit.skipped and g.fit.window_rule == "auto":
-            err.print(f"[dim]{g.variant}: skipped {g.fit.skipped} early point(s) below "
-                      f"{curves.x}={g.fit.min_compute:.4g}: they are off the sigmoid the later "
-                      "points follow (an early phase); --min-compute 0 keeps them[/dim]")
-    return curves, groups
+
+        a = analyze_curves(curves, options, source=Path(source), on_variant=step)
+    if not quiet:
+        _print_window_note(a)
+    return a
 
 
 def _finish(groups: list[GroupFit]) -> None:
@@ -145,78 +161,81 @@ def _print_json(obj) -> None:
     print(json.dumps(_clean(obj), indent=2))
 
 
+BaselineOpt = typer.Option(None, "--baseline", help="Variant to compare against (default: the "
+                           "first variant fit).")
+MarginOpt = margin_option("A's within this are tied: refit with the shared A and compare B "
+                          "(paper's rule).")
+
+
+def _opts(x, y, by, step_cost, min_compute, max_compute, bins, method, paper_grid,
+          baseline=None, margin=None, budget=None) -> Options:
+    """The shared options, in the order every command declares them."""
+    from ablate.analysis import A_MARGIN
+
+    return _options(x=x, y=y, by=by, step_cost=step_cost, min_compute=min_compute,
+                    max_compute=max_compute, bins=bins, method=method, paper_grid=paper_grid,
+                    baseline=baseline, margin=A_MARGIN if margin is None else margin,
+                    budget=budget)
+
+
+# Every analysing command declares the shared options in this order: source, its own options
+# (--budget/--target/--tol), --x, --y, --by, --step-cost, --min-compute, --max-compute, --bin,
+# --method, --paper-grid, --baseline, --margin, --plot, --json, --wide.
+
 @app.command()
 def fit(source: Path = SourceArg, x: Optional[str] = XOpt, y: Optional[str] = YOpt,
-        by: Optional[str] = ByOpt, min_compute: Optional[float] = MinOpt,
-        max_compute: Optional[float] = MaxOpt, method: str = MethodOpt, json_: bool = JsonOpt,
-        plot: Optional[Path] = PlotOpt, step_cost: Optional[float] = StepCostOpt,
-        paper_grid: str = PaperGridOpt, bins: Optional[int] = BinOpt,
-        wide: bool = WideOpt) -> None:
+        by: Optional[str] = ByOpt, step_cost: Optional[float] = StepCostOpt,
+        min_compute: Optional[float] = MinOpt, max_compute: Optional[float] = MaxOpt,
+        bins: Optional[int] = BinOpt, method: str = MethodOpt, paper_grid: str = PaperGridOpt,
+        plot: Optional[Path] = PlotOpt, json_: bool = JsonOpt, wide: bool = WideOpt) -> None:
     """Fit the ScaleRL sigmoid R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B) to each variant."""
     _check_plot(plot)
-    curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_,
-                               step_cost=step_cost, paper_grid=paper_grid, bins=bins)
-    _plot(curves, groups, plot)
+    a = _analyze(source, _opts(x, y, by, step_cost, min_compute, max_compute, bins, method,
+                               paper_grid), json_)
+    _plot(a.curves, a.groups, plot)
     if json_:
-        _print_json([g.as_dict() for g in groups])
+        _print_json([g.as_dict() for g in a.groups])
     else:
         from ablate.cli.render import print_fit
 
-        print_fit(out, groups, curves.x, curves.y, wide)
-    _finish(groups)
+        print_fit(out, a.groups, a.curves.x, a.curves.y, wide)
+    _finish(a.groups)
 
 
 @app.command()
-def compare(source: Path = SourceArg, baseline: Optional[str] = typer.Option(
-                None, "--baseline", help="Variant to compare against (default: the first variant fit)."),
-            margin: float = margin_option("A's within this are tied: refit with the shared A "
-                                          "and compare B (paper's rule)."),
-            plot: Optional[Path] = PlotOpt, json_: bool = JsonOpt, x: Optional[str] = XOpt,
-            y: Optional[str] = YOpt, by: Optional[str] = ByOpt,
-            min_compute: Optional[float] = MinOpt, max_compute: Optional[float] = MaxOpt,
-            method: str = MethodOpt, step_cost: Optional[float] = StepCostOpt,
+def compare(source: Path = SourceArg,
             budget: Optional[float] = typer.Option(None, "--budget", help="Also show each "
                                                    "variant's predicted score at this compute."),
-            paper_grid: str = PaperGridOpt, bins: Optional[int] = BinOpt,
-            wide: bool = WideOpt) -> None:
+            x: Optional[str] = XOpt, y: Optional[str] = YOpt, by: Optional[str] = ByOpt,
+            step_cost: Optional[float] = StepCostOpt, min_compute: Optional[float] = MinOpt,
+            max_compute: Optional[float] = MaxOpt, bins: Optional[int] = BinOpt,
+            method: str = MethodOpt, paper_grid: str = PaperGridOpt,
+            baseline: Optional[str] = BaselineOpt, margin: float = MarginOpt,
+            plot: Optional[Path] = PlotOpt, json_: bool = JsonOpt, wide: bool = WideOpt) -> None:
     """Rank variants by asymptote A (ties within --margin broken by B at a shared A), next to
-    what each is predicted to reach at the largest compute observed (and at --budget)."""
-    from ablate.analysis.compare import compare as rank
-
+    what each is predicted to reach at the largest compute observed (and at --budget); the
+    answer in one sentence above the table."""
     _check_plot(plot)
-    if budget is not None and not (budget > 0 and math.isfinite(budget)):
-        raise InputError(f"--budget {budget}: must be a finite compute > 0")
-
-    def check(curves: Curves) -> None:
-        if baseline is not None and baseline not in curves.variants():
-            raise InputError(f"--baseline {baseline!r}: no such variant; variants: "
-                             + ", ".join(curves.variants()))
-
-    curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_, check,
-                               step_cost=step_cost, paper_grid=paper_grid, bins=bins)
-    if baseline is not None and next(g for g in groups if g.variant == baseline).fit is None:
-        raise InputError(f"--baseline {baseline!r}: its fit failed, pick another "
-                         f"({next(g for g in groups if g.variant == baseline).error})")
-    rows = rank(groups, baseline=baseline, margin=margin, budget=budget)
-    base = baseline or next((g.variant for g in groups if g.fit is not None), None)
-    _plot(curves, groups, plot)
-    from ablate.studies.stages import stopped_variants
-
-    # Adaptive studies: a variant stopped at an early stage is ranked on its shorter curve.
-    stopped = stopped_variants(Path(source)) if Path(source).is_dir() else {}
+    a = _analyze(source, _opts(x, y, by, step_cost, min_compute, max_compute, bins, method,
+                               paper_grid, baseline, margin, budget), json_)
+    _plot(a.curves, a.groups, plot)
     if json_:
-        _print_json([{**r.as_dict(), "stopped": stopped.get(r.group.variant)} for r in rows])
+        _print_json(a.ranking_json())
     else:
+        from ablate.analysis.answer import answer_sentence
         from ablate.cli.render import print_compare
 
-        print_compare(out, rows, groups, x=curves.x, y=curves.y, base=base, margin=margin,
-                      budget=budget, wide=wide)
-        for r in rows:
+        out.print(answer_sentence(a), markup=False, highlight=False)
+        print_compare(out, a.rows, a.groups, x=a.curves.x, y=a.curves.y, base=a.baseline,
+                      margin=a.options.margin, budget=budget, wide=wide)
+        for r in a.rows:
             if r.disagreement:  # the paper's rank and the predictions disagree: say it plainly
-                err.print(f"[yellow]rank vs prediction:[/yellow] {r.group.variant} {r.disagreement}")
-        for v, why in stopped.items():
-            out.print(f"[yellow]stopped at stage {why['stage']}[/yellow] {v}: {why['reason']}")
-    _finish(groups)
+                err.print(f"rank vs prediction: {r.group.variant} {r.disagreement}",
+                          style="yellow", markup=False)
+        for v, why in a.stopped.items():  # adaptive: ranked on its shorter curve
+            out.print(f"stopped at stage {why['stage'] + 1} {v}: {why['reason']}",
+                      style="yellow", markup=False)
+    _finish(a.groups)
 
 
 @app.command()
@@ -225,35 +244,32 @@ def extrapolate(source: Path = SourceArg,
                                                        "predict the score at (units of --x)."),
                 target: Optional[float] = typer.Option(None, "--target", help="Score to find "
                                                        "the compute for."),
-                max_compute: Optional[float] = MaxOpt, json_: bool = JsonOpt,
                 x: Optional[str] = XOpt, y: Optional[str] = YOpt, by: Optional[str] = ByOpt,
-                min_compute: Optional[float] = MinOpt, method: str = MethodOpt,
-                plot: Optional[Path] = PlotOpt, step_cost: Optional[float] = StepCostOpt,
-                margin: float = margin_option("As in compare: the rank shown next to each "
-                                              "prediction uses it."),
-                paper_grid: str = PaperGridOpt, bins: Optional[int] = BinOpt,
+                step_cost: Optional[float] = StepCostOpt, min_compute: Optional[float] = MinOpt,
+                max_compute: Optional[float] = MaxOpt, bins: Optional[int] = BinOpt,
+                method: str = MethodOpt, paper_grid: str = PaperGridOpt,
+                baseline: Optional[str] = BaselineOpt, margin: float = MarginOpt,
+                plot: Optional[Path] = PlotOpt, json_: bool = JsonOpt,
                 wide: bool = WideOpt) -> None:
     """Predict the score at --budget, or the compute to reach --target, with 95% intervals."""
     from ablate.analysis.extrapolate import extrapolate as predict
 
     if (budget is None) == (target is None):
         raise InputError("give exactly one of --budget C (compute) or --target R (score)")
-    if budget is not None and not (budget > 0 and math.isfinite(budget)):
-        raise InputError(f"--budget {budget}: must be a finite compute > 0")
     if target is not None and not (0 < target < 1):
         raise InputError(f"--target {target}: must be a score strictly between 0 and 1")
     _check_plot(plot)
-    curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_,
-                               step_cost=step_cost, paper_grid=paper_grid, bins=bins)
-    rows = predict(groups, budget=budget, target=target, margin=margin)
-    _plot(curves, groups, plot, extend_to=budget)
+    a = _analyze(source, _opts(x, y, by, step_cost, min_compute, max_compute, bins, method,
+                               paper_grid, baseline, margin, budget), json_)
+    rows = predict(a.groups, budget=budget, target=target, margin=a.options.margin)
+    _plot(a.curves, a.groups, plot, extend_to=budget)
     if json_:
         _print_json(rows)
     else:
-        what = f"score at {curves.x}={budget:g}" if budget is not None else \
-            f"{curves.x} to reach {curves.y}={target:g}"
+        what = f"score at {a.curves.x}={budget:g}" if budget is not None else \
+            f"{a.curves.x} to reach {a.curves.y}={target:g}"
         from ablate.cli.render import print_extrapolate
 
         print_extrapolate(out, rows, what=what, key="score" if budget is not None else "compute",
                           wide=wide)
-    _finish(groups)
+    _finish(a.groups)

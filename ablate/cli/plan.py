@@ -9,8 +9,9 @@ from typing import Optional
 import typer
 
 from ablate.cli import app
-from ablate.cli.curves import (ByOpt, JsonOpt, MaxOpt, MethodOpt, MinOpt, PlotOpt, SourceArg,
-                               WideOpt, XOpt, YOpt, _check_plot, _finish, _print_json, _run_fits,
+from ablate.cli.curves import (BaselineOpt, BinOpt, ByOpt, JsonOpt, MarginOpt, MaxOpt, MethodOpt,
+                               MinOpt, PaperGridOpt, PlotOpt, SourceArg, StepCostOpt, WideOpt,
+                               XOpt, YOpt, _analyze, _check_plot, _finish, _opts, _print_json,
                                out)
 from ablate.errors import InputError
 
@@ -21,29 +22,30 @@ def plan(source: Path = SourceArg,
                                       "fit's x units (e.g. the flops or gpu_hours column)."),
          tol: float = typer.Option(0.005, "--tol", help="Scale only as far as the predicted "
                                    "score is within this of its value at the budget."),
-         plot: Optional[Path] = PlotOpt, json_: bool = JsonOpt, x: Optional[str] = XOpt,
-         y: Optional[str] = YOpt, by: Optional[str] = ByOpt,
-         min_compute: Optional[float] = MinOpt, max_compute: Optional[float] = MaxOpt,
-         method: str = MethodOpt, wide: bool = WideOpt) -> None:
+         x: Optional[str] = XOpt, y: Optional[str] = YOpt, by: Optional[str] = ByOpt,
+         step_cost: Optional[float] = StepCostOpt, min_compute: Optional[float] = MinOpt,
+         max_compute: Optional[float] = MaxOpt, bins: Optional[int] = BinOpt,
+         method: str = MethodOpt, paper_grid: str = PaperGridOpt,
+         baseline: Optional[str] = BaselineOpt, margin: float = MarginOpt,
+         plot: Optional[Path] = PlotOpt, json_: bool = JsonOpt, wide: bool = WideOpt) -> None:
     """Given fitted variants and a compute budget: the variant to scale (least expected regret
     under the fits' uncertainty), how far, and the score it is predicted to reach."""
     from ablate.analysis.plan import plan as make_plan
     from ablate.analysis.plan import plot_plan
 
     _check_plot(plot)
-    if not (budget > 0 and math.isfinite(budget)):
-        raise InputError(f"--budget {budget}: must be a finite compute > 0")
     if not (tol >= 0 and math.isfinite(tol)):
         raise InputError(f"--tol {tol}: must be a score difference >= 0")
-    curves, groups = _run_fits(source, x, y, by, min_compute, max_compute, method, json_)
-    result = make_plan(groups, budget, tol=tol)
+    a = _analyze(source, _opts(x, y, by, step_cost, min_compute, max_compute, bins, method,
+                               paper_grid, baseline, margin, budget), json_)
+    result = make_plan(a.groups, budget, tol=tol)
     if plot is not None and result["recommended"] is not None:
-        plot_plan(groups, result, plot, x=curves.x, y=curves.y)
+        plot_plan(a.groups, result, plot, x=a.curves.x, y=a.curves.y)
     if json_:
         _print_json(result)
         return
     from ablate.cli.render import print_plan
 
-    print_plan(out, result, title=f"plan: budget {budget:.4g} {curves.x} ({curves.y})", tol=tol,
-               wide=wide)
-    _finish(groups)
+    print_plan(out, result, title=f"plan: budget {budget:.4g} {a.curves.x} ({a.curves.y})",
+               tol=tol, wide=wide)
+    _finish(a.groups)

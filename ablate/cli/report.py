@@ -8,8 +8,9 @@ from typing import Optional
 
 import typer
 
-from ablate.cli import app, margin_option
-from ablate.errors import InputError
+from ablate.cli import app
+from ablate.cli.curves import (BaselineOpt, BinOpt, ByOpt, MarginOpt, MaxOpt, MethodOpt, MinOpt,
+                               PaperGridOpt, StepCostOpt, XOpt, YOpt, _opts)
 
 
 @app.command()
@@ -17,26 +18,30 @@ def report(
     study_dir: Path = typer.Argument(..., help="A study results dir, e.g. results/loss_agg."),
     out: Optional[Path] = typer.Option(None, "--out", "-o",
                                        help="HTML file to write (default STUDY_DIR/report.html)."),
-    baseline: Optional[str] = typer.Option(None, "--baseline",
-                                           help="Variant to compare against (default: the top one)."),
-    margin: float = margin_option("A's within this are tied: refit at the shared A and "
-                                  "compare B (paper's rule)."),
-    method: str = typer.Option("default", "--method", help="default or paper (fit method)."),
+    x: Optional[str] = XOpt, y: Optional[str] = YOpt, by: Optional[str] = ByOpt,
+    step_cost: Optional[float] = StepCostOpt, min_compute: Optional[float] = MinOpt,
+    max_compute: Optional[float] = MaxOpt, bins: Optional[int] = BinOpt,
+    method: str = MethodOpt, paper_grid: str = PaperGridOpt,
+    baseline: Optional[str] = BaselineOpt, margin: float = MarginOpt,
     as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout: the path "
                                  "and what the page shows (without the images)."),
 ) -> None:
-    """Write the study's answer as one HTML page: question, ranking with intervals and
-    shared-A verdicts, curves with fits and extrapolation bands, run states, failures, and
-    the commands to reproduce it. Plots are embedded; the file stands alone."""
+    """Write the study's answer as one HTML page: the answer in one sentence (baseline and fit
+    window named), the ranking `compare` shows (same pipeline, same options), curves with fits
+    and extrapolation bands (one colour per variant in every plot), run states, failures, and
+    commands that reproduce it. Plots are embedded; the file stands alone."""
     from ablate.analysis.report import write_report
 
-    if method not in ("default", "paper"):
-        raise InputError(f"--method {method!r}: valid methods are default, paper")
-    path, data = write_report(study_dir, out, baseline=baseline, margin=margin, method=method)
+    options = _opts(x, y, by, step_cost, min_compute, max_compute, bins, method, paper_grid,
+                    baseline, margin)
+    options.check()
+    path, data = write_report(study_dir, out, options=options)
     if as_json:
         print(json.dumps({"report": str(path), **data.to_json()}))
         return
     from rich.console import Console
 
-    Console().print(f"report -> [bold]{path}[/]  ({len(data.ranking)} variants, "
-                    f"{len(data.runs)} runs, {len(data.problems)} failed/diverged)")
+    con = Console()
+    con.print(data.answer or "(no answer: nothing could be fit)", markup=False, highlight=False)
+    con.print(f"report -> [bold]{path}[/]  ({len(data.ranking)} variants, "
+              f"{len(data.runs)} runs, {len(data.problems)} failed/diverged)")

@@ -1,0 +1,110 @@
+"""The one-sentence answer printed above every ranking (compare, report, the end of a sweep).
+
+It names the two variants that decide (the top one and the baseline, or the baseline and the
+runner-up when the baseline leads), what the paper's rule says about them (A differs by more
+than the margin, or A ties and B at the shared A does or does not differ), the baseline and the
+window. It must stay true for adaptive studies: a variant stopped at an early stage, or a lone
+survivor that was not scaled (`scale_winner: false`), is said to be at that fraction of the
+final budget, never "reached the final budget".
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ablate.analysis.pipeline import Analysis
+
+SURE = 0.95  # P(beats) at or beyond this (or 1 - this) reads as a difference, else "no difference"
+
+
+def _ci(fit, name: str, fmt: str) -> str:
+    lo, hi = fit.ci.get(name, (None, None))
+    return "" if lo is None else f" [{lo:{fmt}}, {hi:{fmt}}]"
+
+
+def _pair(lead, follow, p_lead: Optional[float], margin: float) -> str:
+    """The clause for two fitted rows: `p_lead` = P(lead beats follow) by the paper's rule."""
+    from ablate.analysis.fitters import refit_with_A
+
+    a, b = lead.group.fit, follow.group.fit
+    la, fb = lead.group.variant, follow.group.variant
+    p = "" if p_lead is None else f"P(beats) {p_lead:.2f}"
+    if abs(a.A - b.A) >= margin:
+        sure = p_lead is None or p_lead >= SURE
+        return (f"{la} has the higher ceiling: A {a.A:.3f} vs {b.A:.3f} for {fb}, more than the "
+                f"{margin:g} margin" + (f" ({p})" if sure and p else
+                                        f", but the intervals overlap ({p})" if p else ""))
+    shared = 0.5 * (a.A + b.A)
+    ba, bb = refit_with_A(a, shared, n_boot=0).B, refit_with_A(b, shared, n_boot=0).B
+    head = (f"{la} and {fb} tie on A ({a.A:.3f} vs {b.A:.3f}, within {margin:g}); at the shared "
+            f"A {shared:.3f}, B {ba:.2f} vs {bb:.2f}: ")
+    if p_lead is not None and p_lead >= SURE:
+        return head + f"{la} reaches it with less compute ({p})"
+    return head + "no difference at this budget" + (f" ({p})" if p else "")
+
+
+def _fraction(budget: Optional[dict[str, float]], final: Optional[dict[str, float]]) -> str:
+    """"20% of the final budget (flops 5e+11 of 2.5e+12)"; "an earlier stage's budget" if unknown."""
+    if not budget or not final:
+        return "an earlier stage's budget"
+    (kind, val), = budget.items()
+    end = final.get(kind)
+    if not end:
+        return f"{kind} {val:g}"
+    return f"{100 * val / end:.0f}% of the final budget ({kind} {val:g} of {end:g})"
+
+
+def _stage_clauses(stopped: dict[str, dict[str, Any]], stages: Optional[dict[str, Any]]) -> list[str]:
+    """What an adaptive study did to the variants it did not run to the end."""
+    if not stages:
+        return []
+    budgets, decisions = stages.get("budgets") or [], stages.get("decisions") or []
+    final = budgets[-1] if budgets else None
+    n = len(budgets)
+    out = [f"{v} stopped at stage {w['stage'] + 1} of {n}, at {_fraction(w.get('budget'), final)}"
+           f" ({w['reason']})" for v, w in stopped.items()]
+    last = decisions[-1] if decisions else None
+    if last and not stages.get("scale_winner", True) and len(last.get("kept", [])) == 1:
+        w = last["kept"][0]
+        out.append(f"{w} was the only variant left after stage {last['stage'] + 1} of {n} and "
+                   f"was not scaled (scale_winner: false): it stands at "
+                   f"{_fraction(last.get('budget'), final)}")
+    return out
+
+
+def _lead_pair(fitted: list, baseline: Optional[str]):
+    """(lead, follow, P(lead beats follow)) from the ranked rows."""
+    top = fitted[0]
+    base = next((r for r in fitted if r.group.variant == baseline), None)
+    if base is None or base is top:  # the baseline leads: against the runner-up
+        follow = fitted[1]
+        return top, follow, None if follow.p_beats is None else 1.0 - follow.p_beats
+    return top, base, top.p_beats
+
+
+def answer_sentence(analysis: Analysis) -> str:
+    """One sentence: who wins by the paper's rule (or that nothing differs), with the baseline,
+    the window, stopped/unscaled variants and failed fits named."""
+    fitted = [r for r in analysis.rows if r.rank is not None]
+    failed = [r for r in analysis.rows if r.rank is None]
+    where = f"window {analysis.window.text(analysis.curves.x)}"
+    if not fitted:
+        why = failed[0].group.error if failed else "no data"
+        return f"No variant could be fit, so nothing is ranked ({why})."
+    if len(fitted) == 1:
+        f, v = fitted[0].group.fit, fitted[0].group.variant
+        head = (f"{v}: A {f.A:.3f}{_ci(f, 'A', '.3f')}, B {f.B:.2f}{_ci(f, 'B', '.2f')}; "
+                + ("nothing to compare it with" if not failed else
+                   "the only variant that could be fit, so nothing is compared"))
+        parts, tail = [head], f"({where})"
+    else:
+        lead, follow, p = _lead_pair(fitted, analysis.baseline)
+        parts = [_pair(lead, follow, p, analysis.options.margin)]
+        if len(fitted) > 2:
+            parts.append(f"{len(fitted) - 2} more variant(s) rank below (see the table)")
+        tail = f"(baseline {analysis.baseline}; {where})"
+    parts += _stage_clauses(analysis.stopped, analysis.stages)
+    if failed:
+        parts.append(f"{len(failed)} variant(s) could not be fit: "
+                     + ", ".join(r.group.variant for r in failed))
+    return "; ".join(parts) + " " + tail + "."  # variant names keep their case
