@@ -159,3 +159,51 @@ def test_eval_kv_cache_is_planned_and_bounded_by_eval_batch_size():
     assert ok.fits and ok.train["eval: KV cache (beyond the training step)"] > 0
     unbounded = plan(TrainConfig.model_validate({**tree, "eval": {"samples_per_prompt": 16}}), shape)
     assert unbounded.fits is False and unbounded.largest.startswith("eval")  # 64 prompts x 16
+
+
+@pytest.mark.parametrize("regime", ["deepspeed-bf16", "torch-autocast-bf16", "fp32"])
+def test_layer_activations_match_the_tensors_autograd_saves(regime):
+    """The per-token activation count of one block against the bytes autograd really saves for
+    backward (saved_tensors_hooks, each storage once, parameters excluded), on CPU: bf16 module
+    (DeepSpeed's bf16), fp32 module under bf16 autocast (the torch engine), fp32. The slope
+    between two token counts cancels per-layer constants (autocast's bf16 weight copies)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from trainer.model_shape import shape_from_hf
+    from trainer.resources import layer_activation_bytes_per_token
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=100, hidden_size=128, intermediate_size=344, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, attn_implementation="sdpa")
+    model = LlamaForCausalLM(cfg).train()
+    if regime == "deepspeed-bf16":
+        model.to(torch.bfloat16)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    body, saved = model.get_decoder(), {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in params and t.is_floating_point():
+            saved[st.data_ptr()] = st.nbytes()
+        return t
+
+    def saved_bytes(layers: int, tokens: int) -> int:
+        saved.clear()
+        every = body.layers
+        body.layers = every[:layers]
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
+                torch.autocast("cpu", dtype=torch.bfloat16, enabled=regime == "torch-autocast-bf16"):
+            body(input_ids=torch.randint(0, 100, (2, tokens // 2)), use_cache=False)
+        body.layers = every
+        return sum(saved.values())
+
+    def one_layer(tokens: int) -> int:
+        return saved_bytes(2, tokens) - saved_bytes(1, tokens)
+
+    measured = (one_layer(1024) - one_layer(512)) / 512
+    engine = {"deepspeed-bf16": "deepspeed", "torch-autocast-bf16": "torch", "fp32": "torch"}[regime]
+    c = TrainConfig.model_validate({"engine": {"type": engine},
+                                    "precision": {"dtype": "fp32" if regime == "fp32" else "bf16"}})
+    model_bytes = layer_activation_bytes_per_token(c, shape_from_hf(cfg.to_dict(), "test"))
+    assert model_bytes == pytest.approx(measured, rel=0.05)

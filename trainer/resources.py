@@ -133,6 +133,11 @@ def layer_activation_bytes_per_token(c: TrainConfig, m: ModelShape) -> float:
     h, q, kv, i = m.hidden, m.heads * m.head_dim, m.kv_heads * m.head_dim, m.intermediate
     attn = 4 * h + b * h + b * (q + 2 * kv) + b * (q + kv) + b * q + 4 * m.heads
     mlp = 4 * h + b * h + 4 * b * i
+    if c.engine.type == "torch" and c.precision.dtype == "bf16":
+        # fp32 weights under bf16 autocast: the residual stream stays fp32, so each RMSNorm
+        # also keeps its fp32 normalized output (2 x 4h), and the rotary products of bf16 q, k
+        # with fp32 cos/sin are fp32 (2 more bytes each).
+        attn += 8 * h + 2 * (q + kv)
     return attn + mlp
 
 
