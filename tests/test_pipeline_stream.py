@@ -187,3 +187,23 @@ def test_topology_refuses_with_one_line(kwargs, message):
     with pytest.raises(ValueError, match=message) as e:
         plan_topology(2, 8, separate_generation=True, **kwargs)
     assert "\n" not in str(e.value)
+
+
+def test_two_ranks_pipeline_rank0_feeds_the_stream(tmp_path):
+    """A 2-rank gloo job in pipeline mode: only rank 0 runs a generator, both ranks train on
+    its broadcast batches to the same weights, one writer, lag within k."""
+    import json
+
+    from _multirank_util import ROOT, launch_ranks, warm_proxy
+
+    cache = tmp_path / "cache"
+    warm_proxy(cache, "__import__('_pipeline_rank_script').config(3)")
+    launch_ranks(ROOT / "tests" / "_pipeline_rank_script.py", ["3", str(tmp_path)], cache, 2,
+                 timeout=400)
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["world"] == 2 and r0["step"] == r1["step"] == 3
+    assert (r0["generator_threads"], r1["generator_threads"]) == (1, 0)
+    assert r0["params"] == r1["params"]
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    assert all(0 <= r["pipeline/lag_max"] <= 2 for r in rows[1:])
