@@ -128,7 +128,11 @@ INFLATE = "inflate"  # key of Fit.samples: the tail check's factor on the draws'
 DRIFT = "drift"  # key of Fit.samples: per-draw run drift at a compute far past the window
 DRIFT_DECAY = "drift_decay"  # key of Fit.samples: per-draw log(phi) per unit of log compute
 TAIL_SHARES = (0.2, 0.3, 0.4)  # shares of the window's distinct compute values held out
-NULL_DRAWS = 200  # noise realisations behind the check's reference (a curve that is a sigmoid)
+NULL_DRAWS = 100  # noise realisations behind the check's reference (a curve that is a sigmoid)
+# The check (and the drift term's noise model) reads at most this many points, every k-th of a
+# longer window: a ratio and a variance need no more, and on 1,000-point logs the full check
+# cost ~0.4 s per fit (fit 100 x 1,000 has a 60 s target; benchmarks/bench_long.py).
+CHECK_POINTS = 200
 
 
 def tail_split(x: np.ndarray, share: float) -> float | None:
@@ -155,6 +159,10 @@ def tail_check(x: np.ndarray, y: np.ndarray, sid: np.ndarray, theta: np.ndarray,
     Also returns the noise model's draws ("noise": (phi, v_drift, v_white) rows) and the mean
     log-compute step between the window's last evaluations ("dx") for `discrepancy_draws`.
     """
+    if x.size > CHECK_POINTS:
+        keep = np.concatenate([ix[np.argsort(x[ix])][::-(-x.size // CHECK_POINTS)]
+                               for ix in (np.flatnonzero(sid == s) for s in np.unique(sid))])
+        x, y, sid = x[keep], y[keep], sid[keep]
     f, J = lm.model(x, theta[None, :], np.array([r0]))
     series = [np.flatnonzero(sid == s) for s in np.unique(sid)]
     series = [ix[np.argsort(x[ix])] for ix in series if ix.size]
