@@ -22,7 +22,7 @@ benchmarks/bench_curves.py.
 
 Past the window (issue 24). The draws above say where the fitted *sigmoid* is; a prediction of
 the score a run reaches at a larger compute must also hold (1) the run's drift there, which no
-sigmoid parameter carries (the old band covered the run's own score 0.85 of the time on
+sigmoid parameter carries (the old band covered the run's own score 0.85-0.89 of the time on
 well-specified dense runs), and (2) the error of a sigmoid on a curve that is not one (a plateau
 that comes sooner, a late sag: on published GSM8K runs a half-compute fit missed the final score
 by 0.008 on average, and its band covered only 82%). `predictive_draws` adds (1) from the REML
