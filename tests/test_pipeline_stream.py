@@ -207,3 +207,18 @@ def test_two_ranks_pipeline_rank0_feeds_the_stream(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2, 3]
     assert all(0 <= r["pipeline/lag_max"] <= 2 for r in rows[1:])
+
+
+def test_zero3_rank_without_generator_joins_the_push_gathers(tmp_path):
+    """Pipeline mode feeds from rank 0 only, but under ZeRO-3 reading the weights for a push is
+    a collective: the other ranks join each parameter's gather (else rank 0 hangs)."""
+    import json
+
+    pytest.importorskip("deepspeed")
+    from _multirank_util import ROOT, launch_ranks, warm_proxy
+
+    cache = tmp_path / "cache"
+    warm_proxy(cache, "__import__('_gather_rank_script').config()")
+    launch_ranks(ROOT / "tests" / "_gather_rank_script.py", [str(tmp_path)], cache, 2, timeout=300)
+    r = json.loads((tmp_path / "gather.json").read_text())
+    assert r["partitioned"] > 0 and r["names"] and r["diff"] == 0.0, r

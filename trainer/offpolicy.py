@@ -253,6 +253,11 @@ class Pipeline:
         if self.feeds:
             self.gen.sync_weights(model, version)
             self.stream.push(version)
+        elif self.ctx.config.rollout.backend == "vllm":
+            # Under ZeRO-3 rank 0's push gathers every parameter from all ranks' shards.
+            from trainer.rollout_vllm import join_weight_gathers
+
+            join_weight_gathers(model)
 
     def close(self) -> None:
         self.stop.set()

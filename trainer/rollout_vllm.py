@@ -63,6 +63,18 @@ def _named_weights(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[tuple
             yield name, p.detach().to(dtype).clone()
 
 
+def join_weight_gathers(model: torch.nn.Module) -> None:
+    """On a rank that holds no generator: take part in the ZeRO-3 all-gathers that the feeding
+    rank's `_named_weights` runs for a push (each a collective over the training ranks), one
+    parameter at a time in the same order. A no-op for unpartitioned models."""
+    for _, p in model.named_parameters():
+        if hasattr(p, "ds_id"):
+            import deepspeed
+
+            with deepspeed.zero.GatheredParameters([p], modifier_rank=None):
+                pass
+
+
 def generation_placement(generation_gpus: Optional[int] = None,
                          tensor_parallel_size: Optional[int] = None) -> tuple[dict[str, str], int, bool]:
     """Where vLLM runs on this node: (env for the engine process, tensor-parallel size, shared).

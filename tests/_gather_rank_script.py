@@ -1,0 +1,51 @@
+"""One rank of a 2-process ZeRO-3 job on CPU (gloo), launched by tests/test_pipeline_stream.py
+with Slurm-style variables: rank 0 reads the full weights for a push to vLLM
+(rollout_vllm._named_weights, one all-gather per parameter) while rank 1, which holds no
+generator in pipeline mode, joins each gather (rollout_vllm.join_weight_gathers). Without the
+join rank 0 would wait forever in its first gather. Writes rank 0's max difference between the
+pushed tensors and the parameters gathered all at once.
+Usage: python tests/_gather_rank_script.py WORKDIR
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def config():
+    from _multirank_util import TINY_PROXY
+    from trainer.config import TrainConfig
+
+    return TrainConfig.model_validate({
+        "seed": 0, "model": {"proxy": TINY_PROXY}, "precision": {"dtype": "fp32"},
+        "task": {"num_train_prompts": 2000, "num_eval_prompts": 64},
+        "rollout": {"backend": "vllm"}, "off_policy": {"mode": "pipeline"},
+        "engine": {"type": "deepspeed", "zero_stage": 3, "device": "cpu", "threads": 1},
+    })
+
+
+if __name__ == "__main__":
+    import deepspeed
+    import torch
+    import torch.distributed as dist
+
+    from trainer.engine_deepspeed import make_deepspeed_engine
+    from trainer.model import load_model
+    from trainer.rollout_vllm import _named_weights, join_weight_gathers
+
+    work, rank = Path(sys.argv[1]), int(os.environ["SLURM_PROCID"])
+    model, _ = load_model(config())
+    m = make_deepspeed_engine(config(), model).model
+    pushed = dict(_named_weights(m, torch.float32)) if rank == 0 else join_weight_gathers(m)
+    with deepspeed.zero.GatheredParameters(list(m.parameters()), modifier_rank=None):
+        full = {n: p.detach().clone() for n, p in m.named_parameters()}
+    if rank == 0:
+        partitioned = sum(1 for p in m.parameters() if p.numel() == 0)
+        diff = max(float((pushed[n] - t).abs().max()) for n, t in full.items())
+        (work / "gather.json").write_text(json.dumps(
+            {"partitioned": partitioned, "names": sorted(pushed) == sorted(full), "diff": diff}))
+    dist.barrier()
+    dist.destroy_process_group()
