@@ -155,3 +155,13 @@ def test_report_numbers_equal_compare_json(tmp_path, capsys, opts):
     keys = ["variant", "rank", "A", "B", "C_mid", "R0", "A_ci", "B_ci", "p_beats_baseline",
             "window", "n_points", "binned_from"]
     assert [{k: r[k] for k in keys} for r in rep] == [{k: r[k] for k in keys} for r in cmp]
+
+
+def test_study_answer_is_what_compare_prints(tmp_path, capsys):
+    from ablate.analysis.answer import study_answer
+
+    d = write_study(tmp_path, curves_frame(seed=8))
+    code, out, err = run_cli(["compare", d], capsys)
+    assert code == 0, err
+    assert " ".join(out.split("ranking by asymptote A")[0].split()) == study_answer(d)
+    assert study_answer(tmp_path / "nothing").startswith("no answer yet: ")

@@ -92,6 +92,7 @@ def test_report_page_content(tmp_path):
     assert html.escape(data.answer) in page and "<b>Fit window</b>" in page
     # one colour per variant, the same in the table and in every figure
     assert len(set(data.colors.values())) == 2 + 1
+    assert all(re.fullmatch(r"#[0-9a-f]{6}", c) for c in data.colors.values())
     assert page.count(f"background: {data.colors['loss.aggregation=token']}") == 2
 
 

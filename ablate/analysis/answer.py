@@ -108,3 +108,16 @@ def answer_sentence(analysis: Analysis) -> str:
         parts.append(f"{len(failed)} variant(s) could not be fit: "
                      + ", ".join(r.group.variant for r in failed))
     return "; ".join(parts) + " " + tail + "."  # variant names keep their case
+
+
+def study_answer(study_dir) -> str:
+    """The answer sentence for a study results dir with the default options (what the end of
+    `ablate sweep --wait` prints; `ablate compare DIR` prints the same line), or why there is
+    none yet, in one line."""
+    from ablate.analysis.pipeline import analyze
+    from ablate.errors import InputError
+
+    try:
+        return answer_sentence(analyze(study_dir))
+    except InputError as e:
+        return f"no answer yet: {e}"

@@ -22,7 +22,8 @@ def palette(variants: list[str]) -> dict[str, str]:
     if len(variants) > len(cycle):
         cmap = plt.get_cmap("tab20")
         cycle = [matplotlib.colors.to_hex(cmap(i % 20)) for i in range(len(variants))]
-    return {v: cycle[i % len(cycle)] for i, v in enumerate(variants)}
+    # hex, not whatever the style's cycle holds (RGB tuples in some): the report's CSS uses it
+    return {v: matplotlib.colors.to_hex(cycle[i % len(cycle)]) for i, v in enumerate(variants)}
 
 
 def plot_fits(curves: Curves, groups: list[GroupFit], path: str | Path, *,

@@ -317,14 +317,18 @@ def _stage_complete(store: StudyStore, runs: list[Variant], budget: dict[str, fl
 
 def _fit_stage(store: StudyStore, names: list[str]
                ) -> tuple[list[GroupFit], dict[str, tuple[float, float]]]:
-    """Each variant's fit, and its observed (best, recent) score for the collapse rule."""
-    from ablate.analysis.fitgroups import fit_groups
+    """Each variant's fit, and its observed (best, recent) score for the collapse rule. The
+    fits come from the pipeline `compare` uses (ablate.analysis.pipeline): the stage's variants
+    share one window, so a stop is decided on the same spans compare ranks."""
+    from ablate.analysis.pipeline import Options, common_window, fit_all
     from ablate.analysis.sources import load
 
     curves = load(store.root)
     frame = curves.frame[curves.frame["variant"].isin(names)]
     curves = replace(curves, frame=frame)
-    got = {g.variant: g for g in fit_groups(curves)} if len(frame) else {}
+    opts = Options()
+    got = {g.variant: g for g in fit_all(curves, opts, common_window(curves, opts))} \
+        if len(frame) else {}
     return ([got.get(n) or GroupFit(n, None, f"variant {n!r}: no evaluation points yet", 0)
              for n in names], score_levels(frame) if len(frame) else {})
 
