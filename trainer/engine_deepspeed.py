@@ -159,11 +159,10 @@ class DeepSpeedEngine:
 
 def make_deepspeed_engine(config: TrainConfig, model: torch.nn.Module) -> DeepSpeedEngine:
     """Factory registered as engine type "deepspeed" (lazily, from trainer/engine.py)."""
-    if (config.engine.zero_stage == 3 and config.off_policy.mode == "pipeline"
-            and config.rollout.backend == "hf"):
-        # The hf generator deep-copies the model and snapshots state_dict(): under ZeRO-3 each
-        # rank holds only a shard, so the copy would be empty. vLLM gets gathered weights.
-        raise ValueError("engine.zero_stage: 3 with off_policy.mode: pipeline needs "
-                         "rollout.backend: vllm (the hf generator copies the whole model, which "
-                         "ZeRO-3 partitions); use zero_stage 0-2 or off_policy.mode: ppo_off_policy")
+    from trainer.validate import validate
+
+    # ZeRO-3 + pipeline + the hf generator (which deep-copies a module ZeRO-3 has partitioned)
+    # and every other combination the trainer cannot run: one place, trainer/validate.py,
+    # which `ablate sweep` also calls before anything is submitted.
+    validate(config)
     return DeepSpeedEngine(config, model)
