@@ -291,6 +291,7 @@ class _Run:
                 print(f"[trainer] resumed from the checkpoint at step {self.step}",
                       file=sys.stderr, flush=True)
         self.saved = (self.step, time.monotonic())
+        preempt.at_step(self.step + 1)  # a signal during start-up or the first eval: this step
 
     def boundary_flags(self) -> tuple[bool, bool]:
         """At a step boundary, agreed by every rank in one all-reduce (so DeepSpeed's
