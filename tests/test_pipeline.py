@@ -165,3 +165,10 @@ def test_study_answer_is_what_compare_prints(tmp_path, capsys):
     assert code == 0, err
     assert " ".join(out.split("ranking by asymptote A")[0].split()) == study_answer(d)
     assert study_answer(tmp_path / "nothing").startswith("no answer yet: ")
+
+
+def test_options_default_n_boot_is_the_fits():
+    from ablate.analysis.fit import N_BOOT as FIT_N_BOOT
+    from ablate.analysis.pipeline import Options
+
+    assert Options().n_boot == FIT_N_BOOT  # kept apart only so the CLI starts without numpy

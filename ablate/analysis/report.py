@@ -162,9 +162,10 @@ def collect(study_dir: Path, *, options=None, n_boot: Optional[int] = None,
         options = replace(options, n_boot=n_boot)
     text, doc = _read_study_yaml(study_dir)
     name = str(doc.get("name") or study_dir.name)
-    runs = [s.to_json() for s in study_states(study_dir)]
+    states = study_states(study_dir)
+    runs = [s.to_json() for s in states]
     data = ReportData(str(study_dir), name, str(doc.get("description") or ""), text, "", "",
-                      [], runs, _problems(study_dir, study_states(study_dir)),
+                      [], runs, _problems(study_dir, states),
                       _commands(study_dir, text, name, options, runs))
     try:
         a = analyze(study_dir, options)
