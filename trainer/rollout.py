@@ -22,9 +22,10 @@ import torch
 from torch import nn
 
 from trainer.config import TrainConfig
-from trainer.distributed import on_all_ranks, world_size
-from trainer.precision import LMHead, autocast
+from trainer.distributed import world_size
+from trainer.precision import LMHead
 from trainer.registry import Registry
+from trainer.sampler import StaticSampler, left_pad
 
 
 @dataclass
@@ -80,10 +81,15 @@ class HFGenerator:
         # the same number of decode steps (transformers' `synced_gpus` idea): a rank whose
         # samples all stopped keeps stepping until every rank's have.
         self.synced = _zero3_partitioned(self.model)
+        self._own_copy = own_copy
+        self.sampler = StaticSampler(self.model, dtype=self.dtype, device=self.device,
+                                     lm_head_fp32=config.precision.generator_lm_head_fp32,
+                                     synced=self.synced)
 
     def sync_weights(self, model: nn.Module, version: int) -> None:
         if model is self.model:
             self.version = version
+            self.sampler.refresh()
             return
         # Snapshot now (trainer thread); the generator applies it at its next decode step.
         state = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -95,71 +101,26 @@ class HFGenerator:
             pending, self._pending = self._pending, None
         if pending is not None:
             self.model.load_state_dict(pending[0])
+            self.sampler.refresh()
             self.version = pending[1]
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], *, n: int, max_new_tokens: int,
                  temperature: float, top_p: float, seed: int) -> Generation:
-        from transformers import DynamicCache
-
+        """Prompts and versions here; the decode loop is trainer.sampler's (static KV cache,
+        captured decode step on CUDA)."""
         self._apply_pending()
-        dev = self.device
-        rows = [p for p in prompts for _ in range(n)]
-        B, P = len(rows), max(len(p) for p in rows)
-        ids = torch.full((B, P), self.pad, dtype=torch.long)
-        attn = torch.zeros((B, P), dtype=torch.long)
-        for i, p in enumerate(rows):
-            ids[i, P - len(p):] = torch.tensor(p)
-            attn[i, P - len(p):] = 1
-        ids, attn = ids.to(dev), attn.to(dev)
-        padded = bool((attn == 0).any())
-        gen = torch.Generator(device=dev).manual_seed(seed)
-        cache = DynamicCache()
-        out_tok = torch.empty((B, max_new_tokens), dtype=torch.long, device=dev)
-        out_lp = torch.empty((B, max_new_tokens), dtype=torch.float32, device=dev)
-        versions = []
-        done = torch.zeros(B, dtype=torch.bool, device=dev)
-        length = torch.full((B,), max_new_tokens, dtype=torch.long, device=dev)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        x, steps = ids, 0
-        for t in range(max_new_tokens):
-            kw = {"attention_mask": attn, "position_ids": pos} if padded else {}
-            with autocast(dev, self.dtype):
-                h = self.body(input_ids=x, past_key_values=cache, use_cache=True, **kw)
-                logits = self.head(h.last_hidden_state[:, -1]) / temperature
-            logp_all = torch.log_softmax(logits, -1)
-            tok = _sample(logp_all, top_p, gen)
-            out_tok[:, t] = tok
-            out_lp[:, t] = logp_all.gather(-1, tok[:, None]).squeeze(-1)
-            versions.append(self.version)
-            steps = t + 1
-            newly = (tok == self.eos) & ~done
-            length = torch.where(newly, t + 1, length)
-            done |= newly
-            stop = bool(done.all())
-            if self.synced:
-                stop = on_all_ranks(stop, dev)
-            if t + 1 == max_new_tokens or stop:
-                break
-            x = tok[:, None]
-            if padded:
-                attn = torch.cat([attn, torch.ones((B, 1), dtype=attn.dtype, device=dev)], 1)
-                pos = pos[:, -1:] + 1
-            self._apply_pending()  # in-flight weight update between decode steps
-        lens, toks, lps = length.tolist(), out_tok[:, :steps].tolist(), out_lp[:, :steps].tolist()
-        fin = done.tolist()
-        return Generation(tokens=[toks[i][: lens[i]] for i in range(B)],
-                          logprobs=[lps[i][: lens[i]] for i in range(B)],
-                          versions=[versions[: lens[i]] for i in range(B)], finished=fin)
-
-
-def _sample(logp: torch.Tensor, top_p: float, gen: torch.Generator) -> torch.Tensor:
-    probs = logp.exp()
-    if top_p < 1.0:
-        sp, si = probs.sort(-1, descending=True)
-        keep = sp.cumsum(-1) - sp < top_p  # always keeps the top token
-        probs = torch.zeros_like(probs).scatter(-1, si, sp * keep)
-    return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+        if not self._own_copy:
+            self.sampler.refresh()  # the trainer's weights may have moved since the last call
+        ids, attn = left_pad([p for p in prompts for _ in range(n)], self.pad)
+        gen = torch.Generator(device=self.device).manual_seed(seed)
+        d = self.sampler.decode(ids, attn, max_new_tokens=max_new_tokens, temperature=temperature,
+                                top_p=top_p, gen=gen, eos=self.eos, version=lambda: self.version,
+                                between=self._apply_pending)
+        lens, toks, lps, fin = d.length.tolist(), d.tokens.tolist(), d.logprobs.tolist(), d.done.tolist()
+        return Generation(tokens=[t[:k] for t, k in zip(toks, lens)],
+                          logprobs=[lp[:k] for lp, k in zip(lps, lens)],
+                          versions=[d.versions[:k] for k in lens], finished=fin)
 
 
 def _zero3_partitioned(model: nn.Module) -> bool:

@@ -1,0 +1,290 @@
+"""The hf backend's decode loop: a preallocated static KV cache and a capturable decode step.
+
+Why not the previous loop (kept below as `DynamicSampler`, the correctness oracle and the
+benchmarks' baseline): on a GPU an RL step was generation-bound at ~30 ms per decode step for
+64 rows, where reading the weights takes ~0.3 ms. The costs were (1) eager decoding, one Python
+round trip per layer per token; (2) autocast re-casting the fp32 master weights to bf16 at
+every decode step; (3) a host sync per token for the EOS check; (4) transformers' DynamicCache
+growing by concatenation, i.e. copying the whole cache every token (quadratic in length).
+
+`StaticSampler` answers each: (1) on CUDA the decode step (body + head, fixed shapes) runs under
+torch.compile(mode="reduce-overhead"), i.e. CUDA graphs; prefill stays eager (one call, and
+compiling variable prompt lengths would recompile); on CPU everything is eager (graphs are a
+CUDA feature and compile time would dwarf the proxy's seconds of generation). (2) On CUDA with
+a bf16 body the weights are held in bf16 in a private copy, refreshed in place at each weight
+push (`refresh`), never re-cast per token; the LM head reads the fp32 master weight directly
+when `precision.generator_lm_head_fp32`. (3) EOS is tracked on device; the host looks at it
+only every `check_every` steps (1 on CPU, where reading a CPU tensor costs no sync). (4) The
+KV cache is transformers' StaticCache, allocated once per (rows, length) and reused across
+calls, written in place (index_copy_), so time per token stays flat with length.
+
+Both samplers share one interface, `decode(...) -> Decoded`, so `HFGenerator` (rollout.py)
+owns prompts, weights pushes and versions, and delegates only the loop.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from trainer.distributed import on_all_ranks
+from trainer.precision import DTYPES, LMHead, autocast
+
+# Cache lengths are rounded up to this on CUDA so that prompt lengths varying from step to step
+# reuse one captured graph (a graph is specialised to its shapes) instead of recompiling.
+CUDA_LENGTH_BUCKET = 256
+# Host looks at the EOS flags once per this many decode steps on CUDA: up to this many wasted
+# steps after the last sample stops, against one device->host sync per token otherwise.
+CUDA_CHECK_EVERY = 16
+
+
+@dataclass
+class Decoded:
+    """Raw output of one decode loop over B rows (what HFGenerator turns into a Generation)."""
+
+    tokens: torch.Tensor  # [B, steps] sampled ids (rows that stopped keep sampling: cut by length)
+    logprobs: torch.Tensor  # [B, steps] fp32 log-prob of each sampled id
+    versions: list[int]  # policy version in force at each step
+    length: torch.Tensor  # [B] tokens up to and including EOS, or steps when none
+    done: torch.Tensor  # [B] stopped by EOS
+
+
+Between = Callable[[], None]  # called between decode steps: applies in-flight weight pushes
+Version = Callable[[], int]  # the policy version in force now
+
+
+def sample(logp: torch.Tensor, top_p: float, gen: torch.Generator) -> torch.Tensor:
+    """One id per row from log-probs [B, V] (nucleus-truncated when top_p < 1)."""
+    probs = logp.exp()
+    if top_p < 1.0:
+        sp, si = probs.sort(-1, descending=True)
+        keep = sp.cumsum(-1) - sp < top_p  # always keeps the top token
+        probs = torch.zeros_like(probs).scatter(-1, si, sp * keep)
+    return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+
+
+class _Loop:
+    """Per-token bookkeeping shared by both samplers: outputs, versions, EOS on device."""
+
+    def __init__(self, B: int, T: int, eos: int, device: torch.device) -> None:
+        self.tok = torch.empty((B, T), dtype=torch.long, device=device)
+        self.lp = torch.empty((B, T), dtype=torch.float32, device=device)
+        self.versions: list[int] = []
+        self.done = torch.zeros(B, dtype=torch.bool, device=device)
+        self.length = torch.full((B,), T, dtype=torch.long, device=device)
+        self.eos, self.steps = eos, 0
+
+    def record(self, t: int, logits: torch.Tensor, temperature: float, top_p: float,
+               gen: torch.Generator, version: int) -> torch.Tensor:
+        logp = torch.log_softmax(logits / temperature, -1)
+        tok = sample(logp, top_p, gen)
+        self.tok[:, t] = tok
+        self.lp[:, t] = logp.gather(-1, tok[:, None]).squeeze(-1)
+        self.versions.append(version)
+        self.steps = t + 1
+        newly = (tok == self.eos) & ~self.done
+        self.length = torch.where(newly, t + 1, self.length)
+        self.done |= newly
+        return tok
+
+    def all_done(self, synced: bool) -> bool:
+        stop = bool(self.done.all())  # the host sync: callers decide how often
+        return on_all_ranks(stop, self.done.device) if synced else stop
+
+    def result(self) -> Decoded:
+        s = self.steps
+        return Decoded(self.tok[:, :s], self.lp[:, :s], self.versions, self.length, self.done)
+
+
+class GenerationWeights:
+    """What the sampler multiplies by: the source module itself, or (CUDA, bf16 body) a private
+    copy of its parameters in bf16, refreshed in place from the source by `refresh()`.
+
+    In place, so captured graphs keep reading the same addresses. Only parameters are cast:
+    float buffers such as rotary `inv_freq` stay fp32 (bf16 would shift every position). The
+    fp32 LM head reads the source's own fp32 weight, which the trainer (or a weight push)
+    already keeps current. ZeRO-3 partitioned weights are never copied (each forward gathers
+    them), so they keep the autocast path."""
+
+    def __init__(self, model: nn.Module, dtype: str, lm_head_fp32: bool, device: torch.device,
+                 partitioned: bool, cast: bool | None = None) -> None:
+        self.source, self.dtype = model, dtype
+        if cast is None:  # CPU keeps autocast: the proxy runs fp32, and CPU bf16 is a test path
+            cast = device.type == "cuda"
+        self.cast = cast and dtype != "fp32" and not partitioned
+        if not self.cast:
+            self.model = model
+            self.head = LMHead(model.get_output_embeddings(), lm_head_fp32)
+            self.context = lambda: autocast(device, dtype)
+            return
+        # deepcopy with the parameters pre-mapped to bf16 copies: no transient fp32 duplicate,
+        # and tied weights (embedding = head) stay one tensor.
+        memo = {id(p): nn.Parameter(p.detach().to(DTYPES[dtype]), requires_grad=False)
+                for p in model.parameters()}
+        self.model = copy.deepcopy(model, memo).eval()
+        src_head = model.get_output_embeddings()
+        self.head = _Fp32Head(src_head) if lm_head_fp32 else _CastHead(self.model.get_output_embeddings())
+        self.context = lambda: torch.autocast(device_type=device.type, enabled=False)
+
+    @property
+    def body(self) -> nn.Module:
+        return self.model.get_decoder()
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """Re-read the source's weights (after a push or an optimizer step); no-op uncast."""
+        if self.cast:
+            for dst, src in zip(self.model.parameters(), self.source.parameters()):
+                dst.copy_(src)
+
+
+class _Fp32Head(nn.Module):
+    """LM head in fp32 from the master weight, whatever the body's dtype."""
+
+    def __init__(self, head: nn.Linear) -> None:
+        super().__init__()
+        self.w = head
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        b = None if self.w.bias is None else self.w.bias.float()
+        return F.linear(h.float(), self.w.weight.float(), b)
+
+
+class _CastHead(nn.Module):
+    """LM head in the body dtype (the ScaleRL mismatch), logits returned in fp32."""
+
+    def __init__(self, head: nn.Linear) -> None:
+        super().__init__()
+        self.w = head
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.w(h).float()
+
+
+def left_pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, attention mask) [B, P], prompts right-aligned so every row decodes at column P."""
+    B, P = len(rows), max(len(p) for p in rows)
+    ids = torch.full((B, P), pad, dtype=torch.long)
+    attn = torch.zeros((B, P), dtype=torch.long)
+    for i, p in enumerate(rows):
+        ids[i, P - len(p):] = torch.tensor(p)
+        attn[i, P - len(p):] = 1
+    return ids, attn
+
+
+class StaticSampler:
+    """Static-cache decode loop (see the module docstring for what it fixes and why)."""
+
+    def __init__(self, model: nn.Module, *, dtype: str, lm_head_fp32: bool,
+                 device: torch.device, synced: bool = False, capture: bool | None = None) -> None:
+        self.weights = GenerationWeights(model, dtype, lm_head_fp32, device, synced)
+        self.device, self.synced = device, synced
+        if capture is None:  # ABLATE_SAMPLER_CAPTURE=0 turns graphs off (debugging a new stack)
+            capture = device.type == "cuda" and os.environ.get("ABLATE_SAMPLER_CAPTURE", "1") != "0"
+        self.capture = capture and not synced  # ZeRO-3 gathers inside forward: not capturable
+        self.check_every = CUDA_CHECK_EVERY if device.type == "cuda" else 1
+        self._cache = None  # (key, StaticCache), reused while rows and length stay the same
+        self._step = torch.compile(self._forward, mode="reduce-overhead", dynamic=False) \
+            if self.capture else self._forward
+
+    def refresh(self) -> None:
+        self.weights.refresh()
+
+    def _forward(self, ids, attn, pos, cache_pos, cache) -> torch.Tensor:
+        with self.weights.context():
+            h = self.weights.body(input_ids=ids, attention_mask=attn, position_ids=pos,
+                                  cache_position=cache_pos, past_key_values=cache,
+                                  use_cache=True).last_hidden_state
+            return self.weights.head(h[:, -1])
+
+    def cache_for(self, B: int, L: int):
+        """The StaticCache for B rows of L positions: allocated on first use, reset after."""
+        from transformers import StaticCache
+
+        key = (B, L)
+        if self._cache is None or self._cache[0] != key:
+            self._cache = (key, StaticCache(config=self.weights.model.config, max_cache_len=L))
+        else:
+            self._cache[1].reset()
+        return self._cache[1]
+
+    @torch.no_grad()
+    def decode(self, ids: torch.Tensor, attn: torch.Tensor, *, max_new_tokens: int,
+               temperature: float, top_p: float, gen: torch.Generator, eos: int,
+               version: Version, between: Between) -> Decoded:
+        dev, T = self.device, max_new_tokens
+        B, P = ids.shape
+        L = P + T
+        if self.capture:
+            L = -(-L // CUDA_LENGTH_BUCKET) * CUDA_LENGTH_BUCKET
+        cache = self.cache_for(B, L)
+        mask = torch.zeros((B, L), dtype=torch.long, device=dev)  # columns switch on as filled
+        mask[:, :P] = attn.to(dev)
+        pos = (mask[:, :P].cumsum(-1) - 1).clamp(min=0)
+        loop = _Loop(B, T, eos, dev)
+        logits = self._forward(ids.to(dev), mask, pos, torch.arange(P, device=dev), cache)
+        pos = pos[:, -1:].clone()
+        cache_pos = torch.tensor([P], device=dev)
+        for t in range(T):
+            tok = loop.record(t, logits, temperature, top_p, gen, version())
+            if t + 1 == T or ((t + 1) % self.check_every == 0 and loop.all_done(self.synced)):
+                break
+            between()  # in-flight weight update between decode steps
+            mask[:, P + t] = 1
+            pos += 1
+            if self.capture:
+                torch.compiler.cudagraph_mark_step_begin()
+            logits = self._step(tok[:, None], mask, pos, cache_pos, cache)
+            cache_pos += 1
+        return loop.result()
+
+
+class DynamicSampler:
+    """The previous loop, unchanged in substance: DynamicCache grown by concatenation, autocast
+    over the fp32 weights, a host sync per token. Kept as the oracle the tests compare
+    StaticSampler against and as the benchmarks' 'previous sampler' baseline."""
+
+    def __init__(self, model: nn.Module, *, dtype: str, lm_head_fp32: bool,
+                 device: torch.device, synced: bool = False) -> None:
+        self.model, self.dtype, self.device, self.synced = model, dtype, device, synced
+        self.head = LMHead(model.get_output_embeddings(), lm_head_fp32)
+
+    def refresh(self) -> None:
+        pass  # reads the module's weights directly
+
+    @torch.no_grad()
+    def decode(self, ids: torch.Tensor, attn: torch.Tensor, *, max_new_tokens: int,
+               temperature: float, top_p: float, gen: torch.Generator, eos: int,
+               version: Version, between: Between) -> Decoded:
+        from transformers import DynamicCache
+
+        dev, body = self.device, self.model.get_decoder()
+        ids, attn = ids.to(dev), attn.to(dev)
+        B = ids.shape[0]
+        padded = bool((attn == 0).any())
+        cache, loop = DynamicCache(), _Loop(B, max_new_tokens, eos, dev)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        x = ids
+        for t in range(max_new_tokens):
+            kw = {"attention_mask": attn, "position_ids": pos} if padded else {}
+            with autocast(dev, self.dtype):
+                h = body(input_ids=x, past_key_values=cache, use_cache=True, **kw)
+                logits = self.head(h.last_hidden_state[:, -1])
+            tok = loop.record(t, logits, temperature, top_p, gen, version())
+            if t + 1 == max_new_tokens or loop.all_done(self.synced):
+                break
+            x = tok[:, None]
+            if padded:
+                attn = torch.cat([attn, torch.ones((B, 1), dtype=attn.dtype, device=dev)], 1)
+                pos = pos[:, -1:] + 1
+            between()
+        return loop.result()
+
+
+SAMPLERS = {"static": StaticSampler, "dynamic": DynamicSampler}
