@@ -89,6 +89,8 @@ def _fresh(cache: Path, study: Path, variants: list[dict]) -> bool:
     deps = [study / "variants.json"]
     for v in variants:
         deps += [study / v["run_id"] / "metrics.jsonl", study / v["run_id"] / "status.json"]
+    if _foreign_fit(study, variants) is not None:
+        return False  # another trainer's logs live in its own folders: always re-read
     return all(not d.exists() or d.stat().st_mtime < t for d in deps)
 
 
@@ -111,9 +113,15 @@ def gather(study: str | Path, *, use_cache: bool = True, write_cache: bool = Tru
         return pd.read_parquet(cache)
 
     blobs, counts = [], []
+    foreign = _foreign_fit(study, variants)
     for v in variants:
         f = study / v["run_id"] / "metrics.jsonl"
-        blob = _complete_lines(f) if f.is_file() else b""
+        if foreign is not None:  # another trainer: read its own log (ablate/adapters/runner.py)
+            from ablate.adapters.runner import curve_rows
+
+            blob = curve_rows(study / v["run_id"], foreign)
+        else:
+            blob = _complete_lines(f) if f.is_file() else b""
         blobs.append(blob)
         counts.append(blob.count(b"\n"))
     frame = _frame_from_blobs(study, variants, blobs, counts)
@@ -163,6 +171,15 @@ def _write_atomic(frame: pd.DataFrame, path: Path) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
+def _foreign_fit(study: Path, variants: list[dict]) -> dict | None:
+    """The `fit:` columns when the study ran on another trainer (its config names one)."""
+    cfg = variants[0].get("config") if variants else None
+    if isinstance(cfg, dict) and isinstance(cfg.get("trainer"), dict) and \
+            cfg["trainer"].get("kind", "ablate") != "ablate":
+        return study_fit_defaults(study)
+    return None
+
+
 def study_fit_defaults(study: Path) -> dict:
     """`fit:` defaults from results/<study>/study.yaml (x, y, min_compute, max_compute)."""
     f = study / "study.yaml"
@@ -176,8 +193,13 @@ def study_fit_defaults(study: Path) -> dict:
         raise InputError(f"{f}: not valid YAML ({str(e).splitlines()[0]})") from None
     fit = doc.get("fit") if isinstance(doc, dict) else None
     if not isinstance(fit, dict):
-        return {}
+        fit = {}
     out = {k: fit[k] for k in ("x", "y", "min_compute", "max_compute") if fit.get(k) is not None}
+    trainer = doc.get("trainer") if isinstance(doc, dict) else None
+    if isinstance(trainer, dict) and trainer.get("kind", "ablate") != "ablate":
+        from ablate.adapters.runner import fit_defaults  # that trainer's compute/score columns
+
+        out = fit_defaults(trainer, out)
     for k in ("min_compute", "max_compute"):
         if k in out:
             try:  # YAML 1.1 reads 1e12 (no dot) as a string

@@ -136,6 +136,10 @@ def check_size(ls: LoadedStudy) -> None:
 
 def expand(ls: LoadedStudy) -> list[Variant]:
     """All variants of a loaded study; identical configs collapse into the first one listed."""
+    if ls.study.trainer.kind != "ablate":  # axes are another trainer's keys (ablate/adapters)
+        from ablate.adapters.study import expand_foreign
+
+        return expand_foreign(ls)
     check_size(ls)
     s = ls.study
     # Where a value alone against the base is a run, check each first, so an invalid value is

@@ -22,6 +22,7 @@ from typing import Any, Callable, Literal, Optional, Sequence, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ablate.adapters.base import TrainerSpec
 from ablate.errors import InputError
 from ablate.studies.stagespec import StageSpec
 from ablate.yamlio import KeyPath, YamlDoc, load_yaml
@@ -103,6 +104,10 @@ class Study(_Strict):
         3, ge=1, description="A failed run is resubmitted by a later `ablate sweep` until it "
         "has been submitted this many times."
     )
+    trainer: TrainerSpec = Field(
+        default_factory=TrainerSpec, description="Which trainer runs the variants: the built-in "
+        "one (kind ablate), or TRL, verl or any command, whose own keys the axes then are "
+        "(README: Bring your own trainer).")
     max_variants: int = Field(
         MAX_VARIANTS, ge=1, description="Refuse a study that expands to more runs than this "
         "(variants x seeds), counted before expanding: a grid of 5 axes x 20 values is 3.2M "
@@ -396,6 +401,10 @@ def load_study(path: Path | str, overrides: Sequence[str] = ()) -> LoadedStudy:
     doc = load_yaml(path)
     _check_is_a_study(doc)
     study, doc = validate_model(doc, Study, "a study must be a mapping with at least `name`")
+    if study.trainer.kind != "ablate":  # another trainer: its own keys, checked by its adapter
+        from ablate.adapters.study import load_foreign
+
+        return load_foreign(doc, study, overrides)
 
     tree, prov, recipes = resolve_base(doc, study.base, study.overrides, study.budget)
     tree = apply_cli_overrides(tree, prov, overrides)

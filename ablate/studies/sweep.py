@@ -60,7 +60,11 @@ def check_inputs(study_path: Path | str, *, executor: Optional[str] = None,
 def check_variants(study_path: Path | str, variants: list[Variant], shape: JobShape) -> None:
     """Refuse a variant the trainer would refuse at start (trainer/validate.py), on the job
     shape the profile asks for: one line naming the variant, the keys and a fix."""
+    from ablate.adapters.study import ForeignConfig
+
     for v in variants:
+        if isinstance(v.config, ForeignConfig):
+            continue  # another trainer's keys: its adapter checked them (ablate/adapters)
         found = problems(v.config, shape)
         if found:
             raise InputError(f"{study_path}: variant {v.name} (seed {v.seed}): {found[0]}")
@@ -71,9 +75,12 @@ def resource_plans(variants: list[Variant], shape: JobShape) -> dict[str, Any]:
     from trainer.resources import plan
 
     by_name: dict[str, Any] = {}
+    from ablate.adapters.study import ForeignConfig, NoPlan
+
     for v in variants:
         if v.name not in by_name:
-            by_name[v.name] = plan(v.config, shape)
+            by_name[v.name] = (NoPlan(v.config.trainer.kind) if isinstance(v.config, ForeignConfig)
+                               else plan(v.config, shape))
     return {v.run_id: by_name[v.name] for v in variants}
 
 

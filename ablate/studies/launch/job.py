@@ -95,13 +95,12 @@ class RunJob(submitit.helpers.Checkpointable):
     def train_all(todo: list[Path], fn: Callable, global_rank: int) -> list[str]:
         """Train each run in turn; returns the failures. Stops early when the trainer stopped
         a run for a preemption signal (checkpointed: the requeued job resumes it)."""
-        from trainer.config import TrainConfig
-
         failed: list[str] = []
         for d in todo:
-            config = TrainConfig.model_validate(yaml.safe_load((d / "config.yaml").read_text()))
+            raw = yaml.safe_load((d / "config.yaml").read_text())
+            run, config = foreign_or(fn, raw)
             try:
-                fn(config, d)
+                run(config, d)
                 if preempt.stopped_at() is not None:
                     break
                 if global_rank == 0 and read_status(d).get("state") not in FINAL_STATES:
@@ -113,6 +112,19 @@ class RunJob(submitit.helpers.Checkpointable):
                               traceback=traceback.format_exc()[-4000:])
                 failed.append(f"{d.name}: {type(e).__name__}: {e}")
         return failed
+
+
+def foreign_or(fn: Callable, raw: dict) -> tuple[Callable, object]:
+    """A run dir for another trainer (config.yaml names `trainer: {kind: trl|verl|command}`)
+    runs through its adapter (ablate/adapters/runner.py); else `fn` trains the TrainConfig."""
+    from ablate.adapters.study import is_foreign
+    from trainer.config import TrainConfig
+
+    if is_foreign(raw):
+        from ablate.adapters.runner import run_foreign
+
+        return run_foreign, raw
+    return fn, TrainConfig.model_validate(raw)
 
 
 def hand_over(handler) -> None:

@@ -1,0 +1,116 @@
+"""What every trainer adapter provides, and the `trainer:` block of a study that names one.
+
+An adapter turns a study's variant (a flat mapping of the trainer's own keys to values) into
+the command that trainer runs, in the trainer's own syntax, and says where that trainer writes
+its curve. It never imports its trainer at module import: a study names the trainer, and only
+then is the (heavy, optional) package touched, to validate keys.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+from typing import Any, Literal, Optional, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# The ScaleRL knobs a study may name as `knob.<name>` axes (README "Bring your own trainer"):
+# each adapter maps the ones its trainer can express to its own key; the rest are refused.
+SCALERL_KNOBS = ("loss_type", "aggregation", "advantage_norm", "fp32_lm_head",
+                 "zero_variance_filter", "no_positive_resampling", "off_policy",
+                 "forced_interruption")
+
+
+class TrainerSpec(BaseModel):
+    """`trainer:` in a study: which trainer runs the variants and how to call it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["ablate", "trl", "verl", "command"] = Field(
+        "ablate", description="ablate: the built-in trainer (axes are TrainConfig paths); trl, "
+        "verl: those trainers (axes are their own keys); command: any program (`command:`).")
+    command: Optional[str] = Field(
+        None, description="kind command: the command line, with {overrides}, {seed}, {run_dir} "
+        "and {resume} placeholders. kind trl: a TRL script to run instead of the built-in "
+        "entry (`python my_grpo.py`), given `--key value` arguments.")
+    resume: str = Field(
+        "", description="kind command: what {resume} becomes when the run dir already holds a "
+        "previous attempt (e.g. `--resume`); empty on a first attempt.")
+    override_style: Literal["argparse", "hydra", "json"] = Field(
+        "argparse", description="kind command: how {overrides} is rendered: `--key value`, "
+        "Hydra `key=value`, or a JSON file path (config file for tools that take one).")
+    keys: Optional[list[str]] = Field(
+        None, description="kind command: the keys the program accepts; axes outside it are "
+        "refused before anything runs (None: any key).")
+    log: Optional[str] = Field(
+        None, description="Where the curve is written, relative to the run dir (a JSONL, "
+        "trainer_state.json, TensorBoard or MLflow dir). Default: the adapter's own place.")
+    config_dir: Optional[str] = Field(
+        None, description="kind verl: Hydra config dir to compose with (default: the installed "
+        "verl package's verl/trainer/config).")
+    config_name: str = Field("ppo_trainer", description="kind verl: the Hydra config name.")
+    step_cost: Optional[float] = Field(
+        None, gt=0, description="Compute per step when the trainer logs none (fit x = "
+        "`compute` = step x step_cost); A and B do not depend on it.")
+
+
+class Adapter(Protocol):
+    """One trainer. `check_key` runs before anything is submitted; `argv` at job start."""
+
+    kind: str
+    default_log: str
+
+    def check_key(self, key: str, where: str) -> None:
+        """Raise InputError (one line, nearest valid key) when `key` is not the trainer's."""
+
+    def check_overrides(self, overrides: dict[str, Any], where: str) -> None:
+        """Validate a whole variant (e.g. compose it with the trainer's config)."""
+
+    def knob(self, name: str, value: Any, where: str) -> dict[str, Any]:
+        """The trainer keys that express ScaleRL knob `name`, or InputError saying it can't."""
+
+    def steps_key(self) -> str:
+        """The trainer key the study's `budget.steps` sets."""
+
+    def argv(self, overrides: dict[str, Any], seed: int, run_dir: Path, resume: bool) -> list[str]:
+        """The command that trains this variant into `run_dir`."""
+
+
+def nearest(word: str, options: list[str]) -> str:
+    """`(did you mean 'x'?)`, else a short list of valid keys."""
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    if close:
+        return f"(did you mean '{close[0]}'?)"
+    shown = ", ".join(sorted(options)[:10])
+    return f"(valid: {shown}, ...)" if len(options) > 10 else f"(valid: {shown})"
+
+
+def scalar_text(value: Any) -> str:
+    """A value as a command-line word: true/false, JSON for lists and mappings."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def argparse_args(overrides: dict[str, Any]) -> list[str]:
+    """`--key value` pairs (TRL / HfArgumentParser / argparse scripts)."""
+    out: list[str] = []
+    for k, v in overrides.items():
+        out += [f"--{k}", scalar_text(v)]
+    return out
+
+
+def hydra_args(overrides: dict[str, Any]) -> list[str]:
+    """Hydra `key=value` overrides (verl); lists as Hydra lists `[a,b]`."""
+    out = []
+    for k, v in overrides.items():
+        if isinstance(v, list):
+            out.append(f"{k}=[{','.join(scalar_text(x) for x in v)}]")
+        else:
+            out.append(f"{k}={scalar_text(v)}")
+    return out

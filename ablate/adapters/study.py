@@ -1,0 +1,158 @@
+"""Studies on another trainer: load (keys checked by the adapter) and expand to variants.
+
+The axes, overrides and base recipe of such a study are the trainer's own keys (a flat mapping;
+nested YAML is flattened to dotted keys, as Hydra names them). Each run's config.yaml is a
+`ForeignConfig`: the trainer block, the seed and the overrides, which the job hands back to the
+adapter to build the command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from ablate.adapters import adapter_for
+from ablate.adapters.base import Adapter, TrainerSpec
+from ablate.errors import InputError
+from ablate.yamlio import YamlDoc, load_yaml
+
+
+class ForeignConfig(BaseModel):
+    """What a run of another trainer is: written as `<run_dir>/config.yaml`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trainer: TrainerSpec
+    seed: int
+    overrides: dict[str, Any]
+
+
+def is_foreign(raw: Any) -> bool:
+    """Whether a run's config.yaml (parsed) is for another trainer than the built-in one."""
+    return isinstance(raw, dict) and isinstance(raw.get("trainer"), dict) and \
+        raw["trainer"].get("kind", "ablate") != "ablate"
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested mapping -> dotted keys (`actor: {lr: 1}` -> `actor.lr: 1`)."""
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _layer(adapter: Adapter, tree: dict[str, Any], layer: Any, where: str) -> dict[str, Any]:
+    if not isinstance(layer, dict):
+        raise InputError(f"{where}: must be a mapping of {adapter.kind} keys")
+    flat = flatten(layer)
+    for k in flat:
+        adapter.check_key(k, where)
+    return {**tree, **flat}
+
+
+def _base(doc: YamlDoc, base: str | None, adapter: Adapter) -> dict[str, Any]:
+    if base is None:
+        return {}
+    path = doc.path.parent / base
+    if not path.is_file():
+        raise InputError(f"{doc.where(('base',))}: base recipe '{base}' not found (looked for {path})")
+    data = load_yaml(path).data or {}
+    return _layer(adapter, {}, data, f"{path}")
+
+
+def _cli(tree: dict[str, Any], adapter: Adapter, overrides: Sequence[str]) -> dict[str, Any]:
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        where = f"--override {item}"
+        if not sep or not key.strip():
+            raise InputError(f"{where}: expected KEY=VALUE with a {adapter.kind} key")
+        adapter.check_key(key.strip(), where)
+        try:
+            tree = {**tree, key.strip(): yaml.safe_load(raw) if raw.strip() else None}
+        except yaml.YAMLError as e:
+            raise InputError(f"{where}: value is not valid YAML ({str(e).splitlines()[0]})") from None
+    return tree
+
+
+def load_foreign(doc: YamlDoc, study: Any, overrides: Sequence[str]):
+    """A LoadedStudy whose base tree is a flat mapping of the trainer's own keys."""
+    from ablate.studies.study import LoadedStudy
+
+    s = study
+    where = doc.where(("trainer",))
+    try:
+        adapter = adapter_for(s.trainer)
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+    if s.stages is not None:
+        raise InputError(f"{doc.where(('stages',))}: stages run only on the built-in trainer "
+                         f"(trainer kind {s.trainer.kind} has no mid-run budget handover)")
+    tree = _base(doc, s.base, adapter)
+    tree = _layer(adapter, tree, s.overrides, doc.where(("overrides",)))
+    if s.budget is not None:
+        b = s.budget.model_dump(exclude_none=True)
+        if set(b) - {"steps"}:
+            raise InputError(f"{doc.where(('budget',))}: trainer kind {s.trainer.kind} takes a "
+                             f"budget in steps only (it is passed as {adapter.steps_key()})")
+        tree[adapter.steps_key()] = b["steps"]
+    tree = _cli(tree, adapter, overrides)
+    for key, values in s.axes.items():
+        adapter.check_key(key, doc.where(("axes", key)))
+        if not values:
+            raise InputError(f"{doc.where(('axes', key))}: axis '{key}' has no values; list at least one")
+    for comp, reverted in s.components.items():
+        for key in reverted:
+            adapter.check_key(key, doc.where(("components", comp, key)))
+    if s.mode in ("one_at_a_time", "zip") and not s.axes:
+        raise InputError(f"{doc.where(('mode',))}: mode {s.mode} needs at least one axis")
+    if s.mode == "zip" and len({len(v) for v in s.axes.values()}) > 1:
+        raise InputError(f"{doc.where(('axes',))}: mode zip needs axes of equal length")
+    return LoadedStudy(study=s, doc=doc, base_tree=tree, cli_overrides=list(overrides))
+
+
+def expand_foreign(ls) -> list:
+    """Variants of a study on another trainer; each variant composed/checked by the adapter."""
+    from ablate.studies.expand import Variant, _points, check_size, run_id_of
+
+    check_size(ls)
+    s = ls.study
+    adapter = adapter_for(s.trainer)
+    out: list[Variant] = []
+    seen: set[str] = set()
+    for name, assign in _points(ls):
+        over = {**ls.base_tree, **{".".join(k): v for k, v, _ in assign}}
+        adapter.check_overrides(over, assign[-1][2] if assign else str(ls.path))
+        for seed in s.seeds:
+            cfg = ForeignConfig(trainer=s.trainer, seed=seed, overrides=over)
+            rid = run_id_of(cfg.model_dump(mode="json"))
+            if rid not in seen:
+                seen.add(rid)
+                out.append(Variant(run_id=rid, name=name, seed=seed, config=cfg))  # type: ignore[arg-type]
+    if not out:
+        raise InputError(f"{ls.path}: the study expands to no runs")
+    return out
+
+
+def run_dir_config(run_dir: Path) -> ForeignConfig:
+    return ForeignConfig.model_validate(yaml.safe_load((run_dir / "config.yaml").read_text()))
+
+
+class NoPlan:
+    """The memory plan of a run on another trainer: none (that trainer sizes itself); has the
+    attributes `sweep --dry-run` prints, all empty, and a note saying why."""
+
+    def __init__(self, kind: str) -> None:
+        self.note = f"trainer kind {kind}: no memory plan (ablate plans only its own trainer)"
+        self.fits = None
+        self.train: dict[str, float] = {}
+        self.generation: dict[str, float] = {}
+
+    def __getattr__(self, name: str) -> None:  # every other plan field: not known
+        return None

@@ -1,0 +1,223 @@
+"""Studies on other trainers (ablate/adapters): TRL's GRPOTrainer on CPU, a command, verl keys.
+
+Real processes throughout: the TRL runs train a tiny char Llama built here with GRPOTrainer,
+launched by `ablate sweep` through the local executor, and `ablate compare` fits them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from _study_util import ROOT, cli, cli_json, wait_until
+from ablate.errors import InputError
+
+TRL_OVERRIDES = """  use_cpu: true
+  bf16: false
+  gradient_checkpointing: false
+  report_to: none
+  per_device_train_batch_size: 32
+  per_device_eval_batch_size: 32
+  num_generations: 8
+  max_completion_length: 4
+  learning_rate: 0.01
+  lr_scheduler_type: constant
+  beta: 0.0
+  logging_steps: 2
+  eval_strategy: steps
+  eval_steps: 2
+  save_steps: 10
+  dataloader_num_workers: 0
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """A 1-layer, 32-wide char Llama and 200 prompts whose answer is "1111" (reward: the share
+    of characters right), which GRPO learns in a few dozen steps on a CPU."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from trainer.tokenizer import char_tokenizer
+
+    d = tmp_path_factory.mktemp("trl")
+    torch.manual_seed(0)
+    tok = char_tokenizer()
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                      num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                      max_position_embeddings=64, tie_word_embeddings=True,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id)
+    LlamaForCausalLM(cfg).save_pretrained(d / "model")
+    tok.save_pretrained(d / "model")
+    r = random.Random(0)
+    rows = [{"prompt": f"{r.randint(10, 99)}+{r.randint(10, 99)}=", "answer": "1111"}
+            for _ in range(200)]
+    (d / "data.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+    return d
+
+
+def trl_study(folder: Path, tiny: Path, axes: str, *, steps: int = 24, name: str = "trl") -> Path:
+    text = (f"name: {name}\ntrainer: {{kind: trl}}\noverrides:\n"
+            f"  model_name_or_path: {tiny / 'model'}\n  dataset: {tiny / 'data.jsonl'}\n"
+            f"{TRL_OVERRIDES}axes:\n{axes}\nseeds: [0]\nbudget: {{steps: {steps}}}\n")
+    path = folder / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_trl_keys_checked_before_submitting(tmp_path, tiny):
+    """A misspelled GRPOConfig key, an ablate-only knob TRL cannot express, and an ablate key
+    TRL names differently: one line each, exit 2, nothing written."""
+    cases = {"  loss_typ: [dapo, grpo]": "'loss_typ' is not a GRPOConfig field (did you mean 'loss_type'?)",
+             "  data.zero_variance_filter: [true, false]": "cannot be expressed in TRL",
+             "  loss.aggregation: [token, sample]": "in TRL use 'loss_type'"}
+    for axes, want in cases.items():
+        study = trl_study(tmp_path, tiny, axes)
+        r = cli("sweep", str(study), "--results", str(tmp_path / "res"), "--dry-run")
+        assert r.returncode == 2, r.stderr
+        assert want in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "res").exists()
+
+
+def test_trl_study_local_then_compare(tmp_path, tiny):
+    """Two TRL loss types, one seed, 24 GRPO steps each, through the local executor; `status`
+    shows each run's step from TRL's log; `compare` fits both curves (num_tokens vs eval_reward)."""
+    study = trl_study(tmp_path, tiny, "  loss_type: [dapo, grpo]")
+    res = tmp_path / "res"
+    dry = cli_json("sweep", str(study), "--results", str(res), "--dry-run")
+    assert [v["name"] for v in dry] == ["loss_type=dapo", "loss_type=grpo"]
+    assert dry[0]["config"]["overrides"]["max_steps"] == 24
+    out = cli_json("sweep", str(study), "--results", str(res), "--executor", "local")
+    assert len(out["submitted"]) == 2
+    from ablate.studies.status import study_states
+
+    def finished():
+        s = study_states(res / "trl")
+        return s if all(x.state in ("done", "failed") for x in s) else None
+
+    states = wait_until(finished, timeout=240, poll=3, what="TRL runs")
+    assert [(s.state, s.step) for s in states] == [("done", 24), ("done", 24)], states
+    fits = cli_json("compare", str(res / "trl"))
+    assert sorted(f["variant"] for f in fits) == ["loss_type=dapo", "loss_type=grpo"]
+    for f in fits:
+        assert f["n_points"] >= 8 and 0 < f["A"] <= 1.0, f
+    rows = [json.loads(x) for x in (res / "trl" / states[0].run_id / "trl" / "log.jsonl")
+            .read_text().splitlines()]
+    assert rows[-1]["step"] == 24 and any("eval_reward" in x for x in rows)
+
+
+def test_killed_trl_run_resumes_from_its_checkpoint(tmp_path, tiny):
+    """A TRL run killed after its step-10 checkpoint is resumed by the next attempt through
+    `--resume_from_checkpoint`: it goes on from step 10 to 20, not from 0."""
+    from ablate.adapters.runner import run_foreign
+    from ablate.adapters.study import load_foreign  # noqa: F401  (the module the job uses)
+    from ablate.studies.expand import expand
+    from ablate.studies.study import load_study
+
+    study = trl_study(tmp_path, tiny, "  loss_type: [dapo]", steps=20)
+    v = expand(load_study(study))[0]
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    raw = v.config.model_dump(mode="json")
+    code = (f"import json,sys; from pathlib import Path; from ablate.adapters.runner import "
+            f"run_foreign; run_foreign(json.loads(sys.argv[1]), Path(sys.argv[2]))")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen([sys.executable, "-c", code, json.dumps(raw), str(run_dir)], env=env,
+                         start_new_session=True)
+    try:
+        wait_until(lambda: (run_dir / "trl" / "checkpoint-10" / "trainer_state.json").exists(),
+                   timeout=120, poll=0.5, what="checkpoint-10")
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    assert not (run_dir / "trl" / "checkpoint-20").exists(), "run finished before the kill"
+    run_foreign(raw, run_dir)
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "done" and status["step"] == 20
+    assert status["command"][-2:] == ["--resume_from_checkpoint", "true"]
+    steps = [json.loads(x)["step"] for x in (run_dir / "trl" / "log.jsonl").read_text().splitlines()]
+    restart = next(i for i in range(1, len(steps)) if steps[i] < steps[i - 1])
+    assert steps[restart] > 10, steps  # resumed after checkpoint-10, not from step 0
+
+
+def test_command_trainer_study(tmp_path):
+    """`kind: command`: a template over tests/_command_trainer.py; the crashed run resumes
+    with the study's `resume:` flag; compare fits the curves it wrote."""
+    script = ROOT / "tests" / "_command_trainer.py"
+    study = tmp_path / "cmd.yaml"
+    study.write_text(
+        f"name: cmd\ntrainer:\n  kind: command\n  command: {sys.executable} {script} "
+        "{overrides} --seed {seed} --out {run_dir} {resume}\n  resume: --resume\n"
+        "  keys: [lr, steps, stop_at]\n  step_cost: 2.0\n  log: metrics.jsonl\n"
+        "fit: {y: score}\noverrides: {steps: 30, stop_at: 12}\naxes:\n  lr: [0.05, 0.2]\n"
+        "seeds: [0]\n")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(study.read_text().replace("  lr: [", "  lrr: ["))
+    r = cli("sweep", str(bad), "--results", str(tmp_path / "res"), "--dry-run")
+    assert r.returncode == 2 and "'lrr' is not a key of this command (trainer.keys) (did you mean 'lr'?)" in r.stderr
+    res = tmp_path / "res"
+    cli("sweep", str(study), "--results", str(res), "--executor", "debug", "--json")
+    from ablate.studies.status import study_states
+
+    assert {s.state for s in study_states(res / "cmd")} == {"failed"}  # exit 3 at step 12
+    out = cli_json("sweep", str(study), "--results", str(res), "--executor", "debug")
+    assert len(out["submitted"]) == 2
+    states = study_states(res / "cmd")
+    assert [(s.state, s.step) for s in states] == [("done", 30), ("done", 30)]
+    for s in states:
+        steps = [json.loads(x)["step"] for x in (res / "cmd" / s.run_id / "metrics.jsonl")
+                 .read_text().splitlines()]
+        assert steps == list(range(1, 31))  # resumed at 13: no step twice, none missing
+    fits = {f["variant"]: f for f in cli_json("compare", str(res / "cmd"))}
+    assert set(fits) == {"lr=0.05", "lr=0.2"}
+    assert fits["lr=0.2"]["A"] == pytest.approx(0.9, abs=0.1)
+
+
+def _verl_config_dir() -> Path | None:
+    spec = importlib.util.find_spec("verl")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(list(spec.submodule_search_locations)[0]) / "trainer" / "config"
+    given = os.environ.get("ABLATE_TEST_VERL_CONFIG")  # a `pip install --no-deps --target` copy
+    return Path(given) if given else None
+
+
+def test_verl_overrides_composed_with_verls_config(tmp_path):
+    """verl's own Hydra config (from the verl package) composes each variant: a misspelled
+    key is one line naming the nearest; a valid one expands to Hydra `key=value` words."""
+    d = _verl_config_dir()
+    if d is None or not (d / "ppo_trainer.yaml").is_file():
+        pytest.skip("verl not installed (pip install 'ablate[verl]', or "
+                    "ABLATE_TEST_VERL_CONFIG=<verl>/trainer/config)")
+    pytest.importorskip("hydra")
+    from ablate.adapters.study import expand_foreign
+    from ablate.studies.study import load_study
+
+    def study(axis: str) -> Path:
+        p = tmp_path / "verl.yaml"
+        p.write_text(f"name: v\ntrainer: {{kind: verl, config_dir: {d}}}\naxes:\n  {axis}: "
+                     "[token-mean, seq-mean-token-mean]\nbudget: {steps: 100}\n")
+        return p
+
+    vs = expand_foreign(load_study(study("actor_rollout_ref.actor.loss_agg_mode")))
+    assert [v.name for v in vs] == ["actor_rollout_ref.actor.loss_agg_mode=token-mean",
+                                    "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"]
+    from ablate.adapters import adapter_for
+
+    argv = adapter_for(vs[1].config.trainer).argv(vs[1].config.overrides, 0, tmp_path, False)
+    assert "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean" in argv
+    assert "trainer.total_training_steps=100" in argv and "trainer.resume_mode=auto" in argv
+    with pytest.raises(InputError, match=r"'actor_rollout_ref\.actor\.loss_agg_mod' is not a key "
+                       r"of verl's ppo_trainer \(did you mean 'actor_rollout_ref\.actor\.loss_agg_mode'"):
+        expand_foreign(load_study(study("actor_rollout_ref.actor.loss_agg_mod")))
+    with pytest.raises(InputError, match="cannot be expressed in verl"):
+        load_study(study("data.no_positive_resampling"))
