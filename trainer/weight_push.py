@@ -1,0 +1,112 @@
+"""Weight push from trainer rank 0 into a vLLM engine running in its own process(es).
+
+Why a process group and not the RPC channel: vLLM's collective_rpc serializes its arguments
+(tensors become nested lists, or a pickled blob, ~16 GB for an 8B model per push). Instead the
+trainer and the engine's workers form one stateless process group (vLLM's own RLHF examples:
+`init_weight_update_group` with StatelessProcessGroup / stateless_init_torch_distributed_
+process_group; PipelineRL and verl do the same): NCCL when the weights live on GPUs, gloo on
+CPU. A push announces (name, dtype, shape) of every parameter by RPC, then broadcasts them one
+at a time while the workers feed each into vLLM's in-place `reload_weights` as it arrives.
+The engine's own torch.distributed state is left alone.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Iterable
+
+import torch
+
+
+def _worker_rank(worker) -> int:
+    """Runs in each engine worker: its rank inside the engine (tensor-parallel rank)."""
+    return int(worker.rank)
+
+
+def _join_update_group(worker, host: str, port: int, world: int, backend: str) -> None:
+    """Runs in each engine worker: join the weight-update group as rank 1 + its own rank; the
+    trainer's rank 0 is the group's rank 0 (vLLM's RLHF examples' `init_weight_update_group`).
+    A stateless group: the engine's own torch.distributed state is left alone."""
+    from vllm.distributed.utils import stateless_init_torch_distributed_process_group
+
+    worker._ablate_update_group = stateless_init_torch_distributed_process_group(
+        host, port, 1 + int(worker.rank), world, backend)
+
+
+def _receive_weights(worker, specs: list[tuple[str, str, tuple[int, ...]]]) -> None:
+    """Runs in each engine worker: receive the parameters the trainer broadcasts, one at a
+    time in `specs` order, straight into vLLM's in-place reload (no file, no pickled blob)."""
+    group = worker._ablate_update_group
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() \
+        else torch.device("cpu")
+
+    def stream():
+        for name, dtype, shape in specs:
+            t = torch.empty(shape, dtype=getattr(torch, dtype), device=device)
+            group.broadcast(t, 0).wait()
+            yield name, t
+
+    worker.reload_weights(weights_iterator=stream(), is_checkpoint_format=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rpc_in_thread(llm, fn, args: tuple) -> tuple[threading.Thread, list]:
+    """Start llm.collective_rpc(fn, args) in a thread: the workers then block in a collective
+    that this thread completes (broadcast), as ray's .remote() handle does in vLLM's examples."""
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            llm.collective_rpc(fn, args=args)
+        except BaseException as e:  # re-raised by the caller after join
+            errors.append(e)
+
+    t = threading.Thread(target=call, name="ablate-weight-rpc", daemon=True)
+    t.start()
+    return t, errors
+
+
+def _finish(t: threading.Thread, errors: list) -> None:
+    t.join()
+    if errors:
+        raise RuntimeError("weight push into the vLLM engine failed") from errors[0]
+
+
+class WeightBroadcast:
+    """Trainer rank 0 -> every worker of a vLLM engine in its own process: a process group
+    of 1 + workers (NCCL when the weights are on a GPU, gloo on CPU) over which each parameter
+    is broadcast, one at a time, while the workers load them in place."""
+
+    def __init__(self, llm, backend: str) -> None:
+        from vllm.distributed.utils import stateless_init_torch_distributed_process_group
+
+        self.llm = llm
+        world = 1 + len(llm.collective_rpc(_worker_rank))
+        host, port = "127.0.0.1", _free_port()  # the engine process runs on this node
+        t, errors = _rpc_in_thread(llm, _join_update_group, (host, port, world, backend))
+        self.group = stateless_init_torch_distributed_process_group(host, port, 0, world, backend)
+        _finish(t, errors)
+
+    def push(self, specs: list[tuple[str, str, tuple[int, ...]]],
+             weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Broadcast `weights` (consumed one at a time) that `specs` announced to the workers.
+        Both come from one walk of the module's named_parameters (weight_specs, _named_weights
+        in trainer/rollout_vllm.py), so they match name for name."""
+        t, errors = _rpc_in_thread(self.llm, _receive_weights, (specs,))
+        for _, w in weights:
+            self.group.broadcast(w.contiguous(), 0).wait()
+        _finish(t, errors)
+
+
+def weight_specs(model: torch.nn.Module, dtype: torch.dtype) -> list[tuple[str, str, tuple[int, ...]]]:
+    """(HF name, dtype, full shape) of each parameter in `_named_weights` order, read without
+    gathering (ZeRO-3 keeps the full shape in ds_shape): what the receivers allocate."""
+    return [(name.removeprefix("_orig_mod.").removeprefix("module."),
+             str(dtype).removeprefix("torch."), tuple(getattr(p, "ds_shape", p.shape)))
+            for name, p in model.named_parameters()]
