@@ -18,8 +18,22 @@ from pathlib import Path
 
 import pytest
 
-from _study_util import ROOT, cli, cli_json, wait_until
+from _study_util import ROOT, wait_until
 from ablate.errors import InputError
+
+def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m ablate ARGS` with only the repo on PYTHONPATH: tests/ holds a `vllm` folder
+    that TRL would take for an installed vLLM."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "ablate", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT, env=env)
+
+
+def cli_json(*args: str, timeout: float = 300):
+    r = cli(*args, "--json", timeout=timeout)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout)
+
 
 TRL_OVERRIDES = """  use_cpu: true
   bf16: false
@@ -66,7 +80,7 @@ def tiny(tmp_path_factory) -> Path:
     return d
 
 
-def trl_study(folder: Path, tiny: Path, axes: str, *, steps: int = 24, name: str = "trl") -> Path:
+def trl_study(folder: Path, tiny: Path, axes: str, *, steps: int = 40, name: str = "trl") -> Path:
     text = (f"name: {name}\ntrainer: {{kind: trl}}\noverrides:\n"
             f"  model_name_or_path: {tiny / 'model'}\n  dataset: {tiny / 'data.jsonl'}\n"
             f"{TRL_OVERRIDES}axes:\n{axes}\nseeds: [0]\nbudget: {{steps: {steps}}}\n")
@@ -90,13 +104,13 @@ def test_trl_keys_checked_before_submitting(tmp_path, tiny):
 
 
 def test_trl_study_local_then_compare(tmp_path, tiny):
-    """Two TRL loss types, one seed, 24 GRPO steps each, through the local executor; `status`
+    """Two TRL loss types, one seed, 40 GRPO steps each, through the local executor; `status`
     shows each run's step from TRL's log; `compare` fits both curves (num_tokens vs eval_reward)."""
     study = trl_study(tmp_path, tiny, "  loss_type: [dapo, grpo]")
     res = tmp_path / "res"
     dry = cli_json("sweep", str(study), "--results", str(res), "--dry-run")
     assert [v["name"] for v in dry] == ["loss_type=dapo", "loss_type=grpo"]
-    assert dry[0]["config"]["overrides"]["max_steps"] == 24
+    assert dry[0]["config"]["overrides"]["max_steps"] == 40
     out = cli_json("sweep", str(study), "--results", str(res), "--executor", "local")
     assert len(out["submitted"]) == 2
     from ablate.studies.status import study_states
@@ -106,14 +120,14 @@ def test_trl_study_local_then_compare(tmp_path, tiny):
         return s if all(x.state in ("done", "failed") for x in s) else None
 
     states = wait_until(finished, timeout=240, poll=3, what="TRL runs")
-    assert [(s.state, s.step) for s in states] == [("done", 24), ("done", 24)], states
+    assert [(s.state, s.step) for s in states] == [("done", 40), ("done", 40)], states
     fits = cli_json("compare", str(res / "trl"))
     assert sorted(f["variant"] for f in fits) == ["loss_type=dapo", "loss_type=grpo"]
     for f in fits:
         assert f["n_points"] >= 8 and 0 < f["A"] <= 1.0, f
     rows = [json.loads(x) for x in (res / "trl" / states[0].run_id / "trl" / "log.jsonl")
             .read_text().splitlines()]
-    assert rows[-1]["step"] == 24 and any("eval_reward" in x for x in rows)
+    assert rows[-1]["step"] == 40 and any("eval_reward" in x for x in rows)
 
 
 def test_killed_trl_run_resumes_from_its_checkpoint(tmp_path, tiny):
