@@ -103,23 +103,23 @@ def test_trl_keys_checked_before_submitting(tmp_path, tiny):
     assert not (tmp_path / "res").exists()
 
 
-def test_trl_study_local_then_compare(tmp_path, tiny):
-    """Two TRL loss types, one seed, 40 GRPO steps each, through the local executor; `status`
-    shows each run's step from TRL's log; `compare` fits both curves (num_tokens vs eval_reward)."""
+def run_trl_study(tmp_path: Path, tiny: Path, executor: str) -> None:
+    """Two TRL loss types, one seed, 40 GRPO steps each, through `executor`; `status` shows
+    each run's step from TRL's log; `compare` fits both curves (num_tokens vs eval_reward)."""
     study = trl_study(tmp_path, tiny, "  loss_type: [dapo, grpo]")
     res = tmp_path / "res"
     dry = cli_json("sweep", str(study), "--results", str(res), "--dry-run")
     assert [v["name"] for v in dry] == ["loss_type=dapo", "loss_type=grpo"]
     assert dry[0]["config"]["overrides"]["max_steps"] == 40
-    out = cli_json("sweep", str(study), "--results", str(res), "--executor", "local")
-    assert len(out["submitted"]) == 2
+    out = cli_json("sweep", str(study), "--results", str(res), "--executor", executor)
+    assert len(out["submitted"]) == 2 and out["executor"] == executor
     from ablate.studies.status import study_states
 
     def finished():
         s = study_states(res / "trl")
         return s if all(x.state in ("done", "failed") for x in s) else None
 
-    states = wait_until(finished, timeout=240, poll=3, what="TRL runs")
+    states = wait_until(finished, timeout=300, poll=3, what="TRL runs")
     assert [(s.state, s.step) for s in states] == [("done", 40), ("done", 40)], states
     fits = cli_json("compare", str(res / "trl"))
     assert sorted(f["variant"] for f in fits) == ["loss_type=dapo", "loss_type=grpo"]
@@ -128,6 +128,19 @@ def test_trl_study_local_then_compare(tmp_path, tiny):
     rows = [json.loads(x) for x in (res / "trl" / states[0].run_id / "trl" / "log.jsonl")
             .read_text().splitlines()]
     assert rows[-1]["step"] == 40 and any("eval_reward" in x for x in rows)
+
+
+def test_trl_study_local_then_compare(tmp_path, tiny):
+    run_trl_study(tmp_path, tiny, "local")
+
+
+@pytest.mark.slurm
+def test_trl_study_on_slurm_then_compare(tmp_path, tiny):
+    from ablate.studies.launch import slurm
+
+    if os.environ.get("ABLATE_TEST_SLURM") != "1" and not slurm.available():
+        pytest.skip("no Slurm cluster: run `bash tests/slurm/cluster.sh start`")
+    run_trl_study(tmp_path, tiny, "slurm")
 
 
 def test_killed_trl_run_resumes_from_its_checkpoint(tmp_path, tiny):
