@@ -254,3 +254,29 @@ def test_verl_overrides_composed_with_verls_config(tmp_path):
         expand_foreign(load_study(study("actor_rollout_ref.actor.loss_agg_mod")))
     with pytest.raises(InputError, match="cannot be expressed in verl"):
         load_study(study("data.no_positive_resampling"))
+
+
+def test_overrides_rendered_in_each_trainers_syntax(tmp_path, tiny):
+    """argparse `--key value`, Hydra `key=value` (lists as [a,b]), a JSON config file; a
+    command placeholder keeps a value with spaces as one word; `--override` on a TRL study
+    is checked against GRPOConfig like an axis."""
+    from ablate.adapters.base import TrainerSpec, argparse_args, hydra_args
+    from ablate.adapters.command import CommandAdapter
+    from ablate.studies.study import load_study
+
+    assert argparse_args({"lr": 0.1, "bf16": False}) == ["--lr", "0.1", "--bf16", "false"]
+    assert hydra_args({"trainer.logger": ["console", "file"], "x": None}) == \
+        ["trainer.logger=[console,file]", "x=null"]
+    spec = TrainerSpec(kind="command", command="train {overrides} --out={run_dir} {resume}",
+                       resume="--resume yes", override_style="json")
+    (tmp_path / "r 1").mkdir()
+    argv = CommandAdapter(spec).argv({"name": "a b"}, 3, tmp_path / "r 1", True)
+    assert argv == ["train", str(tmp_path / "r 1" / "overrides.json"),
+                    f"--out={tmp_path / 'r 1'}", "--resume", "yes"]
+    assert json.loads(Path(argv[1]).read_text()) == {"name": "a b"}
+    assert CommandAdapter(spec).argv({}, 3, tmp_path / "r 1", False)[-1] == f"--out={tmp_path / 'r 1'}"
+    study = trl_study(tmp_path, tiny, "  loss_type: [dapo, grpo]")
+    assert load_study(study, ["learning_rate=0.02"]).base_tree["learning_rate"] == 0.02
+    with pytest.raises(InputError, match=r"--override learning_rat=0.1: 'learning_rat' is not a "
+                       r"GRPOConfig field \(did you mean 'learning_rate'\?\)"):
+        load_study(study, ["learning_rat=0.1"])
