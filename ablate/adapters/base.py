@@ -15,11 +15,6 @@ from typing import Any, Literal, Optional, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# The ScaleRL knobs a study may name as `knob.<name>` axes (README "Bring your own trainer"):
-# each adapter maps the ones its trainer can express to its own key; the rest are refused.
-SCALERL_KNOBS = ("loss_type", "aggregation", "advantage_norm", "fp32_lm_head",
-                 "zero_variance_filter", "no_positive_resampling", "off_policy",
-                 "forced_interruption")
 
 
 class TrainerSpec(BaseModel):
@@ -56,7 +51,9 @@ class TrainerSpec(BaseModel):
 
 
 class Adapter(Protocol):
-    """One trainer. `check_key` runs before anything is submitted; `argv` at job start."""
+    """One trainer. `check_key` runs before anything is submitted; `argv` at job start. Each
+    adapter module also has SCALERL: ablate key -> (its key or None, how), which `check_key`
+    uses to refuse an ablate key with the trainer's own, or with why it cannot express it."""
 
     kind: str
     default_log: str
@@ -66,9 +63,6 @@ class Adapter(Protocol):
 
     def check_overrides(self, overrides: dict[str, Any], where: str) -> None:
         """Validate a whole variant (e.g. compose it with the trainer's config)."""
-
-    def knob(self, name: str, value: Any, where: str) -> dict[str, Any]:
-        """The trainer keys that express ScaleRL knob `name`, or InputError saying it can't."""
 
     def steps_key(self) -> str:
         """The trainer key the study's `budget.steps` sets."""
