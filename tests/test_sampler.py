@@ -139,27 +139,92 @@ def test_weight_push_between_steps_changes_version_mid_sequence():
 
 
 def test_generation_weights_held_in_bf16_and_refreshed_in_place():
-    """The GPU path's weights: bf16 parameters (tied embedding and head stay one tensor), fp32
-    rotary buffers, an fp32 head read from the master weight, refreshed in place on a push."""
+    """The GPU path's weights: every matmul weight but the head in bf16 (a private copy), the
+    embedding, norms and rotary buffers the source's own fp32 tensors, an fp32 head read from
+    the master weight; a push (source changed) reaches the copy in place via refresh()."""
     model = _model()
     w = GenerationWeights(model, "bf16", lm_head_fp32=True, device=CPU, partitioned=False, cast=True)
-    params = list(w.model.parameters())
-    assert params and all(p.dtype == torch.bfloat16 and not p.requires_grad for p in params)
-    assert w.model.get_output_embeddings().weight is w.model.get_input_embeddings().weight
+    linears = [m.weight for m in w.model.modules() if isinstance(m, torch.nn.Linear)
+               and m is not w.model.get_output_embeddings()]
+    assert linears and all(p.dtype == torch.bfloat16 and not p.requires_grad for p in linears)
+    assert w.model.get_input_embeddings().weight is model.get_input_embeddings().weight
+    assert w.model.get_output_embeddings().weight is model.get_output_embeddings().weight
+    norms = [p for n, p in w.model.named_parameters() if "norm" in n]
+    assert norms and all(p.dtype == torch.float32 for p in norms)
     assert all(b.dtype == torch.float32 for b in w.model.buffers())
     h = torch.randn(3, 64)
     master = model.get_output_embeddings().weight
     assert torch.equal(w.head(h), h @ master.T)  # fp32 logits from the fp32 master
-    ptrs = [p.data_ptr() for p in params]
+    ptrs = [p.data_ptr() for p in linears]
+    src = model.model.layers[0].self_attn.q_proj.weight
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.5)
-    assert not torch.equal(params[0], model.get_input_embeddings().weight.to(torch.bfloat16))
+    q = w.model.model.layers[0].self_attn.q_proj.weight
+    assert not torch.equal(q, src.to(torch.bfloat16))
     w.refresh()
-    assert [p.data_ptr() for p in w.model.parameters()] == ptrs
-    assert torch.equal(params[0], model.get_input_embeddings().weight.to(torch.bfloat16))
+    assert torch.equal(q, src.to(torch.bfloat16))
+    assert [p.data_ptr() for p in linears] == ptrs
     bf = GenerationWeights(model, "bf16", lm_head_fp32=False, device=CPU, partitioned=False,
                            cast=True)
-    assert torch.equal(bf.head(h.bfloat16()), (h.bfloat16() @ master.bfloat16().T).float())
-    # A partitioned (ZeRO-3) model is never copied: it keeps the autocast path.
+    assert torch.equal(bf.head(h), (h.bfloat16() @ master.bfloat16().T).float())
+    # A partitioned (ZeRO-3) model is never copied: it keeps reading the source.
     assert GenerationWeights(model, "bf16", True, CPU, partitioned=True, cast=True).model is model
+
+
+def test_gqa_decode_attention_equals_sdpa_without_copying_heads():
+    """The decode attention the GPU copy uses (queries grouped onto the KV heads) gives sdpa's
+    output for one query token over a masked, grouped-query cache; the copy uses it, the
+    trainer's module keeps sdpa."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from trainer.sampler import gqa_decode_attention
+
+    torch.manual_seed(0)
+    B, Hq, Hkv, L, d = 3, 8, 2, 37, 16
+    q, k, v = torch.randn(B, Hq, 1, d), torch.randn(B, Hkv, L, d), torch.randn(B, Hkv, L, d)
+    keep = torch.rand(B, 1, 1, L) > 0.3
+    keep[..., 0] = True
+
+    class Attn(torch.nn.Module):
+        num_key_value_groups, is_causal = Hq // Hkv, True
+
+    want, _ = sdpa_attention_forward(Attn(), q, k, v, keep, scaling=d ** -0.5)
+    got, _ = gqa_decode_attention(Attn(), q, k, v, keep, scaling=d ** -0.5)
+    assert got.shape == want.shape == (B, 1, Hq, d)
+    assert torch.allclose(got, want, atol=1e-5)
+    model = _model()  # 4 query / 2 KV heads
+    w = GenerationWeights(model, "bf16", lm_head_fp32=True, device=CPU, partitioned=False, cast=True)
+    assert w.model.config._attn_implementation == "ablate_gqa_decode"
+    assert model.config._attn_implementation == "sdpa"
+
+
+def test_bf16_generation_copy_decodes_close_to_fp32_recompute():
+    """The GPU path end to end minus graph capture (bf16 private copy, fp32 head from the master,
+    grouped-query decode attention), run on CPU: its behaviour log-probs are as close to the
+    trainer's fp32 recomputation as the previous path's (bf16 autocast over fp32 weights) are,
+    within 2x, and the trainer's module is left in fp32."""
+    model = _model(seed=2)
+    rows = _prompts() * 2
+    err = {}
+    for name, s in {"copy": StaticSampler(model, dtype="bf16", lm_head_fp32=True, device=CPU,
+                                          cast=True),
+                    "autocast": DynamicSampler(model, dtype="bf16", lm_head_fp32=True,
+                                               device=CPU)}.items():
+        d = _decode(s, rows, T=32, seed=4)
+        err[name] = _recompute_error(model, rows, d)
+    assert err["copy"] < 2 * err["autocast"] and err["copy"] < 0.05, err
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+def _recompute_error(model, rows, d) -> float:
+    """Mean |behaviour log-prob - fp32 recomputed log-prob| over the sampled tokens."""
+    from trainer.model import completion_logprobs, pack
+    from trainer.precision import LMHead
+
+    comps = [d.tokens[i, : int(d.length[i])].tolist() for i in range(len(rows))]
+    batch = pack(rows, comps, pad=0)
+    with torch.no_grad():
+        lp, _ = completion_logprobs(model.get_decoder(), LMHead(model.get_output_embeddings(), True),
+                                    batch, CPU, "fp32")
+    return float((lp - d.logprobs[:, : lp.shape[1]]).abs()[batch["mask"].bool()].mean())

@@ -104,44 +104,97 @@ class _Loop:
 
 class GenerationWeights:
     """What the sampler multiplies by: the source module itself, or (CUDA, bf16 body) a private
-    copy of its parameters in bf16, refreshed in place from the source by `refresh()`.
+    module whose matmul weights (every nn.Linear but the LM head) are held in bf16, refreshed
+    in place from the source by `refresh()`.
 
-    In place, so captured graphs keep reading the same addresses. Only parameters are cast:
-    float buffers such as rotary `inv_freq` stay fp32 (bf16 would shift every position). The
-    fp32 LM head reads the source's own fp32 weight, which the trainer (or a weight push)
-    already keeps current. ZeRO-3 partitioned weights are never copied (each forward gathers
-    them), so they keep the autocast path."""
+    Same numerics as the previous path (bf16 autocast over the fp32 master weights): autocast
+    rounds each fp32 weight to bf16 before every matmul, i.e. every token; here that rounding
+    happens once per weight push, and autocast finds the weights already in bf16 (no cast).
+    Everything else (embedding, norms, rotary buffers) is the source's own fp32 tensor, shared,
+    not copied: the residual stream stays fp32 as under autocast (an all-bf16 model drifts
+    ~40x further from the trainer's log-probs on the tests' tiny model). The fp32 LM head reads
+    the source's fp32 weight; the bf16 head (ScaleRL's mismatch) a bf16 copy of it. In place,
+    so captured graphs keep reading the same addresses. ZeRO-3 partitioned weights are never
+    copied (each forward gathers them), so they keep reading the source."""
 
     def __init__(self, model: nn.Module, dtype: str, lm_head_fp32: bool, device: torch.device,
                  partitioned: bool, cast: bool | None = None) -> None:
         self.source, self.dtype = model, dtype
-        if cast is None:  # CPU keeps autocast: the proxy runs fp32, and CPU bf16 is a test path
+        if cast is None:  # CPU keeps the source: the proxy runs fp32, and CPU bf16 is a test path
             cast = device.type == "cuda"
         self.cast = cast and dtype != "fp32" and not partitioned
+        self.context = lambda: autocast(device, dtype)
+        self.pairs: list[tuple[torch.Tensor, torch.Tensor]] = []  # (bf16 copy, fp32 source)
+        src_head = model.get_output_embeddings()
         if not self.cast:
             self.model = model
-            self.head = LMHead(model.get_output_embeddings(), lm_head_fp32)
-            self.context = lambda: autocast(device, dtype)
-            return
-        # deepcopy with the parameters pre-mapped to bf16 copies: no transient fp32 duplicate,
-        # and tied weights (embedding = head) stay one tensor.
-        memo = {id(p): nn.Parameter(p.detach().to(DTYPES[dtype]), requires_grad=False)
-                for p in model.parameters()}
-        self.model = copy.deepcopy(model, memo).eval()
-        src_head = model.get_output_embeddings()
-        self.head = _Fp32Head(src_head) if lm_head_fp32 else _CastHead(self.model.get_output_embeddings())
-        self.context = lambda: torch.autocast(device_type=device.type, enabled=False)
+            self.head: nn.Module = LMHead(src_head, lm_head_fp32)
+        else:
+            self.model = self._copy(model, src_head.weight, DTYPES[dtype])
+            if lm_head_fp32:
+                self.head = _Fp32Head(src_head)
+            else:
+                w = src_head.weight.detach().to(DTYPES[dtype])
+                self.pairs.append((w, src_head.weight))
+                self.head = _CastHead(w)
+        self.body = self.model.get_decoder()  # looked up once: get_decoder() walks modules
 
-    @property
-    def body(self) -> nn.Module:
-        return self.model.get_decoder()
+    def _copy(self, model: nn.Module, head_w: torch.Tensor, dt: torch.dtype) -> nn.Module:
+        """deepcopy with every parameter pre-mapped: Linear weights to new bf16 tensors, the
+        rest to the source's own tensors (shared); no transient fp32 duplicate."""
+        memo: dict[int, object] = {id(p): p for p in model.parameters()}
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                for p in m.parameters(recurse=False):
+                    if p is not head_w:
+                        memo[id(p)] = nn.Parameter(p.detach().to(dt), requires_grad=False)
+                        self.pairs.append((memo[id(p)], p))
+        out = copy.deepcopy(model, memo).eval()
+        if getattr(out.config, "_attn_implementation", None) == "sdpa":
+            _use_gqa_decode(out)
+        return out
 
     @torch.no_grad()
     def refresh(self) -> None:
         """Re-read the source's weights (after a push or an optimizer step); no-op uncast."""
-        if self.cast:
-            for dst, src in zip(self.model.parameters(), self.source.parameters()):
-                dst.copy_(src)
+        for dst, src in self.pairs:
+            dst.copy_(src)
+
+
+def gqa_decode_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
+                         value: torch.Tensor, attention_mask: torch.Tensor | None,
+                         scaling: float | None = None, **kwargs) -> tuple[torch.Tensor, None]:
+    """Attention for one query token against a grouped-query KV cache, reading the cache once.
+
+    Why: transformers' sdpa path repeats the KV heads to the query heads (`repeat_kv`, a copy)
+    whenever a mask is given, at every layer of every decode step: with Qwen2.5-0.5B's 14 query
+    / 2 KV heads that is 7x the whole static cache written and read per step, more bytes than
+    the weights. Grouping the queries instead ([B, kv, q/kv, d] @ keys) needs no copy. Prefill
+    and training calls (more than one query) go to the sdpa path unchanged."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if query.shape[2] != 1:
+        return sdpa_attention_forward(module, query, key, value, attention_mask,
+                                      scaling=scaling, **kwargs)
+    B, Hq, _, d = query.shape
+    Hkv, L = key.shape[1], key.shape[2]
+    # The query heads sharing a KV head become that head's "query tokens": one sdpa call over
+    # Hkv heads, each with Hq/Hkv queries that all see the same (broadcast) mask row.
+    q = query.reshape(B, Hkv, Hq // Hkv, d)
+    m = None if attention_mask is None else attention_mask[:, :, -1:, :L]
+    out = F.scaled_dot_product_attention(q, key, value, attn_mask=m, scale=scaling)
+    return out.reshape(B, Hq, 1, d).transpose(1, 2), None
+
+
+def _use_gqa_decode(model: nn.Module) -> None:
+    """Route the (private) generation copy's attention through gqa_decode_attention."""
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import sdpa_mask
+
+    AttentionInterface.register("ablate_gqa_decode", gqa_decode_attention)
+    # Masks are built per attention implementation: an unregistered name gets no causal mask.
+    AttentionMaskInterface.register("ablate_gqa_decode", sdpa_mask)
+    model.set_attn_implementation("ablate_gqa_decode")
 
 
 class _Fp32Head(nn.Module):
@@ -152,19 +205,21 @@ class _Fp32Head(nn.Module):
         self.w = head
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        b = None if self.w.bias is None else self.w.bias.float()
-        return F.linear(h.float(), self.w.weight.float(), b)
+        with torch.autocast(device_type=h.device.type, enabled=False):
+            b = None if self.w.bias is None else self.w.bias.float()
+            return F.linear(h.float(), self.w.weight.float(), b)
 
 
 class _CastHead(nn.Module):
-    """LM head in the body dtype (the ScaleRL mismatch), logits returned in fp32."""
+    """LM head from a bf16 copy of its weight (the ScaleRL mismatch), logits returned in fp32."""
 
-    def __init__(self, head: nn.Linear) -> None:
+    def __init__(self, weight: torch.Tensor) -> None:
         super().__init__()
-        self.w = head
+        self.w = weight
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.w(h).float()
+        with torch.autocast(device_type=h.device.type, enabled=False):
+            return F.linear(h.to(self.w.dtype), self.w).float()
 
 
 def left_pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -178,12 +233,29 @@ def left_pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tenso
     return ids, attn
 
 
+def _kv_cache(config, length: int, dtype: torch.dtype):
+    """transformers' StaticCache holding keys and values in `dtype`. Under bf16 autocast the
+    keys leave the rotary embedding in fp32 and the values leave their projection in bf16; a
+    static layer allocates both in the first key's dtype and then refuses the other, so both
+    are stored in the compute dtype (attention reads them in it anyway: sdpa is a bf16 op
+    under autocast)."""
+    from transformers import StaticCache
+
+    class Cache(StaticCache):
+        def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+            return super().update(key_states.to(dtype), value_states.to(dtype), layer_idx,
+                                  *args, **kwargs)
+
+    return Cache(config=config, max_cache_len=length)
+
+
 class StaticSampler:
     """Static-cache decode loop (see the module docstring for what it fixes and why)."""
 
     def __init__(self, model: nn.Module, *, dtype: str, lm_head_fp32: bool,
-                 device: torch.device, synced: bool = False, capture: bool | None = None) -> None:
-        self.weights = GenerationWeights(model, dtype, lm_head_fp32, device, synced)
+                 device: torch.device, synced: bool = False, capture: bool | None = None,
+                 cast: bool | None = None) -> None:
+        self.weights = GenerationWeights(model, dtype, lm_head_fp32, device, synced, cast)
         self.device, self.synced = device, synced
         if capture is None:  # ABLATE_SAMPLER_CAPTURE=0 turns graphs off (debugging a new stack)
             capture = device.type == "cuda" and os.environ.get("ABLATE_SAMPLER_CAPTURE", "1") != "0"
@@ -204,12 +276,10 @@ class StaticSampler:
             return self.weights.head(h[:, -1])
 
     def cache_for(self, B: int, L: int):
-        """The StaticCache for B rows of L positions: allocated on first use, reset after."""
-        from transformers import StaticCache
-
+        """The KV cache for B rows of L positions: allocated on first use, reset after."""
         key = (B, L)
         if self._cache is None or self._cache[0] != key:
-            self._cache = (key, StaticCache(config=self.weights.model.config, max_cache_len=L))
+            self._cache = (key, _kv_cache(self.weights.model.config, L, DTYPES[self.weights.dtype]))
         else:
             self._cache[1].reset()
         return self._cache[1]
@@ -224,23 +294,28 @@ class StaticSampler:
         if self.capture:
             L = -(-L // CUDA_LENGTH_BUCKET) * CUDA_LENGTH_BUCKET
         cache = self.cache_for(B, L)
-        mask = torch.zeros((B, L), dtype=torch.long, device=dev)  # columns switch on as filled
-        mask[:, :P] = attn.to(dev)
-        pos = (mask[:, :P].cumsum(-1) - 1).clamp(min=0)
+        attn = attn.to(dev)
+        # Decode reads one query row against all L key columns: a ready [B, 1, 1, L] boolean
+        # mask (True = attend) is passed as is, so transformers builds no mask per token; it is
+        # a view of `keep`, whose columns switch on as they are filled.
+        keep = torch.zeros((B, L), dtype=torch.bool, device=dev)
+        keep[:, :P] = attn.bool()
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
         loop = _Loop(B, T, eos, dev)
-        logits = self._forward(ids.to(dev), mask, pos, torch.arange(P, device=dev), cache)
-        pos = pos[:, -1:].clone()
-        cache_pos = torch.tensor([P], device=dev)
+        full = torch.zeros((B, L), dtype=torch.long, device=dev)  # prefill: 2D, causal built
+        full[:, :P] = attn
+        logits = self._forward(ids.to(dev), full, pos, torch.arange(P, device=dev), cache)
+        pos, cache_pos = pos[:, -1:].clone(), torch.tensor([P], device=dev)
         for t in range(T):
             tok = loop.record(t, logits, temperature, top_p, gen, version())
             if t + 1 == T or ((t + 1) % self.check_every == 0 and loop.all_done(self.synced)):
                 break
             between()  # in-flight weight update between decode steps
-            mask[:, P + t] = 1
+            keep[:, P + t] = True
             pos += 1
             if self.capture:
                 torch.compiler.cudagraph_mark_step_begin()
-            logits = self._step(tok[:, None], mask, pos, cache_pos, cache)
+            logits = self._step(tok[:, None], keep[:, None, None, :], pos, cache_pos, cache)
             cache_pos += 1
         return loop.result()
 
