@@ -70,20 +70,21 @@ class Fit:
         return compute_for(score, self.A, self.B, self.C_mid, self.R0)
 
     def predict_interval(self, compute: float) -> tuple[float, float]:
-        """95% interval of the predicted score at `compute` from the parameter draws."""
-        if not self.samples:
-            v = float(self.predict(compute))
-            return (v, v)
-        s = self.samples
-        pred = sigmoid(compute, s["A"], s["B"], s["C_mid"], s["R0"])
-        return percentile_interval(pred)
+        """95% interval of the score a run reaches at `compute`: inside the fit window the
+        parameter draws' band; past it also the run's drift and the window's own tail check
+        (ablate/analysis/intervals.py), so an extrapolation does not claim the precision of
+        the curve it assumed."""
+        # Local import: intervals builds on Fit (it imports this module).
+        from ablate.analysis.intervals import predictive_interval
+
+        return predictive_interval(self, compute)
 
     def prediction_band(self, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Pointwise 95% band of the predicted curve over `compute` from the parameter draws,
         for plots (one vectorized pass instead of predict_interval per point)."""
-        s = self.samples
-        band = sigmoid(np.asarray(compute)[None, :], s["A"][:, None], s["B"][:, None],
-                       s["C_mid"][:, None], s["R0"][:, None])
+        from ablate.analysis.intervals import predictive_draws  # see predict_interval
+
+        band = predictive_draws(self, np.asarray(compute, float))
         a = (1 - LEVEL) / 2
         lo, hi = np.nanquantile(band, [a, 1 - a], axis=0)
         return lo, hi

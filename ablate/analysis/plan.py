@@ -20,6 +20,7 @@ import numpy as np
 
 from ablate.analysis.fit import sigmoid
 from ablate.analysis.fitgroups import GroupFit
+from ablate.analysis.intervals import predictive_draws
 
 
 @dataclass
@@ -58,7 +59,9 @@ def plan(groups: list[GroupFit], budget: float, *, tol: float = 0.005) -> dict[s
     if ok:
         n = min(len(g.fit.samples.get("A", [0])) if g.fit.samples else 10**9 for g in ok)
         n = n if n < 10**9 else 1
-        S = np.stack([sigmoid(budget, *_draws(g.fit, n)) for g in ok])  # [variants, draws]
+        # The same draws as each variant's interval: parameters, drift, tail check.
+        S = np.stack([np.asarray(predictive_draws(g.fit, budget), float)[:n] if g.fit.samples
+                      else sigmoid(budget, *_draws(g.fit, n)) for g in ok])  # [variants, draws]
         S = np.where(np.isfinite(S), S, np.nan)
         best = np.nanmax(S, axis=0)
         regret = np.nanmean(best[None, :] - S, axis=1)

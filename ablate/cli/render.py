@@ -70,6 +70,13 @@ def _window_cols(groups: list[GroupFit], x: str, wide: bool) -> tuple[str, list[
     fitted = {w for g, w in zip(groups, spans) if g.fit is not None}
     if len(fitted) == 1 and not wide:
         return f"window: {x} {fitted.pop()}", []
+    # A comparison fits every variant from one start (ablate/analysis/pipeline.py); only the
+    # ends (a stopped or shorter run) and the points skipped before the start differ, so the
+    # start is said once and the per-variant spans are detail for --wide.
+    starts = {format(g.fit.min_compute, ".3g") for g in groups if g.fit is not None}
+    if len(starts) == 1:
+        return (f"window: {x} from {starts.pop()} for every variant",
+                [Col("window", spans, drop=WIDE)])
     return "", [Col("window", spans, drop=WIDE if wide and len(fitted) <= 1 else 6)]
 
 

@@ -28,8 +28,12 @@ def adaptive_sweep(study: Path, *, executor: Optional[str], profile: Optional[st
         for v, why in d["stopped"].items():
             con.print(f"  stopped {v}: {why}", style="yellow")
     if rep.finished:
-        con.print("finished: every surviving variant reached the final budget; "
-                  f"ablate compare {rep.study_dir}")
+        from ablate.analysis.answer import study_answer
+
+        # The sentence says what happened: who reached the final budget, who was stopped
+        # where, and a lone survivor left unscaled (scale_winner: false).
+        con.print(f"finished: {study_answer(rep.study_dir)}", markup=False, highlight=False)
+        con.print(f"details: ablate compare {rep.study_dir}", markup=False, highlight=False)
     elif not wait:
         con.print(f"follow with: ablate status {rep.study_dir}; rerun this `ablate sweep` "
                   "when the stage's runs end to fit, stop and promote")

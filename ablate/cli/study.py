@@ -88,7 +88,11 @@ def sweep(
               f"{len(out['skipped'])}  ->  {out['study_dir']}")
     for rid, why in plan.skipped.items():
         con.print(f"  skipped {rid}: {why}", style="dim")
-    if not wait:
+    if wait:
+        from ablate.analysis.answer import study_answer
+
+        con.print(study_answer(out["study_dir"]), markup=False, highlight=False)
+    else:
         con.print(f"follow with: ablate status {out['study_dir']}")
 
 
