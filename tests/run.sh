@@ -32,6 +32,17 @@ if ! command -v chromium >/dev/null; then
     || unavailable "chromium: apt-get install chromium failed; the report rendering test skips"
 fi
 
+# verl pins an older transformers and needs GPUs to run: its package is copied without
+# dependencies, only for the offline key check of `trainer: {kind: verl}` studies.
+step "verl's Hydra config (pip --no-deps --target)"
+VERL_DIR="${ABLATE_VERL_DIR:-$(mktemp -d -t ablate-verl.XXXXXX)}"
+if python3 -m pip install -q "hydra-core>=1.3" \
+   && python3 -m pip install -q --no-deps --target "$VERL_DIR" "verl>=0.5"; then
+  export ABLATE_TEST_VERL_CONFIG="$VERL_DIR/verl/trainer/config"
+else
+  unavailable "verl: pip could not fetch verl/hydra-core; the verl key-check test skips"
+fi
+
 step "slurm cluster (munge, mariadb, slurmdbd, slurmctld, slurmd)"
 if bash tests/slurm/cluster.sh start; then
   export ABLATE_TEST_SLURM=1
