@@ -111,12 +111,14 @@ def test_shipped_study_axes_change_what_they_say(recipe):
 
 
 def test_run_id_ignores_placement_and_logging_but_not_what_is_computed(tmp_path):
-    """A resumed run keeps its id when only vLLM's GPU fit or the trackers change (an OOM fix,
-    a new dashboard); anything that changes what is computed gives a new run."""
+    """A resumed run keeps its id when only vLLM's GPU fit, the micro-batch size, the checkpoint
+    cadence or the trackers change (an OOM fix, a new dashboard); anything that changes what is computed gives a new run."""
     (base,) = study(tmp_path, "axes:\n  seed: [0]\n")
     moved = study(tmp_path, "overrides:\n  rollout.vllm.gpu_memory_utilization: 0.5\n"
                             "  rollout.vllm.enforce_eager: false\n"
-                            "  logging.backends: [tensorboard]\naxes:\n  seed: [0]\n")
+                            "  logging.backends: [tensorboard]\n"
+                            "  checkpoint.every_steps: 7\n"
+                            "  engine.micro_batch_tokens: 4096\naxes:\n  seed: [0]\n")
     hotter = study(tmp_path, "overrides:\n  rollout.temperature: 0.9\naxes:\n  seed: [0]\n")
     assert moved[0].config.rollout.vllm.gpu_memory_utilization == 0.5
     assert moved[0].run_id == base.run_id

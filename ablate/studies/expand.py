@@ -53,12 +53,15 @@ def fmt_value(v: Any) -> str:
 
 def run_id_of(config_json: dict[str, Any]) -> str:
     """Short hash of the resolved config (which includes the seed): 12 hex chars. Settings that
-    change where a run is logged or how vLLM fits on the GPU, not what it computes, are left
-    out (`logging`, `rollout.vllm`), so changing them to fix an OOM or add a tracker resumes the
-    run instead of starting a new one."""
-    config_json = {k: v for k, v in config_json.items() if k != "logging"}
-    if isinstance(config_json.get("rollout"), dict):
-        config_json["rollout"] = {k: v for k, v in config_json["rollout"].items() if k != "vllm"}
+    change where a run is logged, how often it checkpoints, or how its work is cut to fit the
+    GPUs, not what it computes, are left out (`logging`, `checkpoint`, `rollout.vllm`,
+    `engine.micro_batch_tokens`: micro-batches sum to the same gradient), so changing them to
+    fix an OOM, add a tracker or checkpoint more often resumes the run instead of starting a
+    new one."""
+    config_json = {k: v for k, v in config_json.items() if k not in ("logging", "checkpoint")}
+    for section, key in (("rollout", "vllm"), ("engine", "micro_batch_tokens")):
+        if isinstance(config_json.get(section), dict):
+            config_json[section] = {k: v for k, v in config_json[section].items() if k != key}
     blob = json.dumps(config_json, sort_keys=True, separators=(",", ":"))
     return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
