@@ -17,8 +17,21 @@ with N = non-embedding parameters + the LM head (Kaplan-style 2N/6N accounting, 
 FLOPs ignored at these lengths), peak = the device's dense bf16 peak (table below, or
 --peak-tflops).
 
+Issue 25 adds, per shape (`--shapes short long`: 8 prompts x 8 samples x (256 + 256) and
+8 x 8 x (256 + 2,048)) and per sampler of our side (`--samplers static dynamic`: the
+static-cache sampler, trainer/sampler.py, and the previous DynamicCache loop):
+  - the whole step as above (tokens/s, MFU, peak memory), and
+  - decode ms per step: the hf generator alone (bf16 body, fp32 head) timed for T tokens and
+    for 1 token (the prefill), (t_T - t_1) / (T - 1), against the bandwidth roofline: bytes a
+    decode step must read (bf16 matmul weights + the fp32 head + the KV cache at the mean
+    context length) / HBM bandwidth (table below, or --hbm-tbps).
+TRL runs with its stability settings for bf16 (fp32 master weights under bf16 autocast,
+cast_lm_head_to_fp32, max_grad_norm 1, a lower lr: --trl-lr); a step that leaves non-finite
+weights stops it and is recorded (`trl_error`), as is any exception, so one failing side never
+loses the others' figures.
+
 Run (GPU; see benchmarks/gpu/README.md):
-    python benchmarks/gpu/bench_rl_step.py --json benchmarks/gpu/result.json
+    python benchmarks/gpu/bench_rl_step.py --shapes short long --json benchmarks/gpu/result_issue25.json
 CPU smoke run of the harness itself (tiny shapes, seconds):
     python benchmarks/gpu/bench_rl_step.py --tiny --steps 2 --warmup 1
 """
@@ -36,7 +49,14 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from decode_bench import bench_decode, decode_step_bytes, finite_guard, hbm_bytes_per_s, use_sampler  # noqa: E402
+
+HBM_TBPS = {"H100": 3.35, "H200": 4.8, "H800": 3.35, "A100": 2.0, "A800": 2.0, "L40S": 0.864,
+            "A10": 0.6, "4090": 1.0}
+# (prompts, samples per prompt, prompt tokens, completion tokens)
+SHAPES = {"short": (8, 8, 256, 256), "long": (8, 8, 256, 2048)}
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "H800": 989.0, "A100": 312.0,
                     "A800": 312.0, "L40S": 362.0, "A10": 125.0, "4090": 165.0}
 
@@ -106,7 +126,8 @@ def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]
     return (torch.randint(4, vocab, (n, length), generator=g)).tolist()  # no specials / EOS
 
 
-def bench_ours(args, path: Path, shapes: dict, mode: str = "ppo_off_policy") -> dict:
+def bench_ours(args, path: Path, shapes: dict, mode: str = "ppo_off_policy",
+               sampler: str = "static") -> dict:
     """The trainer's own loop: `trainer.loop._Run` (what `trainer.run` builds) and the body of
     its `train()` step by step: off-policy source -> `train_step` (rewards, filters,
     advantages, CISPO + prompt aggregation, fp32 head, engine step) -> weight push. Only the
@@ -154,6 +175,7 @@ def bench_ours(args, path: Path, shapes: dict, mode: str = "ppo_off_policy") -> 
 
     run.task.score = score
     source = MODES.get(mode)(run.ctx)
+    use_sampler(source, sampler)
     source.after_step(run.model, run.step)
     times, gen_tokens = [], []
     try:
@@ -204,18 +226,28 @@ def bench_trl(args, path: Path, shapes: dict) -> dict:
         output_dir=tempfile.mkdtemp(prefix="trl-bench-"), max_steps=args.warmup + args.steps,
         per_device_train_batch_size=args.prompts * args.generations,
         num_generations=args.generations, max_completion_length=args.completion_len,
-        learning_rate=1e-6, lr_scheduler_type="constant", beta=0.0, bf16=bf16,
+        learning_rate=args.trl_lr, lr_scheduler_type="constant", beta=0.0, bf16=bf16,
+        cast_lm_head_to_fp32=bf16, max_grad_norm=1.0,
         use_cpu=not torch.cuda.is_available(), gradient_checkpointing=args.gradient_checkpointing,
         report_to="none", logging_steps=10**6, save_strategy="no", temperature=1.0,
         use_vllm=args.backend == "vllm", **({"vllm_mode": "colocate"} if args.backend == "vllm" else {}),
         shuffle_dataset=False, seed=0,
     )
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    guard = finite_guard()  # model kept in fp32 (master weights); bf16=True autocasts
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=cfg, train_dataset=data,
-                          processing_class=tok, callbacks=[Timer()])
-    trainer.train()
+                          processing_class=tok, callbacks=[Timer(), guard])
+    error = None
+    try:
+        trainer.train()
+    except Exception as e:  # recorded: a crash is a finding, and must not lose our figures
+        error = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+    if guard.bad_step is not None:
+        error = f"non-finite weights after optimizer step {guard.bad_step}" + (f"; {error}" if error else "")
     mem = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else float("nan")
-    return {"step_s": times[args.warmup:],
+    if error:
+        print(f"trl.GRPOTrainer: {error}", flush=True)
+    return {"step_s": times[args.warmup:] or [float("nan")], "error": error,
             "completion_tokens": args.prompts * args.generations * args.completion_len,
             "max_mem_gib": mem}
 
@@ -250,17 +282,17 @@ def summarize(name: str, r: dict, args, n_flops: int, peak: float) -> dict:
     out = {"impl": name, "step_s_median": step, "step_s": r["step_s"],
             "tokens_per_s": all_tok / step, "completion_tokens_per_s": gen_tok / step,
             "tflops_per_s": flops / step / 1e12, "mfu": flops / step / peak,
-            "max_mem_gib": r.get("max_mem_gib", float("nan"))}
+            "max_mem_gib": r.get("max_mem_gib", float("nan")), "error": r.get("error")}
     show(out)  # as soon as it is measured: a later side failing must not lose it
     return out
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--prompts", type=int, default=16, help="prompts per step")
-    ap.add_argument("--generations", type=int, default=8, help="samples per prompt (G)")
-    ap.add_argument("--prompt-len", type=int, default=256)
-    ap.add_argument("--completion-len", type=int, default=512)
+    ap.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=["short", "long"],
+                    help="short: 8 x 8 x (256 + 256); long: 8 x 8 x (256 + 2,048)")
+    ap.add_argument("--samplers", nargs="+", choices=["static", "dynamic"],
+                    default=["static", "dynamic"], help="our side's decode loop (new, previous)")
     ap.add_argument("--steps", type=int, default=5, help="timed steps (median reported)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     ap.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
@@ -270,48 +302,96 @@ def main() -> None:
     ap.add_argument("--zero-stage", type=int, default=0)
     ap.add_argument("--gradient-checkpointing", action="store_true")
     ap.add_argument("--peak-tflops", type=float, default=None, help="override the peak table")
-    ap.add_argument("--only", choices=["ours", "trl"], default=None)
+    ap.add_argument("--hbm-tbps", type=float, default=None, help="override the bandwidth table")
+    ap.add_argument("--trl-lr", type=float, default=1e-7,
+                    help="TRL's learning rate (lower than ours: its bf16 run diverged at 1e-6)")
+    ap.add_argument("--only", choices=["ours", "trl", "decode"], default=None)
     ap.add_argument("--modes", nargs="+", default=["ppo_off_policy", "pipeline"],
                     choices=["ppo_off_policy", "pipeline"],
                     help="off_policy.mode(s) of our loop: on-policy (k=1) and PipelineRL-8")
     ap.add_argument("--tiny", action="store_true", help="tiny shapes: CPU smoke test of the harness")
     ap.add_argument("--json", type=Path, default=None, help="also write the results here")
-    args = ap.parse_args()
-    if args.tiny:
-        args.prompt_len, args.completion_len = min(args.prompt_len, 8), min(args.completion_len, 8)
-        args.prompts, args.generations = min(args.prompts, 4), min(args.generations, 4)
+    return ap.parse_args()
+
+
+def run_shape(args, d: Path, shapes: dict, n: int, peak: float, bw: float) -> dict:
+    """Every side on one (prompts, samples, prompt, completion) shape: our loop per mode and
+    sampler, the generator's decode per sampler (vs the roofline), then TRL."""
+    out: dict = {"shape": [args.prompts, args.generations, args.prompt_len, args.completion_len]}
+    results, decode = [], []
+    for sampler in args.samplers if args.only in (None, "ours") else []:
+        for mode in args.modes:
+            results.append(_guarded(f"ablate[{mode},{sampler}]", lambda: summarize(
+                f"ablate[{mode},{sampler}]", bench_ours(args, d, shapes, mode, sampler), args, n, peak)))
+            _free()
+    if args.backend == "hf" and args.only in (None, "decode"):
+        tok = load_tokenizer(d)
+        prompts = random_prompts(args.prompts, args.prompt_len, shapes["vocab_size"], 99)
+        for sampler in args.samplers:
+            r = _guarded(f"decode[{sampler}]", lambda: bench_decode(
+                d, tok, prompts, args.generations, args.completion_len, sampler, args.dtype))
+            if "decode_ms_per_step" in r:
+                r["roofline_ms"] = r["decode_bytes_per_step"] / bw * 1e3
+                r["x_roofline"] = r["decode_ms_per_step"] / r["roofline_ms"]
+                print(f"decode[{sampler}]: {r['decode_ms_per_step']:.2f} ms/step, roofline "
+                      f"{r['roofline_ms']:.2f} ms ({r['x_roofline']:.1f}x), peak mem "
+                      f"{r['max_mem_gib']:.1f} GiB", flush=True)
+            decode.append(r)
+            _free()
+    if args.only in (None, "trl"):
+        results.append(_guarded("trl.GRPOTrainer", lambda: summarize(
+            "trl.GRPOTrainer", bench_trl(args, d, shapes), args, n, peak)))
+        _free()
+    out["results"], out["decode"] = results, decode
+    trl = [r for r in results if r.get("impl", "").startswith("trl") and not r.get("error")]
+    if trl:
+        out["speedup_vs_trl"] = {r["impl"]: r["tokens_per_s"] / trl[0]["tokens_per_s"]
+                                 for r in results if "tokens_per_s" in r and r is not trl[0]}
+    return out
+
+
+def _guarded(name: str, fn) -> dict:
+    """One side's result, or its error: a side that fails must not lose the others' figures."""
+    try:
+        return fn()
+    except Exception as e:
+        msg = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+        print(f"{name} FAILED: {msg}", flush=True)
+        return {"impl": name, "error": msg}
+
+
+def main() -> None:
+    args = parse_args()
     torch.set_flush_denormal(True)  # as the trainer does; process-wide, so both sides get it
     if not torch.cuda.is_available():
         args.dtype = "fp32"  # bf16 matmuls are emulated slowly on most CPUs; TRL runs fp32 there
     shapes = TINY if args.tiny else QWEN25_05B
     peak, device = peak_flops(args)
-    out = {"device": device, "shapes": "tiny" if args.tiny else "Qwen2.5-0.5B", "args": vars(args) | {"json": str(args.json)}}
+    bw = hbm_bytes_per_s(args, HBM_TBPS)
+    out = {"device": device, "model": "tiny" if args.tiny else "Qwen2.5-0.5B",
+           "hbm_bytes_per_s": bw, "args": vars(args) | {"json": str(args.json)}, "shapes": {}}
     with tempfile.TemporaryDirectory(prefix="bench-model-") as d:
         model, _ = build(shapes, Path(d))
         n = flops_params(model)
         out["flops_params"] = n
         del model
-        results = []
-        if args.only in (None, "ours"):
-            for mode in args.modes:
-                results.append(summarize(f"ablate[{mode}]", bench_ours(args, Path(d), shapes, mode),
-                                         args, n, peak))
-                _free()
-        if args.only in (None, "trl"):
-            results.append(summarize("trl.GRPOTrainer", bench_trl(args, Path(d), shapes), args, n, peak))
-            _free()
-    out["results"] = results
-    trl = [r for r in results if r["impl"].startswith("trl")]
-    if trl:
-        out["speedup_vs_trl"] = {r["impl"]: r["tokens_per_s"] / trl[0]["tokens_per_s"]
-                                 for r in results if not r["impl"].startswith("trl")}
-    print(f"device: {device}  model: {out['shapes']} (N={n / 1e6:.1f}M for FLOPs)")
-    for r in results:
-        show(r)
-    for impl, x in out.get("speedup_vs_trl", {}).items():
-        print(f"{impl} vs TRL (tokens/s): {x:.2f}x")
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=2))
+        for name in args.shapes:
+            args.prompts, args.generations, args.prompt_len, args.completion_len = SHAPES[name]
+            if args.tiny:
+                args.prompts, args.generations, args.prompt_len = 4, 4, 8
+                args.completion_len = 8 if name == "short" else 64
+            print(f"== shape {name}: {args.prompts} x {args.generations} x "
+                  f"({args.prompt_len} + {args.completion_len})", flush=True)
+            out["shapes"][name] = run_shape(args, Path(d), shapes, n, peak, bw)
+            if args.json:  # after every shape: a later failure keeps what was measured
+                args.json.write_text(json.dumps(out, indent=2))
+    print(f"device: {device}  model: {out['model']} (N={n / 1e6:.1f}M for FLOPs)")
+    for name, r in out["shapes"].items():
+        for x in r["results"]:
+            if "tokens_per_s" in x:
+                show(x)
+        for impl, x in r.get("speedup_vs_trl", {}).items():
+            print(f"[{name}] {impl} vs TRL (tokens/s): {x:.2f}x")
 
 
 if __name__ == "__main__":
