@@ -9,6 +9,7 @@ trainer, rewards and losses live outside the backends so every backend gets them
 with a KV cache and no per-token Python beyond sampling (HF generate() pays a lot of per-step
 overhead at proxy scale). Weights pushed with `sync_weights` are applied between decode steps,
 i.e. in flight, mid-sequence (PipelineRL), and each token records the version that sampled it.
+The decode loop itself is trainer/sampler.py's (static KV cache, captured decode step on CUDA).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from trainer.config import TrainConfig
 from trainer.distributed import world_size
 from trainer.precision import LMHead
 from trainer.registry import Registry
-from trainer.sampler import StaticSampler, left_pad
+from trainer.sampler import left_pad, static_sampler
 
 
 @dataclass
@@ -82,9 +83,9 @@ class HFGenerator:
         # samples all stopped keeps stepping until every rank's have.
         self.synced = _zero3_partitioned(self.model)
         self._own_copy = own_copy
-        self.sampler = StaticSampler(self.model, dtype=self.dtype, device=self.device,
-                                     lm_head_fp32=config.precision.generator_lm_head_fp32,
-                                     synced=self.synced)
+        self.sampler = static_sampler(self.model, dtype=self.dtype, device=self.device,
+                                      lm_head_fp32=config.precision.generator_lm_head_fp32,
+                                      synced=self.synced)
 
     def sync_weights(self, model: nn.Module, version: int) -> None:
         if model is self.model:

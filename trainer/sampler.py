@@ -320,6 +320,32 @@ class StaticSampler:
         return loop.result()
 
 
+# Captured samplers by (model, settings), the last few only: each eval builds a new HFGenerator
+# on the trainer's module, and a new sampler would copy the weights and re-capture the decode
+# graph (tens of seconds) every time. Holding the model alive is the price; 2 covers the
+# generator and eval sharing one module plus one more.
+_SHARED: dict[tuple, StaticSampler] = {}
+_SHARED_MAX = 2
+
+
+def static_sampler(model: nn.Module, *, dtype: str, lm_head_fp32: bool, device: torch.device,
+                   synced: bool = False) -> StaticSampler:
+    """A StaticSampler for `model`: a fresh one on CPU (nothing to keep), on CUDA the one
+    already built for this module and settings when there is one."""
+    if device.type != "cuda":
+        return StaticSampler(model, dtype=dtype, lm_head_fp32=lm_head_fp32, device=device,
+                             synced=synced)
+    key = (id(model), dtype, lm_head_fp32, str(device), synced)
+    hit = _SHARED.pop(key, None)
+    if hit is None or hit.weights.source is not model:
+        hit = StaticSampler(model, dtype=dtype, lm_head_fp32=lm_head_fp32, device=device,
+                            synced=synced)
+    _SHARED[key] = hit  # most recent last
+    while len(_SHARED) > _SHARED_MAX:
+        _SHARED.pop(next(iter(_SHARED)))
+    return hit
+
+
 class DynamicSampler:
     """The previous loop, unchanged in substance: DynamicCache grown by concatenation, autocast
     over the fp32 weights, a host sync per token. Kept as the oracle the tests compare
