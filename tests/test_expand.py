@@ -164,3 +164,31 @@ def test_variant_count_per_mode(tmp_path, mode, body, points):
     p.write_text(f"name: s\nbase: {BASE}\nmode: {mode}\n{body}seeds: [0, 1]\n")
     ls = load_study(p)
     assert design_points(ls.study) == points == sum(1 for _ in _points(ls))
+
+
+def test_a_resubmitted_run_trains_the_current_config_a_running_one_keeps_its_own(tmp_path):
+    """Same run id, a changed setting the id leaves out (the vLLM share, after an OOM): the run
+    being resubmitted gets the new config.yaml; one not being submitted (it may be running)
+    keeps the file it started with."""
+    import yaml
+
+    from ablate.studies.store import StudyStore
+
+    (old,) = study(tmp_path, "overrides:\n  rollout.vllm.gpu_memory_utilization: 0.3\n"
+                             "axes:\n  seed: [0]\n")
+    (new,) = study(tmp_path, "overrides:\n  rollout.vllm.gpu_memory_utilization: 0.5\n"
+                             "axes:\n  seed: [0]\n")
+    assert old.run_id == new.run_id
+    store = StudyStore(tmp_path / "res" / "s")
+    cfg = store.run_dir(old.run_id) / "config.yaml"
+
+    def share() -> float:
+        return yaml.safe_load(cfg.read_text())["rollout"]["vllm"]["gpu_memory_utilization"]
+
+    store.write_study("name: s\n", [old])
+    store.write_study("name: s\n", [new])  # not being submitted: may be running
+    assert share() == 0.3
+    undo = store.write_study("name: s\n", [new], frozenset({new.run_id}))
+    assert share() == 0.5
+    undo()  # a refused submission puts the old file back
+    assert share() == 0.3

@@ -69,14 +69,22 @@ class StudyStore:
                 raise InputError(f"{self.root}: another `ablate sweep` is submitting this study") from None
             yield
 
-    def write_study(self, study_text: str, variants: list[Variant]) -> Callable[[], None]:
+    def write_study(self, study_text: str, variants: list[Variant],
+                    submitting: frozenset[str] = frozenset()) -> Callable[[], None]:
         """Write study.yaml, variants.json and each run's config.yaml.
 
-        Returns an undo that puts the study dir back as it was, for a submission the scheduler
-        refuses (bad partition, account...): bad input must leave nothing written.
+        A run's config.yaml is written once and never rewritten while it may be running; a run
+        about to be (re)submitted (`submitting`: not running, by the sweep's rules) gets the
+        current one, so a setting the run id leaves out (vLLM's GPU share, the micro-batch size,
+        the checkpoint cadence, trackers: run_id_of) changed to fix an OOM takes effect when
+        the run resumes. Returns an undo that puts the study dir back as it was, for a
+        submission the scheduler refuses (bad partition, account...): bad input must leave
+        nothing written.
         """
+        refreshed = [self.run_dir(v.run_id) / "config.yaml" for v in variants
+                     if v.run_id in submitting]
         before = {p: (p.read_text() if p.exists() else None)
-                  for p in (self.root / "study.yaml", self.variants_path)}
+                  for p in (self.root / "study.yaml", self.variants_path, *refreshed)}
         new_dirs = [self.run_dir(v.run_id) for v in variants if not self.run_dir(v.run_id).exists()]
 
         def undo() -> None:
@@ -95,7 +103,7 @@ class StudyStore:
             d = self.run_dir(v.run_id)
             d.mkdir(exist_ok=True)
             cfg = d / "config.yaml"
-            if not cfg.exists():  # same id = same config: never rewrite what may be running
+            if not cfg.exists() or v.run_id in submitting:  # never rewrite a running run's
                 atomic_write(cfg, yaml.safe_dump(v.config.model_dump(mode="json"), sort_keys=False))
         return undo
 

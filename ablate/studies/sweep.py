@@ -149,7 +149,8 @@ def run_sweep(plan: SweepPlan, *, entry: str = "trainer:run") -> dict[str, Any]:
     fresh = [d for d in (store.root.parent, store.root) if not d.exists()]
     try:
         with store.locked():
-            undo = store.write_study(study_record(plan.loaded), plan.variants)
+            undo = store.write_study(study_record(plan.loaded), plan.variants,
+                                     frozenset(v.run_id for v in plan.submit))
             dirs = [store.run_dir(v.run_id) for v in plan.submit]
             try:
                 jobs = launch.submit(plan.executor, dirs, store.submitit_dir, plan.profile,
