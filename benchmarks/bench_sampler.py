@@ -8,8 +8,10 @@
    token over the first and the last 256 decode steps (timestamps taken between steps). A
    cache that grows by concatenation copies the whole cache every step, so its last tokens
    cost more than its first; a preallocated one stays flat (ratio near 1).
+3. step: the whole trainer step of benchmarks/bench_trainer_vs_trl.py (16 x 8, 4 new tokens,
+   on-policy and pipeline), once with each sampler, in alternating processes, samples/s.
 
-    python benchmarks/bench_sampler.py [--repeats 15] [--long-repeats 3] [--threads 1]
+    python benchmarks/bench_sampler.py [--repeats 15] [--long-repeats 3] [--step-repeats 3]
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ def bench_long(repeats: int, T: int = 2048, B: int = 8, window: int = 256) -> di
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=4096,
                       tie_word_embeddings=True, attn_implementation="sdpa")
     model = LlamaForCausalLM(cfg).eval()
     ids, attn = left_pad([[5, 9, 11, 3]] * B, pad=0)
@@ -103,14 +105,59 @@ def bench_long(repeats: int, T: int = 2048, B: int = 8, window: int = 256) -> di
     return {"shape": f"{B} rows x {T} tokens, tiny Llama", **res}
 
 
+def bench_step(repeats: int, steps: int, threads: int) -> dict:
+    import os
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS=str(threads))
+    res: dict[str, list[float]] = {}
+    for r in range(repeats):
+        for mode in ("ppo_off_policy", "pipeline"):
+            for kind in (("static", "dynamic") if r % 2 else ("dynamic", "static")):
+                out = subprocess.run([sys.executable, __file__, "--one-step", kind, "--mode", mode,
+                                      "--steps", str(steps), "--threads", str(threads)],
+                                     env=env, capture_output=True, text=True, cwd=REPO)
+                if out.returncode != 0:
+                    sys.exit(f"{mode}/{kind} failed:\n{out.stderr[-3000:]}")
+                sps = json.loads(out.stdout.strip().splitlines()[-1])["samples_per_s"]
+                res.setdefault(f"{mode}/{kind}", []).append(sps)
+                print(f"repeat {r} {mode}/{kind}: {sps:.0f} samples/s", flush=True)
+    med = {k: statistics.median(v) for k, v in res.items()}
+    modes = ("ppo_off_policy", "pipeline")
+    # Paired: each repeat runs both samplers back to back, so their ratio sees the same load.
+    paired = {m: statistics.median(a / b for a, b in zip(res[f"{m}/static"], res[f"{m}/dynamic"]))
+              for m in modes}
+    return {"median_samples_per_s": med, "runs": res,
+            "static_over_dynamic": {m: med[f"{m}/static"] / med[f"{m}/dynamic"] for m in modes},
+            "static_over_dynamic_paired_median": paired}
+
+
+def one_step(kind: str, mode: str, steps: int) -> float:
+    """bench_trainer_vs_trl's timed trainer run, its generator on `kind`'s sampler."""
+    import trainer.rollout
+    from benchmarks.bench_trainer_vs_trl import run_ablate
+    from trainer.sampler import DynamicSampler
+
+    if kind == "dynamic":
+        trainer.rollout.static_sampler = lambda model, **kw: DynamicSampler(model, **kw)
+    return run_ablate(steps, mode)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--long-repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--only", choices=["proxy", "long"], default=None)
+    ap.add_argument("--step-repeats", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--only", choices=["proxy", "long", "step"], default=None)
+    ap.add_argument("--one-step", choices=["static", "dynamic"], help=argparse.SUPPRESS)
+    ap.add_argument("--mode", default="ppo_off_policy", help=argparse.SUPPRESS)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    if a.one_step:
+        print(json.dumps({"samples_per_s": one_step(a.one_step, a.mode, a.steps)}))
+        return
     torch.set_flush_denormal(True)  # as the trainer does
     out = {}
     if a.only in (None, "proxy"):
@@ -119,6 +166,9 @@ def main() -> None:
     if a.only in (None, "long"):
         out["long"] = bench_long(a.long_repeats)
         print(json.dumps({"long": out["long"]}), flush=True)
+    if a.only in (None, "step"):
+        out["step"] = bench_step(a.step_repeats, a.steps, a.threads)
+        print(json.dumps({"step": {k: v for k, v in out["step"].items() if k != "runs"}}), flush=True)
 
 
 if __name__ == "__main__":
