@@ -228,3 +228,22 @@ def _recompute_error(model, rows, d) -> float:
         lp, _ = completion_logprobs(model.get_decoder(), LMHead(model.get_output_embeddings(), True),
                                     batch, CPU, "fp32")
     return float((lp - d.logprobs[:, : lp.shape[1]]).abs()[batch["mask"].bool()].mean())
+
+
+def test_cpu_generator_uses_the_static_cache_for_long_calls():
+    """On CPU the hf backend's sampler picks the static cache from CPU_STATIC_FROM positions
+    on (where a growing cache's copying starts to cost), the growing one below; both give the
+    same tokens as the previous loop."""
+    from trainer.sampler import CPU_STATIC_FROM, CpuSampler, static_sampler
+
+    model = _model(hidden=32, layers=1)
+    s = static_sampler(model, dtype="fp32", lm_head_fp32=True, device=CPU)
+    assert isinstance(s, CpuSampler)
+    rows = [[5, 9, 11], [4, 4, 12]]
+    short = _decode(s, rows, T=8, temperature=1e-4)
+    assert s.static._cache is None  # not used for a short call
+    long = _decode(s, rows, T=CPU_STATIC_FROM, temperature=1e-4)
+    assert s.static._cache is not None and s.static._cache[0] == (2, 3 + CPU_STATIC_FROM)
+    ref = _decode(DynamicSampler(model, dtype="fp32", lm_head_fp32=True, device=CPU), rows,
+                  T=CPU_STATIC_FROM, temperature=1e-4)
+    assert torch.equal(long.tokens, ref.tokens) and torch.equal(short.tokens, ref.tokens[:, :8])

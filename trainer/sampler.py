@@ -328,13 +328,37 @@ _SHARED: dict[tuple, StaticSampler] = {}
 _SHARED_MAX = 2
 
 
+# On CPU (no graphs), below this many positions (prompt + new tokens) a growing cache is the
+# cheaper one: its copying is small there, while the static cache attends over every reserved
+# column with an explicit mask (no mask-free fast path). Measured on the proxy's tiny Llama
+# (benchmarks/bench_sampler.py): static slower per token over the first 256 of 2,048 tokens,
+# twice as fast over the last 256; the proxy's calls have ~10 positions.
+CPU_STATIC_FROM = 1024
+
+
+class CpuSampler:
+    """CPU: the static cache for long calls, the growing one for short ones (see above)."""
+
+    def __init__(self, model: nn.Module, **kw) -> None:
+        self.static, self.dynamic = StaticSampler(model, **kw), DynamicSampler(model, **kw)
+
+    def refresh(self) -> None:
+        self.static.refresh()
+
+    def decode(self, ids: torch.Tensor, attn: torch.Tensor, *, max_new_tokens: int,
+               **kw) -> Decoded:
+        long = ids.shape[1] + max_new_tokens >= CPU_STATIC_FROM
+        return (self.static if long else self.dynamic).decode(ids, attn,
+                                                              max_new_tokens=max_new_tokens, **kw)
+
+
 def static_sampler(model: nn.Module, *, dtype: str, lm_head_fp32: bool, device: torch.device,
-                   synced: bool = False) -> StaticSampler:
-    """A StaticSampler for `model`: a fresh one on CPU (nothing to keep), on CUDA the one
-    already built for this module and settings when there is one."""
+                   synced: bool = False) -> StaticSampler | CpuSampler:
+    """The hf backend's sampler for `model`: on CPU a CpuSampler (fresh: nothing to keep), on
+    CUDA the captured StaticSampler already built for this module and settings if any."""
     if device.type != "cuda":
-        return StaticSampler(model, dtype=dtype, lm_head_fp32=lm_head_fp32, device=device,
-                             synced=synced)
+        return CpuSampler(model, dtype=dtype, lm_head_fp32=lm_head_fp32, device=device,
+                          synced=synced)
     key = (id(model), dtype, lm_head_fp32, str(device), synced)
     hit = _SHARED.pop(key, None)
     if hit is None or hit.weights.source is not model:
