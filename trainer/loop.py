@@ -6,9 +6,11 @@ training side, replicated generation. Every rank runs the same prompt source wit
 seeds, and rank 0's batch is then broadcast so all ranks hold byte-identical rollouts (a GPU's
 non-deterministic kernels could otherwise make them differ); rewards, pool statistics and the
 zero-variance filter therefore agree everywhere. The kept prompt groups are dealt out to the
-ranks; each rank's loss is weighted by its share of the aggregation's denominator so that the
-engine's gradient average equals the single-process gradient of the whole batch, and a rank
-dealt no group still steps on a zero-weighted group so collectives line up. Why not shard
+ranks by tokens, and each rank's rows split into micro-batches of engine.micro_batch_tokens;
+every token's loss weight carries the whole batch's aggregation denominators (times the world
+size), so the accumulated, rank-averaged gradient equals the single-process gradient of the
+whole batch (trainer/microbatch.py); a rank dealt no group still steps on a zero-weighted group,
+and ranks run equally many micro-batches, so collectives line up. Why not shard
 generation: the hf generator on a ZeRO-3 model all-gathers weights on every decode step, so
 ranks must decode in lockstep anyway; generation throughput at scale comes from the vllm
 backend. Only rank 0 writes the run dir (status, metrics, config); checkpoints are written by
@@ -545,8 +547,8 @@ class _Run:
         that trained on real data; padding share, micro-batches, and (several ranks) the
         max/mean ratio of the ranks' tokens."""
         dev = self.device
-        tokens, flops, slots, top = all_reduce_floats(
-            [t.tokens, 6.0 * self.n_params * t.processed, t.slots, 0.0], dev)
+        tokens, flops, slots = all_reduce_floats(
+            [t.tokens, 6.0 * self.n_params * t.processed, t.slots], dev)
         self.counters["tokens"] += int(tokens)  # prompt + completion per sample
         self.counters["flops_train"] += flops  # what was actually computed (all ranks)
         m = max(t.loss_tokens, 1.0)
