@@ -15,7 +15,7 @@ padding   Share of token slots that are padding, for synthetic length mixes (len
           64 prompts x 16 samples dealt to 8 ranks as the trainer deals them; micro-batches
           counted on the rank with most.
 forward   Tokens/s of forward + backward through the trainer's own functions on a Llama built from
-          a config (random init, CPU), on the `reasoning` mix scaled to a 512-token context (64 rows, budget 1024): one padded
+          a config (random init, CPU), on the `reasoning` mix scaled to a 1k context (64 rows, budget 4096): one padded
           batch vs bucketed micro-batches; interleaved run by run so machine load hits both.
 proxy     The real trainer step (`_Run.train_step`) of the tiny proxy on one fixed rollout
           batch, engine.micro_batch_tokens None vs 40 (time per step, padding share).
@@ -112,7 +112,7 @@ def _model():
 
     cfg = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256,
                       num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=4,
-                      max_position_embeddings=512)
+                      max_position_embeddings=1024)
     torch.manual_seed(0)
     return LlamaForCausalLM(cfg)
 
@@ -143,13 +143,13 @@ def bench_forward(reps: int) -> dict:
     model = _model().train()
     head = LMHead(model.get_output_embeddings(), True)
     rng = random.Random(1)
-    lengths = mix("reasoning", 64, seed=1, max_len=512)  # 4 prompts x 16 samples
+    lengths = mix("reasoning", 64, seed=1, max_len=1024)  # 4 prompts x 16 samples
     rows = [([rng.randrange(1, 512) for _ in range(p)], [rng.randrange(1, 512) for _ in range(c)])
             for p, c in lengths]
     tokens = sum(p + c for p, c in lengths)
-    sides = {"one_batch": None, "bucketed_1024": 1024}  # budget/context as 32k/16k
+    sides = {"one_batch": None, "bucketed_4096": 4096}
     times: dict[str, list[float]] = {k: [] for k in sides}
-    _step(model, head, rows, 1024)  # warm-up
+    _step(model, head, rows, 4096)  # warm-up
     for _ in range(reps):  # interleaved: load hits both sides alike
         for name, budget in sides.items():
             t0 = time.perf_counter()
