@@ -218,6 +218,12 @@ class Pipeline:
         # hold a generator nor generate (next() returns None there).
         self.feeds = rank() == 0
         self.gen = make_generator(c, ctx.model, ctx.tokenizer, own_copy=True) if self.feeds else None
+        if not self.feeds and c.rollout.backend == "vllm":
+            # The vllm generator pushes the trainer's weights once at start-up (ZeRO-3: a
+            # gather per parameter, collective): join it, else every later push is off by one.
+            from trainer.rollout_vllm import join_weight_gathers
+
+            join_weight_gathers(ctx.model)
         self.thread = threading.Thread(target=self._produce, name="ablate-generator", daemon=True)
         if self.feeds:
             self.thread.start()

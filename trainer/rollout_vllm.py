@@ -39,7 +39,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -52,17 +52,29 @@ from trainer.weight_push import WeightBroadcast, weight_specs
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 
+def _zero3_full(p: torch.nn.Parameter) -> torch.Tensor:
+    """A ZeRO-3 parameter's whole value, all-gathered from every rank's shard (`ds_tensor`).
+
+    Why not deepspeed.zero.GatheredParameters: it skips a parameter that is already whole on
+    this rank, and ranks can disagree on that (the tied LM head, persistent under ZeRO-3, was
+    found whole on the joining ranks and partitioned on the pushing one after a step), so the
+    ranks ran different numbers of all-gathers and the 4-rank rehearsal hung in the second
+    push. Gathering the shards always is one collective per parameter on every rank."""
+    import torch.distributed as dist
+
+    group = getattr(p, "ds_process_group", None)
+    shard = p.ds_tensor.detach()
+    parts = [torch.empty_like(shard) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, shard, group=group)
+    return torch.cat(parts)[:p.ds_numel].view(p.ds_shape)
+
+
 def _named_weights(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
     """(HF name, full tensor) for each parameter, gathering ZeRO-3 partitions one at a time."""
     for name, p in model.named_parameters():
         name = name.removeprefix("_orig_mod.").removeprefix("module.")
-        gather = nullcontext()
-        if hasattr(p, "ds_id"):  # a DeepSpeed ZeRO-3 partitioned parameter
-            import deepspeed
-
-            gather = deepspeed.zero.GatheredParameters([p], modifier_rank=None)
-        with gather:
-            yield name, p.detach().to(dtype).clone()
+        full = _zero3_full(p) if hasattr(p, "ds_id") else p.detach()  # ds_id: ZeRO-3 partitioned
+        yield name, full.to(dtype).clone()
 
 
 def join_weight_gathers(model: torch.nn.Module) -> None:
@@ -71,10 +83,7 @@ def join_weight_gathers(model: torch.nn.Module) -> None:
     parameter at a time in the same order. A no-op for unpartitioned models."""
     for _, p in model.named_parameters():
         if hasattr(p, "ds_id"):
-            import deepspeed
-
-            with deepspeed.zero.GatheredParameters([p], modifier_rank=None):
-                pass
+            _zero3_full(p)
 
 
 def generation_placement(generation_gpus: Optional[int] = None,
@@ -112,7 +121,13 @@ def _set_vllm_env() -> None:
       collective_rpc must ship a Python function (_retie_lm_head) to it, which vLLM only
       pickles with this opt-in. The peer is our own child process on a local socket.
     """
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    # In a multi-rank job the engine must live in its own process: in-process, vLLM builds its
+    # process groups (new_group) on the trainer's default world, and the other ranks, which
+    # hold no engine, never join, so rank 0 hangs at start-up.
+    import torch.distributed as dist
+
+    multi = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "1" if multi else "0")
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
 
 

