@@ -25,6 +25,7 @@ def _one_step(cfg, run_dir):
             layer._gradient_checkpointing_func = (
                 lambda *a, _f=f, **k: calls.append(1) or _f(*a, **k))
     source = MODES.get(cfg.off_policy.mode)(run.ctx)
+    source.after_step(run.model, 0)  # as the loop does: stamp the generator before next()
     try:
         run.train_step(source.next(0))
     finally:
