@@ -159,7 +159,7 @@ def test_micro_batches_match_one_batch_in_one_process(single):
 
 @pytest.mark.slow
 @pytest.mark.deepspeed
-@pytest.mark.parametrize("stage", [0, 2, 3])
+@pytest.mark.parametrize("stage", [0, 3])  # 2 passes too; CI time spent on the ends
 def test_micro_batches_match_one_batch_on_two_zero_ranks(stage, single, cache, tmp_path_factory):
     pytest.importorskip("deepspeed")
     outs = _launch("deepspeed", stage, 2, cache, tmp_path_factory)
