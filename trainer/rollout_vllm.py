@@ -146,6 +146,28 @@ def _environ(values: dict[str, str]):
                 os.environ[k] = v
 
 
+@contextmanager
+def _stop_signal_blocked():
+    """Block Slurm's preemption signal (USR2) in this thread while vLLM starts its engine
+    process, which inherits the mask (fork and exec keep it) and so never sees the signal.
+
+    `scancel --signal=USR2` and preempt_send_user_signal reach every process of the job step:
+    the engine process and its workers, whose default action on USR2 is to exit, died with it
+    and the trainer's next push failed ("Connection closed by peer"). Blocking (not ignoring)
+    loses nothing here: a USR2 that arrives meanwhile is taken by the trainer's other threads
+    or delivered when the mask is restored, and the trainer's handler checkpoints as usual."""
+    import signal
+
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def _save_for_vllm(model: torch.nn.Module, path: Path) -> None:
     """config.json + model.safetensors of a model that exists only in memory. Not
     save_pretrained: under ZeRO-3 the module holds shards, so weights come from
@@ -214,7 +236,7 @@ class VLLMGenerator:
             env, kwargs["tensor_parallel_size"], shared = generation_placement(
                 vc.generation_gpus, vc.tensor_parallel_size)
             kwargs["gpu_memory_utilization"] = vc.gpu_memory_utilization or (0.3 if shared else 0.9)
-        with _environ(env):
+        with _environ(env), _stop_signal_blocked():
             self.llm = LLM(**kwargs)
         # vLLM's CPU attention plans its work for the thread count seen at start-up and checks
         # it at run time; OpenMP settings are per thread, and pipeline mode generates from
