@@ -178,9 +178,6 @@ class GroupStream:
     def take(self, version: int, failed: Callable[[], BaseException | None]) -> Batch:
         """The next step's batch: `groups_per_step` finished groups at most k versions old,
         in the order they finished; waits while there are not enough."""
-        if self.base is None:  # nothing may start before the first push: would wait forever
-            raise RuntimeError("pipeline source: next() before any after_step(model, version); "
-                               "the loop stamps the generator's weights first")
         t0, groups, dropped = time.perf_counter(), [], 0
         while len(groups) < self.per_step:
             err = failed()
@@ -189,6 +186,9 @@ class GroupStream:
             try:
                 g = self.finished.get(timeout=0.1)
             except queue.Empty:
+                if self.base is None:  # nothing may start before the first push: no wait ends
+                    raise RuntimeError("pipeline source: next() before any after_step(model, "
+                                       "version); the loop stamps the generator's weights first")
                 continue
             if version - oldest_version(g, version) <= self.k:
                 groups.append(g)
