@@ -76,7 +76,7 @@ def _window_cols(groups: list[GroupFit], x: str, wide: bool) -> tuple[str, list[
     starts = {format(g.fit.min_compute, ".3g") for g in groups if g.fit is not None}
     if len(starts) == 1:
         return (f"window: {x} from {starts.pop()} for every variant",
-                [Col("window", spans, drop=WIDE)])
+                [Col("window", spans, drop=WIDE)] if wide else [])
     return "", [Col("window", spans, drop=WIDE if wide and len(fitted) <= 1 else 6)]
 
 
