@@ -32,9 +32,12 @@ def tiny_study(folder: Path, name: str, axes: str, *, seeds: str = "[0]", steps:
     return path
 
 
-def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python -m ablate ARGS` in a subprocess (the real entry point, exit codes included)."""
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'tests'}")
+def cli(*args: str, timeout: float = 300, tests_on_path: bool = True) -> subprocess.CompletedProcess:
+    """`python -m ablate ARGS` in a subprocess (the real entry point, exit codes included).
+    `tests_on_path=False`: only the repo on PYTHONPATH (tests/ holds a `vllm` folder that TRL
+    would take for an installed vLLM)."""
+    path = f"{ROOT}:{ROOT / 'tests'}" if tests_on_path else str(ROOT)
+    env = dict(os.environ, PYTHONPATH=path)
     return subprocess.run([sys.executable, "-m", "ablate", *args], capture_output=True,
                            text=True, timeout=timeout, cwd=ROOT, env=env)
 

@@ -19,14 +19,12 @@ from pathlib import Path
 import pytest
 
 from _study_util import ROOT, wait_until
+from _study_util import cli as study_cli
 from ablate.errors import InputError
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python -m ablate ARGS` with only the repo on PYTHONPATH: tests/ holds a `vllm` folder
-    that TRL would take for an installed vLLM."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "ablate", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT, env=env)
+    """The real entry point without tests/ on the path (its `vllm` folder would break TRL)."""
+    return study_cli(*args, timeout=timeout, tests_on_path=False)
 
 
 def cli_json(*args: str, timeout: float = 300):

@@ -15,6 +15,8 @@ from typing import Any, Literal, Optional, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ablate.errors import InputError
+
 
 
 class TrainerSpec(BaseModel):
@@ -69,6 +71,17 @@ class Adapter(Protocol):
 
     def argv(self, overrides: dict[str, Any], seed: int, run_dir: Path, resume: bool) -> list[str]:
         """The command that trains this variant into `run_dir`."""
+
+
+def refuse_scalerl_key(key: str, where: str, trainer: str,
+                       scalerl: dict[str, tuple[Optional[str], str]]) -> None:
+    """An ablate ScaleRL key on another trainer's study: one line naming that trainer's key for
+    it, or saying the trainer cannot express it (each adapter's SCALERL table)."""
+    if key in scalerl:
+        theirs, how = scalerl[key]
+        if theirs is None:
+            raise InputError(f"{where}: '{key}' cannot be expressed in {trainer}: {how}")
+        raise InputError(f"{where}: '{key}' is an ablate key; in {trainer} use '{theirs}' ({how})")
 
 
 def nearest(word: str, options: list[str]) -> str:

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ablate.adapters.base import argparse_args, nearest
+from ablate.adapters.base import argparse_args, nearest, refuse_scalerl_key
 from ablate.errors import InputError
 
 # ablate TrainConfig path -> (TRL key, how) or (None, why TRL cannot express it). Also the
@@ -60,11 +60,7 @@ class TRLAdapter:
         self.command = command
 
     def check_key(self, key: str, where: str) -> None:
-        if key in SCALERL:
-            trl_key, how = SCALERL[key]
-            if trl_key is None:
-                raise InputError(f"{where}: '{key}' cannot be expressed in TRL: {how}")
-            raise InputError(f"{where}: '{key}' is an ablate key; in TRL use '{trl_key}' ({how})")
+        refuse_scalerl_key(key, where, "TRL", SCALERL)
         if key in self.reserved:
             raise InputError(f"{where}: '{key}' is set by ablate for each run (run dir, seed, "
                              "resume); remove it")

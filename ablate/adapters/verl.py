@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from ablate.adapters.base import hydra_args, nearest
+from ablate.adapters.base import hydra_args, nearest, refuse_scalerl_key
 from ablate.errors import InputError
 
 # ablate TrainConfig path -> (verl key, how) or (None, why verl cannot express it).
@@ -90,11 +90,7 @@ class VerlAdapter:
         return _leaves(self.compose([]))
 
     def check_key(self, key: str, where: str) -> None:
-        if key in SCALERL:
-            vkey, how = SCALERL[key]
-            if vkey is None:
-                raise InputError(f"{where}: '{key}' cannot be expressed in verl: {how}")
-            raise InputError(f"{where}: '{key}' is an ablate key; in verl use '{vkey}' ({how})")
+        refuse_scalerl_key(key, where, "verl", SCALERL)
         if key in self.reserved:
             raise InputError(f"{where}: '{key}' is set by ablate for each run; remove it")
 
