@@ -401,13 +401,16 @@ def load_study(path: Path | str, overrides: Sequence[str] = ()) -> LoadedStudy:
     doc = load_yaml(path)
     _check_is_a_study(doc)
     study, doc = validate_model(doc, Study, "a study must be a mapping with at least `name`")
+    study, config_overrides = _with_study_overrides(study, overrides)
     if study.trainer.kind != "ablate":  # another trainer: its own keys, checked by its adapter
         from ablate.adapters.study import load_foreign
 
-        return load_foreign(doc, study, overrides)
+        loaded = load_foreign(doc, study, config_overrides)
+        loaded.cli_overrides = list(overrides)  # the record keeps `seeds=` too
+        return loaded
 
     tree, prov, recipes = resolve_base(doc, study.base, study.overrides, study.budget)
-    tree = apply_cli_overrides(tree, prov, overrides)
+    tree = apply_cli_overrides(tree, prov, config_overrides)
     _check_axes(study, doc)
     try:
         TrainConfig.model_validate(tree)
@@ -416,6 +419,14 @@ def load_study(path: Path | str, overrides: Sequence[str] = ()) -> LoadedStudy:
             validate_config(tree, prov, str(path))  # raises the one-line error
     return LoadedStudy(study=study, doc=doc, base_tree=tree, prov=prov, recipes=recipes,
                        cli_overrides=list(overrides))
+
+
+def _with_study_overrides(study: Study, overrides: Sequence[str]) -> tuple[Study, list[str]]:
+    """`--override seeds=[0]` sets the study's own key; the rest are TrainConfig keys."""
+    from ablate.studies.study_overrides import apply_study_overrides, split_study_overrides
+
+    mine, rest = split_study_overrides(overrides)
+    return apply_study_overrides(study, mine), rest
 
 
 def _listed(items: list[str], most: int) -> str:
