@@ -108,7 +108,7 @@ def run_trl_study(tmp_path: Path, tiny: Path, executor: str) -> None:
     res = tmp_path / "res"
     dry = cli_json("sweep", str(study), "--results", str(res), "--dry-run")
     assert [v["name"] for v in dry] == ["loss_type=dapo", "loss_type=grpo"]
-    assert dry[0]["config"]["overrides"]["max_steps"] == 40
+    assert dry[0]["config"]["budget"]["steps"] == 40 and "max_steps" not in dry[0]["config"]["overrides"]
     out = cli_json("sweep", str(study), "--results", str(res), "--executor", executor)
     assert len(out["submitted"]) == 2 and out["executor"] == executor
     from ablate.studies.status import study_states
@@ -244,7 +244,9 @@ def test_verl_overrides_composed_with_verls_config(tmp_path):
                                     "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"]
     from ablate.adapters import adapter_for
 
-    argv = adapter_for(vs[1].config.trainer).argv(vs[1].config.overrides, 0, tmp_path, False)
+    from ablate.adapters.study import run_overrides
+
+    argv = adapter_for(vs[1].config.trainer).argv(run_overrides(vs[1].config), 0, tmp_path, False)
     assert "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean" in argv
     assert "trainer.total_training_steps=100" in argv and "trainer.resume_mode=auto" in argv
     with pytest.raises(InputError, match=r"'actor_rollout_ref\.actor\.loss_agg_mod' is not a key "

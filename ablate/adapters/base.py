@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from ablate.errors import InputError
 
 
-
 class TrainerSpec(BaseModel):
     """`trainer:` in a study: which trainer runs the variants and how to call it."""
 
@@ -50,6 +49,14 @@ class TrainerSpec(BaseModel):
     step_cost: Optional[float] = Field(
         None, gt=0, description="Compute per step when the trainer logs none (fit x = "
         "`compute` = step x step_cost); A and B do not depend on it.")
+    stop_signal: Literal["SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2"] = Field(
+        "SIGTERM", description="What the trainer's process group gets when ablate stops it: on "
+        "Slurm's preemption signal (USR2, then the job is requeued and resumes through the "
+        "trainer's checkpoint flag) and when a gpu_hours budget is reached. A trainer that "
+        "saves on it loses nothing; ablate's TRL entry saves at the next step and exits.")
+    stop_grace_s: float = Field(
+        120.0, gt=0, description="Seconds the trainer has to save and exit after the stop "
+        "signal before it is killed (keep below Slurm's signal lead time).")
 
 
 class Adapter(Protocol):

@@ -4,6 +4,14 @@ The job (ablate/studies/launch/job.py) calls `run_foreign` for a run dir whose c
 names a trainer. The trainer runs as a child process (its output in `<run_dir>/trainer.log`);
 while it runs, the last step of its log is copied into status.json every few seconds, so
 `ablate status` shows the step from the trainer's own log.
+
+Stopping it (ablate/adapters/child.py sends `trainer.stop_signal` to its process group):
+  * preemption: Slurm's USR2 sets the job's preemption flag (trainer/preempt.py); the runner
+    stops the trainer, records the stop in status.json (`preemptions`) and marks the attempt
+    stopped, so the job hands over to submitit, which requeues it; the next attempt resumes
+    through the trainer's own checkpoint flag.
+  * a gpu_hours budget (wall time x devices, summed over attempts in status.json) is spent:
+    the trainer is stopped and the run is done.
 """
 
 from __future__ import annotations
@@ -11,13 +19,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ablate.adapters import adapter_for
-from ablate.adapters.study import ForeignConfig, run_dir_config
+from ablate.adapters import adapter_for, child
+from ablate.adapters.budget import devices, gpu_hours_limit
+from ablate.adapters.study import ForeignConfig, run_dir_config, run_overrides
 from ablate.errors import InputError
+from trainer import preempt
 from trainer.rundir import read_status, write_status
 
 POLL_S = 2.0
@@ -65,33 +77,94 @@ def last_logged_step(path: Path) -> Optional[int]:
     return None
 
 
+@dataclass
+class Attempt:
+    """One attempt of a run on another trainer, as the runner follows it."""
+
+    cfg: ForeignConfig
+    run_dir: Path
+    argv: list[str]
+    step: int
+    spent_h: float  # gpu_hours of earlier attempts (status.json)
+    notes: dict[str, Any]  # kept in status.json: preemptions, stopped
+    t0: float = field(default_factory=time.monotonic)
+
+    def gpu_hours(self) -> float:
+        return self.spent_h + (time.monotonic() - self.t0) * devices() / 3600
+
+    def status(self, state: str, **extra: Any) -> None:
+        write_status(self.run_dir, state, self.step, command=self.argv,
+                     gpu_hours=round(self.gpu_hours(), 6), **self.notes, **extra)
+
+    def poll_log(self) -> None:
+        self.step = last_logged_step(log_path(self.cfg, self.run_dir)) or self.step
+
+
 def run_foreign(raw: dict[str, Any], run_dir: Path) -> None:
-    """Train one run dir with its trainer; raise when the trainer exits non-zero."""
+    """Train one run dir with its trainer; raise when the trainer exits non-zero. On Slurm's
+    preemption signal the trainer is stopped (it may save) and the job requeues it; with a
+    gpu_hours budget it is stopped when the budget is spent."""
     cfg = ForeignConfig.model_validate(raw)
+    prev = read_status(run_dir)
+    run = Attempt(cfg, run_dir, [], last_logged_step(log_path(cfg, run_dir)) or 0,
+                  float(prev.get("gpu_hours") or 0.0),
+                  {k: prev[k] for k in ("preemptions",) if k in prev})
+    limit = gpu_hours_limit(cfg.budget)
+    if limit is not None and run.spent_h >= limit:  # spent before a requeue: nothing to run
+        run.status("done", stopped=f"gpu_hours budget {limit:g} reached")
+        return
     adapter = adapter_for(cfg.trainer)
-    argv = adapter.argv(cfg.overrides, cfg.seed, run_dir, _resume(cfg, run_dir))
+    run.argv = adapter.argv(run_overrides(cfg), cfg.seed, run_dir, _resume(cfg, run_dir))
     (run_dir / ".attempted").touch()
     env = dict(os.environ, **getattr(adapter, "env", lambda d: {})(run_dir))
-    log = log_path(cfg, run_dir)
-    step = last_logged_step(log) or 0
-    write_status(run_dir, "running", step, command=argv)
+    run.status("running")
     with open(run_dir / "trainer.log", "ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=run_dir)
+        proc = child.start(run.argv, out, env, run_dir)
         try:
-            while proc.poll() is None:
-                time.sleep(POLL_S)
-                step = last_logged_step(log_path(cfg, run_dir)) or step
-                write_status(run_dir, "running", step, command=argv)
-        finally:
-            if proc.poll() is None:  # the job itself was stopped: do not leave the trainer behind
-                proc.terminate()
-                proc.wait(30)
-    step = last_logged_step(log_path(cfg, run_dir)) or step
-    if proc.returncode != 0:
-        tail = (run_dir / "trainer.log").read_text(errors="replace")[-600:].strip().splitlines()
-        write_status(run_dir, "failed", step, command=argv)
-        raise RuntimeError(f"{argv[0]} exited {proc.returncode}: {tail[-1] if tail else ''}")
-    write_status(run_dir, "done", step, command=argv)
+            why = follow(run, proc, limit)
+        finally:  # the job itself was stopped (or follow failed): leave no trainer behind
+            code = child.stop(proc, cfg.trainer.stop_signal, cfg.trainer.stop_grace_s)
+    run.poll_log()
+    finish(run, why, code)
+
+
+def follow(run: Attempt, proc: subprocess.Popen, limit: float | None) -> str | None:
+    """Copy the trainer's step into status.json until it exits (None), the job gets the
+    preemption signal ("preempted") or the gpu_hours budget is spent ("budget")."""
+    while proc.poll() is None:
+        try:
+            proc.wait(POLL_S)
+        except subprocess.TimeoutExpired:
+            pass
+        run.poll_log()
+        if preempt.requested():
+            return "preempted"
+        if limit is not None and run.gpu_hours() >= limit:
+            return "budget"
+        if proc.poll() is None:
+            run.status("running")
+    return None
+
+
+def finish(run: Attempt, why: str | None, code: int) -> None:
+    """status.json after the trainer ended; for a preemption, tell the job to requeue."""
+    if why == "preempted":
+        run.notes["preemptions"] = [*run.notes.get("preemptions", []),
+                                    {"stopped_at_step": run.step, "exit": code}]
+        run.status("running")  # the requeued job resumes it through the trainer's checkpoint
+        preempt.mark_stopped(run.step)  # job.py hands over to submitit: requeue
+        print(f"stop signal: {run.cfg.trainer.kind} trainer stopped at step {run.step} "
+              f"(exit {code}); the job is requeued", file=sys.stderr, flush=True)
+        return
+    if why == "budget":  # stopped by ablate: the exit status of a stopped trainer is no verdict
+        run.status("done", stopped=f"gpu_hours budget {gpu_hours_limit(run.cfg.budget):g} "
+                   f"reached (exit {code})")
+        return
+    if code != 0:
+        tail = (run.run_dir / "trainer.log").read_text(errors="replace")[-600:].strip().splitlines()
+        run.status("failed")
+        raise RuntimeError(f"{run.argv[0]} exited {code}: {tail[-1] if tail else ''}")
+    run.status("done")
 
 
 def fit_defaults(trainer: dict[str, Any], fit: dict[str, Any]) -> dict[str, Any]:

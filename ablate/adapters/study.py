@@ -9,15 +9,17 @@ adapter to build the command.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import yaml
 from pydantic import BaseModel, ConfigDict
 
 from ablate.adapters import adapter_for
 from ablate.adapters.base import Adapter, TrainerSpec
+from ablate.adapters.budget import check_budgets
 from ablate.errors import InputError
 from ablate.yamlio import YamlDoc, load_yaml
+from trainer.config import BudgetConfig
 
 
 class ForeignConfig(BaseModel):
@@ -28,6 +30,20 @@ class ForeignConfig(BaseModel):
     trainer: TrainerSpec
     seed: int
     overrides: dict[str, Any]
+    # The study's budget, kept apart from the overrides so an adaptive study's stages
+    # (ablate/studies/stages.py) can rewrite it per stage as they do for the built-in trainer;
+    # steps reach the trainer as its own key (`run_overrides`), gpu_hours are measured by the
+    # runner (ablate/adapters/budget.py).
+    budget: Optional[BudgetConfig] = None
+
+
+def run_overrides(cfg: ForeignConfig) -> dict[str, Any]:
+    """The variant's overrides plus the budget's steps as the trainer's own key (max_steps,
+    trainer.total_training_steps, ...): what the trainer is run with."""
+    over = dict(cfg.overrides)
+    if cfg.budget is not None and cfg.budget.steps is not None:
+        over[adapter_for(cfg.trainer).steps_key()] = cfg.budget.steps
+    return over
 
 
 def is_foreign(raw: Any) -> bool:
@@ -91,17 +107,9 @@ def load_foreign(doc: YamlDoc, study: Any, overrides: Sequence[str]):
         adapter = adapter_for(s.trainer)
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
-    if s.stages is not None:
-        raise InputError(f"{doc.where(('stages',))}: stages run only on the built-in trainer "
-                         f"(trainer kind {s.trainer.kind} has no mid-run budget handover)")
+    check_budgets(doc, s, adapter)
     tree = _base(doc, s.base, adapter)
     tree = _layer(adapter, tree, s.overrides, doc.where(("overrides",)))
-    if s.budget is not None:
-        b = s.budget.model_dump(exclude_none=True)
-        if set(b) - {"steps"}:
-            raise InputError(f"{doc.where(('budget',))}: trainer kind {s.trainer.kind} takes a "
-                             f"budget in steps only (it is passed as {adapter.steps_key()})")
-        tree[adapter.steps_key()] = b["steps"]
     tree = _cli(tree, adapter, overrides)
     for key, values in s.axes.items():
         adapter.check_key(key, doc.where(("axes", key)))
@@ -119,7 +127,7 @@ def load_foreign(doc: YamlDoc, study: Any, overrides: Sequence[str]):
 
 def expand_foreign(ls) -> list:
     """Variants of a study on another trainer; each variant composed/checked by the adapter."""
-    from ablate.studies.expand import Variant, _points, check_size, run_id_of
+    from ablate.studies.expand import Variant, _points, check_size
 
     check_size(ls)
     s = ls.study
@@ -128,16 +136,29 @@ def expand_foreign(ls) -> list:
     seen: set[str] = set()
     for name, assign in _points(ls):
         over = {**ls.base_tree, **{".".join(k): v for k, v, _ in assign}}
-        adapter.check_overrides(over, assign[-1][2] if assign else str(ls.path))
         for seed in s.seeds:
-            cfg = ForeignConfig(trainer=s.trainer, seed=seed, overrides=over)
-            rid = run_id_of(cfg.model_dump(mode="json"))
+            cfg = ForeignConfig(trainer=s.trainer, seed=seed, overrides=over, budget=s.budget)
+            if seed == s.seeds[0]:  # the trainer's steps key included (verl composes it)
+                adapter.check_overrides(run_overrides(cfg), assign[-1][2] if assign else str(ls.path))
+            rid = foreign_run_id(cfg)
             if rid not in seen:
                 seen.add(rid)
                 out.append(Variant(run_id=rid, name=name, seed=seed, config=cfg))  # type: ignore[arg-type]
     if not out:
         raise InputError(f"{ls.path}: the study expands to no runs")
     return out
+
+
+def foreign_run_id(cfg: ForeignConfig) -> str:
+    """The run id: a hash of what the run computes. How ablate stops the trainer (signal,
+    grace) is left out, as the built-in trainer's checkpoint cadence is, so changing it
+    resumes the run instead of starting a new one."""
+    from ablate.studies.expand import run_id_of
+
+    dump = cfg.model_dump(mode="json", exclude={"trainer": {"stop_signal", "stop_grace_s"}})
+    if dump.get("budget") is None:
+        dump.pop("budget", None)
+    return run_id_of(dump)
 
 
 def run_dir_config(run_dir: Path) -> ForeignConfig:

@@ -5,6 +5,7 @@ values) plus what to train on: a local model folder, a JSONL dataset of {"prompt
 rows, and a reward (`match` = share of the answer's characters the completion gets right,
 position by position, or `module:function` with TRL's reward signature). Every `on_log` row is
 appended to `<output_dir>/log.jsonl` with its step, which `ablate status` and `compare` read.
+On SIGTERM it saves a checkpoint at the next step end and exits 0 (`SaveOnSignal`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import importlib
 import json
 import random
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -54,6 +56,27 @@ class JsonlLog(TrainerCallback):
                 f.write(json.dumps(row) + "\n")
 
 
+class SaveOnSignal(TrainerCallback):
+    """SIGTERM (ablate's default `trainer.stop_signal`: preemption, a gpu_hours budget spent)
+    asks for a checkpoint at the next step end and a clean exit, so a requeued run resumes
+    from that step rather than TRL's last periodic checkpoint. The handler only sets a flag:
+    the save has to happen between optimizer steps."""
+
+    def __init__(self, signums: tuple[int, ...] = (signal.SIGTERM,)) -> None:
+        self.requested = False
+        for s in signums:
+            signal.signal(s, self._request)
+
+    def _request(self, signum, frame) -> None:
+        self.requested = True
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.requested:
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+
 def datasets(path: str, eval_fraction: float, seed: int):
     from datasets import Dataset
 
@@ -75,7 +98,8 @@ def main(argv: list[str] | None = None) -> None:
     Path(config.output_dir).mkdir(parents=True, exist_ok=True)
     trainer = GRPOTrainer(model=model, reward_funcs=load_reward(entry.reward), args=config,
                           train_dataset=train, eval_dataset=evals, processing_class=tok,
-                          callbacks=[JsonlLog(Path(config.output_dir) / "log.jsonl")])
+                          callbacks=[JsonlLog(Path(config.output_dir) / "log.jsonl"),
+                                     SaveOnSignal()])
     resume: Any = config.resume_from_checkpoint
     if str(resume).lower() == "true":  # `--resume_from_checkpoint true`: TRL's latest checkpoint
         resume = True
