@@ -1,6 +1,6 @@
 """A stand-in trainer for `trainer: {kind: command}` tests: `--lr X --seed S --out DIR [--resume]`.
 
-Writes `DIR/metrics.jsonl` rows {"step", "score"} rising as 1 - exp(-lr * step), one per step,
+Writes `DIR/metrics.jsonl` rows {"step", "score"} rising as top * (1 - exp(-lr * step)), one per step,
 and `DIR/ckpt.json` after each step; `--resume` continues from ckpt.json (no step repeated).
 SIGTERM (ablate's stop signal) ends it cleanly at the next step boundary, after that step's
 checkpoint, with exit 0 and a line `stopped at step N` in DIR/stops.log.
@@ -27,6 +27,7 @@ def main() -> None:
     p.add_argument("--resume", action="store_true")
     p.add_argument("--stop_at", type=int, default=None, help="exit 3 after this step (a crash)")
     p.add_argument("--step_s", type=float, default=0.0, help="seconds each step takes")
+    p.add_argument("--top", type=float, default=0.9, help="the score's asymptote")
     a = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: STOP.update(asked=True))
     ckpt = a.out / "ckpt.json"
@@ -34,7 +35,7 @@ def main() -> None:
     with open(a.out / "metrics.jsonl", "a") as f:
         for step in range(start + 1, a.steps + 1):
             time.sleep(a.step_s)
-            f.write(json.dumps({"step": step, "score": 0.9 * (1 - math.exp(-a.lr * step))}) + "\n")
+            f.write(json.dumps({"step": step, "score": a.top * (1 - math.exp(-a.lr * step))}) + "\n")
             f.flush()
             ckpt.write_text(json.dumps({"step": step}))
             if a.stop_at is not None and step == a.stop_at and not a.resume:

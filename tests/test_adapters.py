@@ -214,6 +214,44 @@ def test_command_trainer_study(tmp_path):
     assert fits["lr=0.2"]["A"] == pytest.approx(0.9, abs=0.1)
 
 
+def command_study(folder: Path, name: str, body: str) -> Path:
+    """A `kind: command` study over tests/_command_trainer.py (`body`: its axes, budget, ...)."""
+    script = ROOT / "tests" / "_command_trainer.py"
+    path = folder / f"{name}.yaml"
+    path.write_text(
+        f"name: {name}\ntrainer:\n  kind: command\n  command: {sys.executable} {script} "
+        "{overrides} --seed {seed} --out {run_dir} {resume}\n  resume: --resume\n"
+        "  keys: [lr, steps, stop_at, step_s, top]\n  step_cost: 2.0\n  log: metrics.jsonl\n"
+        f"fit: {{y: score}}\n{body}")
+    return path
+
+
+def test_command_trainer_adaptive_study(tmp_path):
+    """`stages:` on another trainer: every variant trains to the stage's 12 steps (the budget
+    reaches the command as `--steps 12`); the variant whose curve flattens at 0.3 is stopped
+    (its A interval lies below the one at 0.9); the survivor (scale_winner) is promoted and
+    resumed by the trainer's own `--resume` to the final 30 steps, no step twice, none missing."""
+    study = command_study(tmp_path, "adc", "overrides: {lr: 0.4}\naxes:\n  top: [0.9, 0.3]\n"
+                          "seeds: [0]\nbudget: {steps: 30}\n"
+                          "stages: {budgets: [{steps: 12}], baseline: top=0.9, scale_winner: true}\n")
+    res = tmp_path / "res"
+    out = cli_json("sweep", str(study), "--results", str(res), "--executor", "debug", "--wait")
+    assert out["finished"] and out["stage"] == 1, out
+    (dec,) = out["decisions"]
+    assert list(dec["stopped"]) == ["top=0.3"] and "top=0.9's A lower bound" in dec["stopped"]["top=0.3"]
+    sd = res / "adc"
+    for v in json.loads((sd / "variants.json").read_text()):
+        d = sd / v["run_id"]
+        steps = [json.loads(x)["step"] for x in (d / "metrics.jsonl").read_text().splitlines()]
+        want = 12 if v["name"] == "top=0.3" else 30
+        assert steps == list(range(1, want + 1)), (v["name"], steps)
+        cmd = json.loads((d / "status.json").read_text())["command"]
+        assert cmd[cmd.index("--steps") + 1] == str(want)
+        assert ("--resume" in cmd) == (want == 30)  # the survivor's second stage resumed
+    fits = {f["variant"]: f for f in cli_json("compare", str(sd))}
+    assert fits["top=0.3"]["stopped"]["stage"] == 0 and fits["top=0.9"]["stopped"] is None
+
+
 def _verl_config_dir() -> Path | None:
     spec = importlib.util.find_spec("verl")
     if spec is not None and spec.submodule_search_locations:
