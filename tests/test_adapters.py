@@ -252,6 +252,82 @@ def test_command_trainer_adaptive_study(tmp_path):
     assert fits["top=0.3"]["stopped"]["stage"] == 0 and fits["top=0.9"]["stopped"] is None
 
 
+RUN_WITH_USR2_FLAG = (
+    "import json, signal, sys; from pathlib import Path; from trainer import preempt; "
+    "from ablate.adapters.runner import run_foreign; preempt.install(signal.SIGUSR2); "
+    "run_foreign(json.loads(sys.argv[1]), Path(sys.argv[2])); print(preempt.stopped_at())")
+
+
+def test_preempted_command_run_stops_its_trainer_and_resumes(tmp_path):
+    """USR2 as Slurm sends it on preemption, to the job process and to the trainer's process:
+    the trainer ignores Slurm's USR2 (it would kill it), ablate's runner forwards its stop
+    signal (SIGTERM), the trainer saves at the step boundary and exits, the runner records
+    the stop and marks the attempt stopped (the job then requeues it); the next attempt
+    resumes through `--resume` from that step: no step twice, none missing."""
+    from ablate.adapters.runner import run_foreign
+    from ablate.studies.expand import expand
+    from ablate.studies.study import load_study
+
+    study = command_study(tmp_path, "pre", "overrides: {lr: 0.2, step_s: 0.05}\n"
+                          "axes:\n  top: [0.9]\nbudget: {steps: 60}\n")
+    raw = expand(load_study(study))[0].config.model_dump(mode="json")
+    d = tmp_path / "run"
+    d.mkdir()
+    p = subprocess.Popen([sys.executable, "-c", RUN_WITH_USR2_FLAG, json.dumps(raw), str(d)],
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    try:
+        kids = wait_until(lambda: Path(f"/proc/{p.pid}/task/{p.pid}/children").read_text().split()
+                          if (d / "ckpt.json").exists() else None, 60, 0.05, "the trainer")
+        wait_until(lambda: json.loads((d / "ckpt.json").read_text())["step"] >= 5, 60, 0.05, "step 5")
+        for pid in [p.pid, *map(int, kids)]:  # what Slurm does: every process of the step
+            os.kill(pid, signal.SIGUSR2)
+        out, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    stopped = int(out.strip().splitlines()[-1])
+    assert (d / "stops.log").read_text() == f"stopped at step {stopped}\n"  # saved on SIGTERM
+    status = json.loads((d / "status.json").read_text())
+    assert status["state"] == "running" and status["preemptions"] == [
+        {"stopped_at_step": stopped, "exit": 0}] and 5 <= stopped < 60
+    run_foreign(raw, d)  # the requeued attempt
+    status = json.loads((d / "status.json").read_text())
+    assert (status["state"], status["step"]) == ("done", 60) and "--resume" in status["command"]
+    assert len(status["preemptions"]) == 1 and status["gpu_hours"] > 0
+    steps = [json.loads(x)["step"] for x in (d / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 61))
+
+
+def test_gpu_hours_budget_stops_the_trainer(tmp_path):
+    """A budget in gpu_hours (wall x devices, measured by ablate): the trainer is stopped with
+    its stop signal once it is spent and the run is done; a flops budget, which no other
+    trainer logs, is refused in one line naming what works."""
+    from ablate.adapters.runner import run_foreign
+    from ablate.studies.expand import expand
+    from ablate.studies.study import load_study
+
+    body = "overrides: {{lr: 0.2, step_s: 0.05, steps: 100000}}\naxes:\n  top: [0.9]\nbudget: {b}\n"
+    bad = command_study(tmp_path, "fl", body.format(b="{flops: 1.0e+12}"))
+    r = cli("sweep", str(bad), "--results", str(tmp_path / "res"), "--dry-run")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "cannot be held to a flops budget" in r.stderr and "use steps (passed as steps) or " \
+        "gpu_hours" in r.stderr
+    study = command_study(tmp_path, "gh", body.format(b="{gpu_hours: 0.0008}"))  # 2.9 s on CPU
+    raw = expand(load_study(study))[0].config.model_dump(mode="json")
+    d = tmp_path / "run"
+    d.mkdir()
+    t0 = time.monotonic()
+    run_foreign(raw, d)
+    took = time.monotonic() - t0
+    status = json.loads((d / "status.json").read_text())
+    assert status["state"] == "done" and "gpu_hours budget 0.0008 reached (exit 0)" in status["stopped"]
+    assert 2.88 <= status["gpu_hours"] * 3600 < 2.88 + 2.5 and took < 8, (status, took)
+    assert (d / "stops.log").read_text() == f"stopped at step {status['step']}\n"
+    run_foreign(raw, d)  # rerun: the budget is spent, nothing starts
+    assert json.loads((d / "status.json").read_text())["step"] == status["step"]
+
+
 def _verl_config_dir() -> Path | None:
     spec = importlib.util.find_spec("verl")
     if spec is not None and spec.submodule_search_locations:
