@@ -33,12 +33,17 @@ def _venv_python() -> str:
     pytest.skip(reason)
 
 
-def run_checks(what: str, tmp_path: Path, timeout: int = 400) -> dict[str, dict]:
+def run_checks(what: str, tmp_path: Path, timeout: int = 400, *,
+               script: str = "_vllm_script.py", shared_cache: bool = False) -> dict[str, dict]:
+    """Run `script what tmp_path` in the vllm venv; its RESULT lines by name. `shared_cache`:
+    use the session's ABLATE_CACHE (conftest.py), so a warmed proxy other tests built is
+    reused, instead of a fresh one under tmp_path."""
+    cache = os.environ["ABLATE_CACHE"] if shared_cache else str(tmp_path / "cache")
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(ROOT), ABLATE_CACHE=str(tmp_path / "cache"),
+               TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(ROOT), ABLATE_CACHE=cache,
                OMP_NUM_THREADS="2")
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the generator picks (in-process by default)
-    proc = subprocess.run([_venv_python(), str(ROOT / "tests" / "_vllm_script.py"), what,
+    proc = subprocess.run([_venv_python(), str(ROOT / "tests" / script), what,
                            str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout)
     results = {}
@@ -101,7 +106,8 @@ def test_forced_interruption_through_generic_path(generator_results):
 def test_trainer_steps_with_vllm_backend(tmp_path, mode):
     r = run_checks(f"trainer_{mode}", tmp_path)[f"trainer_{mode}"]
     assert r["state"] == "done"
-    assert r["steps"][-1] == 3 and r["pass_rate_keys"], r
+    # eval (through the vLLM engine) at step 0, every 2 steps and the last: each line once
+    assert r["steps"] == [0, 2, 3] and r["pass_rate_keys"], r
 
 
 def test_bf16_body_with_fp32_head(tmp_path):

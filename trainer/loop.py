@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from trainer import preempt, rundir, trackers
+from trainer import gen_service, preempt, rundir, trackers
 from trainer.advantages import compute_advantages
 from trainer.chat import prompt_encoder
 from trainer.config import LOSS_OPTIONS, TrainConfig
@@ -253,12 +253,12 @@ class _Run:
         c = self.c
         self.start_attempt()
         self.status("running")
-        if self.step == 0 and not broadcast_object(bool(rundir.read_metrics(self.dir))):
-            self.evaluate()
-            self.checkpoint()
         source = MODES.get(c.off_policy.mode)(self.ctx)
-        source.after_step(self.model, self.step)  # resumed: stamp generator with this version
         try:
+            if self.step == 0 and not broadcast_object(bool(rundir.read_metrics(self.dir))):
+                self.evaluate(source)  # the source's generator serves eval (gen_service.py)
+                self.checkpoint()
+            source.after_step(self.model, self.step)  # resumed: stamp generator with this version
             while not self.budget_spent():
                 t0 = time.perf_counter()
                 preempt.at_step(self.step + 1)
@@ -579,21 +579,30 @@ class _Run:
     def evaluate(self, source=None) -> None:
         """mean@k on the held-out prompts; writes one metrics line (the curve's point).
 
-        Always the built-in hf sampler on the trainer's weights. Rank 0 alone evaluates (the
+        rollout.backend vllm: through the rollout source's engine, brought up to the trainer's
+        weights first; rank 0 alone evaluates (trainer/gen_service.py). hf: the built-in
+        sampler on the trainer's weights in eval.batch_size batches. Rank 0 alone evaluates (the
         weights are identical everywhere), except under ZeRO-3 where each rank holds a shard:
         there every rank runs the same evaluation, the sampler decoding in lockstep so the
         per-forward all-gathers line up (trainer/rollout.py `synced`)."""
-        c = self.c
-        if not (self.main or self.zero3):
+        c, seed = self.c, self.c.seed * 7919 + 17
+        if gen_service.uses_service(c, source):  # None on ranks other than 0
+            pr = gen_service.eval_pass_rate(source, self.model, self.step, self.zero3, self.task,
+                                            self.eval_problems, self.eval_prompts, c, self.tok,
+                                            seed=seed)
+        elif self.main or self.zero3:
+            gen = HFGenerator(c, self.model, self.tok)  # the trainer's current weights
+            was = self.model.training
+            self.model.eval()
+            pr = pass_rate(gen, self.task, self.eval_problems, self.eval_prompts, c, self.tok,
+                           seed=seed, k=c.eval.samples_per_prompt,
+                           temperature=c.eval.temperature, batch_rows=c.eval.batch_size)
+            self.model.train(was)
+        else:
+            pr = None
+        if pr is None:
             self.acc = {}
             return
-        gen = HFGenerator(c, self.model, self.tok)  # the trainer's current weights
-        was = self.model.training
-        self.model.eval()
-        pr = pass_rate(gen, self.task, self.eval_problems, self.eval_prompts, c, self.tok,
-                       seed=c.seed * 7919 + 17, k=c.eval.samples_per_prompt,
-                       temperature=c.eval.temperature, batch_rows=c.eval.batch_size)
-        self.model.train(was)
         k_ = self.counters
         row = {"step": self.step, "samples": k_["samples"], "tokens": k_["tokens"],
                "flops": k_["flops_gen"] + k_["flops_train"], "gpu_hours": self.gpu_hours(),

