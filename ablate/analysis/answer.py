@@ -6,10 +6,15 @@ than the margin, or A ties and B at the shared A does or does not differ), the b
 window. It must stay true for adaptive studies: a variant stopped at an early stage, or a lone
 survivor that was not scaled (`scale_winner: false`), is said to be at that fraction of the
 final budget, never "reached the final budget".
+
+Variant names are the table's: shortened to the values that differ (`ablate.cli.tables.shorten`),
+with the axis named once at the start, e.g. "off_policy.mode: pipeline and ppo_off_policy tie on
+A ...", so the sentence and the table below it name each variant the same way.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ablate.analysis.pipeline import Analysis
@@ -17,17 +22,47 @@ from ablate.analysis.pipeline import Analysis
 SURE = 0.95  # P(beats) at or beyond this (or 1 - this) reads as a difference, else "no difference"
 
 
+@dataclass
+class Names:
+    """How the sentence names variants: `prefix` ("axis: " once, or "" when labels are shown as
+    written) and full label -> the table's short label. A name not in the table (a stopped
+    variant the rows do not hold) stays as written."""
+
+    prefix: str = ""
+    short: dict[str, str] = field(default_factory=dict)
+
+    def __call__(self, variant: Optional[str]) -> str:
+        v = self.short.get(variant or "", variant or "")
+        return f"({v})" if ", " in v and v != variant else v  # a multi-axis value tuple
+
+
+def names_for(labels: list[str]) -> Names:
+    """The table's short labels (`ablate.cli.tables.shorten` over the same rows) and the axes
+    that differ, named once: "off_policy.mode: " for one axis, "(optim.lr, loss.type): " for
+    several (their values then read as "(1e-4, cispo)")."""
+    from ablate.cli.tables import _assignments, shorten
+
+    labels = list(dict.fromkeys(labels))
+    _, short = shorten(labels)
+    if all(short[v] == v for v in labels):
+        return Names("", short)
+    keys, _ = _assignments(labels[0])  # type: ignore[misc]  # shorten parsed every label
+    vals = [_assignments(v)[1] for v in labels]  # type: ignore[index]
+    axes = [k for i, k in enumerate(keys) if len({row[i] for row in vals}) > 1]
+    return Names(axes[0] + ": " if len(axes) == 1 else f"({', '.join(axes)}): ", short)
+
+
 def _ci(fit, name: str, fmt: str) -> str:
     lo, hi = fit.ci.get(name, (None, None))
     return "" if lo is None else f" [{lo:{fmt}}, {hi:{fmt}}]"
 
 
-def _pair(lead, follow, p_lead: Optional[float], margin: float) -> str:
+def _pair(lead, follow, p_lead: Optional[float], margin: float, name: Names) -> str:
     """The clause for two fitted rows: `p_lead` = P(lead beats follow) by the paper's rule."""
     from ablate.analysis.fitters import refit_with_A
 
     a, b = lead.group.fit, follow.group.fit
-    la, fb = lead.group.variant, follow.group.variant
+    la, fb = name(lead.group.variant), name(follow.group.variant)
     p = "" if p_lead is None else f"P(beats) {p_lead:.2f}"
     if abs(a.A - b.A) >= margin:
         sure = p_lead is None or p_lead >= SURE
@@ -54,18 +89,19 @@ def _fraction(budget: Optional[dict[str, float]], final: Optional[dict[str, floa
     return f"{100 * val / end:.0f}% of the final budget ({kind} {val:g} of {end:g})"
 
 
-def _stage_clauses(stopped: dict[str, dict[str, Any]], stages: Optional[dict[str, Any]]) -> list[str]:
+def _stage_clauses(stopped: dict[str, dict[str, Any]], stages: Optional[dict[str, Any]],
+                   name: Names) -> list[str]:
     """What an adaptive study did to the variants it did not run to the end."""
     if not stages:
         return []
     budgets, decisions = stages.get("budgets") or [], stages.get("decisions") or []
     final = budgets[-1] if budgets else None
     n = len(budgets)
-    out = [f"{v} stopped at stage {w['stage'] + 1} of {n}, at {_fraction(w.get('budget'), final)}"
+    out = [f"{name(v)} stopped at stage {w['stage'] + 1} of {n}, at {_fraction(w.get('budget'), final)}"
            f" ({w['reason']})" for v, w in stopped.items()]
     last = decisions[-1] if decisions else None
     if last and not stages.get("scale_winner", True) and len(last.get("kept", [])) == 1:
-        w = last["kept"][0]
+        w = name(last["kept"][0])
         out.append(f"{w} was the only variant left after stage {last['stage'] + 1} of {n} and "
                    f"was not scaled (scale_winner: false): it stands at "
                    f"{_fraction(last.get('budget'), final)}")
@@ -91,22 +127,25 @@ def answer_sentence(analysis: Analysis) -> str:
     if not fitted:
         why = failed[0].group.error if failed else "no data"
         return f"No variant could be fit, so nothing is ranked ({why})."
+    name = names_for([r.group.variant for r in analysis.rows])  # the table's rows
     if len(fitted) == 1:
-        f, v = fitted[0].group.fit, fitted[0].group.variant
-        head = (f"{v}: A {f.A:.3f}{_ci(f, 'A', '.3f')}, B {f.B:.2f}{_ci(f, 'B', '.2f')}; "
+        f, v = fitted[0].group.fit, name(fitted[0].group.variant)
+        head = (f"{v}{' has' if name.prefix else ':'} A {f.A:.3f}{_ci(f, 'A', '.3f')}, "
+                f"B {f.B:.2f}{_ci(f, 'B', '.2f')}; "
                 + ("nothing to compare it with" if not failed else
                    "the only variant that could be fit, so nothing is compared"))
         parts, tail = [head], f"({where})"
     else:
         lead, follow, p = _lead_pair(fitted, analysis.baseline)
-        parts = [_pair(lead, follow, p, analysis.options.margin)]
+        parts = [_pair(lead, follow, p, analysis.options.margin, name)]
         if len(fitted) > 2:
             parts.append(f"{len(fitted) - 2} more variant(s) rank below (see the table)")
-        tail = f"(baseline {analysis.baseline}; {where})"
-    parts += _stage_clauses(analysis.stopped, analysis.stages)
+        tail = f"(baseline {name(analysis.baseline)}; {where})"
+    parts += _stage_clauses(analysis.stopped, analysis.stages, name)
     if failed:
         parts.append(f"{len(failed)} variant(s) could not be fit: "
-                     + ", ".join(r.group.variant for r in failed))
+                     + ", ".join(name(r.group.variant) for r in failed))
+    parts[0] = name.prefix + parts[0]  # the axis named once, before the first variant
     return "; ".join(parts) + " " + tail + "."  # variant names keep their case
 
 
