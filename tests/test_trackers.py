@@ -15,7 +15,7 @@ import typing
 import numpy as np
 import pytest
 
-from trainer import trackers
+from trainer import rundir, trackers
 from trainer.config import LoggingConfig, TrainConfig
 
 ROWS = [{"step": s, "samples": 64 * s, "gpu_hours": s / 100, "flops": 1e9 * s,
@@ -34,8 +34,9 @@ def _need(module: str) -> None:
 def _study(tmp_path, backends, **logging):
     root = tmp_path / "results" / "loss_agg"
     (root / "a1b2c3d4e5f6").mkdir(parents=True)
-    (root / "variants.json").write_text(json.dumps([
-        {"run_id": "a1b2c3d4e5f6", "name": "loss.aggregation=prompt", "seed": 1, "config": {}}]))
+    # the identity the study store hands the run (the trainer reads no variants.json)
+    rundir.write_identity(root / "a1b2c3d4e5f6", study="loss_agg",
+                          variant="loss.aggregation=prompt", seed=1)
     cfg = TrainConfig.model_validate({"logging": {"backends": backends, **logging}})
     return root, root / "a1b2c3d4e5f6", cfg
 

@@ -1,19 +1,81 @@
-"""The run directory: config.yaml, status.json, metrics.jsonl, checkpoint/ — all crash-safe.
+"""The run directory, and the only code that reads or writes its files.
 
-Every file that is rewritten goes through a temp file/dir + rename, so a kill -9 at any moment
-leaves either the old or the new version. metrics.jsonl is append-only; on resume, lines past
-the checkpoint's step (and a torn last line) are dropped, so no step is lost or duplicated.
+    <run_dir>/config.yaml     the resolved config the run trains (what ran, exactly)
+    <run_dir>/status.json     {"state": RunState, "step", "updated", "pid", ...}
+    <run_dir>/metrics.jsonl   one JSON object per evaluation point, append-only
+    <run_dir>/identity.json   who the run is (study, variant, seed), handed in by whoever
+                              launches it; absent for a lone run
+    <run_dir>/checkpoint/     the latest resumable state
+
+Why one owner: the trainer writes these files and the orchestrator, the analysis and the CLI
+read them while the run may still be writing. With one reader there is one rule for a line
+being written (below), one list of final states and one set of column names, instead of a
+copy per reader that drifts.
+
+Crash safety: every file that is rewritten goes through a temp file + fsync + rename, so a
+kill -9 at any moment leaves either the old or the new version. metrics.jsonl is only appended
+to, one row per write(2) on an O_APPEND descriptor, so concurrent writers never interleave;
+on resume, lines past the checkpoint's step (and a torn last line) are dropped, so no step is
+lost or duplicated.
+
+The torn-line rule (every JSONL reader of the project): a writer killed mid-row leaves a
+prefix of its line at the end of the file, and a reader may look while a row is being
+written; so a LAST line that does not parse is ignored. Any other line that does not parse,
+or is not a JSON object, is damage a reader must not skip silently: MetricsError naming the
+file and line.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any, Optional
 
 import yaml
+
+CONFIG, STATUS, METRICS, IDENTITY = "config.yaml", "status.json", "metrics.jsonl", "identity.json"
+
+# -- metrics.jsonl columns: declared here once, imported by every reader ----------------------
+STEP, SAMPLES, TOKENS, FLOPS, GPU_HOURS = "step", "samples", "tokens", "flops", "gpu_hours"
+PASS_RATE, TRAIN_PASS_RATE = "eval/pass_rate", "train/pass_rate"
+REQUIRED_COLUMNS = (STEP, SAMPLES, TOKENS, FLOPS, GPU_HOURS, PASS_RATE)  # every row has these
+COMPUTE_COLUMNS = (GPU_HOURS, FLOPS, SAMPLES, TOKENS, STEP)  # what a curve's x may be
+SCORE_COLUMNS = (PASS_RATE, TRAIN_PASS_RATE)  # rates in [0, 1]: what the sigmoid fits
+SECTIONS = ("eval/", "train/", "data/", "time/", "pipeline/", "flops/", "loss/")  # the rest
+
+
+class RunState(str, enum.Enum):
+    """status.json's "state". A str enum: it compares equal to, hashes, prints and dumps as
+    its text, so status dicts read as plain JSON compare with it directly (enum.StrEnum
+    without needing Python 3.11)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    DIVERGED = "diverged"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+FINAL_STATES = frozenset({RunState.DONE, RunState.DIVERGED})  # a run in one never trains again
+
+
+def is_final(state: Any) -> bool:
+    """Whether `state` (a RunState, its text, or anything else) is one a run never leaves."""
+    return state in FINAL_STATES
+
+
+class MetricsError(ValueError):
+    """A damaged line in a JSONL file; the message is `file:line: what is wrong`."""
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -26,57 +88,153 @@ def atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_config(run_dir: Path, config) -> None:
-    atomic_write(run_dir / "config.yaml",
-                 yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+# -- config.yaml ---------------------------------------------------------------------------
+def write_config(run_dir: Path, config: Any) -> None:
+    """A config (a pydantic model, or its dump) as the run's config.yaml."""
+    tree = config.model_dump(mode="json") if hasattr(config, "model_dump") else config
+    atomic_write(Path(run_dir) / CONFIG, yaml.safe_dump(tree, sort_keys=False))
 
 
-def write_status(run_dir: Path, state: str, step: int, **extra) -> None:
+def read_config(run_dir: Path) -> dict:
+    """The run's config.yaml as written (not validated); OSError when there is none."""
+    return yaml.safe_load((Path(run_dir) / CONFIG).read_text()) or {}
+
+
+# -- status.json ---------------------------------------------------------------------------
+def write_status(run_dir: Path, state: RunState | str, step: int, **extra) -> None:
     """status.json = {"state", "step", "updated" (unix time), "pid", **extra}, durably: the
-    project's one writer of it (the trainer every step, ablate's launchers for pending/failed)."""
-    atomic_write(run_dir / "status.json", json.dumps(
-        {"state": state, "step": step, "updated": time.time(), "pid": os.getpid(), **extra}))
+    project's one writer of it (the trainer every step, ablate's launchers for pending/failed).
+    An unknown state is a ValueError: readers only ever see RunState values."""
+    atomic_write(Path(run_dir) / STATUS, json.dumps(
+        {"state": RunState(state).value, "step": step, "updated": time.time(),
+         "pid": os.getpid(), **extra}))
 
 
 def read_status(run_dir: Path) -> dict:
     """The run's status.json, or {} when there is none yet (or it cannot be read)."""
     try:
-        return json.loads((run_dir / "status.json").read_text())
+        status = json.loads((Path(run_dir) / STATUS).read_text())
     except (OSError, ValueError):
         return {}
+    return status if isinstance(status, dict) else {}
 
 
+def read_state(run_dir: Path) -> Optional[RunState]:
+    """The run's state, or None when status.json is missing or holds no known state."""
+    try:
+        return RunState(read_status(run_dir).get("state"))
+    except ValueError:
+        return None
+
+
+# -- identity.json -------------------------------------------------------------------------
+def write_identity(run_dir: Path, *, study: str, variant: str, seed: int) -> None:
+    """Who the run is, for the trainer's trackers (run name, group): written by the launcher
+    so the trainer never reads the layout of whatever launched it."""
+    atomic_write(Path(run_dir) / IDENTITY, json.dumps(
+        {"study": study, "variant": variant, "seed": int(seed)}))
+
+
+def read_identity(run_dir: Path) -> Optional[dict]:
+    """The identity handed to the run ({"study", "variant", "seed"}), or None (a lone run)."""
+    try:
+        ident = json.loads((Path(run_dir) / IDENTITY).read_text())
+    except (OSError, ValueError):
+        return None
+    return ident if isinstance(ident, dict) else None
+
+
+# -- metrics.jsonl -------------------------------------------------------------------------
 def append_metrics(run_dir: Path, row: dict) -> None:
-    with open(run_dir / "metrics.jsonl", "a") as f:
-        f.write(json.dumps(row) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
+    """One row, durably, as one write(2) with O_APPEND: rows from concurrent writers never
+    interleave or overwrite each other."""
+    data = (json.dumps(row) + "\n").encode()
+    fd = os.open(Path(run_dir) / METRICS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        if os.write(fd, data) != len(data):
+            raise OSError(f"{Path(run_dir) / METRICS}: short write")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _numbered_lines(data: bytes) -> list[tuple[int, bytes]]:
+    return [(i, line) for i, line in enumerate(data.split(b"\n"), 1) if line.strip()]
+
+
+def parse_jsonl(path: Path, data: bytes) -> list[tuple[int, dict]]:
+    """(line number, object) of every line of `data` (the bytes of `path`), by the module's
+    torn-line rule: a last line that does not parse is ignored, any other bad line raises."""
+    lines = _numbered_lines(data)
+    rows = []
+    for k, (i, line) in enumerate(lines):
+        try:
+            obj = json.loads(line)
+        except ValueError as e:  # UnicodeDecodeError included
+            if k == len(lines) - 1:
+                break  # torn: a writer killed mid-row, or one still writing
+            why = e.msg if isinstance(e, json.JSONDecodeError) else str(e)
+            raise MetricsError(f"{path}:{i}: not a JSON object ({why}); each line must be one "
+                               "JSON object") from None
+        if not isinstance(obj, dict):
+            raise MetricsError(f"{path}:{i}: expected a JSON object, got {type(obj).__name__}")
+        rows.append((i, obj))
+    return rows
+
+
+def read_jsonl(path: Path) -> list[tuple[int, dict]]:
+    """(line number, object) of every row of a JSONL file, by the torn-line rule."""
+    return parse_jsonl(Path(path), Path(path).read_bytes())
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
-    rows = []
+    """Every row of the run's metrics.jsonl ([] when there is none yet); MetricsError on a
+    damaged line that is not the last."""
+    path = Path(run_dir) / METRICS
     try:
-        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    except OSError:
-        return rows
-    for line in lines:
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            break  # a torn last line from a kill mid-write
-    return rows
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    return [row for _, row in parse_jsonl(path, data)]
+
+
+def complete_metrics_bytes(run_dir: Path) -> bytes:
+    """The run's metrics.jsonl bytes without a torn last line, newline-terminated (b"" when
+    there is none): for readers that parse many runs at once in bulk. Line numbers are the
+    file's; the other lines are NOT checked here (parse_jsonl on these bytes does)."""
+    path = Path(run_dir) / METRICS
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return b""
+    data = data.rstrip()
+    if not data:
+        return b""
+    start = data.rfind(b"\n") + 1
+    try:
+        json.loads(data[start:])
+    except ValueError:
+        return data[:start]  # the torn last line
+    return data + b"\n"
+
+
+def last_metrics_row(run_dir: Path) -> Optional[dict]:
+    """The last complete row, or None."""
+    rows = read_metrics(run_dir)
+    return rows[-1] if rows else None
 
 
 def truncate_metrics(run_dir: Path, max_step: int | None) -> None:
     """Keep only complete lines with step <= max_step (None: the run restarts from scratch)."""
-    keep = [r for r in read_metrics(run_dir) if max_step is not None and r["step"] <= max_step]
-    atomic_write(run_dir / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in keep))
+    keep = [r for r in read_metrics(run_dir) if max_step is not None and r[STEP] <= max_step]
+    atomic_write(Path(run_dir) / METRICS, "".join(json.dumps(r) + "\n" for r in keep))
 
 
+# -- checkpoint/ ---------------------------------------------------------------------------
 def checkpoint_dir(run_dir: Path) -> Path | None:
     """The latest complete checkpoint (recovering from a kill between the two renames)."""
     for name in ("checkpoint", "checkpoint.old"):
-        d = run_dir / name
+        d = Path(run_dir) / name
         if (d / "state.pt").exists():
             return d
     return None
@@ -84,7 +242,7 @@ def checkpoint_dir(run_dir: Path) -> Path | None:
 
 def commit_checkpoint(run_dir: Path, tmp: Path) -> None:
     """Swap a fully written temp dir in as checkpoint/ (old kept until the new one is in)."""
-    final, old = run_dir / "checkpoint", run_dir / "checkpoint.old"
+    final, old = Path(run_dir) / "checkpoint", Path(run_dir) / "checkpoint.old"
     if not (final / "state.pt").exists() and (old / "state.pt").exists():
         shutil.rmtree(final, ignore_errors=True)  # killed between the renames last time
         os.rename(old, final)

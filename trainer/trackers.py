@@ -6,10 +6,11 @@ mlflow]`. Each backend is imported only when it is used (wandb and mlflow are op
 and a backend that fails to open or to log is switched off with one warning on stderr: a
 tracker never stops a run.
 
-Names: a run inside a study dir (results/<study>/<run_id>/, with variants.json beside it) is
-logged as its variant name, grouped by the study name (W&B group, MLflow experiment,
-TensorBoard folder <dir>/tensorboard/<variant>/seed<N>, which `ablate fit` reads back). A lone
-run (`ablate run --out DIR`) is named after its folder.
+Names: a run handed an identity by its launcher (the run dir's identity.json, written by the
+study store: trainer.rundir) is logged as its variant name, grouped by the study name (W&B
+group, MLflow experiment, TensorBoard folder <dir>/tensorboard/<variant>/seed<N> with <dir> the
+run dir's parent, which `ablate fit` reads back). A lone run (`ablate run --out DIR`) is named
+after its folder. The trainer reads nothing of the orchestrator's own files.
 
 Resume: TensorBoard drops older events at or past the first step logged again (purge_step);
 W&B resumes the run with the same id; MLflow reopens the run tagged with the same run id.
@@ -18,7 +19,6 @@ W&B resumes the run with the same id; MLflow reopens the run tagged with the sam
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import sys
 import time
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
 from trainer.config import TrainConfig
-from trainer.rundir import read_status
+from trainer.rundir import read_identity, read_status
 
 
 @dataclass(frozen=True)
@@ -42,15 +42,14 @@ class Identity:
 
 
 def identify(config: TrainConfig, run_dir: Path) -> Identity:
-    """Variant name and study from the study dir's variants.json when the run is in one."""
+    """Variant name and study from the identity the launcher handed the run, else the folder."""
     run_dir = Path(run_dir).resolve()
     parent = run_dir.parent
+    given = read_identity(run_dir)
     try:
-        variants = json.loads((parent / "variants.json").read_text())
-        v = next(v for v in variants if isinstance(v, dict) and v.get("run_id") == run_dir.name)
-        ident = Identity(run_dir.name, str(v.get("name", run_dir.name)),
-                         int(v.get("seed", config.seed) or 0), parent.name, parent)
-    except (OSError, ValueError, StopIteration, TypeError):
+        ident = Identity(run_dir.name, str(given["variant"]), int(given.get("seed", config.seed)),
+                         str(given["study"]), parent)
+    except (KeyError, TypeError, ValueError):  # no identity.json (a lone run), or a bad one
         ident = Identity(run_dir.name, run_dir.name, config.seed, parent.name or "ablate", run_dir)
     if config.logging.dir:
         ident = Identity(ident.run_id, ident.name, ident.seed, ident.study, Path(config.logging.dir))

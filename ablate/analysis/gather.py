@@ -6,8 +6,9 @@
     results/<study>/metrics.parquet          the gathered frame, a cache (written atomically)
 
 The cache is reused while it is newer than every metrics.jsonl / status.json / variants.json, so
-`compare` on a finished study of 1,000 runs reads one file. A run being written may end in a
-half-written line: text after the last newline is used only if it parses as a whole object.
+`compare` on a finished study of 1,000 runs reads one file. A run's files are read through
+trainer.rundir, their one reader: a torn last line (a run still writing) is left out, a bad line
+elsewhere is an InputError naming the file and line.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ablate.errors import InputError
-from trainer.rundir import read_status
+from trainer import rundir
 
 CACHE = "metrics.parquet"
 META_COLUMNS = ["variant", "seed", "run_id", "state"]
@@ -48,38 +49,16 @@ def read_variants(study: Path) -> list[dict]:
     return variants
 
 
-def _complete_lines(path: Path) -> bytes:
-    """The file's bytes up to its last whole JSON line (a trailing partial line is dropped)."""
-    data = path.read_bytes()
-    cut = data.rfind(b"\n") + 1
-    tail = data[cut:].strip()
-    if tail:
-        try:
-            json.loads(tail)
-            return data[:cut] + tail + b"\n"
-        except ValueError:
-            pass  # still being written
-    return data[:cut]
-
-
 def _parse(path: Path, blob: bytes) -> list[dict]:
-    rows = []
-    for i, line in enumerate(blob.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as e:
-            raise InputError(f"{path}:{i}: not a JSON object ({e}); each line of metrics.jsonl "
-                             "must be one JSON object") from None
-        if not isinstance(obj, dict):
-            raise InputError(f"{path}:{i}: expected a JSON object, got {type(obj).__name__}")
-        rows.append(obj)
-    return rows
+    """The rows of one run's metrics bytes; a damaged line is an InputError naming file:line."""
+    try:
+        return [row for _, row in rundir.parse_jsonl(path, blob)]
+    except rundir.MetricsError as e:
+        raise InputError(str(e)) from None
 
 
 def _state(run_dir: Path) -> str:
-    return str(read_status(run_dir).get("state", "unknown"))
+    return str(rundir.read_status(run_dir).get("state", "unknown"))
 
 
 def _fresh(cache: Path, study: Path, variants: list[dict]) -> bool:
@@ -88,7 +67,7 @@ def _fresh(cache: Path, study: Path, variants: list[dict]) -> bool:
     t = cache.stat().st_mtime
     deps = [study / "variants.json"]
     for v in variants:
-        deps += [study / v["run_id"] / "metrics.jsonl", study / v["run_id"] / "status.json"]
+        deps += [study / v["run_id"] / rundir.METRICS, study / v["run_id"] / rundir.STATUS]
     if _foreign_fit(study, variants) is not None:
         return False  # another trainer's logs live in its own folders: always re-read
     return all(not d.exists() or d.stat().st_mtime < t for d in deps)
@@ -115,16 +94,15 @@ def gather(study: str | Path, *, use_cache: bool = True, write_cache: bool = Tru
     blobs, counts = [], []
     foreign = _foreign_fit(study, variants)
     for v in variants:
-        f = study / v["run_id"] / "metrics.jsonl"
         if foreign is not None:  # another trainer: read its own log (ablate/adapters/runner.py)
             from ablate.adapters.runner import curve_rows
 
             blob = curve_rows(study / v["run_id"], foreign)
         else:
-            blob = _complete_lines(f) if f.is_file() else b""
+            blob = rundir.complete_metrics_bytes(study / v["run_id"])
         blobs.append(blob)
         counts.append(blob.count(b"\n"))
-    frame = _frame_from_blobs(study, variants, blobs, counts)
+    frame, counts = _frame_from_blobs(study, variants, blobs, counts)
     meta = pd.DataFrame({
         "variant": np.repeat([str(v["name"]) for v in variants], counts),
         "seed": np.repeat([int(v.get("seed", 0) or 0) for v in variants], counts),
@@ -138,26 +116,26 @@ def gather(study: str | Path, *, use_cache: bool = True, write_cache: bool = Tru
     return frame
 
 
-def _frame_from_blobs(study, variants, blobs, counts) -> pd.DataFrame:
-    """Parse all lines at once with pyarrow's C++ JSON reader (one block, so column types are
-    inferred from every row); on any parse problem fall back to a per-file, per-line parse that
-    names the file and line."""
+def _frame_from_blobs(study, variants, blobs, counts) -> tuple[pd.DataFrame, list[int]]:
+    """(frame, rows per run). Parse all lines at once with pyarrow's C++ JSON reader (one block,
+    so column types are inferred from every row); on any parse problem (or blank lines, which
+    make the row count differ from the line count) fall back to a per-file, per-line parse
+    that names the file and line."""
     import pyarrow as pa
     import pyarrow.json as pj
 
     allb = b"".join(blobs)
     if not allb:
-        return pd.DataFrame(index=range(0))
+        return pd.DataFrame(index=range(0)), counts
     try:
         table = pj.read_json(io.BytesIO(allb), read_options=pj.ReadOptions(block_size=len(allb) + 1))
         if table.num_rows == sum(counts):
-            return table.to_pandas()
+            return table.to_pandas(), counts
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
         pass
-    rows = []
-    for v, blob in zip(variants, blobs):
-        rows += _parse(study / v["run_id"] / "metrics.jsonl", blob)
-    return pd.DataFrame.from_records(rows)
+    per_run = [_parse(study / v["run_id"] / rundir.METRICS, blob)
+               for v, blob in zip(variants, blobs)]
+    return pd.DataFrame.from_records([r for rows in per_run for r in rows]), [len(r) for r in per_run]
 
 
 def _write_atomic(frame: pd.DataFrame, path: Path) -> None:

@@ -14,6 +14,7 @@ import typer
 
 from ablate.cli import app
 from ablate.errors import InputError
+from trainer import rundir
 from trainer.rundir import read_status
 
 
@@ -72,13 +73,13 @@ def run_cmd(
         return
     from rich.console import Console
 
-    last = {}
-    lines = (out / "metrics.jsonl").read_text().splitlines()
-    if lines:
-        last = json.loads(lines[-1])
+    try:
+        last = rundir.last_metrics_row(out) or {}
+    except rundir.MetricsError as e:
+        raise InputError(str(e)) from None
     Console().print(f"[bold]{status['state']}[/] at step {status['step']} -> {out}  "
-                    f"eval/pass_rate={last.get('eval/pass_rate', float('nan')):.3f}")
-    if status["state"] != "done":
+                    f"{rundir.PASS_RATE}={last.get(rundir.PASS_RATE, float('nan')):.3f}")
+    if status["state"] != rundir.RunState.DONE:
         raise typer.Exit(1)
 
 

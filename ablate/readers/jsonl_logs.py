@@ -24,6 +24,7 @@ import pandas as pd
 
 from ablate.errors import InputError
 from ablate.readers.common import Wide, wide_from_long
+from trainer.rundir import MetricsError, read_jsonl
 
 STEP_KEYS = ("step", "global_step", "_step")
 _GENERIC = {"metrics", "log", "logs", "train", "training"}
@@ -67,19 +68,13 @@ def _run_name(f: Path, root: Path) -> str:
 
 
 def _records(f: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    lines = f.read_text().splitlines()
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as e:
-            if i == len(lines):  # a run still writing: a torn last line is not an error
-                return
-            raise InputError(f"{f}:{i}: not a JSON object ({e})") from None
-        if not isinstance(obj, dict):
-            raise InputError(f"{f}:{i}: expected a JSON object, got {type(obj).__name__}")
-        yield i, obj
+    """(line, object) of a log file by the project's one torn-line rule (trainer.rundir): a
+    run still writing may end in a torn line, which is left out; a bad line elsewhere is an
+    error naming the file and line."""
+    try:
+        yield from read_jsonl(f)
+    except MetricsError as e:
+        raise InputError(str(e)) from None
 
 
 def _flatten(obj: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:

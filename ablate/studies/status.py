@@ -8,16 +8,17 @@ detail; without sacct a vanished job reads as "interrupted", never as an error.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from ablate.errors import InputError
 from ablate.studies import launch
 from ablate.studies.store import StudyStore
-from trainer.rundir import read_status
+from trainer import rundir
+from trainer.rundir import FINAL_STATES, read_status
 
-FINAL = ("done", "diverged")
+FINAL = FINAL_STATES  # the trainer's final states, declared once in trainer.rundir
 _SCHED_FAILED = {"FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
                  "PREEMPTED", "COMPLETED"}  # COMPLETED without status "done" = ended unfinished
 
@@ -40,23 +41,17 @@ class RunState:
 
 
 def last_step(run_dir: Path, status: dict[str, Any]) -> Optional[int]:
-    """Step from status.json, else from the last line of metrics.jsonl."""
+    """Step from status.json, else from the last complete row of metrics.jsonl."""
     if isinstance(status.get("step"), int):
         return status["step"]
-    path = run_dir / "metrics.jsonl"
     try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            f.seek(max(0, f.tell() - 4096))
-            lines = f.read().splitlines()
-        for line in reversed(lines):
-            try:
-                return int(json.loads(line)["step"])
-            except (ValueError, KeyError, TypeError):
-                continue
-    except OSError:
-        pass
-    return None
+        row = rundir.last_metrics_row(run_dir)
+    except rundir.MetricsError as e:
+        raise InputError(str(e)) from None
+    try:
+        return int(row[rundir.STEP]) if row is not None else None
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def derive_state(status: dict[str, Any], fresh: bool, sub: Optional[dict[str, Any]],
@@ -65,17 +60,17 @@ def derive_state(status: dict[str, Any], fresh: bool, sub: Optional[dict[str, An
     scheduler's view of the last job."""
     fs = status.get("state")
     if fs in FINAL:
-        return fs
+        return rundir.RunState(fs).value
     if sub is None:
-        return "failed" if fs == "failed" else "pending"
+        return "failed" if fs == rundir.RunState.FAILED else "pending"
     if sched in launch.ALIVE:
         local = sub["jobs"][-1].startswith("local:")
-        if local and fresh and fs == "failed":
+        if local and fresh and fs == rundir.RunState.FAILED:
             return "failed"  # its local share job is still running the other runs
-        if sched == "RUNNING" and (fresh and fs == "running" or not local):
+        if sched == "RUNNING" and (fresh and fs == rundir.RunState.RUNNING or not local):
             return "running"
         return "queued"
-    if fresh and fs == "failed":
+    if fresh and fs == rundir.RunState.FAILED:
         return "failed"
     if sched and sched.startswith("CANCELLED"):
         return "cancelled"
@@ -103,7 +98,7 @@ def run_states(store: StudyStore, variants: list[dict[str, Any]]) -> list[RunSta
         sub = subs.get(rid)
         job = sub["jobs"][-1] if sub and sub.get("jobs") else None
         try:
-            mtime = (d / "status.json").stat().st_mtime
+            mtime = (d / rundir.STATUS).stat().st_mtime
         except OSError:
             mtime = 0.0
         fresh = sub is None or mtime >= sub.get("submitted_at", 0)
@@ -113,6 +108,6 @@ def run_states(store: StudyStore, variants: list[dict[str, Any]]) -> list[RunSta
             job_id=job, attempts=sub["attempts"] if sub else 0,
             scheduler=sched.get(job) if job else None,
             error=status.get("error") if state == "failed" else None,
-            progress=1.0 if state == "done" else status.get("progress"),
+            progress=1.0 if state == rundir.RunState.DONE else status.get("progress"),
         ))
     return out

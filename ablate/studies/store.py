@@ -3,10 +3,14 @@
     <results>/<study>/study.yaml         the study file as submitted (verbatim)
     <results>/<study>/variants.json      [{"run_id", "name", "seed", "config"}], the expansion
     <results>/<study>/submissions.json   {run_id: {"attempts", "jobs": [...], "submitted_at"}}
-    <results>/<study>/<run_id>/config.yaml   the resolved TrainConfig the job trains
-Run dirs' status.json / metrics.jsonl / checkpoint/ belong to the trainer and are the truth
-about a run; submissions.json only says which job to ask the scheduler about. Every file is
-written atomically (temp file + rename) so a crash never leaves half a record.
+    <results>/<study>/<run_id>/config.yaml     the resolved TrainConfig the job trains
+    <results>/<study>/<run_id>/identity.json   the run's study, variant and seed, for the trainer
+A run dir's files are read and written only through trainer.rundir (the store hands each run
+its config and identity there, so the trainer never reads this study dir); status.json /
+metrics.jsonl / checkpoint/ are the truth about a run; submissions.json only says which job to
+ask the scheduler about. Every file is written atomically (temp file + rename) so a crash
+never leaves half a record, and submissions.json is updated under a lock so concurrent
+recorders lose nothing.
 """
 
 from __future__ import annotations
@@ -19,10 +23,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import yaml
-
 from ablate.errors import InputError
 from ablate.studies.expand import Variant
+from trainer import rundir
 from trainer.rundir import atomic_write
 
 
@@ -71,7 +74,7 @@ class StudyStore:
 
     def write_study(self, study_text: str, variants: list[Variant],
                     submitting: frozenset[str] = frozenset()) -> Callable[[], None]:
-        """Write study.yaml, variants.json and each run's config.yaml.
+        """Write study.yaml, variants.json and each run's config.yaml and identity.json.
 
         A run's config.yaml is written once and never rewritten while it may be running; a run
         about to be (re)submitted (`submitting`: not running, by the sweep's rules) gets the
@@ -81,8 +84,10 @@ class StudyStore:
         submission the scheduler refuses (bad partition, account...): bad input must leave
         nothing written.
         """
-        refreshed = [self.run_dir(v.run_id) / "config.yaml" for v in variants
-                     if v.run_id in submitting]
+        refreshed = [self.run_dir(v.run_id) / name for v in variants if v.run_id in submitting
+                     for name in (rundir.CONFIG, rundir.IDENTITY)]
+        refreshed += [self.run_dir(v.run_id) / rundir.IDENTITY for v in variants
+                      if v.run_id not in submitting]  # written where missing (older study dirs)
         before = {p: (p.read_text() if p.exists() else None)
                   for p in (self.root / "study.yaml", self.variants_path, *refreshed)}
         new_dirs = [self.run_dir(v.run_id) for v in variants if not self.run_dir(v.run_id).exists()]
@@ -102,21 +107,34 @@ class StudyStore:
         for v in variants:
             d = self.run_dir(v.run_id)
             d.mkdir(exist_ok=True)
-            cfg = d / "config.yaml"
-            if not cfg.exists() or v.run_id in submitting:  # never rewrite a running run's
-                atomic_write(cfg, yaml.safe_dump(v.config.model_dump(mode="json"), sort_keys=False))
+            if not (d / rundir.CONFIG).exists() or v.run_id in submitting:  # never a running run's
+                rundir.write_config(d, v.config)
+            if not (d / rundir.IDENTITY).exists() or v.run_id in submitting:
+                rundir.write_identity(d, study=self.root.name, variant=v.name, seed=v.seed)
         return undo
 
+    @contextlib.contextmanager
+    def _records_locked(self) -> Iterator[None]:
+        """Blocking lock around a read-modify-write of submissions.json: two recorders (a sweep
+        and an adaptive stage, or several jobs) would otherwise each drop the other's entries.
+        Its own lock file: `locked()` is held by the whole sweep."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".submissions.lock", "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            yield
+
     def record_submissions(self, job_ids: dict[str, str], executor: str) -> None:
-        subs = self.submissions()
-        now = time.time()
-        for run_id, job_id in job_ids.items():
-            rec = subs.setdefault(run_id, {"attempts": 0, "jobs": []})
-            rec["attempts"] += 1
-            rec["jobs"].append(job_id)
-            rec["executor"] = executor
-            rec["submitted_at"] = now
-        atomic_write(self.submissions_path, json.dumps(subs, indent=1, sort_keys=True))
+        """Add one attempt (job id, executor, time) to each run's record."""
+        with self._records_locked():
+            subs = self.submissions()
+            now = time.time()
+            for run_id, job_id in job_ids.items():
+                rec = subs.setdefault(run_id, {"attempts": 0, "jobs": []})
+                rec["attempts"] += 1
+                rec["jobs"].append(job_id)
+                rec["executor"] = executor
+                rec["submitted_at"] = now
+            atomic_write(self.submissions_path, json.dumps(subs, indent=1, sort_keys=True))
 
     # -- reading --------------------------------------------------------------------------
     def variants(self) -> list[dict[str, Any]]:

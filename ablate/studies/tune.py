@@ -9,7 +9,6 @@ config twice.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,7 +28,8 @@ from ablate.studies.study import (
 )
 from ablate.yamlio import YamlDoc
 from trainer.config import BudgetConfig
-from trainer.rundir import atomic_write
+from trainer import rundir
+from trainer.rundir import COMPUTE_COLUMNS, SCORE_COLUMNS, SECTIONS, atomic_write
 
 
 class _Strict(BaseModel):
@@ -58,19 +58,18 @@ class Param(_Strict):
 
 
 FITTED = ("asymptote", "predicted")
-COMPUTE_COLUMNS = ("gpu_hours", "flops", "samples", "tokens", "step")
-SCORE_COLUMNS = ("eval/pass_rate", "train/pass_rate")  # rates in [0, 1]: what the sigmoid fits
-# metrics.jsonl columns: the DESIGN.md contract plus the trainer's sections (train/..., data/...).
-METRIC_PREFIXES = ("eval/", "train/", "data/", "time/", "pipeline/", "flops/", "loss/")
+# metrics.jsonl columns (trainer.rundir declares them): the DESIGN.md contract plus the
+# trainer's sections (train/..., data/...).
+METRIC_PREFIXES = SECTIONS
 
 
 class Objective(_Strict):
-    metric: str = Field("eval/pass_rate", description="Column of metrics.jsonl.")
+    metric: str = Field(rundir.PASS_RATE, description="Column of metrics.jsonl.")
     reduce: Literal["last", "max", "mean_last_3", "asymptote", "predicted"] = Field(
         "last", description="Over eval points (last/max/mean_last_3), or on the fitted ScaleRL "
         "curve: asymptote = fitted A, predicted = fitted score at compute `at`.")
     direction: Literal["maximize", "minimize"] = "maximize"
-    x: str = Field("gpu_hours", description="Fitted objectives: the compute column.")
+    x: str = Field(rundir.GPU_HOURS, description="Fitted objectives: the compute column.")
     at: float | None = Field(None, gt=0, description="reduce: predicted: compute (in `x` "
                                 "units) at which the fitted score is the objective.")
     min_compute: float | None = Field(None, ge=0, description="Fitted objectives: start of "
@@ -175,24 +174,25 @@ def _fit_points(c: list[float], y: list[float], obj: Objective):
     return fit_sigmoid(c, y, min_compute=obj.min_compute, n_boot=400)
 
 
+def _rows(run_dir: Path, error: type[Exception], what: str) -> list[dict]:
+    """The trial's metrics rows (trainer.rundir's one reader and torn-line rule); `error`
+    when the run wrote none or a line is damaged."""
+    if not (run_dir / rundir.METRICS).is_file():
+        raise error(f"{run_dir}: no {rundir.METRICS}{what}")
+    try:
+        return rundir.read_metrics(run_dir)
+    except rundir.MetricsError as e:
+        raise error(str(e)) from None
+
+
 def _points(run_dir: Path, obj: Objective) -> tuple[list[float], list[float]]:
     """(compute, score) of every evaluation the trial logged (FitError when there is none)."""
     from ablate.analysis.fit import FitError
 
-    rows = []
-    try:
-        text = (run_dir / "metrics.jsonl").read_text()
-    except OSError:
-        raise FitError(f"{run_dir}: no metrics.jsonl") from None
-    for line in text.splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if row.get(obj.metric) is not None and row.get(obj.x) is not None:
-            rows.append((float(row[obj.x]), float(row[obj.metric])))
+    rows = [(float(r[obj.x]), float(r[obj.metric])) for r in _rows(run_dir, FitError, "")
+            if r.get(obj.metric) is not None and r.get(obj.x) is not None]
     if not rows:
-        raise FitError(f"{run_dir}: no '{obj.metric}' with '{obj.x}' in metrics.jsonl")
+        raise FitError(f"{run_dir}: no '{obj.metric}' with '{obj.x}' in {rundir.METRICS}")
     c, y = zip(*rows)
     return list(c), list(y)
 
@@ -217,20 +217,10 @@ def _fitted_score(run_dir: Path, obj: Objective, trial: Any) -> float:
 def _score(run_dir: Path, obj: Objective) -> float:
     """The trial's objective; RuntimeError (a failed trial, the search goes on) when the run
     left nothing to score."""
-    try:
-        text = (run_dir / "metrics.jsonl").read_text()
-    except OSError:
-        raise RuntimeError(f"{run_dir}: no metrics.jsonl to score") from None
-    vals = []
-    for line in text.splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if row.get(obj.metric) is not None:
-            vals.append(float(row[obj.metric]))
+    vals = [float(r[obj.metric]) for r in _rows(run_dir, RuntimeError, " to score")
+            if r.get(obj.metric) is not None]
     if not vals:
-        raise RuntimeError(f"{run_dir}: no '{obj.metric}' in metrics.jsonl")
+        raise RuntimeError(f"{run_dir}: no '{obj.metric}' in {rundir.METRICS}")
     if obj.reduce == "max":
         return max(vals)
     if obj.reduce == "mean_last_3":
@@ -241,9 +231,9 @@ def _score(run_dir: Path, obj: Objective) -> float:
 def _trained_to(run_dir: Path, budget: dict[str, Any]) -> bool:
     """The run finished (done) with a config that reaches `budget`."""
     from ablate.studies.stages import _reaches, _run_budget
-    from trainer.rundir import read_status
 
-    return read_status(run_dir).get("state") == "done" and _reaches(_run_budget(run_dir), budget)
+    return rundir.read_state(run_dir) == rundir.RunState.DONE and \
+        _reaches(_run_budget(run_dir), budget)
 
 
 def tune(path: Path, results: Path, *, n_trials: int | None = None, entry: str = "trainer:run",
@@ -255,7 +245,6 @@ def tune(path: Path, results: Path, *, n_trials: int | None = None, entry: str =
     from ablate.studies.launch.job import load_entry, stdout_to_stderr
     from ablate.studies.pruner import CurvePruner
     from ablate.studies.stages import run_level
-    from trainer.rundir import read_status
 
     space, tree, prov, _ = load_space(path)
     out_dir = study_dir_for(results, space.name)
@@ -287,7 +276,7 @@ def tune(path: Path, results: Path, *, n_trials: int | None = None, entry: str =
         for i, b in enumerate(rungs):  # train to each rung (resuming), fit, maybe stop
             if not _trained_to(run_dir, b):
                 fn(cfg.model_copy(update={"budget": BudgetConfig(**b)}), run_dir)
-            if read_status(run_dir).get("state") == "diverged":
+            if rundir.read_state(run_dir) == rundir.RunState.DIVERGED:
                 break
             try:
                 c, y = _points(run_dir, space.objective)
@@ -314,7 +303,7 @@ def tune(path: Path, results: Path, *, n_trials: int | None = None, entry: str =
                 trial.set_user_attr("pruned_at", b)
                 raise optuna.TrialPruned(f"A upper bound {fit.ci['A'][1]:.3f} below the best "
                                          "finished trial's lower bound")
-        if read_status(run_dir).get("state") not in ("done", "diverged") or (
+        if not rundir.is_final(rundir.read_state(run_dir)) or (
                 rungs and not _trained_to(run_dir, cfg.budget.model_dump(exclude_none=True))):
             fn(cfg, run_dir)  # resumes from the run dir's checkpoint if there is one
         if space.objective.reduce in FITTED:
@@ -327,15 +316,30 @@ def tune(path: Path, results: Path, *, n_trials: int | None = None, entry: str =
         with stdout_to_stderr():
             study.optimize(objective, n_trials=total - done, catch=(RuntimeError,),
                            show_progress_bar=show)
+    return _report(study, space, out_dir)
+
+
+def _report(study: Any, space: TuneSpace, out_dir: Path) -> dict[str, Any]:
+    """tune's output: every trial, and the best. Fitted objectives rank the finished trials
+    on one fit window for all of them (ablate.studies.tune_ranking, the window `compare`
+    uses), the others by the search's own values."""
+    from ablate.studies.tune_ranking import rank_on_shared_window
+
     trials = [{"number": t.number, "state": t.state.name, "value": t.value, "params": t.params,
                "run_dir": t.user_attrs.get("run_dir"), "A_ci": t.user_attrs.get("A_ci"),
                "predicted_ci": t.user_attrs.get("predicted_ci"),
                "pruned_at": t.user_attrs.get("pruned_at")} for t in study.trials]
-    complete = [t for t in trials if t["state"] == "COMPLETE"]
-    best = None
-    if complete:
-        b = study.best_trial
-        best = {"number": b.number, "value": b.value, "params": b.params,
-                "run_dir": b.user_attrs.get("run_dir"), "A_ci": b.user_attrs.get("A_ci"),
-                "predicted_ci": b.user_attrs.get("predicted_ci")}
-    return {"name": space.name, "best": best, "trials": trials, "dir": str(out_dir)}
+    window = None
+    if space.objective.reduce in FITTED:
+        best, window = rank_on_shared_window(trials, space.objective, str(out_dir))
+    else:
+        complete = [t for t in trials if t["state"] == "COMPLETE"]
+        best = next(t for t in trials if t["number"] == study.best_trial.number) \
+            if complete else None
+    if best is not None:
+        best = {k: best.get(k) for k in ("number", "value", "params", "run_dir", "A_ci",
+                                         "predicted_ci")}
+    out = {"name": space.name, "best": best, "trials": trials, "dir": str(out_dir)}
+    if window is not None:
+        out["window"] = window
+    return out
