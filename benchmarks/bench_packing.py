@@ -1,5 +1,5 @@
 """Micro-batching by tokens (issue 23 item 3): padding share and tokens/s with and without
-length bucketing.
+length bucketing, and greedy bucketing (before) vs the trainer's optimal split.
 
     python benchmarks/bench_packing.py                  # everything (~3-5 min on 2 loaded cores)
     python benchmarks/bench_packing.py --only padding   # or: forward, proxy
@@ -8,15 +8,19 @@ padding   Share of token slots that are padding, for synthetic length mixes (len
           padding share depends on): one padded batch as the trainer ran before micro-batching
           (trainer.model.pack: prompts left-padded to the longest prompt, completions to the
           longest completion) vs length-bucketed micro-batches of engine.micro_batch_tokens
-          (trainer.model.pack_right: rows back to back, right-padded). Mixes: `reasoning`
+          (trainer.model.pack_right: rows back to back, right-padded), cut greedily (`greedy`:
+          longest first, fill until the budget; the trainer before) or by the trainer's
+          split (`split`: trainer.microbatch.plan_micro_batches); budgets 16k, 32k, 64k and
+          `share` (each rank's whole share of tokens). Mixes: `reasoning`
           (prompt 100-600 tokens shared by 16 samples, completions log-normal around ~1.8k
           with a tail cut at 16k: many short answers, some truncated), `uniform` (completions
           uniform 1-16k), `proxy` (the CPU proxy's arithmetic: 8-token prompts, 1-6 token answers);
           64 prompts x 16 samples dealt to 8 ranks as the trainer deals them; micro-batches
           counted on the rank with most.
 forward   Tokens/s of forward + backward through the trainer's own functions on a Llama built from
-          a config (random init, CPU), on the `reasoning` mix scaled to a 1k context (64 rows, budget 4096): one padded
-          batch vs bucketed micro-batches; interleaved run by run so machine load hits both.
+          a config (random init, CPU), on the `reasoning` mix scaled to a 1k context (64 rows,
+          budget 4096): one padded batch vs greedy vs split micro-batches; interleaved run by
+          run so machine load hits every side alike.
 proxy     The real trainer step (`_Run.train_step`) of the tiny proxy on one fixed rollout
           batch, engine.micro_batch_tokens None vs 40 (time per step, padding share).
 Results go to benchmarks/results_packing.json.
@@ -79,16 +83,40 @@ def _per_rank(lengths: list[tuple[int, int]], world: int) -> list[list[tuple[int
             for gs in deal_groups(size, world)]
 
 
-def _share(ranks: list[list[tuple[int, int]]], budget: int | None) -> tuple[float, int]:
-    """Padding share over all ranks' micro-batches, and the most micro-batches on one rank."""
+def greedy_plan(lengths: list[tuple[int, int]], budget: int | None) -> list[list[int]]:
+    """The trainer's bucketing before the optimal split, kept as the baseline: rows longest
+    first, each joins the open micro-batch unless its padded size would pass the budget."""
+    if budget is None:
+        return [list(range(len(lengths)))]
+    out: list[list[int]] = []
+    cur: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: (-sum(lengths[i]), i)):
+        if cur and padded_tokens([lengths[j] for j in cur + [i]]) > budget:
+            out.append(cur)
+            cur = []
+        cur.append(i)
+    return out + [cur]
+
+
+PLANS = {"greedy": greedy_plan, "split": plan_micro_batches,  # the trainer's, 5% target
+         "split10": lambda lengths, budget: plan_micro_batches(lengths, budget, max_padding=0.10)}
+
+
+def _share(ranks: list[list[tuple[int, int]]], budget: int | str | None,
+           how: str = "split") -> tuple[float, int]:
+    """Padding share over all ranks' micro-batches, and the most micro-batches on one rank.
+    Budget "share": as many tokens as the rank's whole share (padding then comes only from
+    the rows x longest-row rule, not from the budget)."""
     slots = real = 0
     most = 0
     for lengths in ranks:
-        plan = plan_micro_batches(lengths, budget)
-        contiguous = budget is not None
-        slots += sum(padded_tokens([lengths[i] for i in mb], contiguous) for mb in plan)
+        b = sum(p + c for p, c in lengths) if budget == "share" else budget
+        plan = PLANS[how](lengths, b)
+        slots += sum(padded_tokens([lengths[i] for i in mb], b is not None) for mb in plan)
         real += sum(p + c for p, c in lengths)
         most = max(most, len(plan))
+        assert b is None or all(len(mb) == 1 or padded_tokens([lengths[i] for i in mb]) <= b
+                                for mb in plan), "a micro-batch over the budget"
     return 1.0 - real / slots, most
 
 
@@ -98,9 +126,10 @@ def bench_padding(world: int = 8) -> dict:
     for name in ("reasoning", "uniform", "proxy"):
         ranks = _per_rank(mix(name, 1024, seed=0), world)
         row: dict = {"one_batch": _share(ranks, None)[0]}
-        budgets = (256, 1024) if name == "proxy" else BUDGETS
+        budgets = (256, 1024, "share") if name == "proxy" else BUDGETS + ("share",)
         for b in budgets:
-            row[f"bucketed_{b}"], row[f"micro_batches_{b}"] = _share(ranks, b)
+            for how in PLANS:
+                row[f"{how}_{b}"], row[f"{how}_micro_batches_{b}"] = _share(ranks, b, how)
         res[name] = row
         print(f"padding {name}: " + ", ".join(f"{k} {v:.3f}" if isinstance(v, float)
                                                 else f"{k} {v}" for k, v in row.items()))
@@ -117,14 +146,15 @@ def _model():
     return LlamaForCausalLM(cfg)
 
 
-def _step(model, head, rows: list[tuple[list[int], list[int]]], budget: int | None) -> None:
+def _step(model, head, rows: list[tuple[list[int], list[int]]], budget: int | None,
+          how: str = "split") -> None:
     """Forward + backward of the rows as the trainer does it: one batch, or micro-batches."""
     from trainer.model import completion_logprobs, pack, pack_right, right_padded_logprobs
 
     body = model.get_decoder()
     dev = torch.device("cpu")
     lengths = [(len(p), len(c)) for p, c in rows]
-    for mb in plan_micro_batches(lengths, budget):
+    for mb in PLANS[how](lengths, budget):
         ps, cs = [rows[i][0] for i in mb], [rows[i][1] for i in mb]
         if budget is None:
             b = pack(ps, cs, 0)
@@ -147,22 +177,24 @@ def bench_forward(reps: int) -> dict:
     rows = [([rng.randrange(1, 512) for _ in range(p)], [rng.randrange(1, 512) for _ in range(c)])
             for p, c in lengths]
     tokens = sum(p + c for p, c in lengths)
-    sides = {"one_batch": None, "bucketed_4096": 4096}
+    sides = {"one_batch": (None, "split"), "greedy_4096": (4096, "greedy"),
+             "split_4096": (4096, "split")}
     times: dict[str, list[float]] = {k: [] for k in sides}
     _step(model, head, rows, 4096)  # warm-up
-    for _ in range(reps):  # interleaved: load hits both sides alike
-        for name, budget in sides.items():
+    for _ in range(reps):  # interleaved: load hits every side alike
+        for name, (budget, how) in sides.items():
             t0 = time.perf_counter()
-            _step(model, head, rows, budget)
+            _step(model, head, rows, budget, how)
             times[name].append(time.perf_counter() - t0)
     res = {"tokens": tokens, "reps": reps}
     for name, ts in times.items():
         med = statistics.median(ts)
-        res[name] = {"median_s": med, "tokens_per_s": tokens / med,
-                     "padding_share": padding_share(
-                         lengths, plan_micro_batches(lengths, sides[name]), sides[name] is not None)}
+        budget, how = sides[name]
+        plan = PLANS[how](lengths, budget)
+        res[name] = {"median_s": med, "tokens_per_s": tokens / med, "micro_batches": len(plan),
+                     "padding_share": padding_share(lengths, plan, budget is not None)}
         print(f"forward {name}: {tokens / med:,.0f} tokens/s (median of {reps}: {med:.2f} s), "
-              f"padding {res[name]['padding_share']:.3f}")
+              f"padding {res[name]['padding_share']:.3f} in {len(plan)} micro-batches")
     return res
 
 

@@ -2,7 +2,8 @@
 
 Units: the token weights are the registered aggregations' own, and summing them micro-batch by
 micro-batch gives the whole batch's loss; the bucketing plan covers every row once within the
-budget, with little padding on a reasoning-like length mix; the deal balances ranks' tokens.
+budget, with padding under the target on the benchmark's reasoning-like length mix at every
+budget, and is the exhaustive optimum on small cases; the deal balances ranks' tokens.
 
 End to end (real processes of tests/_microbatch_script.py, the trainer's own `train_step` on one
 fixed rollout batch of a warmed tiny proxy): the update of one optimizer step with micro-batches
@@ -13,6 +14,7 @@ set to 1 there so the update is proportional to the gradient (see the script).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import random
@@ -24,6 +26,7 @@ from _multirank_util import ROOT, launch_ranks, warm_proxy
 
 from trainer.losses import AGGREGATIONS
 from trainer.microbatch import (
+    PADDING_TARGET,
     deal_groups,
     padded_tokens,
     padding_share,
@@ -86,12 +89,64 @@ def test_plan_covers_every_row_once_within_the_budget():
     assert plan_micro_batches([(10, 90)], 50) == [[0]]  # longer than the budget: alone
 
 
-def test_bucketing_keeps_padding_under_ten_percent_of_a_reasoning_mix():
-    lengths = _reasoning_lengths(512, seed=2)
-    one = padding_share(lengths, plan_micro_batches(lengths, None), contiguous=False)
-    bucketed = padding_share(lengths, plan_micro_batches(lengths, 32768))
-    assert one > 0.5  # one padded batch: most slots are padding
-    assert bucketed < 0.10
+def _bench_packing():
+    """benchmarks/bench_packing.py as a module: the test checks the benchmark's own mix."""
+    spec = importlib.util.spec_from_file_location("bench_packing",
+                                                  ROOT / "benchmarks" / "bench_packing.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("budget", [16384, 32768, 65536, "share"])
+def test_split_keeps_padding_under_ten_percent_of_the_benchmark_mix(budget):
+    """64 prompts x 16 samples of the reasoning mix dealt to 8 ranks, as the benchmark does;
+    "share": a budget as large as a rank's whole share (greedy filling left 50% there)."""
+    bench = _bench_packing()
+    lengths = bench.mix("reasoning", 1024, seed=0)
+    assert padding_share(lengths, plan_micro_batches(lengths, None), contiguous=False) > 0.5
+    for rows in bench._per_rank(lengths, 8):
+        b = sum(p + c for p, c in rows) if budget == "share" else budget
+        plan = plan_micro_batches(rows, b)
+        assert sorted(i for mb in plan for i in mb) == list(range(len(rows)))
+        assert all(padded_tokens([rows[i] for i in mb]) <= b for mb in plan)
+        assert padding_share(rows, plan) <= PADDING_TARGET < 0.10
+
+
+def _partitions(items: list[int]):
+    """Every set partition of `items` (Bell(7) = 877 for 7 rows)."""
+    if not items:
+        yield []
+        return
+    head, rest = items[0], items[1:]
+    for part in _partitions(rest):
+        yield [[head]] + part
+        for k in range(len(part)):
+            yield part[:k] + [[head] + part[k]] + part[k + 1:]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_split_is_the_exhaustive_optimum(seed):
+    """Against every set partition (not only runs of sorted rows): the fewest micro-batches
+    within the budget whose padding meets the target, and the fewest slots among those."""
+    rng = random.Random(seed)
+    n = rng.randint(1, 7)
+    lengths = [(rng.randint(0, 3), rng.randint(1, 12)) for _ in range(n)]
+    budget = rng.randint(5, 40)
+    target = rng.choice([0.0, 0.05, 0.2, 0.5, 1.0])
+    real = sum(p + c for p, c in lengths)
+
+    def slots(part):
+        return sum(padded_tokens([lengths[i] for i in mb]) for mb in part)
+
+    ok = [part for part in _partitions(list(range(n)))
+          if all(len(mb) == 1 or padded_tokens([lengths[i] for i in mb]) <= budget
+                 for mb in part) and real >= (1 - target) * slots(part)]
+    best = min((len(part), slots(part)) for part in ok)
+    plan = plan_micro_batches(lengths, budget, max_padding=target)
+    assert sorted(i for mb in plan for i in mb) == list(range(n))
+    assert all(len(mb) == 1 or padded_tokens([lengths[i] for i in mb]) <= budget for mb in plan)
+    assert (len(plan), slots(plan)) == best
 
 
 def test_deal_balances_tokens_and_deals_each_group_once():
