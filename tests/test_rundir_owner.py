@@ -95,7 +95,7 @@ def test_cli_names_the_damaged_line(tmp_path):
     r = cli("fit", str(study), "--json")
     assert r.returncode == 2, r.stderr[-2000:]
     assert r.stderr.strip() == (f"error: {study / 'r0' / rundir.METRICS}:3: not a JSON object "
-                                "(Unterminated string starting at column 13); each line must be "
+                                "(Unterminated string starting at: column 13); each line must be "
                                 "one JSON object")
     assert not (study / "metrics.parquet").exists()
 

@@ -173,7 +173,7 @@ def parse_jsonl(path: Path, data: bytes) -> list[tuple[int, dict]]:
         except ValueError as e:  # UnicodeDecodeError included
             if k == len(lines) - 1:
                 break  # torn: a writer killed mid-row, or one still writing
-            why = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else str(e)
+            why = f"{e.msg}: column {e.colno}" if isinstance(e, json.JSONDecodeError) else str(e)
             raise MetricsError(f"{path}:{i}: not a JSON object ({why}); each line must be one "
                                "JSON object") from None
         if not isinstance(obj, dict):
