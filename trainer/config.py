@@ -201,6 +201,14 @@ class VLLMConfig(_Strict):
         "generation_gpus. None = one replica over all of a node's generation GPUs. "
         "trainer/distributed.py plan_topology derives the job's replicas from it.",
     )
+    data_parallel_replicas: Optional[int] = Field(
+        None, gt=0,
+        description="vLLM engines (data-parallel replicas, each tensor_parallel_size GPUs, each "
+        "its own process) that serve one job's generation and eval: a call's prompt groups are "
+        "dealt to them by tokens, results merged in order, weights pushed to all. They run on "
+        "rank 0's node: at most its generation GPUs / tensor_parallel_size. None = that many "
+        "on GPUs, 1 on CPU.",
+    )
 
 
 class RolloutConfig(_Strict):
