@@ -9,10 +9,16 @@ preemption flag, ablate/studies/launch/job.py); the runner then sends the traine
 stop signal (`trainer.stop_signal`, SIGTERM by default), which the trainer can save on. A
 trainer that installs its own USR2 handler still gets Slurm's signal: an ignored disposition
 lasts only until a program sets a handler.
+
+Why the trainer dies with the job: in a session of its own, a kill of the job's process group
+(a local job killed, an OOM) would not reach it; PR_SET_PDEATHSIG makes the kernel kill it
+when the job process dies.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -20,14 +26,31 @@ from pathlib import Path
 from typing import IO
 
 
-def _child_setup() -> None:  # runs in the child between fork and exec
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent(parent: int) -> None:
+    """Linux: the trainer gets SIGKILL when the job process dies (killed, OOM), so a killed
+    job leaves no trainer behind even though the trainer is in a session of its own."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the job's own cleanup (finally) is all
+        return
+    if os.getppid() != parent:  # the job died before prctl took effect
+        os._exit(1)
+
+
+def _child_setup(parent: int) -> None:  # runs in the child between fork and exec
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    _die_with_parent(parent)
 
 
 def start(argv: list[str], out: IO[bytes], env: dict[str, str], cwd: Path) -> subprocess.Popen:
     """Start the trainer as the leader of a new session (its own process group)."""
     return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                            start_new_session=True, preexec_fn=_child_setup)
+                            start_new_session=True,
+                            preexec_fn=functools.partial(_child_setup, os.getpid()))
 
 
 def signal_group(proc: subprocess.Popen, signum: int) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -74,6 +75,16 @@ class TRLAdapter:
 
     def steps_key(self) -> str:
         return "max_steps"
+
+    def env(self, run_dir: Path) -> dict[str, str]:
+        """The built-in entry runs from the run dir: put the `ablate` this job imported first on
+        the child's path, so it runs the same code even when ablate is not installed (or is
+        installed elsewhere) and the job found it through its working directory."""
+        if self.command:
+            return {}
+        root = str(Path(__file__).resolve().parents[2])
+        rest = os.environ.get("PYTHONPATH", "")
+        return {"PYTHONPATH": root + (os.pathsep + rest if rest else "")}
 
     def argv(self, overrides: dict[str, Any], seed: int, run_dir: Path, resume: bool) -> list[str]:
         prog = shlex.split(self.command) if self.command else [sys.executable, "-m",
