@@ -96,8 +96,14 @@ def write_config(run_dir: Path, config: Any) -> None:
 
 
 def read_config(run_dir: Path) -> dict:
-    """The run's config.yaml as written (not validated); OSError when there is none."""
-    return yaml.safe_load((Path(run_dir) / CONFIG).read_text()) or {}
+    """The run's config.yaml as written (not validated); OSError when there is none,
+    ValueError when it is not a mapping (an empty file must not train the defaults)."""
+    path = Path(run_dir) / CONFIG
+    tree = yaml.safe_load(path.read_text())
+    if not isinstance(tree, dict):
+        raise ValueError(f"{path}: expected a mapping of TrainConfig keys, got "
+                         f"{type(tree).__name__}")
+    return tree
 
 
 # -- status.json ---------------------------------------------------------------------------

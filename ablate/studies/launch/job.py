@@ -26,12 +26,9 @@ from pathlib import Path
 from typing import Callable
 
 import submitit
-import yaml
 
 from trainer import preempt
-from trainer.rundir import read_status, write_status
-
-FINAL_STATES = ("done", "diverged")
+from trainer.rundir import FINAL_STATES, read_config, read_status, write_status
 
 
 def set_state(run_dir: Path, state: str, **fields) -> None:
@@ -97,7 +94,7 @@ class RunJob(submitit.helpers.Checkpointable):
         a run for a preemption signal (checkpointed: the requeued job resumes it)."""
         failed: list[str] = []
         for d in todo:
-            raw = yaml.safe_load((d / "config.yaml").read_text())
+            raw = read_config(d)
             run, config = foreign_or(fn, raw)
             try:
                 run(config, d)
