@@ -141,40 +141,68 @@ def test_trl_study_on_slurm_then_compare(tmp_path, tiny):
     run_trl_study(tmp_path, tiny, "slurm")
 
 
-def test_killed_trl_run_resumes_from_its_checkpoint(tmp_path, tiny):
-    """A TRL run killed after its step-10 checkpoint is resumed by the next attempt through
-    `--resume_from_checkpoint`: it goes on from step 10 to 20, not from 0."""
+def preempt_runner(raw: dict, run_dir: Path, ready) -> int:
+    """Run `run_foreign` in a process with the job's USR2 flag handler; once `ready()`, send
+    USR2 to it and to the trainer it started, as Slurm does to every process of a job step
+    on preemption. Returns the step the runner says the trainer stopped at."""
+    p = subprocess.Popen([sys.executable, "-c", RUN_WITH_USR2_FLAG, json.dumps(raw), str(run_dir)],
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    try:
+        wait_until(ready, 120, 0.05, "the trainer to get going")
+        kids = Path(f"/proc/{p.pid}/task/{p.pid}/children").read_text().split()
+        for pid in [p.pid, *map(int, kids)]:
+            os.kill(pid, signal.SIGUSR2)
+        out, _ = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    return int(out.strip().splitlines()[-1])
+
+
+def test_preempted_then_killed_trl_run_resumes_from_its_checkpoints(tmp_path, tiny):
+    """A TRL run preempted (USR2) at step ~3 saves checkpoint-N there (the TRL entry saves on
+    the runner's SIGTERM) and the next attempt resumes from it; that attempt, killed with its
+    job after its step-10 checkpoint, is resumed by a third through `--resume_from_checkpoint`
+    from step 10 to 20. No logged step is trained twice."""
     from ablate.adapters.runner import run_foreign
-    from ablate.adapters.study import load_foreign  # noqa: F401  (the module the job uses)
     from ablate.studies.expand import expand
     from ablate.studies.study import load_study
 
     study = trl_study(tmp_path, tiny, "  loss_type: [dapo]", steps=20)
-    v = expand(load_study(study))[0]
+    raw = expand(load_study(study))[0].config.model_dump(mode="json")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    raw = v.config.model_dump(mode="json")
-    code = (f"import json,sys; from pathlib import Path; from ablate.adapters.runner import "
-            f"run_foreign; run_foreign(json.loads(sys.argv[1]), Path(sys.argv[2]))")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.Popen([sys.executable, "-c", code, json.dumps(raw), str(run_dir)], env=env,
-                         start_new_session=True)
+    log = run_dir / "trl" / "log.jsonl"
+    n = preempt_runner(raw, run_dir, lambda: log.exists() and log.read_text().count("\n") >= 2)
+    assert 2 <= n < 10 and (run_dir / "trl" / f"checkpoint-{n}").is_dir(), n
+    assert json.loads((run_dir / "status.json").read_text())["preemptions"] == [
+        {"stopped_at_step": n, "exit": 0}]
+    code = ("import json,sys; from pathlib import Path; from ablate.adapters.runner import "
+            "run_foreign; run_foreign(json.loads(sys.argv[1]), Path(sys.argv[2]))")
+    p = subprocess.Popen([sys.executable, "-c", code, json.dumps(raw), str(run_dir)],
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)), start_new_session=True)
     try:
         wait_until(lambda: (run_dir / "trl" / "checkpoint-10" / "trainer_state.json").exists(),
                    timeout=120, poll=0.5, what="checkpoint-10")
     finally:
-        os.killpg(p.pid, signal.SIGKILL)
+        os.killpg(p.pid, signal.SIGKILL)  # the job dies; its trainer with it (PDEATHSIG)
         p.wait()
     assert not (run_dir / "trl" / "checkpoint-20").exists(), "run finished before the kill"
     run_foreign(raw, run_dir)
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "done" and status["step"] == 20
     assert status["command"][-2:] == ["--resume_from_checkpoint", "true"]
-    steps = [json.loads(x)["step"] for x in (run_dir / "trl" / "log.jsonl").read_text().splitlines()]
-    # Steps up to the checkpoint were logged once (a train and an eval row each): the second
-    # attempt started after checkpoint-10, not from step 0; and it reached the budget.
-    assert [steps.count(k) for k in (2, 4, 6, 8)] == [2, 2, 2, 2], steps
-    assert max(steps) == 20 and (run_dir / "trl" / "checkpoint-20").is_dir()
+    rows = [json.loads(x) for x in log.read_text().splitlines()]
+    # One train row and one eval row per logged step (every 2) up to checkpoint-10: nothing
+    # before checkpoint-N or checkpoint-10 was trained again (steps the kill caught after
+    # checkpoint-10 are redone: a kill saves nothing), and every step up to the budget.
+    for kind in ("loss", "eval_reward"):
+        got = [r["step"] for r in rows if kind in r]
+        assert [x for x in got if x <= 10] == [2, 4, 6, 8, 10], (kind, got)
+        assert sorted(set(got)) == list(range(2, 21, 2)), (kind, got)
+    assert (run_dir / "trl" / "checkpoint-20").is_dir()
 
 
 def test_command_trainer_study(tmp_path):

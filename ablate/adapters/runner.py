@@ -32,7 +32,8 @@ from ablate.errors import InputError
 from trainer import preempt
 from trainer.rundir import read_status, write_status
 
-POLL_S = 2.0
+POLL_S = 2.0  # status.json from the trainer's log
+SIGNAL_POLL_S = 0.05  # the preemption flag
 # Defaults for `fit:` where the study does not say (TRL logs cumulative tokens and, with an
 # eval split, the eval reward; other trainers' score names vary, so their study names it).
 FIT_DEFAULTS = {"trl": {"x": "num_tokens", "y": "eval_reward"}}
@@ -132,13 +133,13 @@ def follow(run: Attempt, proc: subprocess.Popen, limit: float | None) -> str | N
     """Copy the trainer's step into status.json until it exits (None), the job gets the
     preemption signal ("preempted") or the gpu_hours budget is spent ("budget")."""
     while proc.poll() is None:
-        try:
-            proc.wait(POLL_S)
-        except subprocess.TimeoutExpired:
-            pass
+        deadline = time.monotonic() + POLL_S
+        while proc.poll() is None and time.monotonic() < deadline:
+            if preempt.requested():  # stop at once: each step more is a step redone
+                run.poll_log()
+                return "preempted"
+            time.sleep(SIGNAL_POLL_S)
         run.poll_log()
-        if preempt.requested():
-            return "preempted"
         if limit is not None and run.gpu_hours() >= limit:
             return "budget"
         if proc.poll() is None:
