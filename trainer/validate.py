@@ -125,10 +125,26 @@ def _tensor_parallel(c: TrainConfig, shape: JobShape) -> Optional[str]:
             f"per node ({n}-GPU nodes); valid: {', '.join(map(str, divisors))}")
 
 
+def _data_parallel_replicas(c: TrainConfig, shape: JobShape) -> Optional[str]:
+    # trainer/vllm_replicas.py replica_count -> distributed.plan_topology: the replicas start on
+    # rank 0's node, each tensor_parallel_size of its generation GPUs.
+    dp, n = c.rollout.vllm.data_parallel_replicas, shape.gpus_per_node
+    if (c.rollout.backend != "vllm" or dp is None or not n or n < 2
+            or _generation_split(c, shape) or _tensor_parallel(c, shape)):
+        return None
+    gen = c.rollout.vllm.generation_gpus or max(1, n // 2)
+    per_node = gen // (c.rollout.vllm.tensor_parallel_size or gen)
+    if dp <= per_node:
+        return None
+    return (f"rollout.vllm.data_parallel_replicas={dp} needs {dp} x tensor_parallel_size GPUs "
+            f"on rank 0's node, which has {gen} generation GPUs ({n}-GPU nodes); valid: "
+            f"1..{per_node}, or a smaller rollout.vllm.tensor_parallel_size")
+
+
 # Each returns the one-line problem, or None. Order: the most fundamental first.
 CHECKS: tuple[Callable[[TrainConfig, JobShape], Optional[str]], ...] = (
     _zero3_pipeline_hf, _chat_template_proxy, _cuda_without_gpus, _generation_split,
-    _ranks_per_gpu, _tensor_parallel,
+    _ranks_per_gpu, _tensor_parallel, _data_parallel_replicas,
 )
 
 
