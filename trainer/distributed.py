@@ -227,7 +227,8 @@ class Topology:
 
 def plan_topology(nodes: int, gpus_per_node: int, *, separate_generation: bool,
                   generation_gpus: Optional[int] = None,
-                  tensor_parallel_size: Optional[int] = None, ranks_per_node: Optional[int] = None) -> Topology:
+                  tensor_parallel_size: Optional[int] = None, ranks_per_node: Optional[int] = None,
+                  data_parallel_replicas: Optional[int] = None) -> Topology:
     """The split of a job's GPUs (nodes x gpus_per_node) into training ranks and vLLM replicas,
     or a one-line ValueError naming the setting and what is valid.
 
@@ -237,7 +238,10 @@ def plan_topology(nodes: int, gpus_per_node: int, *, separate_generation: bool,
     separate generation (on-policy modes, hf backend) every GPU trains and generation runs on
     the training ranks. tensor_parallel_size None: one replica per node over all its
     generation GPUs. One rank per GPU: `ranks_per_node` (the launcher's tasks per node),
-    when given, must equal the training GPUs per node; more would put two ranks on one GPU."""
+    when given, must equal the training GPUs per node; more would put two ranks on one GPU.
+    `data_parallel_replicas` (rollout.vllm.data_parallel_replicas), when given, keeps that many
+    replicas, the first node's first: they are started on rank 0's node only
+    (trainer/vllm_replicas.py), so at most one node's generation GPUs / tensor_parallel_size."""
     if nodes < 1 or gpus_per_node < 1:
         raise ValueError(f"a GPU job needs nodes >= 1 and gpus_per_node >= 1, got {nodes} x "
                          f"{gpus_per_node}")
@@ -263,6 +267,16 @@ def plan_topology(nodes: int, gpus_per_node: int, *, separate_generation: bool,
     tp = tensor_parallel_size
     replicas = tuple(tuple((n, g) for g in gen_local[i:i + tp])
                      for n in range(nodes) for i in range(0, len(gen_local), tp))
+    if data_parallel_replicas is not None:
+        per_node = len(gen_local) // tp if gen_local else 0
+        if not 1 <= data_parallel_replicas <= per_node:
+            raise ValueError(
+                f"rollout.vllm.data_parallel_replicas={data_parallel_replicas} with "
+                f"tensor_parallel_size={tp} on {len(gen_local)} generation GPUs per node: "
+                f"replicas run on rank 0's node; valid: 1..{per_node}" if per_node else
+                f"rollout.vllm.data_parallel_replicas={data_parallel_replicas}: no generation "
+                f"GPUs of their own on {gpus_per_node}-GPU nodes; valid: null")
+        replicas = replicas[:data_parallel_replicas]
     return Topology(training=tuple((n, g) for n in range(nodes) for g in train_local),
                     generation=tuple((n, g) for n in range(nodes) for g in gen_local),
                     replicas=replicas)

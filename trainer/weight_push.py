@@ -98,9 +98,20 @@ class WeightBroadcast:
         """Broadcast `weights` (consumed one at a time) that `specs` announced to the workers.
         Both come from one walk of the module's named_parameters (weight_specs, _named_weights
         in trainer/rollout_vllm.py), so they match name for name."""
-        t, errors = _rpc_in_thread(self.llm, _receive_weights, (specs,))
-        for _, w in weights:
-            self.group.broadcast(w.contiguous(), 0).wait()
+        push_to_all([self], specs, weights)
+
+
+def push_to_all(casts: list[WeightBroadcast], specs: list[tuple[str, str, tuple[int, ...]]],
+                weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """One push into several engines (data-parallel replicas, one group each): every
+    parameter is produced once (under ZeRO-3, one gather, as the other ranks expect) and
+    broadcast over each replica's group in turn, while all of them load."""
+    pending = [_rpc_in_thread(c.llm, _receive_weights, (specs,)) for c in casts]
+    for _, w in weights:
+        w = w.contiguous()
+        for c in casts:
+            c.group.broadcast(w, 0).wait()
+    for t, errors in pending:
         _finish(t, errors)
 
 

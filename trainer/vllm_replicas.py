@@ -1,0 +1,160 @@
+"""Data-parallel vLLM replicas: one generation service made of several engines.
+
+Why: a node's generation GPUs are best used as several engines (each tensor_parallel_size GPUs)
+rather than one engine tensor-parallel over all of them when the model fits in fewer GPUs:
+tensor parallelism all-reduces every layer, replicas share nothing while decoding. The
+replicas together implement the Generator protocol (trainer/rollout.py), so the loop, the
+pipeline source and eval (trainer/gen_service.py) see one generator.
+
+How:
+- Each replica is a VLLMGenerator whose engine runs in its own process, started with its own
+  GPUs (CUDA_VISIBLE_DEVICES: its tensor-parallel group from plan_topology). Only rank 0's node
+  hosts replicas: rank 0 starts them as local child processes; generation GPUs on other nodes
+  are planned and counted (trainer/devices.py) but not started yet.
+- A generate() call deals its prompts (each with its n samples) to the replicas by tokens:
+  longest prompt first to the replica with the least outstanding work (tokens dealt and not yet
+  returned, over every caller: eval and the rollout thread share the replicas), so equal
+  prompts go round-robin. The parts run at once (one thread per replica: each mostly waits on
+  its engine process) and are merged back in the order asked. Every prompt keeps its own seed
+  (seed + i*n, as one engine gives it), so the samples do not depend on the dealing.
+- A weight push walks the trainer's parameters once (under ZeRO-3: one gather per parameter,
+  which the other ranks join once) and broadcasts each over every replica's update group
+  (trainer/weight_push.py push_to_all), after pausing each replica at its next step boundary.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Optional, Sequence
+
+import torch
+
+from trainer.config import TrainConfig
+from trainer.rollout import Generation
+
+
+def replica_count(config: TrainConfig, gpus: int) -> int:
+    """Engines serving the job: rollout.vllm.data_parallel_replicas, else what plan_topology
+    places on one node with `gpus` GPUs (generation GPUs / tensor_parallel_size); 1 on CPU or
+    on a node whose one GPU is shared."""
+    from trainer.distributed import plan_topology
+
+    vc = config.rollout.vllm
+    if gpus < 2:
+        return vc.data_parallel_replicas or 1
+    plan = plan_topology(1, gpus, separate_generation=True, generation_gpus=vc.generation_gpus,
+                         tensor_parallel_size=vc.tensor_parallel_size,
+                         data_parallel_replicas=vc.data_parallel_replicas)
+    return len(plan.replicas)
+
+
+def replica_placements(config: TrainConfig, replicas: int) -> list[dict[str, str]]:
+    """Process environment of each replica's engine on this node: its own process, and on GPUs
+    its tensor-parallel group's devices (physical ids, through CUDA_VISIBLE_DEVICES)."""
+    from trainer.distributed import plan_topology
+
+    own_process = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n < 2:
+        return [dict(own_process) for _ in range(replicas)]
+    vc = config.rollout.vllm
+    plan = plan_topology(1, n, separate_generation=True, generation_gpus=vc.generation_gpus,
+                         tensor_parallel_size=vc.tensor_parallel_size,
+                         data_parallel_replicas=replicas)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    physical = visible.split(",") if visible else [str(i) for i in range(n)]
+    return [{**own_process, "CUDA_VISIBLE_DEVICES": ",".join(physical[g] for _, g in rep)}
+            for rep in plan.replicas]
+
+
+def deal(lengths: Sequence[int], loads: Sequence[int]) -> list[list[int]]:
+    """Prompt indices for each replica (ascending): longest prompt first, each to the replica
+    with the least load (`loads`: work already outstanding there, in tokens; ties: lowest
+    index). Equal prompts on idle replicas go round-robin."""
+    load = list(loads)
+    parts: list[list[int]] = [[] for _ in load]
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        r = min(range(len(load)), key=lambda r: (load[r], r))
+        parts[r].append(i)
+        load[r] += max(1, lengths[i])
+    return [sorted(p) for p in parts]
+
+
+def merge(parts: Sequence[Generation], dealt: Sequence[Sequence[int]], n: int) -> Generation:
+    """The replicas' outputs back in the order asked: prompt i's n rows at i*n .. i*n+n-1."""
+    total = sum(len(d) for d in dealt)
+    rows: list = [None] * (total * n)
+    for gen, idx in zip(parts, dealt):
+        for k, i in enumerate(idx):
+            for j in range(n):
+                r = k * n + j
+                rows[i * n + j] = (gen.tokens[r], gen.logprobs[r], gen.versions[r], gen.finished[r])
+    return Generation(tokens=[r[0] for r in rows], logprobs=[r[1] for r in rows],
+                      versions=[r[2] for r in rows], finished=[r[3] for r in rows])
+
+
+class ReplicaGenerator:
+    """Generator protocol over several VLLMGenerator engines (data-parallel replicas)."""
+
+    def __init__(self, config: TrainConfig, model: torch.nn.Module, tokenizer,
+                 replicas: int) -> None:
+        from trainer.rollout_vllm import VLLMGenerator
+
+        self.dtype = torch.float32 if config.precision.dtype == "fp32" else torch.bfloat16
+        self.engines = [VLLMGenerator(config, model, tokenizer, placement=env, push=False)
+                        for env in replica_placements(config, replicas)]
+        self.head_dtype = self.engines[0].head_dtype
+        self._loads = [0] * len(self.engines)  # outstanding prompt tokens x samples per replica
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(len(self.engines), thread_name_prefix="ablate-replica")
+        self.version = 0
+        self.last_deal: list[list[int]] = []  # the latest call's dealing (run log, tests)
+        self.sync_weights(model, version=0)
+
+    def generate(self, prompts: list[list[int]], *, n: int, max_new_tokens: int,
+                 temperature: float, top_p: float, seed: Optional[int]) -> Generation:
+        seeds = None if seed is None else [seed + i * n for i in range(len(prompts))]
+        with self._lock:
+            dealt = deal([len(p) * n for p in prompts], self._loads)
+            work = [sum(len(prompts[i]) * n for i in idx) for idx in dealt]
+            self._loads = [a + b for a, b in zip(self._loads, work)]
+            self.last_deal = dealt
+        try:
+            futures = [self._pool.submit(e.generate_seeded, [prompts[i] for i in idx],
+                                         None if seeds is None else [seeds[i] for i in idx],
+                                         n=n, max_new_tokens=max_new_tokens,
+                                         temperature=temperature, top_p=top_p) if idx else None
+                       for e, idx in zip(self.engines, dealt)]
+            parts = [f.result() if f is not None else Generation([], [], [], [])
+                     for f in futures]
+        finally:
+            with self._lock:
+                self._loads = [a - b for a, b in zip(self._loads, work)]
+        return merge(parts, dealt, n)
+
+    def sync_weights(self, model: torch.nn.Module, version: int) -> None:
+        """Pause every replica at its next step boundary, stream the weights once into all of
+        them, resume (in flight, as one engine does)."""
+        from trainer.rollout_vllm import _named_weights
+        from trainer.weight_push import push_to_all, weight_specs
+
+        held = []
+        try:
+            for e in self.engines:
+                e._take_engine()
+                held.append(e)
+            push_to_all([e.broadcaster(model) for e in self.engines],
+                        weight_specs(model, self.dtype), _named_weights(model, self.dtype))
+            for e in self.engines:
+                e.loaded(version)
+            self.version = version
+        finally:
+            for e in held:
+                e._gen_lock.release()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        for e in self.engines:
+            e.close()
