@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from _study_util import ROOT, wait_until
+from _study_util import ROOT, states, wait_until
 from _study_util import cli as study_cli
 from ablate.errors import InputError
 
@@ -325,6 +325,48 @@ def test_preempted_command_run_stops_its_trainer_and_resumes(tmp_path):
     assert len(status["preemptions"]) == 1 and status["gpu_hours"] > 0
     steps = [json.loads(x)["step"] for x in (d / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, 61))
+
+
+def _sh(*cmd: str) -> str:
+    return subprocess.run(cmd, capture_output=True, text=True).stdout
+
+
+@pytest.mark.slurm
+def test_command_run_preempted_on_slurm_is_requeued_and_resumes(tmp_path):
+    """On the real Slurm cluster: `scancel --signal=USR2` (what preemption delivers to every
+    process of the job) mid-run; the runner stops the command trainer with SIGTERM (it saves
+    at the step boundary), submitit requeues the same job, and the next attempt resumes with
+    `--resume` from that step: every step logged exactly once."""
+    from ablate.studies.launch import slurm
+
+    if os.environ.get("ABLATE_TEST_SLURM") != "1" and not slurm.available():
+        pytest.skip("no Slurm cluster: run `bash tests/slurm/cluster.sh start`")
+    study = command_study(tmp_path, "spre", "overrides: {lr: 0.2, step_s: 0.1}\n"
+                          "axes:\n  top: [0.9]\nbudget: {steps: 60}\n")
+    (rid,) = cli_json("sweep", str(study), "--results", str(tmp_path / "res"),
+                      "--executor", "slurm")["submitted"]
+    sd = tmp_path / "res" / "spre"
+    d = sd / rid
+    job = states(sd)[rid]["job_id"].split(":")[1]
+    wait_until(lambda: (d / "ckpt.json").exists() and
+               json.loads((d / "ckpt.json").read_text())["step"] >= 5, 120, 0.05, "step 5")
+    subprocess.run(["scancel", "--signal=USR2", job], check=True)
+
+    def finished():  # Slurm holds a requeued job back a while: release it now
+        if "PENDING" in _sh("squeue", "-h", "-o", "%T", "-j", job):
+            _sh("scontrol", "update", f"JobId={job}", "StartTime=now")
+        st = json.loads((d / "status.json").read_text())
+        return st if st["state"] in ("done", "failed") else None
+
+    st = wait_until(finished, 240, 0.5, "the requeued run to finish")
+    (pre,) = st["preemptions"]
+    assert st["state"] == "done" and st["step"] == 60 and "--resume" in st["command"], st
+    assert (d / "stops.log").read_text() == f"stopped at step {pre['stopped_at_step']}\n"
+    assert pre["exit"] == 0 and 5 <= pre["stopped_at_step"] < 60
+    steps = [json.loads(x)["step"] for x in (d / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 61))
+    assert states(sd)[rid]["job_id"] == f"slurm:{job}"  # the same job, requeued
+    assert "REQUEUE" in _sh("sacct", "-D", "-n", "-X", "-P", "-o", "State", "-j", job)
 
 
 def test_gpu_hours_budget_stops_the_trainer(tmp_path):
