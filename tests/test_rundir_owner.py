@@ -226,3 +226,34 @@ def test_tune_ranks_its_trials_on_one_shared_window(tmp_path):
         assert t["value"] == pytest.approx(shared.A, abs=1e-9) and t["search_value"] == 0.5
         assert t["A_ci"][0] <= t["value"] <= t["A_ci"][1]
     assert best is max(trials, key=lambda t: t["value"])
+
+
+def test_ablate_tune_reports_the_shared_window_and_ranks_by_it(tmp_path):
+    """Through `ablate tune` (2 trials of the synthetic entry, ~7 s): the best trial and every
+    value come from the fits on the one window the output states."""
+    from ablate.analysis.fitters import fit_sigmoid
+
+    space = tmp_path / "space.yaml"
+    space.write_text(f"""name: tw
+base: {ROOT / 'recipes' / 'proxy.yaml'}
+overrides: {{engine.threads: 1}}
+budget: {{steps: 40}}
+params: {{optim.lr: {{low: 1.0e-4, high: 4.0e-4}}}}
+objective: {{metric: eval/pass_rate, reduce: asymptote, x: gpu_hours}}
+n_trials: 2
+seed: 3
+""")
+    r = cli("tune", str(space), "--results", str(tmp_path / "res"), "--entry",
+            "_stage_entry:synthetic_run", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["window"]["rule"] == "shared" and set(out["window"]["starts"]) == {
+        "trial 0", "trial 1"}
+    for t in out["trials"]:
+        rows = rundir.read_metrics(Path(t["run_dir"]))
+        c = np.array([x["gpu_hours"] for x in rows])
+        y = np.array([x["eval/pass_rate"] for x in rows])
+        fit = fit_sigmoid(c, y, min_compute=out["window"]["min_compute"], n_boot=400,
+                          seeds=np.zeros(c.size))
+        assert t["value"] == pytest.approx(fit.A, abs=1e-9) and t["search_value"] is not None
+    assert out["best"]["number"] == max(out["trials"], key=lambda t: t["value"])["number"]
