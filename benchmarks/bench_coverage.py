@@ -5,16 +5,17 @@
 Protocol, per curve: fit on the first half of compute (`max_compute = C_max / 2`, the default
 window rule inside it), predict the score at C_max, and check whether the 95% interval covers it.
 old: the parameter draws' band (`percentile_interval` of the sigmoid at C_max over `Fit.samples`),
-what `predict_interval` gave before; new: `intervals.predictive_interval` (the same draws plus the
-held-out-tail discrepancy and the run drift at the target). Both from the same fit.
+what `predict_interval` gave before issue 24; drift_only: plus the run's drift at the target (the
+interval's first version); new: `intervals.predictive_interval` (drift, and half of the draws
+taking the plateau explanation: nothing gained past the window's end). All from the same fit.
 
 Sets:
   published  benchmarks/published/*.csv (SOURCES.md), target = mean of the last 3 evaluations
   knee, sag  synthetic misspecified runs (tests/test_intervals_coverage.py: exponential saturation,
              a sigmoid that sags late), target = the run's score at C_max without eval noise
   sigmoid    well-specified synthetic runs, same target
-Synthetic sets use seed 1 here; the method's choices (held-out shares, no multiplier) were looked
-at on seed 0 (the tests' seed) only. Nothing was tuned on the published curves.
+Synthetic sets use seed 1 here; the method (which has no constant to set) was chosen on seeds 0
+and 1 at 60 runs per shape. Nothing was tuned on the published curves.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import pandas as pd  # noqa: E402
 import test_intervals_coverage as tic  # noqa: E402
 from ablate.analysis.fit import FitError, percentile_interval, sigmoid  # noqa: E402
 from ablate.analysis.fitters import fit_sigmoid  # noqa: E402
-from ablate.analysis.intervals import INFLATE, predictive_interval  # noqa: E402
+from ablate.analysis.intervals import STOP, predictive_interval  # noqa: E402
 
 
 def half_fit_row(c: np.ndarray, y: np.ndarray, target: float, seed: int) -> dict:
@@ -56,11 +57,11 @@ def half_fit_row(c: np.ndarray, y: np.ndarray, target: float, seed: int) -> dict
     s = f.samples
     ivs = {"old": percentile_interval(sigmoid(c.max(), s["A"], s["B"], s["C_mid"], s["R0"])),
            "new": predictive_interval(f, c.max())}
-    k = s[INFLATE].copy()
-    s[INFLATE] = np.ones_like(k)  # the same draws without the tail check: the drift term alone
+    stop = s[STOP].copy()
+    s[STOP] = np.zeros_like(stop)  # the same draws without the plateau explanation: drift alone
     ivs["drift_only"] = predictive_interval(f, c.max())
-    s[INFLATE] = k
-    row = {"pred": float(f.predict(c.max())), "target": target, "inflation": float(k[0])}
+    s[STOP] = stop
+    row = {"pred": float(f.predict(c.max())), "target": target}
     for name, iv in ivs.items():
         row.update({name: list(iv), f"{name}_covers": bool(iv[0] <= target <= iv[1])})
     return row
@@ -73,11 +74,12 @@ def summary(rows: list[dict]) -> dict:
     out = {"curves": len(rows), "fits": len(ok),
            "mean_abs_err": float(np.mean([abs(r["pred"] - r["target"]) for r in ok])),
            # the narrowest interval centred on the prediction that covers 95% of the targets
-           "needed_width": 2 * float(np.quantile([abs(r["pred"] - r["target"]) for r in ok], 0.95)),
-           "share_inflated": float(np.mean([r["inflation"] > 1 for r in ok]))}
+           "needed_width": 2 * float(np.quantile([abs(r["pred"] - r["target"]) for r in ok], 0.95))}
     for k in ("old", "drift_only", "new"):
         out[f"{k}_coverage"] = float(np.mean([r[f"{k}_covers"] for r in ok]))
         out[f"{k}_mean_width"] = float(np.mean([r[k][1] - r[k][0] for r in ok]))
+        # which side misses: the plateau explanation only reaches down
+        out[f"{k}_miss_low"] = float(np.mean([r["target"] < r[k][0] for r in ok]))
     return out
 
 

@@ -3,8 +3,8 @@
 A fit on the first half of a run's compute predicts the score at the end. The parameter draws'
 band (the old interval) only says where the fitted *sigmoid* is; the run's score there is its
 true curve plus its drift, and the true curve need not be a sigmoid. The new interval
-(`intervals.predictive_interval`) adds the run drift at the target (REML noise model) and widens
-the draws' spread by the held-out-tail check's factor (`intervals.tail_check`).
+(`intervals.predictive_interval`) adds the run drift at the target (REML noise model), and half
+of its draws take the other explanation of the window: nothing gained after the window's end.
 
 Runs here: 200 evaluations (a dense eval log), a 1,000-prompt x 4-sample evaluation, AR(1) run
 drift (sd 0.006, phi 0.9; tests/synthetic.py's noise). Shapes, written here without `ablate`:
@@ -12,15 +12,15 @@ drift (sd 0.006, phi 0.9; tests/synthetic.py's noise). Shapes, written here with
 than any sigmoid) and "sag" (a sigmoid that declines from 10-30% of the run on). The departures are
 mild, as on published GSM8K runs: a half-compute fit misses the end by ~0.013-0.016.
 
-What is asserted (N = 60 runs per shape, seed 0; benchmarks/bench_coverage.py reports seed 1):
+What is asserted (N = 60 runs per shape, seed 0; benchmarks/bench_coverage.py reports seed 1 with
+100 runs, where all three shapes are >= 0.90):
+  * knee, sag: the old interval under-covers (< 0.7); the new one covers >= 0.87 (the 0.90 target
+    less one standard error of a 60-run coverage: the bound fails if the plateau draws go, which
+    leaves ~0.75-0.8) with a mean width within 1.25x the oracle width (twice the 95th percentile of
+    |prediction - target|: the narrowest interval centred on the prediction covering 95%);
   * sigmoid: the new interval covers >= 0.9 (the old one, ~0.85, does not hold the run's drift)
-    and its median width is within 2x the oracle width (twice the 95th percentile of
-    |prediction - target|: the narrowest interval centred on the prediction that covers 95%),
-    so the widening is what coverage needs, not more;
-  * knee, sag: the old interval under-covers (< 0.7), the new one covers at least 0.15 more and
-    >= 0.75, within 2x the oracle width. NOT the nominal 0.9: on these runs nothing in the window
-    tells which curves will miss (measured: the tail check's factor does not correlate with the
-    miss), so the misspecified shapes stay below nominal; see benchmarks/RESULTS.md.
+    and is within 2x the oracle width: the price of a plateau the window cannot rule out;
+  * inside the window nothing changes: the draws there are the parameter draws' sigmoid.
 """
 
 from __future__ import annotations
@@ -94,24 +94,38 @@ def measured(shape: str, n: int = N, seed: int = 0) -> dict:
     width = lambda iv: float(np.median([hi - lo for lo, hi, _ in iv]))  # noqa: E731
     return {"fits": len(err), "old_cover": cover(old), "new_cover": cover(new),
             "old_width": width(old), "new_width": width(new),
+            "new_mean_width": float(np.mean([hi - lo for lo, hi, _ in new])),
             "needed_width": 2 * float(np.quantile(err, 0.95)), "mean_err": float(np.mean(err))}
 
 
 @pytest.mark.parametrize("shape", ["knee", "sag"])
-def test_misspecified_curve_covered_better(shape):
+def test_misspecified_curve_covered(shape):
     m = measured(shape)
     print(shape, m)
     assert m["fits"] >= 0.9 * N
     assert m["old_cover"] < 0.7, "the shape no longer breaks the old interval: not a misspecification test"
-    assert m["new_cover"] >= m["old_cover"] + 0.15
-    assert m["new_cover"] >= 0.75
-    assert m["new_width"] <= 2.0 * m["needed_width"]
+    assert m["new_cover"] >= 0.87
+    assert m["new_mean_width"] <= 1.25 * m["needed_width"]
 
 
-def test_well_specified_sigmoid_widened_only_to_nominal():
+def test_well_specified_sigmoid_covered_at_nominal():
     m = measured("sigmoid")
     print(m)
     assert m["fits"] >= 0.9 * N
     assert m["new_cover"] >= 0.9
     assert m["new_width"] <= 2.0 * m["needed_width"]
-    assert m["new_width"] <= 1.6 * m["old_width"]
+
+
+def test_inside_the_window_the_draws_are_the_sigmoids():
+    from ablate.analysis.fit import sigmoid
+    from ablate.analysis.fitters import fit_sigmoid
+    from ablate.analysis.intervals import predictive_draws
+
+    _, c, y = run("sigmoid", np.random.default_rng(5))
+    f = fit_sigmoid(c, y, max_compute=0.5, random_state=0)
+    s, inside = f.samples, np.array([0.2, 0.5])
+    want = sigmoid(inside[None, :], s["A"][:, None], s["B"][:, None], s["C_mid"][:, None],
+                   s["R0"][:, None])
+    assert np.array_equal(predictive_draws(f, inside), want)
+    past = predictive_draws(f, 1.0)  # past the window: the plateau half sits lower
+    assert np.median(past[1::2]) < np.median(past[0::2])
