@@ -23,34 +23,37 @@ import os
 import signal
 import subprocess
 from pathlib import Path
-from typing import IO
+from typing import IO, Callable
 
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def _die_with_parent(parent: int) -> None:
-    """Linux: the trainer gets SIGKILL when the job process dies (killed, OOM), so a killed
-    job leaves no trainer behind even though the trainer is in a session of its own."""
+def _prctl() -> Callable[..., int] | None:
+    """libc's prctl, looked up in the parent: between fork and exec the child must not load
+    libraries or import (another thread of the job may hold a lock it would wait on)."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):  # not Linux: the job's own cleanup (finally) is all
-        return
-    if os.getppid() != parent:  # the job died before prctl took effect
-        os._exit(1)
+        return None
 
 
-def _child_setup(parent: int) -> None:  # runs in the child between fork and exec
+def _child_setup(parent: int, prctl: Callable[..., int] | None) -> None:
+    """Between fork and exec: Slurm's USR2 ignored; on Linux, SIGKILL when the job process
+    dies (killed, OOM), so a killed job leaves no trainer behind although the trainer is in
+    a session of its own."""
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-    _die_with_parent(parent)
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:  # the job died before prctl took effect
+            os._exit(1)
 
 
 def start(argv: list[str], out: IO[bytes], env: dict[str, str], cwd: Path) -> subprocess.Popen:
     """Start the trainer as the leader of a new session (its own process group)."""
     return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                             start_new_session=True,
-                            preexec_fn=functools.partial(_child_setup, os.getpid()))
+                            preexec_fn=functools.partial(_child_setup, os.getpid(), _prctl()))
 
 
 def signal_group(proc: subprocess.Popen, signum: int) -> None:
