@@ -398,7 +398,9 @@ class EvalConfig(_Strict):
         "max_new_tokens) tokens; the paper's 1,000 x 16 at ~14k tokens cannot decode at once. "
         "None = 64 prompts per call (64 x samples_per_prompt rows; the proxy's chunking). A "
         "different chunking draws different samples (one random stream per call): the same "
-        "pass rate in expectation, identical when eval is near-greedy.",
+        "pass rate in expectation, identical when eval is near-greedy. hf backend only: with "
+        "rollout.backend vllm eval goes through the job's engine in one call (vLLM schedules "
+        "its own KV cache).",
     )
     temperature: float = Field(1.0, gt=0, description="Sampling temperature at eval.")
     split: Literal["heldout", "train"] = Field(
