@@ -236,15 +236,64 @@ def _trained_to(run_dir: Path, budget: dict[str, Any]) -> bool:
         _reaches(_run_budget(run_dir), budget)
 
 
+def _suggest_config(trial: Any, space: TuneSpace, tree: dict[str, Any], prov: Provenance,
+                    path: Path):
+    """The trial's TrainConfig: the base with the sampler's value for every param."""
+    cfg_tree = set_path(tree, ("seed",), space.seed)
+    for dotted, p in space.params.items():
+        if p.choices is not None:
+            v = trial.suggest_categorical(dotted, p.choices)
+        elif p.integer:
+            v = trial.suggest_int(dotted, int(p.low), int(p.high), log=p.log)
+        else:
+            v = trial.suggest_float(dotted, p.low, p.high, log=p.log)
+        cfg_tree = set_path(cfg_tree, tuple(dotted.split(".")), v)
+    return validate_config(cfg_tree, prov, str(path))
+
+
+def _judge_rung(trial: Any, i: int, budget: dict[str, Any], run_dir: Path, obj: Objective) -> None:
+    """Fit the trial's curve at rung `i` and report it to the pruner; optuna.TrialPruned when
+    its A's upper bound is below the best finished trial's lower bound or, with no fit, when
+    its score collapsed (ablate.studies.pruner)."""
+    import optuna
+
+    from ablate.analysis.fit import FitError
+    from ablate.studies.stages import run_level
+
+    try:
+        c, y = _points(run_dir, obj)
+    except FitError:
+        c, y = [], []
+    try:
+        fit = _fit_points(c, y, obj)
+    except Exception:  # noqa: BLE001 - no fit: only a collapse can stop it (pruner.py)
+        level = run_level(y)
+        fell = list(level) if level is not None else None
+        trial.set_user_attr("rung_A_ci", None)
+        trial.set_user_attr("rung_fell", fell)
+        if fell is not None:
+            trial.report(fell[1], i)
+            if trial.should_prune():
+                trial.set_user_attr("pruned_at", budget)
+                raise optuna.TrialPruned(f"score fell from {fell[0]:.3f} to "
+                                         f"{fell[1]:.3f} (collapsed)") from None
+        return
+    trial.set_user_attr("rung_A_ci", list(fit.ci.get("A", (fit.A, fit.A))))
+    trial.set_user_attr("rung_fell", None)
+    trial.report(fit.A, i)
+    if trial.should_prune():
+        trial.set_user_attr("pruned_at", budget)
+        raise optuna.TrialPruned(f"A upper bound {fit.ci['A'][1]:.3f} below the best "
+                                 "finished trial's lower bound")
+
+
 def tune(path: Path, results: Path, *, n_trials: int | None = None, entry: str = "trainer:run",
          show: bool = True) -> dict[str, Any]:
     """Run the missing trials in this process; returns {"best": {...}, "trials": [...]}."""
     import optuna
 
-    from ablate.analysis.fit import FitError
     from ablate.studies.launch.job import load_entry, stdout_to_stderr
     from ablate.studies.pruner import CurvePruner
-    from ablate.studies.stages import run_level
 
     space, tree, prov, _ = load_space(path)
     out_dir = study_dir_for(results, space.name)
@@ -260,16 +309,7 @@ def tune(path: Path, results: Path, *, n_trials: int | None = None, entry: str =
     total = n_trials or space.n_trials
 
     def objective(trial: optuna.Trial) -> float:
-        cfg_tree = set_path(tree, ("seed",), space.seed)
-        for dotted, p in space.params.items():
-            if p.choices is not None:
-                v = trial.suggest_categorical(dotted, p.choices)
-            elif p.integer:
-                v = trial.suggest_int(dotted, int(p.low), int(p.high), log=p.log)
-            else:
-                v = trial.suggest_float(dotted, p.low, p.high, log=p.log)
-            cfg_tree = set_path(cfg_tree, tuple(dotted.split(".")), v)
-        cfg = validate_config(cfg_tree, prov, str(path))
+        cfg = _suggest_config(trial, space, tree, prov, path)
         run_dir = out_dir / run_id_of(cfg.model_dump(mode="json"))
         trial.set_user_attr("run_dir", str(run_dir))
         rungs = [b.model_dump(exclude_none=True) for b in space.prune.rungs] if space.prune else []
@@ -278,31 +318,7 @@ def tune(path: Path, results: Path, *, n_trials: int | None = None, entry: str =
                 fn(cfg.model_copy(update={"budget": BudgetConfig(**b)}), run_dir)
             if rundir.read_state(run_dir) == rundir.RunState.DIVERGED:
                 break
-            try:
-                c, y = _points(run_dir, space.objective)
-            except FitError:
-                c, y = [], []
-            try:
-                fit = _fit_points(c, y, space.objective)
-            except Exception:  # noqa: BLE001 - no fit: only a collapse can stop it (pruner.py)
-                level = run_level(y)
-                fell = list(level) if level is not None else None
-                trial.set_user_attr("rung_A_ci", None)
-                trial.set_user_attr("rung_fell", fell)
-                if fell is not None:
-                    trial.report(fell[1], i)
-                    if trial.should_prune():
-                        trial.set_user_attr("pruned_at", b)
-                        raise optuna.TrialPruned(f"score fell from {fell[0]:.3f} to "
-                                                 f"{fell[1]:.3f} (collapsed)") from None
-                continue
-            trial.set_user_attr("rung_A_ci", list(fit.ci.get("A", (fit.A, fit.A))))
-            trial.set_user_attr("rung_fell", None)
-            trial.report(fit.A, i)
-            if trial.should_prune():
-                trial.set_user_attr("pruned_at", b)
-                raise optuna.TrialPruned(f"A upper bound {fit.ci['A'][1]:.3f} below the best "
-                                         "finished trial's lower bound")
+            _judge_rung(trial, i, b, run_dir, space.objective)
         if not rundir.is_final(rundir.read_state(run_dir)) or (
                 rungs and not _trained_to(run_dir, cfg.budget.model_dump(exclude_none=True))):
             fn(cfg, run_dir)  # resumes from the run dir's checkpoint if there is one
