@@ -10,7 +10,8 @@ interval's first version); new: `intervals.predictive_interval` (drift, and half
 taking the plateau explanation: nothing gained past the window's end). All from the same fit.
 
 Sets:
-  published  benchmarks/published/*.csv (SOURCES.md), target = mean of the last 3 evaluations
+  published  benchmarks/published/*.csv (SOURCES.md), target = mean of the last 3 evaluations;
+             published_splits: the same curves fit on their first 30, 40, 50, 60 and 70% of compute
   knee, sag  synthetic misspecified runs (tests/test_intervals_coverage.py: exponential saturation,
              a sigmoid that sags late), target = the run's score at C_max without eval noise
   sigmoid    well-specified synthetic runs, same target
@@ -46,12 +47,14 @@ from ablate.analysis.fitters import fit_sigmoid  # noqa: E402
 from ablate.analysis.intervals import STOP, predictive_interval  # noqa: E402
 
 
-def half_fit_row(c: np.ndarray, y: np.ndarray, target: float, seed: int) -> dict:
-    """One curve: the half-compute fit's prediction at the end, old and new interval."""
+def half_fit_row(c: np.ndarray, y: np.ndarray, target: float, seed: int,
+                 share: float = 0.5) -> dict:
+    """One curve: the prediction at the end of a fit on its first `share` of compute, old and
+    new interval."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            f = fit_sigmoid(c, y, max_compute=c.max() / 2, random_state=seed)
+            f = fit_sigmoid(c, y, max_compute=c.max() * share, random_state=seed)
     except FitError as e:
         return {"refused": str(e)[:120]}
     s = f.samples
@@ -83,14 +86,15 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
-def published() -> list[dict]:
+def published(shares: tuple[float, ...] = (0.5,)) -> list[dict]:
+    """Each published curve, fit on its first `share` of compute for each share."""
     rows = []
     for path in sorted((ROOT / "benchmarks" / "published").glob("*.csv")):
         for v, g in pd.read_csv(path).groupby("variant", sort=False):
             g = g.sort_values("compute")
             c, y = g["compute"].to_numpy(float), g["score"].to_numpy(float)
-            rows.append({"file": path.name, "variant": str(v),
-                         **half_fit_row(c, y, float(np.mean(y[-3:])), 0)})
+            rows += [{"file": path.name, "variant": str(v), "share": share,
+                      **half_fit_row(c, y, float(np.mean(y[-3:])), 0, share)} for share in shares]
     return rows
 
 
@@ -114,6 +118,11 @@ def main() -> None:
     rows = published()
     res["published"] = {"summary": summary(rows), "rows": rows}
     print("published", json.dumps(res["published"]["summary"]), flush=True)
+    # more cases from the same curves: fits on their first 30-70% of compute (not independent:
+    # one curve's fits share its noise)
+    rows = published((0.3, 0.4, 0.5, 0.6, 0.7))
+    res["published_splits"] = {"summary": summary(rows), "rows": rows}
+    print("published_splits", json.dumps(res["published_splits"]["summary"]), flush=True)
     for shape in tic.SHAPES:
         rows = synthetic(shape, a.curves, a.seed)
         res[shape] = {"summary": summary(rows)}
