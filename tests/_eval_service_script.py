@@ -32,7 +32,7 @@ def eval_config(replicas: int = 1):
         rollout={"backend": "vllm", "prompts_per_step": 8, "generations_per_prompt": 4,
                  "vllm": {"data_parallel_replicas": replicas}},
         off_policy={"mode": "ppo_off_policy", "k": 1},
-        eval={"temperature": GREEDY, "samples_per_prompt": 1, "num_prompts": 64,
+        eval={"temperature": GREEDY, "samples_per_prompt": 2, "num_prompts": 64,
               "batch_size": 8},  # the hf sampler's chunking; the service ignores it
         data={"zero_variance_filter": False},
         optim={"lr": 2e-3, "warmup_steps": 0},  # one step visibly moves the greedy answers
@@ -44,8 +44,8 @@ def greedy_tokens(gen, run) -> list[list[int]]:
     from trainer.length import generate_rollout
 
     c = run.c
-    return generate_rollout(gen, run.eval_prompts, c, run.tok, seed=c.seed * 7919 + 17, n=1,
-                            temperature=GREEDY).tokens
+    return generate_rollout(gen, run.eval_prompts, c, run.tok, seed=c.seed * 7919 + 17,
+                            n=c.eval.samples_per_prompt, temperature=GREEDY).tokens
 
 
 def hf_reference(run) -> tuple[float, list[list[int]]]:
@@ -56,9 +56,11 @@ def hf_reference(run) -> tuple[float, list[list[int]]]:
     c = run.c
     hf = HFGenerator(c, run.model, run.tok)
     pr = pass_rate(hf, run.task, run.eval_problems, run.eval_prompts, c, run.tok,
-                   seed=c.seed * 7919 + 17, k=1, temperature=GREEDY, batch_rows=c.eval.batch_size)
+                   seed=c.seed * 7919 + 17, k=c.eval.samples_per_prompt, temperature=GREEDY,
+                   batch_rows=c.eval.batch_size)
     toks = greedy_tokens(hf, run)
-    assert pr == sum(score(run.task, run.eval_problems, run.tok, toks, 1)) / len(toks)
+    k = c.eval.samples_per_prompt
+    assert pr == sum(score(run.task, run.eval_problems, run.tok, toks, k)) / len(toks)
     return pr, toks
 
 
@@ -87,7 +89,7 @@ def concurrent_calls(gen, run, solo: list[list[int]]) -> dict:
     overlapped = t.is_alive()  # eval returned while the rollout call was still open
     t.join()
     g = box["g"]
-    return {"overlapped": overlapped, "eval_equal": ev == solo, "rows": len(g.tokens),
+    return {"overlapped": overlapped, "eval_mismatched": mismatched(ev, solo), "rows": len(g.tokens),
             "lens_match": all(len(a) == len(b) == len(v) and 0 < len(a) <= 6
                               for a, b, v in zip(g.tokens, g.logprobs, g.versions)),
             "routes_left": sum(len(e._routes) for e in engines)}
@@ -106,7 +108,8 @@ def check_eval(work: Path, replicas: int) -> None:
         hf0, hf0_tokens = hf_reference(run)
         run.evaluate(source)  # step 0, as the loop's first eval
         v0 = greedy_tokens(gen, run)
-        report("step0", hf=hf0, mismatched=mismatched(v0, hf0_tokens), version=gen.version,
+        report("step0", hf=hf0, mismatched=mismatched(v0, hf0_tokens), rows=len(v0),
+               version=gen.version,
                engines=len(getattr(gen, "engines", [gen])),
                dealt=[len(d) for d in getattr(gen, "last_deal", [])])
         report("concurrent", **concurrent_calls(gen, run, v0))

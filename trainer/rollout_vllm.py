@@ -50,6 +50,9 @@ from trainer.rollout import Generation
 from trainer.weight_push import WeightBroadcast, weight_specs
 
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+# vLLM samples greedily below this temperature (vllm.sampling_params._SAMPLING_EPS) and then
+# refuses n > 1; a near-greedy eval (eval.temperature 1e-6) asks for k samples per prompt.
+GREEDY_BELOW = 1e-5
 
 
 def _zero3_full(p: torch.nn.Parameter) -> torch.Tensor:
@@ -323,6 +326,8 @@ class VLLMGenerator:
                         max_new_tokens: int, temperature: float, top_p: float) -> Generation:
         """generate() with prompt i's own seed `seeds[i]` (its samples use seeds[i] + j): a
         prompt dealt to any replica draws the same samples (trainer/vllm_replicas.py)."""
+        if n > 1 and temperature < GREEDY_BELOW:  # vLLM refuses n > 1 greedy: n equal rows
+            prompts, seeds, n = [p for p in prompts for _ in range(n)], None, 1
         self._take_engine()
         try:
             return self._generate(prompts, n, max_new_tokens, temperature, top_p, seeds)
