@@ -71,9 +71,9 @@ class Fit:
 
     def predict_interval(self, compute: float) -> tuple[float, float]:
         """95% interval of the score a run reaches at `compute`: inside the fit window the
-        parameter draws' band; past it also the run's drift and the window's own tail check
-        (ablate/analysis/intervals.py), so an extrapolation does not claim the precision of
-        the curve it assumed."""
+        parameter draws' band; past it also the run's drift and the plateau the window cannot
+        rule out (ablate/analysis/intervals.py), so an extrapolation does not claim the
+        precision of the curve it assumed."""
         # Local import: intervals builds on Fit (it imports this module).
         from ablate.analysis.intervals import predictive_interval
 

@@ -59,7 +59,7 @@ def plan(groups: list[GroupFit], budget: float, *, tol: float = 0.005) -> dict[s
     if ok:
         n = min(len(g.fit.samples.get("A", [0])) if g.fit.samples else 10**9 for g in ok)
         n = n if n < 10**9 else 1
-        # The same draws as each variant's interval: parameters, drift, tail check.
+        # The same draws as each variant's interval: parameters, drift, plateau.
         S = np.stack([np.asarray(predictive_draws(g.fit, budget), float)[:n] if g.fit.samples
                       else sigmoid(budget, *_draws(g.fit, n)) for g in ok])  # [variants, draws]
         S = np.where(np.isfinite(S), S, np.nan)
