@@ -32,7 +32,9 @@ class Names:
     short: dict[str, str] = field(default_factory=dict)
 
     def __call__(self, variant: Optional[str]) -> str:
-        v = self.short.get(variant or "", variant or "")
+        if variant is None:
+            return "None"  # as the sentence printed it before names were shortened
+        v = self.short.get(variant, variant)
         return f"({v})" if ", " in v and v != variant else v  # a multi-axis value tuple
 
 
