@@ -16,7 +16,7 @@ What is asserted (N = 60 runs per shape, seed 0; benchmarks/bench_coverage.py re
 100 runs, where all three shapes are >= 0.90):
   * knee, sag: the old interval under-covers (< 0.7); the new one covers >= 0.87 (the 0.90 target
     less one standard error of a 60-run coverage: the bound fails if the plateau draws go, which
-    leaves ~0.75-0.8) with a mean width within 1.25x the oracle width (twice the 95th percentile of
+    leaves 0.70-0.83) with a mean width within 1.25x the oracle width (twice the 95th percentile of
     |prediction - target|: the narrowest interval centred on the prediction covering 95%);
   * sigmoid: the new interval covers >= 0.9 (the old one, ~0.85, does not hold the run's drift)
     and is within 2x the oracle width: the price of a plateau the window cannot rule out;
