@@ -78,6 +78,9 @@ def test_two_replicas_serve_eval_and_both_get_pushes(tmp_path):
     same_answers({**step1, "rows": step0["rows"]}, m["pass_rates"][1])
     assert step1["stale_version"] == 0 and step1["version"] == 1 and step1["moved"] >= 10
     c = r["concurrent"]
+    # Not asserted: `overlapped` (eval returning before the rollout call). The engines admit
+    # requests first come, first served, so eval's queue behind the rollout's 1,600 rows;
+    # seen False with two engine processes, True with the one in-process engine.
     assert c["eval_mismatched"] <= 4 and c["rows"] == 1600 and c["lens_match"] and c["routes_left"] == 0, c
 
 

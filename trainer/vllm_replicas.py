@@ -108,7 +108,10 @@ class ReplicaGenerator:
         self.head_dtype = self.engines[0].head_dtype
         self._loads = [0] * len(self.engines)  # outstanding prompt tokens x samples per replica
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(len(self.engines), thread_name_prefix="ablate-replica")
+        # A worker per replica per concurrent caller (the rollout thread, eval, a spare): with
+        # one per replica, eval's parts queued behind a whole rollout call instead of joining
+        # the engines at their next step (workers mostly wait on their engine process).
+        self._pool = ThreadPoolExecutor(4 * len(self.engines), thread_name_prefix="ablate-replica")
         self.version = 0
         self.last_deal: list[list[int]] = []  # the latest call's dealing (run log, tests)
         self.sync_weights(model, version=0)
