@@ -101,16 +101,24 @@ def test_trl_keys_checked_before_submitting(tmp_path, tiny):
     assert not (tmp_path / "res").exists()
 
 
-def run_trl_study(tmp_path: Path, tiny: Path, executor: str) -> None:
+def run_trl_study(tmp_path: Path, tiny: Path, executor: str, stages: bool = False) -> None:
     """Two TRL loss types, one seed, 40 GRPO steps each, through `executor`; `status` shows
-    each run's step from TRL's log; `compare` fits both curves (num_tokens vs eval_reward)."""
+    each run's step from TRL's log; `compare` fits both curves (num_tokens vs eval_reward).
+    `stages`: adaptive, a stage at 20 steps (`sweep --wait` fits it, stops what cannot win,
+    and resumes the rest from their checkpoint-20 to 40)."""
     study = trl_study(tmp_path, tiny, "  loss_type: [dapo, grpo]")
+    if stages:
+        study.write_text(study.read_text() + "stages: {budgets: [{steps: 20}], scale_winner: true}\n")
     res = tmp_path / "res"
     dry = cli_json("sweep", str(study), "--results", str(res), "--dry-run")
     assert [v["name"] for v in dry] == ["loss_type=dapo", "loss_type=grpo"]
     assert dry[0]["config"]["budget"]["steps"] == 40 and "max_steps" not in dry[0]["config"]["overrides"]
-    out = cli_json("sweep", str(study), "--results", str(res), "--executor", executor)
-    assert len(out["submitted"]) == 2 and out["executor"] == executor
+    out = cli_json("sweep", str(study), "--results", str(res), "--executor", executor,
+                   *(["--wait"] if stages else []))
+    assert out["executor"] == executor
+    # --wait's answer is its last round (stage 2's submissions, or none once all ran)
+    assert (out["finished"] and out["stage"] == 1) if stages else len(out["submitted"]) == 2, out
+    stopped = set(out["decisions"][0]["stopped"]) if stages else set()
     from ablate.studies.status import study_states
 
     def finished():
@@ -118,18 +126,26 @@ def run_trl_study(tmp_path: Path, tiny: Path, executor: str) -> None:
         return s if all(x.state in ("done", "failed") for x in s) else None
 
     states = wait_until(finished, timeout=300, poll=3, what="TRL runs")
-    assert [(s.state, s.step) for s in states] == [("done", 40), ("done", 40)], states
+    assert [(s.state, s.step) for s in states] == [
+        ("done", 20 if s.name in stopped else 40) for s in states], states
     fits = cli_json("compare", str(res / "trl"))
     assert sorted(f["variant"] for f in fits) == ["loss_type=dapo", "loss_type=grpo"]
     for f in fits:
         assert f["n_points"] >= 8 and 0 < f["A"] <= 1.0, f
-    rows = [json.loads(x) for x in (res / "trl" / states[0].run_id / "trl" / "log.jsonl")
-            .read_text().splitlines()]
-    assert rows[-1]["step"] == 40 and any("eval_reward" in x for x in rows)
+    for s in states:
+        rows = [json.loads(x) for x in (res / "trl" / s.run_id / "trl" / "log.jsonl")
+                .read_text().splitlines()]
+        want = 20 if s.name in stopped else 40  # each train row once: stage 2 resumed at 20
+        assert [r["step"] for r in rows if "loss" in r] == list(range(2, want + 1, 2)), rows
+        assert any("eval_reward" in x for x in rows)
+    if stages and not stopped:
+        cmd = json.loads((res / "trl" / states[0].run_id / "status.json").read_text())["command"]
+        assert cmd[-2:] == ["--resume_from_checkpoint", "true"] and \
+            cmd[cmd.index("--max_steps") + 1] == "40"
 
 
-def test_trl_study_local_then_compare(tmp_path, tiny):
-    run_trl_study(tmp_path, tiny, "local")
+def test_trl_adaptive_study_local_then_compare(tmp_path, tiny):
+    run_trl_study(tmp_path, tiny, "local", stages=True)
 
 
 @pytest.mark.slurm
