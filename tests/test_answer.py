@@ -1,5 +1,5 @@
 """The answer sentence names variants as the table does: shortened to the values that differ,
-the axis named once (ablate.analysis.answer.names_for over ablate.cli.tables.shorten)."""
+the axis named once (ablate.analysis.answer.names_for over ablate.analysis.labels.shorten)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from rich.console import Console
 
 import synthetic as sy
 from _curves_util import curves_frame, write_study
-from ablate.cli.tables import shorten
+from ablate.analysis.labels import shorten
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDTHS = (80, 100, 160)

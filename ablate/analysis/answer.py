@@ -7,7 +7,7 @@ window. It must stay true for adaptive studies: a variant stopped at an early st
 survivor that was not scaled (`scale_winner: false`), is said to be at that fraction of the
 final budget, never "reached the final budget".
 
-Variant names are the table's: shortened to the values that differ (`ablate.cli.tables.shorten`),
+Variant names are the table's: shortened to the values that differ (`ablate.analysis.labels.shorten`),
 with the axis named once at the start, e.g. "off_policy.mode: pipeline and ppo_off_policy tie on
 A ...", so the sentence and the table below it name each variant the same way.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ablate.analysis.labels import differing_axes, shorten
 from ablate.analysis.pipeline import Analysis
 
 SURE = 0.95  # P(beats) at or beyond this (or 1 - this) reads as a difference, else "no difference"
@@ -39,18 +40,14 @@ class Names:
 
 
 def names_for(labels: list[str]) -> Names:
-    """The table's short labels (`ablate.cli.tables.shorten` over the same rows) and the axes
+    """The table's short labels (`ablate.analysis.labels.shorten` over the same rows) and the axes
     that differ, named once: "off_policy.mode: " for one axis, "(optim.lr, loss.type): " for
     several (their values then read as "(1e-4, cispo)")."""
-    from ablate.cli.tables import _assignments, shorten
-
     labels = list(dict.fromkeys(labels))
     _, short = shorten(labels)
     if all(short[v] == v for v in labels):
         return Names("", short)
-    keys, _ = _assignments(labels[0])  # type: ignore[misc]  # shorten parsed every label
-    vals = [_assignments(v)[1] for v in labels]  # type: ignore[index]
-    axes = [k for i, k in enumerate(keys) if len({row[i] for row in vals}) > 1]
+    axes = differing_axes(labels)
     return Names(axes[0] + ": " if len(axes) == 1 else f"({', '.join(axes)}): ", short)
 
 

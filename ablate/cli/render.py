@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Optional
 from rich.console import Console, Group
 from rich.text import Text
 
-from ablate.cli.tables import Col, ci, shorten, table
+from ablate.analysis.labels import shorten
+from ablate.cli.tables import Col, ci, table
 
 if TYPE_CHECKING:
     from ablate.analysis.compare import Ranked

@@ -11,7 +11,6 @@ bracketed text (`[95%]`, `E[regret]`) prints as written.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from typing import Optional, Union
 
@@ -21,10 +20,11 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ablate.analysis.labels import ASSIGN
+
 Cell = Union[str, Text, RenderableType]
 PADDING = (0, 1, 0, 0)  # right only: with the separator, columns sit two spaces apart
 MAX_LINES = 2  # a cell wrapped further than this is a paragraph, not a table cell
-LEGEND_MAX = 90  # a legend listing more values than fit on a line names the axes only
 
 
 @dataclass
@@ -46,50 +46,6 @@ class Col:
                       if isinstance(c, (str, Text))]
 
 
-# ---------------------------------------------------------------------------------------------
-# variant labels: the axis names once, the values that differ in the table
-
-_ASSIGN = re.compile(r",(?=[A-Za-z_][\w.\-]*=)")  # a comma that starts the next `axis=value`
-
-
-def _assignments(label: str) -> Optional[tuple[list[str], list[str]]]:
-    """`a.b=x,c=y` -> (["a.b", "c"], ["x", "y"]); None for a label not of that form."""
-    parts = [p.split("=", 1) for p in _ASSIGN.split(label)]
-    if not all(len(p) == 2 for p in parts):
-        return None
-    return [p[0] for p in parts], [p[1] for p in parts]
-
-
-def shorten(labels: list[str]) -> tuple[str, dict[str, str]]:
-    """(legend, label -> short label). When every label assigns the same axes (a grid or a
-    single-axis study), the table shows only the values that differ and the legend names the
-    axes once, e.g. `off_policy.mode: pipeline | ppo_off_policy`; an axis every label sets to
-    the same value goes to the legend as `axis=value`. Anything else (one-at-a-time studies,
-    `base`, plain names from a CSV) is shown as written, with no legend."""
-    same = ("", {lab: lab for lab in labels})
-    parsed = [_assignments(lab) for lab in labels]
-    if len(labels) < 2 or any(p is None for p in parsed):
-        return same
-    keys = parsed[0][0]  # type: ignore[index]
-    if any(p[0] != keys for p in parsed if p):
-        return same
-    values = [p[1] for p in parsed if p]  # one row of values per label
-    varying = [i for i in range(len(keys)) if len({row[i] for row in values}) > 1]
-    fixed = [f"{keys[i]}={values[0][i]}" for i in range(len(keys)) if i not in varying]
-    short = {lab: ", ".join(row[i] for i in varying) for lab, row in zip(labels, values)}
-    if not varying or len(set(short.values())) < len(set(labels)):
-        return same
-    head = [f"variant = {', '.join(keys[i] for i in varying)}"] if len(varying) > 1 else []
-    legend = "\n".join(head + [_values(keys[i], [row[i] for row in values]) for i in varying])
-    return legend + (f" (all {', '.join(fixed)})" if fixed else ""), short
-
-
-def _values(axis: str, values: list[str]) -> str:
-    """`axis: a | b`, or `axis: n values` when the list would not fit a line."""
-    listed = f"{axis}: " + " | ".join(dict.fromkeys(values))
-    return listed if cell_len(listed) <= LEGEND_MAX else f"{axis}: {len(set(values))} values"
-
-
 def _two_lines(label: Cell) -> Cell:
     """`a=1,b=2,c=3` (or a shortened `1, 2, 3`) broken after the comma that best halves it,
     every `axis=value` (value) whole: the last resort before columns are left out for a long
@@ -97,7 +53,7 @@ def _two_lines(label: Cell) -> Cell:
     if not isinstance(label, str):
         return label
     sep = ", " if ", " in label else ","
-    parts = label.split(sep) if sep == ", " else _ASSIGN.split(label)
+    parts = label.split(sep) if sep == ", " else ASSIGN.split(label)
     if len(parts) < 2:
         return label
     k = min(range(1, len(parts)), key=lambda k: max(len(sep.join(parts[:k])) + 1,

@@ -49,7 +49,8 @@ def _table(states: list[RunState], budgets: dict[str, Optional[int]], title: str
     from rich.progress_bar import ProgressBar
     from rich.text import Text
 
-    from ablate.cli.tables import Col, shorten, table
+    from ablate.analysis.labels import shorten
+    from ablate.cli.tables import Col, table
 
     bars: list[Any] = []
     steps: list[str] = []
