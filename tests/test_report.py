@@ -87,8 +87,11 @@ def test_report_page_content(tmp_path):
     assert "name: loss_agg" in page  # the study as submitted
     # the answer on top, naming the baseline and the window the table was fitted on
     assert page.index('class="answer"') < page.index("<h2>Question</h2>")
-    assert data.answer.startswith("loss.aggregation=prompt has the higher ceiling: A 0.6")
-    assert "(baseline loss.aggregation=prompt; window 0-1 gpu_hours)" in data.answer
+    # variants named as the table names them: the axis once, then the values that differ
+    assert data.answer.startswith("loss.aggregation: prompt has the higher ceiling: A 0.6")
+    assert "(baseline prompt; window 0-1 gpu_hours)" in data.answer
+    assert "<b>Variants</b>: loss.aggregation: prompt | token | sample" in page
+    assert '<span title="loss.aggregation=token">token</span>' in page
     assert html.escape(data.answer) in page and "<b>Fit window</b>" in page
     # one colour per variant, the same in the table and in every figure
     assert len(set(data.colors.values())) == 2 + 1

@@ -24,6 +24,7 @@ import yaml
 
 from ablate.errors import InputError
 from ablate.analysis.gather import is_study_dir
+from ablate.analysis.labels import shorten
 from trainer.rundir import read_status
 
 
@@ -47,6 +48,10 @@ class ReportData:
     baseline: Optional[str] = None
     window: dict[str, Any] = field(default_factory=dict)  # pipeline.Window.to_json() + "text"
     colors: dict[str, str] = field(default_factory=dict)  # variant -> its colour in every plot
+    # The table names variants as compare and the answer sentence do: the values that differ,
+    # the axes once in the legend (ablate.analysis.labels.shorten); the full label is the tooltip.
+    legend: str = ""
+    short: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in ("figures", "study_yaml")}
@@ -180,6 +185,7 @@ def collect(study_dir: Path, *, options=None, n_boot: Optional[int] = None,
     data.window = _finite({**a.window.to_json(), "text": a.window.text(a.curves.x)})
     colors = palette([g.variant for g in a.groups])
     data.colors = colors
+    data.legend, data.short = shorten([r["variant"] for r in data.ranking])
     if any(g.fit for g in a.groups):
         data.figures["All variants"] = _png_b64(a.curves, a.groups, colors)
         for g in a.groups:
