@@ -149,7 +149,7 @@ def _model():
 def _step(model, head, rows: list[tuple[list[int], list[int]]], budget: int | None,
           how: str = "split") -> None:
     """Forward + backward of the rows as the trainer does it: one batch, or micro-batches."""
-    from trainer.model import completion_logprobs, pack, pack_right, right_padded_logprobs
+    from trainer.logprobs import completion_logprobs, pack, pack_right, right_padded_logprobs
 
     body = model.get_decoder()
     dev = torch.device("cpu")

@@ -48,7 +48,7 @@ def recompute(model, prompts, gen, n, temperature):
     """The trainer's own log-probs of the sampled tokens (fp32 head, same code as training)."""
     import torch
 
-    from trainer.model import completion_logprobs, pack
+    from trainer.logprobs import completion_logprobs, pack
     from trainer.precision import LMHead
 
     rows = [p for p in prompts for _ in range(n)]
@@ -194,7 +194,7 @@ def check_zero3(work: Path) -> None:
     import torch
 
     from trainer.engine_deepspeed import make_deepspeed_engine
-    from trainer.model import completion_logprobs, pack
+    from trainer.logprobs import completion_logprobs, pack
     from trainer.proxy import build_proxy
     from trainer.precision import LMHead
     from trainer.rollout import make_generator
@@ -232,7 +232,7 @@ def check_bf16(work: Path) -> None:
     Compare vLLM's log-probs with the trainer's (bf16 autocast body + fp32 head) recompute."""
     import torch
 
-    from trainer.model import completion_logprobs, pack
+    from trainer.logprobs import completion_logprobs, pack
     from trainer.proxy import build_proxy
     from trainer.precision import LMHead
     from trainer.rollout import make_generator

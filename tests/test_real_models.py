@@ -183,7 +183,7 @@ def test_math_loader_reads_folders_and_common_column_names(tmp_path):
 def test_chunked_head_equals_one_pass(monkeypatch):
     """Above MAX_LOGITS_PER_CHUNK the head runs in checkpointed chunks: same log-probs,
     entropies and gradients as one pass over the full logits."""
-    import trainer.model as tm
+    import trainer.logprobs as tm
     from trainer.precision import LMHead
 
     g = torch.Generator().manual_seed(0)

@@ -67,7 +67,7 @@ def test_same_seed_same_samples_and_stops_as_reference():
 
 
 def test_sampled_logprobs_match_trainer_recompute():
-    from trainer.model import completion_logprobs, pack
+    from trainer.logprobs import completion_logprobs, pack
     from trainer.precision import LMHead
 
     model = _model(seed=1)
@@ -219,7 +219,7 @@ def test_bf16_generation_copy_decodes_close_to_fp32_recompute():
 
 def _recompute_error(model, rows, d) -> float:
     """Mean |behaviour log-prob - fp32 recomputed log-prob| over the sampled tokens."""
-    from trainer.model import completion_logprobs, pack
+    from trainer.logprobs import completion_logprobs, pack
     from trainer.precision import LMHead
 
     comps = [d.tokens[i, : int(d.length[i])].tolist() for i in range(len(rows))]

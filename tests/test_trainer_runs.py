@@ -301,7 +301,7 @@ def test_short_real_run_pass_rate_rises(tmp_path, warm_proxy):
 
 def test_shared_prefix_forward_equals_packed_forward(warm_proxy):
     """The training forward shares each prompt across its samples; it must be the same math."""
-    from trainer.model import completion_logprobs, pack, shared_prefix_logprobs
+    from trainer.logprobs import completion_logprobs, pack, shared_prefix_logprobs
     from trainer.precision import LMHead
 
     model, tok = warm_proxy

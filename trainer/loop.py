@@ -49,15 +49,14 @@ from trainer.evaluate import pass_rate, score
 from trainer.filters import zero_variance_keep
 from trainer.losses import LOSSES, loss_options
 from trainer.microbatch import StepTotals, deal_groups, plan_micro_batches, rows_token_weights
-from trainer.model import (
+from trainer.logprobs import (
     completion_logprobs,
-    load_model,
     pack,
     pack_right,
-    pick_device,
     right_padded_logprobs,
     shared_prefix_logprobs,
 )
+from trainer.model import load_model, pick_device
 from trainer.offpolicy import MODES, Context
 from trainer.pool import PromptPool
 from trainer.precision import LMHead

@@ -17,8 +17,11 @@ import torch
 from torch import nn
 
 from trainer.config import LengthConfig, PrecisionConfig, RolloutConfig, TrainConfig
-from trainer.model import completion_logprobs, pack
+from trainer.evaluate import pass_rate
+from trainer.logprobs import completion_logprobs, pack
 from trainer.precision import LMHead
+from trainer.rollout import HFGenerator
+from trainer.tasks import build_task
 
 
 def cache_root() -> Path:
@@ -40,7 +43,7 @@ def proxy_key(config: TrainConfig) -> str:
     """Everything that changes the warmed proxy: its architecture and warm-up, the task data,
     the warm-up code's version and the libraries whose numerics it runs on. Not the RL
     settings: every variant of a study starts from the same warmed model."""
-    import transformers
+    import transformers  # slow to import; only for its version here
 
     blob = json.dumps({"proxy": config.model.proxy.model_dump(mode="json"),
                        "task": warmup_task_config(config).model_dump(mode="json"),
@@ -81,9 +84,9 @@ def warmup_task_config(config: TrainConfig):
 
 def build_proxy(config: TrainConfig):
     """Tiny Llama from a config + char tokenizer, warmed up on the task to a target pass rate."""
+    # transformers is slow to import (and trainer.tokenizer imports it): only a build pays.
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from trainer.tasks import build_task
     from trainer.tokenizer import char_tokenizer
 
     p = config.model.proxy
@@ -156,9 +159,6 @@ class _Warmup:
         self.head = LMHead(model.get_output_embeddings(), fp32=True)
 
     def measure(self) -> float:
-        from trainer.evaluate import pass_rate
-        from trainer.rollout import HFGenerator
-
         self.model.eval()
         gen = HFGenerator(self.measure_cfg, self.model, self.tok)
         return pass_rate(gen, self.task, self.problems, self.eval_prompts, self.measure_cfg,

@@ -64,7 +64,8 @@ def train_config(path: Path, mbt: int, seq: int):
 
 def measure(config, mbt: int, seq: int) -> float:
     """Peak GiB allocated by one micro-batch step (forward, backward, AdamW step)."""
-    from trainer.model import completion_logprobs, load_model
+    from trainer.logprobs import completion_logprobs
+    from trainer.model import load_model
     from trainer.precision import LMHead
 
     dev = torch.device("cuda")
