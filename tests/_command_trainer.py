@@ -1,6 +1,6 @@
 """A stand-in trainer for `trainer: {kind: command}` tests: `--lr X --seed S --out DIR [--resume]`.
 
-Writes `DIR/metrics.jsonl` rows {"step", "score"} rising as top * (1 - exp(-lr * step)), one per step,
+Writes `DIR/metrics.jsonl` rows {"step", "tokens" (100 a step), "score"} rising as top * (1 - exp(-lr * step)), one per step,
 and `DIR/ckpt.json` after each step; `--resume` continues from ckpt.json (no step repeated).
 SIGTERM (ablate's stop signal) ends it cleanly at the next step boundary, after that step's
 checkpoint, with exit 0 and a line `stopped at step N` in DIR/stops.log.
@@ -35,7 +35,8 @@ def main() -> None:
     with open(a.out / "metrics.jsonl", "a") as f:
         for step in range(start + 1, a.steps + 1):
             time.sleep(a.step_s)
-            f.write(json.dumps({"step": step, "score": a.top * (1 - math.exp(-a.lr * step))}) + "\n")
+            score = a.top * (1 - math.exp(-a.lr * step))
+            f.write(json.dumps({"step": step, "tokens": 100 * step, "score": score}) + "\n")
             f.flush()
             ckpt.write_text(json.dumps({"step": step}))
             if a.stop_at is not None and step == a.stop_at and not a.resume:

@@ -385,33 +385,51 @@ def test_command_run_preempted_on_slurm_is_requeued_and_resumes(tmp_path):
     assert "REQUEUE" in _sh("sacct", "-D", "-n", "-X", "-P", "-o", "State", "-j", job)
 
 
-def test_gpu_hours_budget_stops_the_trainer(tmp_path):
-    """A budget in gpu_hours (wall x devices, measured by ablate): the trainer is stopped with
-    its stop signal once it is spent and the run is done; a flops budget, which no other
-    trainer logs, is refused in one line naming what works."""
+def test_budgets_ablate_measures_stop_the_trainer(tmp_path):
+    """A budget in gpu_hours (wall x devices, measured by ablate) and one on a logged column
+    (`trainer.stop_when`, the fit's compute axis): the trainer is stopped with its stop signal
+    once it is reached and the run is done; a rerun starts nothing. A flops budget, which no
+    other trainer logs, and a stop_when on a non-JSONL log are refused in one line."""
     from ablate.adapters.runner import run_foreign
     from ablate.studies.expand import expand
     from ablate.studies.study import load_study
 
     body = "overrides: {{lr: 0.2, step_s: 0.05, steps: 100000}}\naxes:\n  top: [0.9]\nbudget: {b}\n"
-    bad = command_study(tmp_path, "fl", body.format(b="{flops: 1.0e+12}"))
-    r = cli("sweep", str(bad), "--results", str(tmp_path / "res"), "--dry-run")
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "cannot be held to a flops budget" in r.stderr and "use steps (passed as steps) or " \
-        "gpu_hours" in r.stderr
-    study = command_study(tmp_path, "gh", body.format(b="{gpu_hours: 0.0008}"))  # 2.9 s on CPU
-    raw = expand(load_study(study))[0].config.model_dump(mode="json")
-    d = tmp_path / "run"
-    d.mkdir()
-    t0 = time.monotonic()
-    run_foreign(raw, d)
-    took = time.monotonic() - t0
-    status = json.loads((d / "status.json").read_text())
-    assert status["state"] == "done" and "gpu_hours budget 0.0008 reached (exit 0)" in status["stopped"]
+    refused = {"{flops: 1.0e+12}": ("cannot be held to a flops budget (it logs none per step); "
+                                    "use steps (passed as steps) or gpu_hours"),
+               "{steps: 10}\n": "trainer.stop_when is read from a JSONL log while the run goes"}
+    for b, msg in refused.items():
+        bad = command_study(tmp_path, "bad", body.format(b=b))
+        if "stop_when" in msg:
+            bad.write_text(bad.read_text().replace("  log: metrics.jsonl\n", "  log: tb\n  "
+                                                   "stop_when: {tokens: 10}\n"))
+        r = cli("sweep", str(bad), "--results", str(tmp_path / "res"), "--dry-run")
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert msg in r.stderr, r.stderr
+
+    def run(name: str, budget: str, extra: str = "") -> tuple[dict, float, Path]:
+        study = command_study(tmp_path, name, body.format(b=budget))
+        study.write_text(study.read_text().replace("  log: metrics.jsonl\n", f"  log: metrics.jsonl\n{extra}"))
+        raw = expand(load_study(study))[0].config.model_dump(mode="json")
+        d = tmp_path / name
+        d.mkdir()
+        t0 = time.monotonic()
+        run_foreign(raw, d)
+        took = time.monotonic() - t0
+        status = json.loads((d / "status.json").read_text())
+        assert status["state"] == "done" and (d / "stops.log").read_text() == \
+            f"stopped at step {status['step']}\n"  # the trainer saved on its stop signal
+        run_foreign(raw, d)  # rerun: the budget is spent, nothing starts
+        assert json.loads((d / "status.json").read_text())["step"] == status["step"]
+        return status, took, d
+
+    status, took, _ = run("gh", "{gpu_hours: 0.0008}")  # 2.88 s on one CPU device
+    assert "gpu_hours budget 0.0008 reached (exit 0)" in status["stopped"]
     assert 2.88 <= status["gpu_hours"] * 3600 < 2.88 + 2.5 and took < 8, (status, took)
-    assert (d / "stops.log").read_text() == f"stopped at step {status['step']}\n"
-    run_foreign(raw, d)  # rerun: the budget is spent, nothing starts
-    assert json.loads((d / "status.json").read_text())["step"] == status["step"]
+    status, _, d = run("sw", "{steps: 100000}", "  stop_when: {tokens: 1500}\n")
+    assert status["stopped"].startswith("tokens 1500 reached (") and 15 <= status["step"] <= 40
+    steps = [json.loads(x)["step"] for x in (d / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, status["step"] + 1))
 
 
 def _verl_config_dir() -> Path | None:

@@ -49,6 +49,10 @@ class TrainerSpec(BaseModel):
     step_cost: Optional[float] = Field(
         None, gt=0, description="Compute per step when the trainer logs none (fit x = "
         "`compute` = step x step_cost); A and B do not depend on it.")
+    stop_when: Optional[dict[str, float]] = Field(
+        None, description="A budget on a column the trainer logs (the fit's compute axis, e.g. "
+        "`{num_tokens: 5.0e+7}` for TRL): each run is stopped, with `stop_signal`, once its "
+        "JSONL log reaches this value, and is done. One column.")
     stop_signal: Literal["SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2"] = Field(
         "SIGTERM", description="What the trainer's process group gets when ablate stops it: on "
         "Slurm's preemption signal (USR2, then the job is requeued and resumes through the "

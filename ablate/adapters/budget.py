@@ -9,12 +9,18 @@
     training ends), so there is nothing to stop on; a budget in the fit's x column is a
     budget in steps once `trainer.step_cost` states the cost of a step.
 
+A budget on the fit's compute axis as the trainer logs it (TRL's `num_tokens`) is
+`trainer.stop_when: {column: value}`: the runner reads the column from the JSONL log while the
+trainer runs and stops it when the value is reached.
+
 Stages (`stages:`) use the same limits, so an adaptive study runs on steps or gpu_hours.
 """
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import Any
 
 from ablate.errors import InputError
@@ -26,6 +32,7 @@ def check_budgets(doc: Any, study: Any, adapter: Any) -> None:
     """Refuse a study budget or stage budget the trainer cannot be held to, and an axis on the
     trainer's steps key when the budget sets the steps (the budget would silently win)."""
     kind = study.trainer.kind
+    check_stop_when(doc, study.trainer, adapter.default_log)
     found = [(("budget",), study.budget)] if study.budget is not None else []
     if study.stages is not None:
         found += [(("stages", "budgets", str(i)), b) for i, b in enumerate(study.stages.budgets)]
@@ -41,6 +48,52 @@ def check_budgets(doc: Any, study: Any, adapter: Any) -> None:
         if key in study.axes:
             raise InputError(f"{doc.where(('axes', key))}: '{key}' is set by the study's "
                              "budget.steps; vary the budget in another study, or drop `budget`")
+
+
+def check_stop_when(doc: Any, spec: Any, default_log: str) -> None:
+    """`trainer.stop_when`: one column, a positive value, and a JSONL log to read it from."""
+    when = spec.stop_when
+    if when is None:
+        return
+    where = doc.where(("trainer", "stop_when"))
+    if len(when) != 1:
+        raise InputError(f"{where}: trainer.stop_when names one logged column and its "
+                         f"value (e.g. {{num_tokens: 5.0e+7}}), got {len(when)}")
+    (col, val), = when.items()
+    if not val > 0:
+        raise InputError(f"{where}: trainer.stop_when.{col} must be above 0, got {val}")
+    log = spec.log or default_log
+    if not log.endswith(".jsonl"):
+        raise InputError(f"{where}: trainer.stop_when is read from a JSONL log while the run "
+                         f"goes; trainer.log is {log} (set it to the trainer's JSONL file)")
+
+
+def stop_when_reached(spec: Any, log: Path) -> str | None:
+    """Why to stop, once the log's last value of the `stop_when` column reached it."""
+    if spec.stop_when is None:
+        return None
+    (col, limit), = spec.stop_when.items()
+    got = last_logged(log, col)
+    return f"{col} {limit:g} reached ({got:g} logged)" if got is not None and got >= limit else None
+
+
+def last_logged(path: Path, column: str, tail: int = 65536) -> float | None:
+    """The last value of `column` in a JSONL log, read from its tail (None: not logged yet)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - tail))
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            value = json.loads(line).get(column)
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return None
 
 
 def devices() -> int:

@@ -10,8 +10,9 @@ Stopping it (ablate/adapters/child.py sends `trainer.stop_signal` to its process
     stops the trainer, records the stop in status.json (`preemptions`) and marks the attempt
     stopped, so the job hands over to submitit, which requeues it; the next attempt resumes
     through the trainer's own checkpoint flag.
-  * a gpu_hours budget (wall time x devices, summed over attempts in status.json) is spent:
-    the trainer is stopped and the run is done.
+  * a gpu_hours budget (wall time x devices, summed over attempts in status.json) is spent,
+    or the log's `trainer.stop_when` column reached its value: the trainer is stopped and the
+    run is done.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ablate.adapters import adapter_for, child
-from ablate.adapters.budget import devices, gpu_hours_limit
+from ablate.adapters.budget import devices, gpu_hours_limit, stop_when_reached
 from ablate.adapters.study import ForeignConfig, run_dir_config, run_overrides
 from ablate.errors import InputError
 from trainer import preempt
@@ -34,6 +35,7 @@ from trainer.rundir import read_status, write_status
 
 POLL_S = 2.0  # status.json from the trainer's log
 SIGNAL_POLL_S = 0.05  # the preemption flag
+CHECK_S = 0.5  # budgets ablate measures (gpu_hours, trainer.stop_when)
 # Defaults for `fit:` where the study does not say (TRL logs cumulative tokens and, with an
 # eval split, the eval reward; other trainers' score names vary, so their study names it).
 FIT_DEFAULTS = {"trl": {"x": "num_tokens", "y": "eval_reward"}}
@@ -111,8 +113,9 @@ def run_foreign(raw: dict[str, Any], run_dir: Path) -> None:
                   float(prev.get("gpu_hours") or 0.0),
                   {k: prev[k] for k in ("preemptions",) if k in prev})
     limit = gpu_hours_limit(cfg.budget)
-    if limit is not None and run.spent_h >= limit:  # spent before a requeue: nothing to run
-        run.status("done", stopped=f"gpu_hours budget {limit:g} reached")
+    spent = budget_reached(run, limit)
+    if spent is not None:  # spent before a requeue or a rerun: nothing to run
+        run.status("done", stopped=spent)
         return
     adapter = adapter_for(cfg.trainer)
     run.argv = adapter.argv(run_overrides(cfg), cfg.seed, run_dir, _resume(cfg, run_dir))
@@ -131,20 +134,32 @@ def run_foreign(raw: dict[str, Any], run_dir: Path) -> None:
 
 def follow(run: Attempt, proc: subprocess.Popen, limit: float | None) -> str | None:
     """Copy the trainer's step into status.json until it exits (None), the job gets the
-    preemption signal ("preempted") or the gpu_hours budget is spent ("budget")."""
+    preemption signal ("preempted", seen within SIGNAL_POLL_S) or a budget ablate measures is
+    reached (why, checked every CHECK_S: the gpu_hours, the `stop_when` column)."""
+    last_check = last_status = time.monotonic()
     while proc.poll() is None:
-        deadline = time.monotonic() + POLL_S
-        while proc.poll() is None and time.monotonic() < deadline:
-            if preempt.requested():  # stop at once: each step more is a step redone
+        if preempt.requested():  # stop at once: each step more is a step redone
+            run.poll_log()
+            return "preempted"
+        now = time.monotonic()
+        if now - last_check >= CHECK_S:
+            last_check = now
+            why = budget_reached(run, limit)
+            if why is not None:
                 run.poll_log()
-                return "preempted"
-            time.sleep(SIGNAL_POLL_S)
-        run.poll_log()
-        if limit is not None and run.gpu_hours() >= limit:
-            return "budget"
-        if proc.poll() is None:
+                return why
+        if now - last_status >= POLL_S:
+            last_status = now
+            run.poll_log()
             run.status("running")
+        time.sleep(SIGNAL_POLL_S)
     return None
+
+
+def budget_reached(run: Attempt, limit: float | None) -> str | None:
+    if limit is not None and run.gpu_hours() >= limit:
+        return f"gpu_hours budget {limit:g} reached"
+    return stop_when_reached(run.cfg.trainer, log_path(run.cfg, run.run_dir))
 
 
 def finish(run: Attempt, why: str | None, code: int) -> None:
@@ -157,9 +172,8 @@ def finish(run: Attempt, why: str | None, code: int) -> None:
         print(f"stop signal: {run.cfg.trainer.kind} trainer stopped at step {run.step} "
               f"(exit {code}); the job is requeued", file=sys.stderr, flush=True)
         return
-    if why == "budget":  # stopped by ablate: the exit status of a stopped trainer is no verdict
-        run.status("done", stopped=f"gpu_hours budget {gpu_hours_limit(run.cfg.budget):g} "
-                   f"reached (exit {code})")
+    if why is not None:  # a budget: stopped by ablate, so its exit status is no verdict
+        run.status("done", stopped=f"{why} (exit {code})")
         return
     if code != 0:
         tail = (run.run_dir / "trainer.log").read_text(errors="replace")[-600:].strip().splitlines()

@@ -156,8 +156,9 @@ def foreign_run_id(cfg: ForeignConfig) -> str:
     from ablate.studies.expand import run_id_of
 
     dump = cfg.model_dump(mode="json", exclude={"trainer": {"stop_signal", "stop_grace_s"}})
-    if dump.get("budget") is None:
-        dump.pop("budget", None)
+    for part, key in ((dump, "budget"), (dump["trainer"], "stop_when")):
+        if part.get(key) is None:  # unset: the id of a study written before these existed
+            part.pop(key, None)
     return run_id_of(dump)
 
 
