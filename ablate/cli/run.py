@@ -21,7 +21,7 @@ from trainer.rundir import read_status
 def load_train_config(path: Path):
     """Parse + validate a TrainConfig YAML (a recipe, `base:` chains included) with the same
     loader and one-line, file:line messages as study files."""
-    from ablate.studies.study import load_recipe, validate_config
+    from ablate.studies.provenance import load_recipe, validate_config
     from ablate.yamlio import load_yaml
 
     if not path.is_file():

@@ -129,7 +129,7 @@ def status(
 @app.command()
 def schema() -> None:
     """Print the JSON Schema of the study file (point your editor's YAML plugin at it)."""
-    from ablate.studies.study import study_json_schema
+    from ablate.studies.schema import study_json_schema
 
     print(json.dumps(study_json_schema(), indent=2))
 

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ablate.errors import InputError
-from ablate.studies.study import (LoadedStudy, Provenance, Study, base_is_a_run, set_path,
-                                  validate_config)
+from ablate.studies.provenance import Provenance, set_path, validate_config
+from ablate.studies.schema import Study
+from ablate.studies.study import LoadedStudy, base_is_a_run
 from trainer.config import TrainConfig
 
 Assignment = tuple[tuple[str, ...], Any, str]  # (config keys, value, where it was written)

@@ -12,31 +12,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from ablate.errors import InputError
 from ablate.studies.expand import run_id_of
 from ablate.studies.store import study_dir_for
-from ablate.studies.study import (
-    _NAME_RE,
-    Provenance,
-    check_config_path,
-    load_model,
-    resolve_base,
-    set_path,
-    validate_config,
-)
+from ablate.studies.config_paths import check_config_path
+from ablate.studies.provenance import Provenance, resolve_base, set_path, validate_config
+from ablate.studies.schema import NAME_RE as _NAME_RE
+from ablate.validation import Strict, load_model, suggest
 from ablate.yamlio import YamlDoc
 from trainer.config import BudgetConfig
 from trainer import rundir
 from trainer.rundir import COMPUTE_COLUMNS, SCORE_COLUMNS, SECTIONS, atomic_write
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Param(_Strict):
+class Param(Strict):
     """A numeric range (low/high, optionally log) or a list of choices."""
 
     low: float | None = None
@@ -63,7 +54,7 @@ FITTED = ("asymptote", "predicted")
 METRIC_PREFIXES = SECTIONS
 
 
-class Objective(_Strict):
+class Objective(Strict):
     metric: str = Field(rundir.PASS_RATE, description="Column of metrics.jsonl.")
     reduce: Literal["last", "max", "mean_last_3", "asymptote", "predicted"] = Field(
         "last", description="Over eval points (last/max/mean_last_3), or on the fitted ScaleRL "
@@ -76,13 +67,13 @@ class Objective(_Strict):
                                          "the fit window (default: read from the curve's shape).")
 
 
-class Prune(_Strict):
+class Prune(Strict):
     rungs: list[BudgetConfig] = Field(min_length=1, description="Budgets at which each trial's "
                                       "curve so far is fitted; it stops when its A's upper "
                                       "bound is below the best finished trial's A lower bound.")
 
 
-class TuneSpace(_Strict):
+class TuneSpace(Strict):
     name: str = Field(description="Results go to <results>/<name>/ (optuna.db + run dirs).")
     base: str | None = Field(None, description="Recipe YAML, relative to this file.")
     overrides: dict[str, Any] = Field(default_factory=dict, description="Fixed changes to the base.")
@@ -120,7 +111,6 @@ def _known_metric(name: str) -> bool:
 def _check_objective(space: TuneSpace, doc: YamlDoc) -> None:
     """Objective and pruning settings that cannot work, refused before any trial trains."""
     from ablate.studies.stagespec import limit_of
-    from ablate.studies.study import suggest
 
     obj = space.objective
     at = lambda *k: doc.where(("objective", *k)) if "objective" in doc.data else str(doc.path)

@@ -10,22 +10,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from ablate.errors import InputError
 from ablate.studies.launch import EXECUTORS
-from ablate.studies.study import format_validation_error
+from ablate.validation import Strict, format_validation_error
 from ablate.yamlio import load_yaml
 from trainer.validate import JobShape
 
 Executor = Literal[tuple(EXECUTORS)]  # the registered executors' names
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class LocalProfile(_Strict):
+class LocalProfile(Strict):
     max_parallel: int = Field(
         1, ge=1, description="Runs at once on this machine; the runs are split into this many "
         "background jobs that each run their share one after another."
@@ -36,7 +32,7 @@ class LocalProfile(_Strict):
     setup: list[str] = Field(default_factory=list, description="Shell lines run before each job.")
 
 
-class SlurmProfile(_Strict):
+class SlurmProfile(Strict):
     partition: Optional[str] = Field(None, description="sbatch --partition (None: the default).")
     account: Optional[str] = Field(None, description="sbatch --account.")
     qos: Optional[str] = Field(None, description="sbatch --qos.")
@@ -70,7 +66,7 @@ class SlurmProfile(_Strict):
     )
 
 
-class Profile(_Strict):
+class Profile(Strict):
     executor: Optional[Executor] = Field(
         None, description="Default executor for this profile; `--executor` wins."
     )
