@@ -2,7 +2,7 @@
 warnings in words, and `refit_with_A` for the paper's shared-A comparison.
 
 Two point estimators:
-  "default"  variable projection + batched Levenberg-Marquardt (`lm`), all in numpy: a
+  "default"  variable projection + batched Levenberg-Marquardt (`levenberg_marquardt`), all in numpy: a
              vectorized grid over (B, C_mid) with A solved in closed form, then LM on
              (A, log B, log C_mid) from the best few distinct starts at once. Continuous, so its
              SSE is at most the paper grid's.
@@ -31,7 +31,7 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
-from ablate.analysis import lm
+from ablate.analysis import levenberg_marquardt as lm
 from ablate.analysis.fit import (MIN_POINTS, N_BOOT, PAPER_A_GRID, PAPER_CMID_RANGE, PAPER_GRIDS,
                                  PAPER_RUN_GPU_HOURS, Fit, FitError)
 from ablate.analysis.intervals import attach_intervals

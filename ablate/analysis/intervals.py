@@ -50,7 +50,7 @@ import math
 
 import numpy as np
 
-from ablate.analysis import lm
+from ablate.analysis import levenberg_marquardt as lm
 from ablate.analysis.fit import MIN_POINTS, SEED_MIN_RUNS, Fit, percentile_interval, sigmoid
 from ablate.analysis.noise import noise_draws, reml_posterior
 
