@@ -10,7 +10,8 @@ import pytest
 
 import synthetic as sy
 from ablate.analysis.fit import FitError, compute_for, sigmoid
-from ablate.analysis.fitters import fit_sigmoid, paper_cmid_grid, refit_with_A
+from ablate.analysis.fitters import fit_sigmoid, refit_with_A
+from ablate.analysis.paper_grid import paper_cmid_grid
 from ablate.errors import InputError
 
 
