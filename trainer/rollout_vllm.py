@@ -47,46 +47,14 @@ import torch
 
 from trainer.config import TrainConfig
 from trainer.rollout import Generation
-from trainer.weight_push import WeightBroadcast, weight_specs
+from trainer.weight_push import WeightBroadcast, save_for_vllm, weight_specs
+from trainer.weight_push import join_weight_gathers  # noqa: F401  (offpolicy, gen_service)
+from trainer.weight_push import named_weights as _named_weights
 
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 # vLLM samples greedily below this temperature (vllm.sampling_params._SAMPLING_EPS) and then
 # refuses n > 1; a near-greedy eval (eval.temperature 1e-6) asks for k samples per prompt.
 GREEDY_BELOW = 1e-5
-
-
-def _zero3_full(p: torch.nn.Parameter) -> torch.Tensor:
-    """A ZeRO-3 parameter's whole value, all-gathered from every rank's shard (`ds_tensor`).
-
-    Why not deepspeed.zero.GatheredParameters: it skips a parameter that is already whole on
-    this rank, and ranks can disagree on that (the tied LM head, persistent under ZeRO-3, was
-    found whole on the joining ranks and partitioned on the pushing one after a step), so the
-    ranks ran different numbers of all-gathers and the 4-rank rehearsal hung in the second
-    push. Gathering the shards always is one collective per parameter on every rank."""
-    import torch.distributed as dist
-
-    group = getattr(p, "ds_process_group", None)
-    shard = p.ds_tensor.detach()
-    parts = [torch.empty_like(shard) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(parts, shard, group=group)
-    return torch.cat(parts)[:p.ds_numel].view(p.ds_shape)
-
-
-def _named_weights(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
-    """(HF name, full tensor) for each parameter, gathering ZeRO-3 partitions one at a time."""
-    for name, p in model.named_parameters():
-        name = name.removeprefix("_orig_mod.").removeprefix("module.")
-        full = _zero3_full(p) if hasattr(p, "ds_id") else p.detach()  # ds_id: ZeRO-3 partitioned
-        yield name, full.to(dtype).clone()
-
-
-def join_weight_gathers(model: torch.nn.Module) -> None:
-    """On a rank that holds no generator: take part in the ZeRO-3 all-gathers that the feeding
-    rank's `_named_weights` runs for a push (each a collective over the training ranks), one
-    parameter at a time in the same order. A no-op for unpartitioned models."""
-    for _, p in model.named_parameters():
-        if hasattr(p, "ds_id"):
-            _zero3_full(p)
 
 
 def generation_placement(generation_gpus: Optional[int] = None,
@@ -184,17 +152,6 @@ def _cpu_unsplit_prefill() -> dict:
     return {"max_num_batched_tokens": CPU_STEP_TOKENS}
 
 
-def _save_for_vllm(model: torch.nn.Module, path: Path) -> None:
-    """config.json + model.safetensors of a model that exists only in memory. Not
-    save_pretrained: under ZeRO-3 the module holds shards, so weights come from
-    _named_weights, which gathers them. (Tokenizer files are not needed: token ids in/out.)"""
-    from safetensors.torch import save_file
-
-    model.config.save_pretrained(path)
-    save_file({n: t.contiguous() for n, t in _named_weights(model, torch.float32)},
-              str(path / "model.safetensors"))
-
-
 def _logits_head_dtype(model: torch.nn.Module) -> str:
     """Runs in the worker: the dtype of vLLM's LM-head projection."""
     return str(model.logits_processor.head_dtype)
@@ -267,7 +224,7 @@ class VLLMGenerator:
         if path is None or (config.model.name_or_path is None and not Path(path).is_dir()):
             self._tmp = tempfile.TemporaryDirectory(prefix="ablate-vllm-")
             path = self._tmp.name
-            _save_for_vllm(model, Path(path))
+            save_for_vllm(model, Path(path))
         max_len = getattr(model.config, "max_position_embeddings", None)
         overrides = {"head_dtype": "float32"} if config.precision.generator_lm_head_fp32 else {}
         vc = config.rollout.vllm

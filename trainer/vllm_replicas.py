@@ -140,8 +140,7 @@ class ReplicaGenerator:
     def sync_weights(self, model: torch.nn.Module, version: int) -> None:
         """Pause every replica at its next step boundary, stream the weights once into all of
         them, resume (in flight, as one engine does)."""
-        from trainer.rollout_vllm import _named_weights
-        from trainer.weight_push import push_to_all, weight_specs
+        from trainer.weight_push import named_weights, push_to_all, weight_specs
 
         held = []
         try:
@@ -149,7 +148,7 @@ class ReplicaGenerator:
                 e._take_engine()
                 held.append(e)
             push_to_all([e.broadcaster(model) for e in self.engines],
-                        weight_specs(model, self.dtype), _named_weights(model, self.dtype))
+                        weight_specs(model, self.dtype), named_weights(model, self.dtype))
             for e in self.engines:
                 e.loaded(version)
             self.version = version

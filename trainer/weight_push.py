@@ -8,13 +8,18 @@ process_group; PipelineRL and verl do the same): NCCL when the weights live on G
 CPU. A push announces (name, dtype, shape) of every parameter by RPC, then broadcasts them one
 at a time while the workers feed each into vLLM's in-place `reload_weights` as it arrives.
 The engine's own torch.distributed state is left alone.
+
+Also here: the one walk of the trainer's weights that every push uses (named_weights: ZeRO-3
+shards gathered one parameter at a time, never a full copy), the other ranks' side of those
+gathers (join_weight_gathers), and the same walk into files for an engine's first start.
 """
 
 from __future__ import annotations
 
 import socket
 import threading
-from typing import Iterable
+from pathlib import Path
+from typing import Iterable, Iterator
 
 import torch
 
@@ -96,8 +101,8 @@ class WeightBroadcast:
     def push(self, specs: list[tuple[str, str, tuple[int, ...]]],
              weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Broadcast `weights` (consumed one at a time) that `specs` announced to the workers.
-        Both come from one walk of the module's named_parameters (weight_specs, _named_weights
-        in trainer/rollout_vllm.py), so they match name for name."""
+        Both come from one walk of the module's named_parameters (weight_specs,
+        named_weights), so they match name for name."""
         push_to_all([self], specs, weights)
 
 
@@ -116,8 +121,53 @@ def push_to_all(casts: list[WeightBroadcast], specs: list[tuple[str, str, tuple[
 
 
 def weight_specs(model: torch.nn.Module, dtype: torch.dtype) -> list[tuple[str, str, tuple[int, ...]]]:
-    """(HF name, dtype, full shape) of each parameter in `_named_weights` order, read without
+    """(HF name, dtype, full shape) of each parameter in `named_weights` order, read without
     gathering (ZeRO-3 keeps the full shape in ds_shape): what the receivers allocate."""
     return [(name.removeprefix("_orig_mod.").removeprefix("module."),
              str(dtype).removeprefix("torch."), tuple(getattr(p, "ds_shape", p.shape)))
             for name, p in model.named_parameters()]
+
+
+def _zero3_full(p: torch.nn.Parameter) -> torch.Tensor:
+    """A ZeRO-3 parameter's whole value, all-gathered from every rank's shard (`ds_tensor`).
+
+    Why not deepspeed.zero.GatheredParameters: it skips a parameter that is already whole on
+    this rank, and ranks can disagree on that (the tied LM head, persistent under ZeRO-3, was
+    found whole on the joining ranks and partitioned on the pushing one after a step), so the
+    ranks ran different numbers of all-gathers and the 4-rank rehearsal hung in the second
+    push. Gathering the shards always is one collective per parameter on every rank."""
+    import torch.distributed as dist
+
+    group = getattr(p, "ds_process_group", None)
+    shard = p.ds_tensor.detach()
+    parts = [torch.empty_like(shard) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, shard, group=group)
+    return torch.cat(parts)[:p.ds_numel].view(p.ds_shape)
+
+
+def named_weights(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+    """(HF name, full tensor) for each parameter, gathering ZeRO-3 partitions one at a time."""
+    for name, p in model.named_parameters():
+        name = name.removeprefix("_orig_mod.").removeprefix("module.")
+        full = _zero3_full(p) if hasattr(p, "ds_id") else p.detach()  # ds_id: ZeRO-3 partitioned
+        yield name, full.to(dtype).clone()
+
+
+def join_weight_gathers(model: torch.nn.Module) -> None:
+    """On a rank that holds no generator: take part in the ZeRO-3 all-gathers that the feeding
+    rank's `named_weights` runs for a push (each a collective over the training ranks), one
+    parameter at a time in the same order. A no-op for unpartitioned models."""
+    for _, p in model.named_parameters():
+        if hasattr(p, "ds_id"):
+            _zero3_full(p)
+
+
+def save_for_vllm(model: torch.nn.Module, path: Path) -> None:
+    """config.json + model.safetensors of a model that exists only in memory. Not
+    save_pretrained: under ZeRO-3 the module holds shards, so weights come from
+    named_weights, which gathers them. (Tokenizer files are not needed: token ids in/out.)"""
+    from safetensors.torch import save_file
+
+    model.config.save_pretrained(path)
+    save_file({n: t.contiguous() for n, t in named_weights(model, torch.float32)},
+              str(path / "model.safetensors"))
