@@ -52,7 +52,7 @@ def bring_up_to_date(gen: Optional[Generator], model: torch.nn.Module, version: 
     if gen is not None:
         gen.sync_weights(model, version)
     elif zero3:
-        from trainer.rollout_vllm import join_weight_gathers
+        from trainer.weight_push import join_weight_gathers
 
         join_weight_gathers(model)
     return True
