@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from trainer.precision import LMHead, autocast
 
@@ -94,7 +95,7 @@ def shared_prefix_logprobs(body: nn.Module, head: LMHead, prompts: list[list[int
     Same math as the packed forward; ~G x less prompt compute.
     `prompts[u]` are the distinct prompts, `group[b]` the prompt of sample b.
     """
-    from transformers import DynamicCache
+    from transformers import DynamicCache  # transformers is slow to import; only this path needs it
 
     U, B = len(prompts), len(completions)
     P = max(len(p) for p in prompts)
@@ -146,8 +147,6 @@ def head_logprobs(head: LMHead, hidden: torch.Tensor, targets: torch.Tensor, tem
     rows = max(1, MAX_LOGITS_PER_CHUNK // vocab)
     if B * T <= rows:
         return _logp_entropy(head(hidden), targets, temperature, with_entropy)
-    from torch.utils.checkpoint import checkpoint
-
     flat_h, flat_t = hidden.reshape(B * T, -1), targets.reshape(B * T)
 
     def chunk(h: torch.Tensor, t: torch.Tensor):
