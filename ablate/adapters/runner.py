@@ -106,10 +106,11 @@ class Attempt:
 def run_foreign(raw: dict[str, Any], run_dir: Path) -> None:
     """Train one run dir with its trainer; raise when the trainer exits non-zero. On Slurm's
     preemption signal the trainer is stopped (it may save) and the job requeues it; with a
-    gpu_hours budget it is stopped when the budget is spent."""
+    gpu_hours budget or `trainer.stop_when` it is stopped when that is reached."""
     cfg = ForeignConfig.model_validate(raw)
     prev = read_status(run_dir)
-    run = Attempt(cfg, run_dir, [], last_logged_step(log_path(cfg, run_dir)) or 0,
+    run = Attempt(cfg, run_dir, list(prev.get("command") or []),
+                  last_logged_step(log_path(cfg, run_dir)) or 0,
                   float(prev.get("gpu_hours") or 0.0),
                   {k: prev[k] for k in ("preemptions",) if k in prev})
     limit = gpu_hours_limit(cfg.budget)
