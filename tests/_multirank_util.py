@@ -40,12 +40,15 @@ def rank_env(cache: Path, rank: int | None, world: int, port: int) -> dict[str, 
 
 
 def launch_ranks(script: Path, args: list[str], cache: Path, world: int = 2,
-                 timeout: float = 300) -> None:
-    """Run `world` ranks of `script` to completion; fail with the log of a rank that failed."""
+                 timeout: float = 300, python: str = sys.executable,
+                 extra_env: dict[str, str] | None = None) -> None:
+    """Run `world` ranks of `script` to completion; fail with the log of a rank that failed.
+    `python`: another interpreter (the vllm venv's) for the ranks."""
     port = free_port()
     ranks = list(range(world)) if world > 1 else [None]
-    procs = [subprocess.Popen([sys.executable, str(script), *args], cwd=ROOT,
-                              env=rank_env(cache, r, world, port), stdout=subprocess.PIPE,
+    procs = [subprocess.Popen([python, str(script), *args], cwd=ROOT,
+                              env={**rank_env(cache, r, world, port), **(extra_env or {})},
+                              stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for r in ranks]
     logs = []
     try:

@@ -88,26 +88,50 @@ def split(batch: Batch, k: int, g: int) -> list[Batch]:
 
 @MODES.register("ppo_off_policy")
 class PPOOffPolicy:
-    """One big generation (k x prompts_per_step prompts), then k optimizer steps on its parts."""
+    """One big generation (k x prompts_per_step prompts), then k optimizer steps on its parts.
+
+    With vllm, one engine serves the job: rank 0 holds it and generates, the loop broadcasts
+    rank 0's batch, and the other ranks only join the ZeRO-3 gathers of each weight push (an
+    engine per rank would put several engines on the same generation GPUs). With hf every rank
+    decodes the same batch itself (under ZeRO-3 the decode's all-gathers need every rank)."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.gen = make_generator(ctx.config, ctx.model, ctx.tokenizer)
+        c = ctx.config
+        self.feeds = rank() == 0 or c.rollout.backend == "hf"
+        self.gen = make_generator(c, ctx.model, ctx.tokenizer) if self.feeds else None
+        if not self.feeds:
+            _join_push(ctx.model)  # the engine's start-up push (VLLMGenerator.__init__)
         self.buffer: list[Batch] = []
+        self.left = 0  # steps still to take from the current big generation (every rank)
 
-    def next(self, version: int) -> Batch:
-        if not self.buffer:
-            c = self.ctx.config
-            self.gen.sync_weights(self.ctx.model, version)
-            big = sample(self.gen, self.ctx, c.rollout.prompts_per_step * c.off_policy.k)
-            self.buffer = split(big, c.off_policy.k, c.rollout.generations_per_prompt)
-        return self.buffer.pop(0)
+    def next(self, version: int) -> Batch | None:
+        c = self.ctx.config
+        if self.left == 0:  # a new big generation, on the same step on every rank
+            self.left = c.off_policy.k
+            if self.feeds:
+                self.gen.sync_weights(self.ctx.model, version)
+                big = sample(self.gen, self.ctx, c.rollout.prompts_per_step * c.off_policy.k)
+                self.buffer = split(big, c.off_policy.k, c.rollout.generations_per_prompt)
+            else:
+                _join_push(self.ctx.model)
+        self.left -= 1
+        return self.buffer.pop(0) if self.feeds else None
 
     def after_step(self, model: nn.Module, version: int) -> None:
         pass  # weights reach the generator only at the next big generation
 
     def close(self) -> None:
-        _close(self.gen)
+        if self.gen is not None:
+            _close(self.gen)
+
+
+def _join_push(model: nn.Module) -> None:
+    """On a rank without the engine: take part in rank 0's push (ZeRO-3 gathers each
+    parameter from every rank's shard, a collective; a no-op for unpartitioned models)."""
+    from trainer.weight_push import join_weight_gathers
+
+    join_weight_gathers(model)
 
 
 def oldest_version(b: Batch, default: int) -> int:
@@ -224,9 +248,7 @@ class Pipeline:
         if not self.feeds and c.rollout.backend == "vllm":
             # The vllm generator pushes the trainer's weights once at start-up (ZeRO-3: a
             # gather per parameter, collective): join it, else every later push is off by one.
-            from trainer.rollout_vllm import join_weight_gathers
-
-            join_weight_gathers(ctx.model)
+            _join_push(ctx.model)
         self.thread = threading.Thread(target=self._produce, name="ablate-generator", daemon=True)
         if self.feeds:
             self.thread.start()
@@ -263,10 +285,7 @@ class Pipeline:
             self.gen.sync_weights(model, version)
             self.stream.push(version)
         elif self.ctx.config.rollout.backend == "vllm":
-            # Under ZeRO-3 rank 0's push gathers every parameter from all ranks' shards.
-            from trainer.rollout_vllm import join_weight_gathers
-
-            join_weight_gathers(model)
+            _join_push(model)  # under ZeRO-3 rank 0's push gathers from all ranks' shards
 
     def close(self) -> None:
         self.stop.set()

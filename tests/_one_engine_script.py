@@ -1,0 +1,44 @@
+"""One rank of a 2-rank ppo_off_policy job on the vllm backend (tests/test_one_engine.py),
+launched with Slurm-style variables in the vllm venv.
+
+Builds the trainer's own `_Run` and its rollout source exactly as `trainer.loop.run` does, then
+takes 3 steps' batches the way the loop does (rank 0's batch broadcast to every rank) and
+writes whether this rank started a vLLM engine and a digest of each batch.
+Usage: .venv-vllm/bin/python tests/_one_engine_script.py WORKDIR
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import torch.distributed as dist
+    from _trainer_util import config, tiny
+
+    from trainer.distributed import broadcast_object
+    from trainer.loop import _Run, _setup_distributed
+    from trainer.offpolicy import MODES
+
+    work = Path(sys.argv[1])
+    rank = int(os.environ.get("SLURM_PROCID", "0"))
+    cfg = config(tiny(rollout={"backend": "vllm", "prompts_per_step": 4,
+                               "generations_per_prompt": 2},
+                      off_policy={"mode": "ppo_off_policy", "k": 2}))
+    _setup_distributed(cfg)
+    (work / "run").mkdir(parents=True, exist_ok=True)
+    run = _Run(cfg, work / "run")
+    source = MODES.get("ppo_off_policy")(run.ctx)
+    digests = []
+    for step in range(3):  # steps 0-1 from one big generation, step 2 from a new one
+        b = broadcast_object(source.next(step))
+        digests.append(hashlib.sha1(repr((b.prompt_ids, b.rollout.tokens)).encode()).hexdigest())
+    engine = source.gen is not None and type(source.gen).__name__ == "VLLMGenerator"
+    source.close()
+    (work / f"rank{rank}.json").write_text(json.dumps({"engine": engine, "digests": digests}))
+    dist.barrier()
+    dist.destroy_process_group()
