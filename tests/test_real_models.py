@@ -187,6 +187,7 @@ def test_chunked_head_equals_one_pass(monkeypatch):
     from trainer.precision import LMHead
 
     g = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)  # the head's weights too: the check is the same on every run
     lin = torch.nn.Linear(16, 50, bias=False)
     head = LMHead(lin, True)
     hidden = torch.randn(3, 7, 16, generator=g, requires_grad=True)
@@ -200,6 +201,9 @@ def test_chunked_head_equals_one_pass(monkeypatch):
     one = run()
     monkeypatch.setattr(tm, "MAX_LOGITS_PER_CHUNK", 50 * 4)  # 4 token rows per chunk: 6 chunks
     chunked = run()
-    assert torch.equal(one[0], chunked[0]) and torch.equal(one[1], chunked[1])
+    # Not bitwise: a matmul over fewer rows may block its sums differently (seen on 17 of 30
+    # random heads); the chunking itself must change nothing beyond rounding.
+    assert torch.allclose(one[0], chunked[0], rtol=1e-6, atol=1e-6)
+    assert torch.allclose(one[1], chunked[1], rtol=1e-6, atol=1e-6)
     for a, b in zip(one[2], chunked[2]):
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
