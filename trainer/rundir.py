@@ -47,6 +47,25 @@ COMPUTE_COLUMNS = (GPU_HOURS, FLOPS, SAMPLES, TOKENS, STEP)  # what a curve's x 
 SCORE_COLUMNS = (PASS_RATE, TRAIN_PASS_RATE)  # rates in [0, 1]: what the sigmoid fits
 SECTIONS = ("eval/", "train/", "data/", "time/", "pipeline/", "flops/", "loss/")  # the rest
 
+# The other columns the trainer writes (trainer/loop.py and the modules it delegates to), so
+# that a reader, a plot or a test names them from here and a rename is one edit.
+FLOPS_GENERATION, FLOPS_TRAINING = "flops/generation", "flops/training"
+WALL_S, GENERATION_S = "time/wall_s", "time/generation_s"
+ZERO_VARIANCE_DROPPED, ZERO_VARIANCE_DROPPED_FRAC = (
+    "data/zero_variance_dropped", "data/zero_variance_dropped_frac")
+NPR_RETIRED, EPOCH = "data/npr_retired", "data/epoch"
+REWARD, TRUNCATION_RATE, INTERRUPT_RATE, RESPONSE_LEN = (
+    "train/reward", "train/truncation_rate", "train/interrupt_rate", "train/response_len")
+LOSS, ENTROPY, CLIP_FRAC, LOGPROB_MISMATCH = (
+    "train/loss", "train/entropy", "train/clip_frac", "train/logprob_mismatch")
+IS_RATIO_MEAN, IS_RATIO_MAX = "train/is_ratio_mean", "train/is_ratio_max"
+GRAD_NORM, LR = "train/grad_norm", "train/lr"
+PADDING_FRAC, MICRO_BATCHES, RANK_TOKENS_MAX_OVER_MEAN = (
+    "train/padding_frac", "train/micro_batches", "train/rank_tokens_max_over_mean")
+LAG_MEAN, LAG_MAX = "pipeline/lag_mean", "pipeline/lag_max"
+STALENESS_MEAN, STALENESS_MAX = "pipeline/staleness_mean", "pipeline/staleness_max"  # old names
+STALE_DROPPED, WAIT_S = "pipeline/stale_dropped", "pipeline/wait_s"
+
 
 class RunState(str, enum.Enum):
     """status.json's "state". A str enum: it compares equal to, hashes, prints and dumps as
