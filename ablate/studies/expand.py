@@ -56,11 +56,13 @@ def run_id_of(config_json: dict[str, Any]) -> str:
     """Short hash of the resolved config (which includes the seed): 12 hex chars. Settings that
     change where a run is logged, how often it checkpoints, or how its work is cut to fit the
     GPUs, not what it computes, are left out (`logging`, `checkpoint`, `rollout.vllm`,
-    `engine.micro_batch_tokens`: micro-batches sum to the same gradient), so changing them to
+    `engine.micro_batch_tokens`: micro-batches sum to the same gradient;
+    `engine.collective_timeout_minutes`: how long a stuck job waits), so changing them to
     fix an OOM, add a tracker or checkpoint more often resumes the run instead of starting a
     new one."""
     config_json = {k: v for k, v in config_json.items() if k not in ("logging", "checkpoint")}
-    for section, key in (("rollout", "vllm"), ("engine", "micro_batch_tokens")):
+    for section, key in (("rollout", "vllm"), ("engine", "micro_batch_tokens"),
+                         ("engine", "collective_timeout_minutes")):
         if isinstance(config_json.get(section), dict):
             config_json[section] = {k: v for k, v in config_json[section].items() if k != key}
     blob = json.dumps(config_json, sort_keys=True, separators=(",", ":"))
