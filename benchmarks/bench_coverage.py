@@ -42,9 +42,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 import test_intervals_coverage as tic  # noqa: E402
-from ablate.analysis.fit import FitError, percentile_interval, sigmoid  # noqa: E402
+from ablate.analysis.fit import FitError, percentile_interval, predictive_interval, sigmoid  # noqa: E402
 from ablate.analysis.fitters import fit_sigmoid  # noqa: E402
-from ablate.analysis.intervals import STOP, predictive_interval  # noqa: E402
+from ablate.analysis.intervals import STOP  # noqa: E402
 
 
 def half_fit_row(c: np.ndarray, y: np.ndarray, target: float, seed: int,

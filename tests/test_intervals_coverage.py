@@ -71,9 +71,8 @@ def run(shape: str, rng: np.random.Generator):
 def measured(shape: str, n: int = N, seed: int = 0) -> dict:
     """Half-compute fits of n runs: old (parameter draws) and new (plus discrepancy) intervals
     of the score at the run's end, against the true curve there."""
-    from ablate.analysis.fit import FitError, percentile_interval, sigmoid
+    from ablate.analysis.fit import FitError, percentile_interval, predictive_interval, sigmoid
     from ablate.analysis.fitters import fit_sigmoid
-    from ablate.analysis.intervals import predictive_interval
 
     rng = np.random.default_rng(1000 * SHAPES.index(shape) + seed)
     old, new, err = [], [], []
@@ -117,9 +116,8 @@ def test_well_specified_sigmoid_covered_at_nominal():
 
 
 def test_inside_the_window_the_draws_are_the_sigmoids():
-    from ablate.analysis.fit import sigmoid
+    from ablate.analysis.fit import predictive_draws, sigmoid
     from ablate.analysis.fitters import fit_sigmoid
-    from ablate.analysis.intervals import predictive_draws
 
     _, c, y = run("sigmoid", np.random.default_rng(5))
     f = fit_sigmoid(c, y, max_compute=0.5, random_state=0)

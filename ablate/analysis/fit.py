@@ -8,7 +8,7 @@ score at the smallest compute of each seed's curve (including points before the 
 and at compute 0). The paper's procedure (scalerl.md: grid over A and C_mid, curve_fit for B)
 fits only A, C_mid and B, and a fit window that skips the early phase carries almost no
 information about R0 anyway. How the parameters are fit is in `fitters`, their intervals in
-`intervals`.
+`intervals`, the curve's formula in `sigmoid`.
 """
 
 from __future__ import annotations
@@ -17,14 +17,18 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.special import expit
 
+from ablate.analysis.intervals import score_draws
+# The curve's math and shared constants live in the bottom module `sigmoid`; they are imported
+# from here too (this module is their public home, as DESIGN.md's API names it).
+from ablate.analysis.sigmoid import (LEVEL, MIN_POINTS, N_BOOT, SEED_MIN_RUNS, compute_for,
+                                     percentile_interval, sigmoid)
 from ablate.errors import InputError
 
-MIN_POINTS = 5  # fewest points in the window a fit accepts
-SEED_MIN_RUNS = 3  # seeds of one variant from which intervals come from per-seed fits
-N_BOOT = 1000  # parameter draws behind an interval
-LEVEL = 0.95
+__all__ = ["Fit", "FitError", "LEVEL", "MIN_POINTS", "N_BOOT", "PAPER_A_GRID", "PAPER_CMID_RANGE",
+           "PAPER_GRIDS", "PAPER_RUN_GPU_HOURS", "SEED_MIN_RUNS", "compute_for",
+           "percentile_interval", "predictive_draws", "predictive_interval", "sigmoid"]
+
 PAPER_A_GRID = np.round(np.arange(0.450, 0.8000001, 0.005), 3)
 PAPER_CMID_RANGE = (100.0, 40000.0)
 PAPER_RUN_GPU_HOURS = 16000.0
@@ -74,16 +78,11 @@ class Fit:
         parameter draws' band; past it also the run's drift and the plateau the window cannot
         rule out (ablate/analysis/intervals.py), so an extrapolation does not claim the
         precision of the curve it assumed."""
-        # Local import: intervals builds on Fit (it imports this module).
-        from ablate.analysis.intervals import predictive_interval
-
         return predictive_interval(self, compute)
 
     def prediction_band(self, compute: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Pointwise 95% band of the predicted curve over `compute` from the parameter draws,
         for plots (one vectorized pass instead of predict_interval per point)."""
-        from ablate.analysis.intervals import predictive_draws  # see predict_interval
-
         band = predictive_draws(self, np.asarray(compute, float))
         a = (1 - LEVEL) / 2
         lo, hi = np.nanquantile(band, [a, 1 - a], axis=0)
@@ -122,6 +121,12 @@ class Fit:
             "binned_from": self.binned_from,
         }
 
+    def window_end(self) -> float:
+        """Log of the largest compute the fit used: where extrapolation starts."""
+        if self.fit_points is not None:
+            return float(np.max(self.fit_points[0]))
+        return math.log(self.window_max())
+
     def window_max(self) -> float | None:
         """The window's upper end: --max-compute if given, else the largest compute fit."""
         if self.max_compute is not None:
@@ -144,40 +149,15 @@ class FitError(InputError):
         self.cause = cause
 
 
-def sigmoid(compute, A, B, C_mid, R0):
-    """R(C) = R0 + (A - R0) / (1 + (C_mid / C) ** B); broadcasts; R(0) = R0."""
-    c = np.asarray(compute, dtype=float)
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        x = np.log(np.maximum(c, 1e-300))
-        out = R0 + (A - R0) * expit(B * (x - np.log(C_mid)))
-    out = np.where(c <= 0, R0 + 0 * out, out)
-    return float(out) if np.ndim(out) == 0 else out
+def predictive_draws(fit: Fit, compute) -> np.ndarray:
+    """Draws of the score the run reaches at `compute` (`intervals.score_draws` on the fit's
+    draws and window end): (S,) for a scalar, (S, m) for m computes."""
+    return score_draws(fit.samples, fit.window_end(), compute)
 
 
-def compute_for(score, A, B, C_mid, R0):
-    """Inverse of `sigmoid`: compute where R(C) first reaches `score`.
-
-    0 where the curve starts at or above it (score <= R0); inf where it never gets there,
-    including a draw whose A is at or below R0 (a flat or falling curve never rises to a score
-    above its start; dividing by A - R0 < 0 would otherwise read as "reached at compute 0").
-    """
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        score, A, B, C_mid, R0 = np.broadcast_arrays(*(np.asarray(v, float)
-                                                       for v in (score, A, B, C_mid, R0)))
-        gain = A - R0
-        s = np.where(gain > 0, (score - R0) / np.where(gain > 0, gain, 1.0), np.inf)
-        inside = (s > 0) & (s < 1)
-        ratio = np.where(inside, s, 0.5) / (1.0 - np.where(inside, s, 0.5))
-        c = C_mid * ratio ** (1.0 / B)
-        c = np.where(inside, c, np.where(score <= R0, 0.0, np.inf))
-    return float(c) if np.ndim(c) == 0 else c
-
-
-def percentile_interval(v: np.ndarray) -> tuple[float, float]:
-    """The central 95% (LEVEL) percentile interval of draws."""
-    a = (1 - LEVEL) / 2
-    v = np.asarray(v, float)
-    big = np.finfo(float).max
-    # quantiles of draws that include inf (a target some draws never reach) without inf - inf
-    q = np.nanquantile(np.clip(v, -big, big), [a, 1 - a], method="inverted_cdf")
-    return tuple(float(np.inf if x >= big else -np.inf if x <= -big else x) for x in q)
+def predictive_interval(fit: Fit, compute: float) -> tuple[float, float]:
+    """95% interval of the score the run reaches at `compute` (`predictive_draws`)."""
+    if not fit.samples:
+        v = float(fit.predict(compute))
+        return (v, v)
+    return percentile_interval(predictive_draws(fit, compute))

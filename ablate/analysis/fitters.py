@@ -36,7 +36,7 @@ from ablate.analysis import levenberg_marquardt as lm
 from ablate.analysis.fit import MIN_POINTS, N_BOOT, PAPER_GRIDS, Fit, FitError
 from ablate.analysis.fit_diagnosis import (bound_warnings, duplicate_warning, earlier_rise_hint,
                                            unidentified, unidentified_help)
-from ablate.analysis.intervals import attach_intervals
+from ablate.analysis.intervals import parameter_draws
 from ablate.analysis.paper_grid import fit_paper
 from ablate.analysis.window import auto_min_compute
 from ablate.errors import InputError
@@ -92,8 +92,15 @@ def fit_sigmoid(
               warnings=bound_warnings(A, B, cm, x, r2, grid) + pts.notes,
               binned_from=pts.binned_from, fit_points=(x, yw, sw))
     if intervals and n_boot > 0:  # n_boot=0: point fit only, like intervals=False
-        attach_intervals(fit, x, yw, sw, np.array([A, theta[1], theta[2]]), r0, n_boot, rng)
+        _attach_intervals(fit, x, yw, sw, np.array([A, theta[1], theta[2]]), r0, n_boot, rng)
     return fit
+
+
+def _attach_intervals(fit: Fit, x: np.ndarray, y: np.ndarray, sid: np.ndarray, theta: np.ndarray,
+                      r0: float, n_boot: int, rng: np.random.Generator, *, fix_a: bool = False) -> None:
+    """Set `fit.samples`, `fit.ci` and `fit.interval_method` from `intervals.parameter_draws`."""
+    fit.samples, fit.ci, fit.interval_method = parameter_draws(
+        x, y, sid, theta, r0, n_boot, rng, data=fit.data, n_seeds=fit.n_seeds, fix_a=fix_a)
 
 
 def _check_options(method: str, paper_grid: str, bins: int | None) -> None:
@@ -222,7 +229,7 @@ def refit_with_A(fit: Fit, A: float, *, n_boot: int = N_BOOT) -> Fit:
               window_rule=fit.window_rule, data=fit.data, binned_from=fit.binned_from,
               fit_points=(x, yw, sw))
     if fit.samples and n_boot > 0:
-        attach_intervals(out, x, yw, sw, theta, fit.R0, n_boot, np.random.default_rng(0), fix_a=True)
+        _attach_intervals(out, x, yw, sw, theta, fit.R0, n_boot, np.random.default_rng(0), fix_a=True)
     return out
 
 

@@ -26,7 +26,7 @@ carries (the old band covered the run's own score only 0.85-0.89 of the time on 
 runs), and (2) the error of a sigmoid on a curve that is not one. Real RL curves depart from it
 one way: a plateau that comes sooner than the sigmoid's, or a late sag (on published GSM8K runs a
 half-compute fit missed the final score by only 0.008 on average, yet its band covered 82%).
-`predictive_draws` adds (1) from the REML posterior's drift variance, and holds (2) by giving
+`score_draws` adds (1) from the REML posterior's drift variance, and holds (2) by giving
 half of the draws the other explanation of the window: the run gains nothing more after the
 window's end (each such draw's curve stays at its value there). Why a second explanation and
 not a model-error term estimated from the window: inside the window these departures are at
@@ -51,49 +51,57 @@ import math
 import numpy as np
 
 from ablate.analysis import levenberg_marquardt as lm
-from ablate.analysis.fit import MIN_POINTS, SEED_MIN_RUNS, Fit, percentile_interval, sigmoid
+from ablate.analysis.sigmoid import MIN_POINTS, SEED_MIN_RUNS, percentile_interval, sigmoid
 from ablate.analysis.noise import noise_draws, reml_posterior
 
 
-def attach_intervals(fit: Fit, x: np.ndarray, y: np.ndarray, sid: np.ndarray, theta: np.ndarray,
-                     r0: float, n_boot: int, rng: np.random.Generator, *, fix_a: bool = False) -> None:
-    """Set `fit.samples`, `fit.ci` and `fit.interval_method` from `n_boot` draws.
+def parameter_draws(x: np.ndarray, y: np.ndarray, sid: np.ndarray, theta: np.ndarray, r0: float,
+                    n_boot: int, rng: np.random.Generator, *,
+                    data: tuple[np.ndarray, np.ndarray, np.ndarray], n_seeds: int,
+                    fix_a: bool = False) -> tuple[dict[str, np.ndarray], dict[str, tuple], str]:
+    """`n_boot` draws of the fit's parameters: (Fit.samples, Fit.ci, Fit.interval_method).
 
     x, y, sid: the points the fit used (log compute, score, seed label); theta: its
-    (A, log B, log C_mid); fix_a: A was held fixed (`refit_with_A`), so its interval is the point.
+    (A, log B, log C_mid); data: every point (compute, score, seed label), for each seed's R0;
+    n_seeds: the seeds R0 is the mean of; fix_a: A was held fixed (`refit_with_A`), so its
+    interval is the point. Takes arrays, not a Fit, so that Fit can call this module.
     """
-    k = len(np.unique(sid))
-    draws = None
-    if k >= SEED_MIN_RUNS:
-        per = []
-        for s in np.unique(sid):
-            m = sid == s
-            if m.sum() < MIN_POINTS:
-                break
-            ix = np.flatnonzero(m)
-            cs, ys = fit.data[0][fit.data[2] == s], fit.data[1][fit.data[2] == s]
-            r0s = float(np.mean(ys[cs == cs.min()]))
-            if fix_a:
-                th, _ = lm.solve(x[ix], y[ix][None], None, theta[None], np.array([r0s]), fix_a=True)
-                th = th[0]
-            else:
-                th, _ = lm.best_fit(x[ix], y[ix], r0s)
-            per.append([th[0], th[1], th[2], r0s])
-        if len(per) == k:
-            draws = _seed_draws(np.array(per), np.array([*theta, r0]), n_boot, rng)
-            if fix_a:
-                draws[:, 0] = theta[0]
-            fit.interval_method = "seeds"
+    draws, method = None, "bootstrap"
+    if len(np.unique(sid)) >= SEED_MIN_RUNS:
+        draws = _per_seed_draws(x, y, sid, theta, r0, n_boot, rng, data, fix_a)
+        method = "seeds" if draws is not None else method
     if draws is None:
-        draws = _bootstrap(x, y, sid, theta, r0, fit.n_seeds, n_boot, rng, fix_a=fix_a)
-        fit.interval_method = "bootstrap"
-    fit.samples = _draws_to_samples(draws)
-    fit.ci = {k_: percentile_interval(v) for k_, v in fit.samples.items()}
+        draws = _bootstrap(x, y, sid, theta, r0, n_seeds, n_boot, rng, fix_a=fix_a)
+    samples = _draws_to_samples(draws)
+    ci = {k_: percentile_interval(v) for k_, v in samples.items()}
     if fix_a:
-        fit.ci["A"] = (fit.A, fit.A)
+        ci["A"] = (float(theta[0]), float(theta[0]))
     # What the score is past the window (module docstring, "Past the window"): the run's drift
-    # there and the plateau draws, read by `predictive_draws` wherever the fit is extrapolated.
-    fit.samples.update(drift_terms(x, y, sid, theta, r0, n_boot, rng, fix_a=fix_a))
+    # there and the plateau draws, read by `score_draws` wherever the fit is extrapolated.
+    samples.update(drift_terms(x, y, sid, theta, r0, n_boot, rng, fix_a=fix_a))
+    return samples, ci, method
+
+
+def _per_seed_draws(x, y, sid, theta, r0, n_boot, rng, data, fix_a) -> np.ndarray | None:
+    """t draws from one fit per seed (`_seed_draws`); None when a seed has too few points."""
+    per = []
+    for s in np.unique(sid):
+        m = sid == s
+        if m.sum() < MIN_POINTS:
+            return None
+        ix = np.flatnonzero(m)
+        cs, ys = data[0][data[2] == s], data[1][data[2] == s]
+        r0s = float(np.mean(ys[cs == cs.min()]))
+        if fix_a:
+            th, _ = lm.solve(x[ix], y[ix][None], None, theta[None], np.array([r0s]), fix_a=True)
+            th = th[0]
+        else:
+            th, _ = lm.best_fit(x[ix], y[ix], r0s)
+        per.append([th[0], th[1], th[2], r0s])
+    draws = _seed_draws(np.array(per), np.array([*theta, r0]), n_boot, rng)
+    if fix_a:
+        draws[:, 0] = theta[0]
+    return draws
 
 
 def _bootstrap(x, y, sid, theta, r0, r0_groups, n_boot, rng, fix_a=False):
@@ -144,14 +152,14 @@ NOISE_POINTS = 200
 
 def drift_terms(x: np.ndarray, y: np.ndarray, sid: np.ndarray, theta: np.ndarray, r0: float,
                 n: int, rng: np.random.Generator, *, fix_a: bool = False) -> dict:
-    """The Fit.samples terms `predictive_draws` applies past the window.
+    """The Fit.samples terms `score_draws` applies past the window.
 
     DRIFT: the run's drift at the target, which no sigmoid parameter carries (the score a run
     reaches is its curve plus its drift there; the mean of k seeds has 1/k of the variance),
     drawn with the REML posterior's drift variance (`reml_posterior`, as `_bootstrap`).
     DRIFT_DECAY: log(phi) per unit of log compute, so just past the window the drift is still
     mostly the one the fit already absorbed (AR(1) forecast variance v_drift (1 - phi^(2k))
-    k steps on). STOP: which draws take the plateau explanation (see `predictive_draws`).
+    k steps on). STOP: which draws take the plateau explanation (see `score_draws`).
     """
     if x.size > NOISE_POINTS:
         keep = np.concatenate([ix[np.argsort(x[ix])][::-(-x.size // NOISE_POINTS)]
@@ -170,15 +178,9 @@ def drift_terms(x: np.ndarray, y: np.ndarray, sid: np.ndarray, theta: np.ndarray
             STOP: np.arange(n) % 2 == 1}
 
 
-def window_end(fit: Fit) -> float:
-    """Log of the largest compute the fit used: where extrapolation starts."""
-    if fit.fit_points is not None:
-        return float(np.max(fit.fit_points[0]))
-    return math.log(fit.window_max())
-
-
-def predictive_draws(fit: Fit, compute) -> np.ndarray:
+def score_draws(s: dict[str, np.ndarray], end: float, compute) -> np.ndarray:
     """Draws of the score the run reaches at `compute`: (S,) for a scalar, (S, m) for m computes.
+    s: a fit's draws (Fit.samples); end: log of the largest compute it used (Fit.window_end).
 
     Inside the window: the parameter draws' sigmoid. Past it, two explanations of the window
     that the window cannot tell apart, half of the draws each (see "Past the window" in the
@@ -186,12 +188,10 @@ def predictive_draws(fit: Fit, compute) -> np.ndarray:
     the window's end (the draw's curve stays at its value there); both plus the run's drift at
     `compute`; clipped to [0, 1] (a score). A fit without these terms (e.g. built elsewhere)
     gets the sigmoid draws alone."""
-    s = fit.samples
     c = np.atleast_1d(np.asarray(compute, float))
     ps = [s[k][:, None] for k in ("A", "B", "C_mid", "R0")]
     p = sigmoid(c[None, :], *ps)
     if DRIFT in s:
-        end = window_end(fit)
         with np.errstate(divide="ignore"):
             dist = np.maximum(np.log(c) - end, 0.0)[None, :]
         if STOP in s:
@@ -199,11 +199,3 @@ def predictive_draws(fit: Fit, compute) -> np.ndarray:
         drift = s[DRIFT][:, None] * np.sqrt(1.0 - np.exp(2.0 * s[DRIFT_DECAY][:, None] * dist))
         p = np.clip(p + drift, 0.0, 1.0)
     return p[:, 0] if np.ndim(compute) == 0 else p
-
-
-def predictive_interval(fit: Fit, compute: float) -> tuple[float, float]:
-    """95% interval of the score the run reaches at `compute` (`predictive_draws`)."""
-    if not fit.samples:
-        v = float(fit.predict(compute))
-        return (v, v)
-    return percentile_interval(predictive_draws(fit, compute))

@@ -18,9 +18,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ablate.analysis.fit import sigmoid
+from ablate.analysis.fit import predictive_draws, sigmoid
 from ablate.analysis.fitgroups import GroupFit
-from ablate.analysis.intervals import predictive_draws
 
 
 @dataclass
