@@ -139,26 +139,132 @@ def test_dry_run_text_names_terms_and_verdict():
     assert r.returncode == 0, r.stderr
     out = r.stdout
     for term in ("weights", "gradients", "optimizer states", "activation checkpoints",
-                 "LM head logits chunk", "KV cache", "largest:", "-> fits"):
+                 "LM head logits chunk", "KV cache", "largest:", "-> fits",
+                 "1 vLLM engine of 4 GPUs (tensor parallel) on rank 0's node",
+                 "4 of the job's 16 GPUs are idle"):
         assert term in out, term
 
 
 def test_eval_kv_cache_is_planned_and_bounded_by_eval_batch_size():
+    """The hf backend evaluates with its sampler on the training GPUs, eval.batch_size rows at
+    a time; vllm evaluates through the engines (trainer/gen_service.py): no eval term there."""
     from trainer.resources import eval_kv_bytes, kv_bytes_per_token, sequence_tokens
 
     tree = {"model": {"name_or_path": "Qwen/Qwen3-8B", "gradient_checkpointing": True},
-            "rollout": {"backend": "vllm", "max_new_tokens": 14336},
+            "rollout": {"backend": "hf", "max_new_tokens": 14336, "prompts_per_step": 1},
+            "off_policy": {"mode": "ppo_off_policy", "k": 1},
             "engine": {"type": "deepspeed", "zero_stage": 3, "micro_batch_tokens": 32768},
             "eval": {"batch_size": 16, "samples_per_prompt": 16}}
     c = TrainConfig.model_validate(tree)
     # 2 (K, V) x 36 layers x 8 kv heads x 128 x 2 bytes = 147,456 bytes per token
     assert kv_bytes_per_token(c, QWEN3_8B) == 147456
     assert eval_kv_bytes(c, QWEN3_8B) == 16 * sequence_tokens(c) * 147456
-    shape = JobShape(nodes=2, ranks_per_node=4, gpus_per_node=8, gpu_memory_gib=80)
+    shape = JobShape(nodes=2, ranks_per_node=8, gpus_per_node=8, gpu_memory_gib=80)
     ok = plan(c, shape)
     assert ok.fits and ok.train["eval: KV cache (beyond the training step)"] > 0
     unbounded = plan(TrainConfig.model_validate({**tree, "eval": {"samples_per_prompt": 16}}), shape)
     assert unbounded.fits is False and unbounded.largest.startswith("eval")  # 64 prompts x 16
+    service = plan(TrainConfig.model_validate(
+        {**tree, "rollout": {**tree["rollout"], "backend": "vllm"}, "eval": {"samples_per_prompt": 16}}),
+        JobShape(nodes=2, ranks_per_node=8, gpus_per_node=8, gpu_memory_gib=80))
+    assert not any(k.startswith("eval") for k in service.train), service.train
+
+
+SMALL = {"model": {"name_or_path": "Qwen/Qwen2.5-0.5B"}, "length": {"control": "none"},
+         "rollout": {"backend": "vllm", "max_new_tokens": 2048, "prompts_per_step": 4,
+                     "generations_per_prompt": 16},
+         "eval": {"num_prompts": 4, "samples_per_prompt": 16}}
+
+
+def small(**over) -> TrainConfig:
+    tree = json.loads(json.dumps(SMALL))
+    for dotted, value in over.items():
+        *path, key = dotted.split("__")
+        node = tree
+        for p in path:
+            node = node.setdefault(p, {})
+        node[key] = value
+    return TrainConfig.model_validate(tree)
+
+
+def test_kv_cache_is_sized_for_the_engines_on_rank0s_node_only():
+    """Every engine runs on rank 0's node (trainer/vllm_replicas.py), so a second node adds no
+    engine: each engine still decodes the whole rollout call plus eval (pipeline mode: 64 + 64
+    sequences), not half of it. The plan used to halve it per node (nodes x engines)."""
+    from trainer.resources import kv_bytes_per_token, sequence_tokens
+
+    per_seq = sequence_tokens(small()) * kv_bytes_per_token(small(), model_shape("Qwen/Qwen2.5-0.5B")[0])
+    one, two = (plan(small(), JobShape(nodes=n, ranks_per_node=4, gpus_per_node=8, gpu_memory_gib=80))
+                for n in (1, 2))
+    assert one.generation["KV cache"] == two.generation["KV cache"]
+    assert two.generation["KV cache"] == pytest.approx(128 * per_seq / 4 / GIB, abs=0.01)  # tp 4
+    assert "KV room for" in two.kv_sequences and " of 128 sequences" in two.kv_sequences
+    # Two replicas of one GPU each split the sequences; ppo_off_policy sends k x the prompts,
+    # and its eval runs between steps (the larger of the two calls, not their sum).
+    reps = plan(small(rollout__vllm__tensor_parallel_size=1, rollout__vllm__data_parallel_replicas=2),
+                JobShape(nodes=2, ranks_per_node=4, gpus_per_node=8, gpu_memory_gib=80))
+    assert " of 64 sequences" in reps.kv_sequences
+    ppo = plan(small(off_policy__mode="ppo_off_policy", off_policy__k=2),
+               JobShape(nodes=2, ranks_per_node=8, gpus_per_node=8, gpu_memory_gib=80))
+    assert " of 128 sequences" in ppo.kv_sequences  # max(2 x 4 x 16, 4 x 16)
+
+
+CASES = [(mode, gpus, gen, tp, dp) for mode in ("pipeline", "ppo_off_policy")
+         for gpus in (1, 2, 4, 8) for gen in (None, 1, 2, 3) for tp in (None, 1, 2)
+         for dp in (None, 1, 2, 3)]
+
+
+def test_engine_placement_is_the_trainers():
+    """trainer/vllm_placement.py (pure Python, for the plan) against what the trainer starts:
+    vllm_replicas.replica_count and distributed.plan_topology on rank 0's node, and the GPUs
+    each node leaves without a rank or an engine, over every split the validation accepts."""
+    from trainer.distributed import plan_topology
+    from trainer.validate import problems
+    from trainer.vllm_placement import engines, idle_gpus
+    from trainer.vllm_replicas import replica_count
+
+    checked = 0
+    for mode, gpus, gen, tp, dp in CASES:
+        c = small(off_policy__mode=mode, rollout__vllm__generation_gpus=gen,
+                  rollout__vllm__tensor_parallel_size=tp, rollout__vllm__data_parallel_replicas=dp)
+        sep = mode == "pipeline"
+        ranks = gpus - (gen or max(1, gpus // 2)) if sep and gpus >= 2 else gpus
+        shape = JobShape(nodes=2, ranks_per_node=max(1, ranks), gpus_per_node=gpus)
+        try:
+            topo = plan_topology(1, gpus, separate_generation=True, generation_gpus=gen,
+                                 tensor_parallel_size=tp, data_parallel_replicas=dp)
+        except ValueError:
+            continue  # refused at start; the validation refuses it too
+        if problems(c, shape):
+            continue
+        e = engines(c, shape)
+        assert e.replicas == replica_count(c, gpus), (mode, gpus, gen, tp, dp)
+        if gpus >= 2:
+            assert e.tp == len(topo.replicas[0]) and e.own_gpus == sep
+            engine_gpus = {g for rep in topo.replicas for _, g in rep}
+            rank_gpus = set(sorted(g for n, g in plan_topology(
+                1, gpus, separate_generation=sep, generation_gpus=gen).training)[:shape.ranks_per_node])
+            assert idle_gpus(c, shape, e) == (gpus - len(rank_gpus | engine_gpus),
+                                              gpus - len(rank_gpus)), (mode, gpus, gen, tp, dp)
+        checked += 1
+    assert checked >= 60, checked  # the grid is not all refused
+
+
+def test_dry_run_says_where_engines_run_and_which_gpus_idle():
+    from trainer.resources import plan as plan_of
+
+    shape = JobShape(nodes=2, ranks_per_node=4, gpus_per_node=8, gpu_memory_gib=80)
+    paper = plan_of(small(), shape).note  # pipeline: 4 generation GPUs per node, one engine
+    assert "1 vLLM engine of 4 GPUs (tensor parallel) on rank 0's node" in paper, paper
+    assert "4 of the job's 16 GPUs are idle (4 on the other node)" in paper, paper
+    assert "counted in gpu_hours" in paper and "other nodes' generation GPUs hold none" in paper
+    one_node = plan_of(small(), JobShape(nodes=1, ranks_per_node=4, gpus_per_node=8,
+                                         gpu_memory_gib=80)).note
+    assert "idle" not in one_node, one_node
+    # ppo_off_policy: every GPU may train, but 4 tasks per node leave 4 GPUs a node unused.
+    ppo = plan_of(small(off_policy__mode="ppo_off_policy"), shape).note
+    assert "8 of the job's 16 GPUs are idle (4 on rank 0's node, 4 on the other node)" in ppo, ppo
+    assert "tasks_per_node=4 starts fewer ranks than the node's 8 training GPUs" in ppo, ppo
 
 
 @pytest.mark.parametrize("regime", ["deepspeed-bf16", "torch-autocast-bf16", "fp32"])

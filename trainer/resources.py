@@ -39,6 +39,8 @@ from typing import Optional
 from trainer.config import TrainConfig
 from trainer.model_shape import KNOWN, ModelShape, model_shape, proxy_shape, shape_from_hf  # noqa: F401
 from trainer.validate import JobShape, separate_generation
+from trainer.vllm_placement import (Engines, engines, generation_gpus_per_node, placement_note,
+                                    rows_per_engine)
 
 GIB = 2 ** 30
 # trainer/logprobs.py MAX_LOGITS_PER_CHUNK (kept equal by tests/test_resources.py; not imported,
@@ -87,11 +89,6 @@ class Plan:
 
     def to_json(self) -> dict:
         return asdict(self)
-
-
-def generation_gpus_per_node(c: TrainConfig, gpus: int) -> int:
-    """trainer/distributed.py split_gpus: rollout.vllm.generation_gpus, else half (>= 1)."""
-    return c.rollout.vllm.generation_gpus or max(1, gpus // 2)
 
 
 def training_dp(c: TrainConfig, shape: JobShape) -> int:
@@ -174,30 +171,26 @@ def kv_bytes_per_token(c: TrainConfig, m: ModelShape) -> int:
     return 2 * m.layers * m.kv_heads * m.head_dim * b
 
 
-def vllm_terms(c: TrainConfig, m: ModelShape, shape: JobShape, gpu_gib: Optional[float],
+def vllm_terms(c: TrainConfig, m: ModelShape, e: Engines, gpu_gib: Optional[float],
                util: float) -> tuple[dict[str, float], str]:
-    """One vLLM GPU: its share of the weights (tensor parallel over `tp` GPUs) and the KV cache
-    of the sequences it decodes at once, which is what fits in `util` of the GPU, at most what
-    it is sent and vLLM's max_num_seqs. Returns (terms in bytes, what the KV cache holds)."""
+    """One vLLM GPU: its share of the weights (tensor parallel over `e.tp` GPUs) and the KV cache
+    of the sequences its engine decodes at once: what fits in `util` of the GPU, at most what
+    the engine is sent (trainer/vllm_placement.py: every engine on rank 0's node) and vLLM's
+    max_num_seqs. Returns (terms in bytes, what the KV cache holds)."""
     b = 2 if c.precision.dtype == "bf16" else 4
-    gpus = shape.gpus_per_node or 1
-    # trainer/rollout_vllm.py generation_placement: on a multi-GPU node vLLM spans the split's
-    # generation GPUs in every off-policy mode (outside pipeline mode they also train).
-    gen = generation_gpus_per_node(c, gpus) if gpus >= 2 else 1
-    # rollout.vllm.tensor_parallel_size where set; otherwise today's placement: one engine
-    # per node, tensor-parallel over the node's generation GPUs.
-    tp = getattr(c.rollout.vllm, "tensor_parallel_size", None) or gen
-    replicas = max(1, shape.nodes * gen // tp)
     head_extra = m.vocab * m.hidden * (4 - b) if c.precision.generator_lm_head_fp32 else 0
-    weights = (m.params * b + head_extra) / tp
-    per_seq = sequence_tokens(c) * kv_bytes_per_token(c, m) / tp
-    wanted = math.ceil(c.rollout.prompts_per_step * c.rollout.generations_per_prompt / replicas)
-    held = min(wanted, VLLM_MAX_NUM_SEQS)
+    weights = (m.params * b + head_extra) / e.tp
+    per_seq = sequence_tokens(c) * kv_bytes_per_token(c, m) / e.tp
+    sent = rows_per_engine(c, e)
+    held = min(sent, VLLM_MAX_NUM_SEQS)
     note = f"{held} sequences at full length"
     if gpu_gib is not None:
         room = int(max(0.0, util * gpu_gib * GIB - weights - CUDA_OVERHEAD_GIB * GIB) // per_seq)
         note = f"KV room for {room} of {held} sequences at full length"
         held = min(held, room)
+    if sent > VLLM_MAX_NUM_SEQS:
+        note += (f"; each engine is sent up to {sent:,}: vLLM decodes at most "
+                 f"{VLLM_MAX_NUM_SEQS} at once, the rest wait")
     return {"generation weights": weights, "KV cache": held * per_seq,
             "CUDA context": CUDA_OVERHEAD_GIB * GIB}, note
 
@@ -258,18 +251,7 @@ def plan(c: TrainConfig, shape: JobShape) -> Plan:
     gpu, gen, fits_gen = shape.gpu_memory_gib, {}, True
     budget = gpu
     if c.rollout.backend == "vllm":
-        gpus = shape.gpus_per_node or 0
-        own = separate_generation(c) and gpus >= 2
-        # trainer/rollout_vllm.py: 0.3 only on a one-GPU node; on a multi-GPU node vLLM takes
-        # 0.9 of its replica's GPUs, which outside pipeline mode are training GPUs too.
-        util = c.rollout.vllm.gpu_memory_utilization or (
-            VLLM_UTILIZATION if gpus >= 2 else VLLM_SHARED_UTILIZATION)
-        gen, p.kv_sequences = vllm_terms(c, m, shape, gpu, util)
-        p.generation_where = "own GPUs" if own else "training GPUs (shared)"
-        if not own and gpu is not None:
-            budget = gpu * (1 - util)  # vLLM reserves its share of the same GPU up front
-        if gpu is not None:
-            fits_gen = "room for 0 " not in p.kv_sequences
+        gen, budget, fits_gen = _vllm_generation(c, m, shape, p)
     else:
         gen = hf_generation_terms(c, m, dp)
         p.generation_where = "training GPUs"
@@ -277,18 +259,41 @@ def plan(c: TrainConfig, shape: JobShape) -> Plan:
             train.update({f"generation: {k}": v for k, v in gen.items()})
         else:  # generation and the training step take turns: the larger of the two counts
             _add_phase(train, "generation: KV cache (beyond the training step)", sum(gen.values()))
-    # Eval (trainer/loop.py evaluate): the hf sampler on the trainer's own weights, on every
-    # ZeRO-3 rank, between steps: model states stay, the step's activations are gone.
-    _add_phase(train, "eval: KV cache (beyond the training step)", eval_kv_bytes(c, m))
+        # Eval (trainer/loop.py evaluate): the hf sampler on the trainer's own weights, on
+        # every ZeRO-3 rank, between steps: model states stay, the step's activations are
+        # gone. With vllm, eval goes through the engines (trainer/gen_service.py) instead.
+        _add_phase(train, "eval: KV cache (beyond the training step)", eval_kv_bytes(c, m))
     p.train, p.generation = _gib(train), _gib(gen)
     p.train_gib_per_gpu = round(sum(train.values()) / GIB, 2)
     p.generation_gib_per_gpu = round(sum(gen.values()) / GIB, 2)
     p.largest = max(p.train, key=p.train.get)
-    p.note = rank_note(c, shape)
+    p.note = "; ".join(x for x in (rank_note(c, shape), p.note) if x)
     if gpu is not None:
         p.train_budget_gib = round(budget, 2)
         p.fits = p.train_gib_per_gpu <= budget and fits_gen
     return p
+
+
+def _vllm_generation(c: TrainConfig, m: ModelShape, shape: JobShape,
+                     p: Plan) -> tuple[dict[str, float], Optional[float], bool]:
+    """The vllm backend's side of the plan: (generation terms in bytes, the training GPU's
+    budget in GiB, whether a full-length sequence fits the engine's KV room). Sets the plan's
+    generation_where, kv_sequences and the engines' placement sentence (its note)."""
+    gpus, gpu = shape.gpus_per_node or 0, shape.gpu_memory_gib
+    e = engines(c, shape)
+    # trainer/rollout_vllm.py: 0.3 only on a one-GPU node; on a multi-GPU node vLLM takes
+    # 0.9 of its replica's GPUs, which outside pipeline mode are training GPUs too.
+    util = c.rollout.vllm.gpu_memory_utilization or (
+        VLLM_UTILIZATION if gpus >= 2 else VLLM_SHARED_UTILIZATION)
+    gen, p.kv_sequences = vllm_terms(c, m, e, gpu, util)
+    p.generation_where = "own GPUs" if e.own_gpus else "training GPUs (shared)"
+    if gpus:
+        p.note = placement_note(c, shape, e)
+    if gpu is None:
+        return gen, None, True
+    # Sharing: each engine on the GPU reserves its share of it up front.
+    budget = gpu if e.own_gpus else gpu * (1 - util * e.per_gpu)
+    return gen, budget, "room for 0 " not in p.kv_sequences
 
 
 def rank_note(c: TrainConfig, shape: JobShape) -> str:

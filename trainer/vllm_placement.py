@@ -1,0 +1,132 @@
+"""Where a job's vLLM engines run and what each is sent: the memory plan's view of them.
+
+Why a module of its own: the plan (trainer/resources.py) must size each engine's KV cache for
+the sequences that engine really decodes, and count the generation GPUs the job holds but does
+not use. Both follow from where the trainer starts engines, which the plan must not guess:
+
+- trainer/vllm_replicas.py replica_count -> trainer/distributed.py plan_topology(1 node, ...):
+  every engine runs on rank 0's node. On a node with >= 2 GPUs the engines sit on the first
+  rollout.vllm.generation_gpus (default half) GPUs, each tensor_parallel_size of them (default:
+  one engine over all of them), rollout.vllm.data_parallel_replicas of them (default: as many
+  as fit). On a one-GPU node (or CPU) data_parallel_replicas engines (default 1) share it.
+- One engine set per job in every off-policy mode: pipeline feeds it from rank 0's generator
+  thread, ppo_off_policy from rank 0 (trainer/offpolicy.py), eval goes through it
+  (trainer/gen_service.py).
+So on a multi-node job in pipeline mode the other nodes' generation GPUs hold no engine:
+they are allocated (and counted in gpu_hours, trainer/devices.py) but idle.
+
+Pure Python (no torch): `ablate sweep --dry-run` plans thousands of variants with it;
+tests/test_resources.py keeps it equal to replica_count / plan_topology.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from trainer.config import TrainConfig
+from trainer.validate import JobShape, separate_generation
+
+
+@dataclass(frozen=True)
+class Engines:
+    """The job's vLLM engines: `replicas` engines of `tp` GPUs each, all on rank 0's node."""
+
+    replicas: int
+    tp: int
+    own_gpus: bool  # on generation GPUs of their own (pipeline mode, >= 2 GPUs per node)
+    per_gpu: int = 1  # engines on one GPU (a one-GPU node with data_parallel_replicas > 1)
+
+
+def generation_gpus_per_node(c: TrainConfig, gpus: int) -> int:
+    """trainer/distributed.py split_gpus: rollout.vllm.generation_gpus, else half (>= 1)."""
+    return c.rollout.vllm.generation_gpus or max(1, gpus // 2)
+
+
+def engines(c: TrainConfig, shape: JobShape) -> Engines:
+    """vllm_replicas.replica_count / rollout_vllm.generation_placement on this job's shape."""
+    vc, gpus = c.rollout.vllm, shape.gpus_per_node or 0
+    if gpus < 2:  # CPU, or the one GPU shared with the trainer
+        n = vc.data_parallel_replicas or 1
+        return Engines(replicas=n, tp=1, own_gpus=False, per_gpu=n)
+    gen = generation_gpus_per_node(c, gpus)
+    tp = vc.tensor_parallel_size or gen
+    replicas = vc.data_parallel_replicas or max(1, gen // tp)
+    return Engines(replicas=replicas, tp=tp, own_gpus=separate_generation(c))
+
+
+def rollout_rows(c: TrainConfig) -> int:
+    """Sequences one rollout generate call sends (trainer/offpolicy.py): pipeline, a call of
+    off_policy.groups_per_call (default prompts_per_step) groups; ppo_off_policy, one big
+    generation of k x prompts_per_step prompts; G samples each."""
+    g = c.rollout.generations_per_prompt
+    if c.off_policy.mode == "pipeline":
+        return (c.off_policy.groups_per_call or c.rollout.prompts_per_step) * g
+    return c.off_policy.k * c.rollout.prompts_per_step * g
+
+
+def eval_rows(c: TrainConfig) -> int:
+    """Sequences the held-out eval sends the engines (trainer/gen_service.py: the whole eval,
+    one call on GPUs)."""
+    return (c.eval.num_prompts or c.task.num_eval_prompts) * c.eval.samples_per_prompt
+
+
+def rows_per_engine(c: TrainConfig, e: Engines) -> int:
+    """Sequences each engine is sent at once at most: in pipeline mode eval's requests join the
+    running rollout call's (rank 0's trainer thread and generator thread share the engines);
+    in ppo_off_policy eval runs between steps, never beside the big generation."""
+    rows = rollout_rows(c)
+    rows = rows + eval_rows(c) if c.off_policy.mode == "pipeline" else max(rows, eval_rows(c))
+    return math.ceil(rows / e.replicas)
+
+
+def gpus_used(c: TrainConfig, shape: JobShape, e: Engines, rank0_node: bool) -> int:
+    """GPUs of one node that a training rank or an engine runs on (trainer/distributed.py
+    resolve_device: local rank r takes the r-th training GPU; pipeline mode keeps the first
+    generation GPUs out; the engines take the first of those, on rank 0's node only)."""
+    gpus = shape.gpus_per_node or 0
+    first = generation_gpus_per_node(c, gpus) if separate_generation(c) else 0
+    ranks = set(range(first, min(gpus, first + shape.ranks_per_node)))
+    engine = set(range(e.replicas * e.tp)) if rank0_node else set()
+    return len(ranks | engine)
+
+
+def idle_gpus(c: TrainConfig, shape: JobShape, e: Engines) -> tuple[int, int]:
+    """(idle GPUs on rank 0's node, idle GPUs on each other node) of a multi-GPU job."""
+    gpus = shape.gpus_per_node or 0
+    if gpus < 2:
+        return 0, 0
+    return gpus - gpus_used(c, shape, e, True), gpus - gpus_used(c, shape, e, False)
+
+
+def placement_note(c: TrainConfig, shape: JobShape, e: Engines) -> str:
+    """One sentence: where the engines run, and the GPUs the job holds but leaves idle."""
+    gpus = shape.gpus_per_node or 0
+    where = ("on rank 0's node" if gpus >= 2 else
+             "on rank 0's GPU, shared with its trainer rank" if gpus else "on rank 0's machine")
+    n = f"{e.replicas} vLLM engine{'s' if e.replicas > 1 else ''}"
+    size = ("" if gpus < 2 else f" of {e.tp} GPUs (tensor parallel)" if e.tp > 1 else
+            f" of 1 GPU{' each' if e.replicas > 1 else ''}")
+    verb = "serves" if e.replicas == 1 else "serve"
+    text = f"{n}{size} {where} {verb} the job's rollouts and eval"
+    first, other = idle_gpus(c, shape, e)
+    idle = first + (shape.nodes - 1) * other
+    if not idle:
+        return text
+    where_idle = [f"{first} on rank 0's node"] if first else []
+    if other and shape.nodes > 1:
+        where_idle.append(f"{other} on {'the other node' if shape.nodes == 2 else 'each other node'}")
+    why, gen = [], generation_gpus_per_node(c, gpus)
+    if separate_generation(c) and shape.nodes > 1:
+        why.append("engines start on rank 0's node only: the other nodes' generation GPUs "
+                   "hold none")
+    if separate_generation(c) and e.replicas * e.tp < gen:
+        why.append(f"{e.replicas} engine(s) x tensor_parallel_size {e.tp} use {e.replicas * e.tp} "
+                   f"of rank 0's node's {gen} generation GPUs")
+    train = gpus - gen if separate_generation(c) else gpus
+    if shape.ranks_per_node < train:
+        why.append(f"tasks_per_node={shape.ranks_per_node} starts fewer ranks than the node's "
+                   f"{train} training GPUs")
+    return (f"{text}; {idle} of the job's {shape.nodes * gpus} GPUs are idle "
+            f"({', '.join(where_idle)}): held and counted in gpu_hours, but no rank or engine "
+            f"runs there ({'; '.join(why)})")
