@@ -142,6 +142,14 @@ def resolve_device(device: str = "auto", local_rank: int = 0, separate_generatio
     return torch.device(device)
 
 
+def group_timeout_s(config) -> float:
+    """The process group's collective timeout for a TrainConfig, in seconds
+    (engine.collective_timeout_minutes): under the vllm backend rank 0 evaluates alone while
+    the other ranks wait at a barrier, and torch's default 30 minutes would fail a paper-scale
+    eval; see the field's description."""
+    return float(config.engine.collective_timeout_minutes) * 60.0
+
+
 def gpu_split_args(config) -> dict:
     """The GPU-split arguments of init_distributed / join_process_group for a TrainConfig:
     pipeline mode with vllm keeps the node's generation GPUs out of the trainer ranks' choice."""
@@ -283,14 +291,15 @@ def plan_topology(nodes: int, gpus_per_node: int, *, separate_generation: bool,
 
 
 def join_process_group(device: str, separate_generation: bool = False,
-                       generation_gpus: Optional[int] = None) -> bool:
+                       generation_gpus: Optional[int] = None, timeout_s: float = 1800.0) -> bool:
     """Join the launcher's process group when the job has more than one process (idempotent;
-    a single process stays without a group); True on rank 0."""
+    a single process stays without a group); True on rank 0. `timeout_s`: how long a
+    collective waits (trainer: group_timeout_s)."""
     import torch.distributed as dist
 
     env = read_env()
     if env.world_size > 1 and not dist.is_initialized():
-        init_distributed(device, separate_generation=separate_generation,
+        init_distributed(device, timeout_s=timeout_s, separate_generation=separate_generation,
                          generation_gpus=generation_gpus)
     return env.rank == 0
 

@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from trainer.config import TrainConfig
-from trainer.distributed import gpu_split_args, init_distributed
+from trainer.distributed import gpu_split_args, group_timeout_s, init_distributed
 from trainer.engine import constant_with_warmup
 
 
@@ -91,7 +91,9 @@ class DeepSpeedEngine:
         import deepspeed
 
         self.config = config
-        self.dist, self.device = init_distributed(config.engine.device, **gpu_split_args(config))
+        self.dist, self.device = init_distributed(config.engine.device,
+                                                  timeout_s=group_timeout_s(config),
+                                                  **gpu_split_args(config))
         if config.engine.threads:
             torch.set_num_threads(config.engine.threads)
         if config.model.gradient_checkpointing and not getattr(model, "is_gradient_checkpointing", True):

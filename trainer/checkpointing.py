@@ -1,0 +1,105 @@
+"""Checkpoint, resume and preemption stops of a run: the run dir's checkpoint/ through
+trainer/rundir.py, and the agreement between ranks on when to save and stop.
+
+Why a module of its own: every step here is a collective protocol (barriers, one broadcast
+verdict, DeepSpeed's collective save) that must line up on every rank; kept together it can be
+read and checked as one. `_Run` (trainer/loop.py) mixes this class in; the methods use the
+run's `c`, `dir`, `main`, `device`, `engine`, `pool`, `ctx`, `step`, `counters`, `acc`, and
+keep `saved` (step, time of the last save) and `notes` (the preemption record for status.json).
+
+Checkpoints are written by every rank into one deterministic temp dir (DeepSpeed saves
+collectively) and rank 0 swaps it in after a barrier.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import sys
+import time
+
+import torch
+
+from trainer import preempt, rundir
+from trainer.distributed import all_reduce_floats, barrier, broadcast_object
+
+
+class Checkpointing:
+    """Resume, checkpoint and preemption stops of `_Run` (see the module doc)."""
+
+    def _resume(self) -> None:
+        """Load the latest checkpoint if there is one (every rank), dropping metrics rows past
+        its step; without one, start from scratch with an empty metrics file."""
+        if self.main:
+            for stale in self.dir.glob("checkpoint.tmp-*"):
+                shutil.rmtree(stale, ignore_errors=True)
+        barrier()  # nobody looks for a checkpoint while rank 0 is still cleaning up
+        ck = broadcast_object(rundir.checkpoint_dir(self.dir))
+        if ck is None:
+            if self.main:
+                rundir.truncate_metrics(self.dir, None)
+            return
+        self.engine.load(ck / "engine")
+        s = torch.load(ck / "state.pt", weights_only=False)
+        self.step, self.counters, self.acc = s["step"], s["counters"], s["acc"]
+        self.pool.load_state_dict(s["pool"])
+        torch.set_rng_state(s["torch_rng"])
+        random.setstate(s["py_rng"])
+        barrier()  # every rank has read checkpoint/ before rank 0 may replace it
+        if self.main:
+            rundir.truncate_metrics(self.dir, self.step)
+
+    def checkpoint(self) -> None:
+        """Model, optimizer, scheduler, RNG, pool, counters. Every rank writes into the same
+        deterministic temp dir (DeepSpeed's save is a collective; the torch engine's state is
+        identical on all ranks, so rank 0 alone saves it); rank 0 swaps it in atomically."""
+        self.counters["gen_counter"] = self.ctx.gen_counter
+        tmp = self.dir / f"checkpoint.tmp-{self.step}"
+        if self.main:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+        barrier()
+        if self.main or getattr(self.engine, "collective_save", False):
+            self.engine.save(tmp / "engine")
+        barrier()
+        if self.main:
+            torch.save({"step": self.step, "counters": dict(self.counters),
+                        "acc": dict(self.acc), "pool": self.pool.state_dict(),
+                        "torch_rng": torch.get_rng_state(), "py_rng": random.getstate()},
+                       tmp / "state.pt")
+            rundir.commit_checkpoint(self.dir, tmp)
+        barrier()
+        self.saved = (self.step, time.monotonic())  # for every_minutes and the preemption stop
+
+    def start_attempt(self) -> None:
+        """Carry the preemption record over from earlier attempts; note where this one
+        starts. The wall-clock checkpoint timer starts now (a resume has just loaded one)."""
+        prev = broadcast_object(rundir.read_status(self.dir))
+        self.notes = {"preemptions": list(prev.get("preemptions", []))}
+        if self.step:
+            self.notes["resumed_from"] = self.step
+            if self.main:
+                print(f"[trainer] resumed from the checkpoint at step {self.step}",
+                      file=sys.stderr, flush=True)
+        self.saved = (self.step, time.monotonic())
+        preempt.at_step(self.step + 1)  # a signal during start-up or the first eval: this step
+
+    def boundary_flags(self) -> tuple[bool, bool]:
+        """At a step boundary, agreed by every rank in one all-reduce (so DeepSpeed's
+        collective save lines up): (a stop signal reached some rank, `checkpoint.every_minutes`
+        has passed since the last save on rank 0's clock)."""
+        every = self.c.checkpoint.every_minutes
+        due = (every is not None and self.main
+               and time.monotonic() - self.saved[1] >= every * 60)
+        stop, due = all_reduce_floats([float(preempt.requested()), float(due)], self.device, "max")
+        return bool(stop), bool(due)
+
+    def stop_for_preemption(self) -> None:
+        """Record the stop (status.json, stderr, trainer.preempt) after the boundary's save."""
+        self.notes["preemptions"].append({"signal_in_step": preempt.signal_step(),
+                                          "checkpoint_step": self.step})
+        preempt.mark_stopped(self.step)
+        self.status("running")  # still running as far as the study goes: the job requeues
+        if self.main:
+            print(f"[trainer] stop signal: checkpointed at step {self.step}, stopping for the "
+                  "requeue", file=sys.stderr, flush=True)

@@ -1,0 +1,96 @@
+"""How samples are generated: the rollout backend and its vLLM settings, and length control."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from trainer.config_parts.base import Strict
+
+
+
+class VLLMConfig(Strict):
+    """Settings of the vllm rollout backend (ignored by hf). Not part of what a run learns,
+    but they are part of the resolved config like every other knob."""
+
+    enforce_eager: bool = Field(
+        True, description="Run vLLM without CUDA graphs: start-up is seconds instead of a "
+        "graph capture per batch size, decoding somewhat slower. False for long runs on GPUs.",
+    )
+    gpu_memory_utilization: Optional[float] = Field(
+        None, gt=0, le=1,
+        description="Share of its GPU's memory vLLM may take (weights + KV cache). None = 0.9 "
+        "on generation GPUs of its own, 0.3 when it shares the one GPU with the trainer.",
+    )
+    generation_gpus: Optional[int] = Field(
+        None, gt=0,
+        description="Pipeline mode on a multi-GPU node: how many of the node's GPUs run vLLM "
+        "(the rest train). None = half, rounded down. A one-GPU node is always shared.",
+    )
+    tensor_parallel_size: Optional[int] = Field(
+        None, gt=0,
+        description="GPUs per vLLM replica (tensor parallel, inside one node); it must divide "
+        "generation_gpus. None = one replica over all of a node's generation GPUs. "
+        "trainer/distributed.py plan_topology derives the job's replicas from it.",
+    )
+    data_parallel_replicas: Optional[int] = Field(
+        None, gt=0,
+        description="vLLM engines (data-parallel replicas, each tensor_parallel_size GPUs, each "
+        "its own process) that serve one job's generation and eval: a call's prompt groups are "
+        "dealt to them by tokens, results merged in order, weights pushed to all. They run on "
+        "rank 0's node: at most its generation GPUs / tensor_parallel_size. None = that many "
+        "on GPUs, 1 on CPU.",
+    )
+
+
+
+class RolloutConfig(Strict):
+    backend: Literal["hf", "vllm"] = Field(
+        "hf", description="'hf': transformers generate (any device); 'vllm': vLLM engine."
+    )
+    prompts_per_step: int = Field(48, gt=0, description="Prompts per step (ScaleRL: 48).")
+    generations_per_prompt: int = Field(
+        16, gt=1, description="Samples per prompt, G (ScaleRL: 16 -> 768 completions/step)."
+    )
+    max_new_tokens: int = Field(
+        12288, gt=0, description="Hard cap on generated tokens per sample (thinking + answer)."
+    )
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature (ScaleRL: 1.0).")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling (1.0 = off).")
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig)
+
+
+
+class LengthConfig(Strict):
+    """Length control (ScaleRL: forced interruption; alternative: DAPO overlong penalty)."""
+
+    control: Literal["interrupt", "overlong_penalty", "none"] = Field(
+        "interrupt", description="How over-long generations are handled."
+    )
+    thinking_budget: int = Field(
+        12288, gt=0, description="interrupt: thinking tokens before the interruption text."
+    )
+    budget_min_fraction: float = Field(
+        10 / 12, gt=0, le=1,
+        description="interrupt: per-sample budget drawn uniformly in [fraction*budget, budget] "
+        "(paper: 10k-12k for a 12k budget).",
+    )
+    answer_budget: int = Field(
+        2048, gt=0, description="interrupt: tokens allowed for the answer after interruption."
+    )
+    interrupt_text: str = Field(
+        "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>",
+        description="interrupt: text appended when the budget is hit (paper's wording).",
+    )
+    think_end: str = Field(
+        "</think>",
+        description="interrupt: the marker that closes thinking; a sample that wrote it within "
+        "its drawn budget is not interrupted, and its answer budget counts from it.",
+    )
+    overlong_max: int = Field(
+        12288, gt=0, description="overlong_penalty: L_max in clip((L_max-|y|)/L_cache - 1, -1, 0)."
+    )
+    overlong_cache: int = Field(
+        2048, gt=0, description="overlong_penalty: L_cache, the soft-penalty window."
+    )

@@ -1,0 +1,251 @@
+"""The policy update of one training step: advantages -> loss batches -> forward -> policy
+loss -> one optimizer step, and the step's loss statistics.
+
+Why a module of its own: this is the math of the step (how rows are dealt to ranks, split into
+micro-batches, padded, weighted and reduced), and it reads best apart from the loop's order of
+stages (trainer/loop.py, whose `_Run` mixes this class in). The methods use the run's state:
+`c` (TrainConfig), `engine`, `model`, `body`, `head`, `tok`, `device`, `rank`, `world`,
+`n_params`, `step` and `counters`.
+
+Multi-process: the kept prompt groups are dealt out to the ranks by tokens, and each rank's
+rows split into micro-batches of engine.micro_batch_tokens; every token's loss weight carries
+the whole batch's aggregation denominators (times the world size), so the accumulated,
+rank-averaged gradient equals the single-process gradient of the whole batch
+(trainer/microbatch.py); a rank dealt no group still steps on a zero-weighted group, and ranks
+run equally many micro-batches, so collectives line up.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from trainer import rundir as col
+from trainer.advantages import compute_advantages
+from trainer.config import LOSS_OPTIONS
+from trainer.distributed import all_reduce_floats
+from trainer.logprobs import (
+    completion_logprobs,
+    pack,
+    pack_right,
+    right_padded_logprobs,
+    shared_prefix_logprobs,
+)
+from trainer.losses import LOSSES, loss_options
+from trainer.microbatch import StepTotals, deal_groups, plan_micro_batches, rows_token_weights
+
+
+class Diverged(Exception):
+    """A non-finite loss or grad norm at optimizer step `step` (1-based: the step that failed)."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(f"non-finite loss or grad at step {step}")
+        self.step = step
+
+
+
+def shard_groups(groups: list[int], rank: int, world: int) -> tuple[list[int], bool]:
+    """This rank's kept prompt groups (dealt round-robin) and whether it got any; a rank with
+    none borrows the first group to run a zero-weighted step (collectives must line up)."""
+    mine = groups[rank::world]
+    return (mine, True) if mine else (groups[:1], False)
+
+
+def shard_weight(aggregation: str, local: dict, total: dict, world: int) -> float:
+    """Loss multiplier making the mean over ranks of the local losses equal the aggregation
+    over the whole batch: world x (this shard's share of the aggregation's denominator:
+    tokens for `token`, samples for `sample`, prompt groups for `prompt`)."""
+    unit = {"token": "tokens", "sample": "samples", "prompt": "groups"}.get(aggregation)
+    if unit is None:
+        raise ValueError(f"loss.aggregation {aggregation!r} has no data-parallel weighting; "
+                         "valid with world size > 1: token, sample, prompt")
+    return world * local[unit] / max(total[unit], 1)
+
+
+@dataclass
+class LossBatch:
+    """The kept rows of a rollout as padded tensors for the policy loss."""
+
+    rows: list[int]  # rollout rows, in batch order
+    packed: dict  # trainer.logprobs.pack / pack_right: input_ids, attention_mask, mask, P
+    mask: torch.Tensor  # [B, T] completion tokens the loss counts
+    old_logp: torch.Tensor  # [B, T] behaviour log-probs (the sampler's)
+    group: torch.Tensor  # [B] prompt group of each row
+    adv: torch.Tensor  # [B] advantage of each row
+    weight: torch.Tensor  # [B, T] each token's weight in the whole batch's loss (microbatch.py)
+
+
+class PolicyUpdate:
+    """The update stage of `_Run` (trainer/loop.py): see the module doc for the state it uses."""
+
+    def update(self, ro, rows: list[int], rewards: list[float]) -> dict:
+        """Advantages -> policy loss -> one optimizer step on the kept samples: this rank's
+        share of them (groups dealt by tokens), in micro-batches of at most
+        engine.micro_batch_tokens whose gradients accumulate into the one step, each token
+        weighted with the whole batch's denominators (trainer/microbatch.py)."""
+        adv_of = self.advantages(rows, rewards)
+        weight_of = rows_token_weights(ro, rows, self.c.rollout.generations_per_prompt,
+                                       self.c.loss.aggregation, self.world)
+        mine, real = self.my_share(ro, rows)
+        micro = self.micro_batches(ro, mine)
+        totals = StepTotals()
+        self.model.train()  # HF gradient checkpointing (and dropout) act only in train mode
+        try:
+            for i, (mb, live) in enumerate(micro):
+                b = self.loss_batch(ro, mb, adv_of, weight_of if real and live else None)
+                logp, ent, n_proc = self.forward(ro, b)
+                loss, st = self.policy_loss(logp, b)
+                self.engine.backward(loss, boundary=i == len(micro) - 1)
+                if real and live:  # a zero-weighted line-up micro-batch counts for nothing
+                    totals.add(float(loss.detach()), b.mask, ent, st["mismatch"], st["ratio"],
+                               st["clipped"], float(b.packed["attention_mask"].sum()),
+                               float(b.packed["attention_mask"].numel()), n_proc)
+            gnorm = self.engine.step()
+        finally:
+            self.model.eval()
+        if not math.isfinite(gnorm):
+            raise Diverged(self.step + 1)
+        stats = self.count_and_average(totals, real, len(micro))
+        return {**stats, col.GRAD_NORM: gnorm, col.LR: self.engine_lr()}
+
+    def advantages(self, rows: list[int], rewards: list[float]) -> dict[int, float]:
+        """Advantage of each kept row, normalized over the whole kept batch (every rank
+        computes all of them: batch normalization needs the whole batch)."""
+        c, G = self.c, self.c.rollout.generations_per_prompt
+        adv = compute_advantages(torch.tensor([rewards[r] for r in rows]),
+                                 torch.tensor([r // G for r in rows]),
+                                 normalization=c.advantage.normalization, eps=c.advantage.eps)
+        return dict(zip(rows, adv.tolist()))
+
+    def my_share(self, ro, rows: list[int]) -> tuple[list[int], bool]:
+        """This rank's rows (all of them in one process) and whether they are its own: prompt
+        groups are dealt so that ranks carry about equal tokens; a rank dealt none borrows a
+        group and trains on it with zero weight (collectives must line up)."""
+        if self.world == 1:
+            return rows, True
+        G = self.c.rollout.generations_per_prompt
+        size: dict[int, int] = {}
+        for r in rows:
+            size[r // G] = size.get(r // G, 0) + len(ro.prompts[r]) + len(ro.tokens[r])
+        mine = set(deal_groups(size, self.world)[self.rank])
+        if not mine:
+            return [r for r in rows if r // G == rows[0] // G], False
+        return [r for r in rows if r // G in mine], True
+
+    def micro_batches(self, ro, rows: list[int]) -> list[tuple[list[int], bool]]:
+        """`rows` length-bucketed into micro-batches of at most engine.micro_batch_tokens
+        padded tokens, each with whether it is live. Every rank runs as many as the rank with
+        most (DeepSpeed's collectives run per forward/backward): the others add zero-weighted
+        repeats of their longest row."""
+        G = self.c.rollout.generations_per_prompt
+        lengths = [(len(ro.prompts[r]), len(ro.tokens[r])) for r in rows]
+        plan = [([rows[i] for i in mb], True) for mb in plan_micro_batches(
+            lengths, self.c.engine.micro_batch_tokens, [r // G for r in rows])]
+        most = int(all_reduce_floats([float(len(plan))], self.device, "max")[0])
+        return plan + [(plan[0][0][:1], False)] * (most - len(plan))
+
+    def loss_batch(self, ro, rows: list[int], adv_of: dict[int, float],
+                   weight_of: dict[int, torch.Tensor] | None) -> LossBatch:
+        """The rows padded into tensors: prompt+completion ids, the loss mask (completion
+        tokens the loss counts), behaviour log-probs, prompt group and advantage of each row,
+        and each token's weight in the loss (`weight_of`; None: all zero)."""
+        G = self.c.rollout.generations_per_prompt
+        # Micro-batches: rows back to back, right-padded (their padding is what bucketing
+        # bounds); one batch: prompts left-padded, completions aligned (shared-prefix forward).
+        packer = pack if self.c.engine.micro_batch_tokens is None else pack_right
+        packed = packer([ro.prompts[r] for r in rows], [ro.tokens[r] for r in rows],
+                        self.tok.pad_token_id)
+        T = packed["mask"].shape[1]
+        mask = packed["mask"].clone()
+        old = torch.zeros_like(mask)
+        weight = torch.zeros(mask.shape, dtype=torch.float64)
+        for i, r in enumerate(rows):
+            n = len(ro.tokens[r])
+            mask[i, :n] *= torch.tensor(ro.loss_mask[r], dtype=mask.dtype)
+            old[i, :n] = torch.tensor(ro.logprobs[r][:T])
+            if weight_of is not None:
+                weight[i, :n] = weight_of[r][:T]
+        return LossBatch(rows, packed, mask, old, torch.tensor([r // G for r in rows]),
+                         torch.tensor([adv_of[r] for r in rows], dtype=torch.float32), weight)
+
+    def forward(self, ro, b: LossBatch) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Log-probs and entropies of the completion tokens under the current weights, and
+        the number of token positions the forward processed (for the FLOPs count).
+
+        With micro-batches (engine.micro_batch_tokens) every row runs whole, back to back
+        (trainer.logprobs.pack_right): the shared-prefix forward is replaced there, since
+        bucketing by length puts a prompt's samples in different micro-batches anyway."""
+        c, G, rows = self.c, self.c.rollout.generations_per_prompt, b.rows
+        if "start" in b.packed:  # pack_right
+            logp, ent = right_padded_logprobs(self.body, self.head, b.packed, self.device,
+                                              c.precision.dtype, c.rollout.temperature,
+                                              with_entropy=True)
+            return logp, ent, int(b.packed["attention_mask"].sum())
+        if c.model.gradient_checkpointing:  # recomputation and a grad-carrying KV cache clash
+            logp, ent = completion_logprobs(self.body, self.head, b.packed, self.device,
+                                            c.precision.dtype, c.rollout.temperature,
+                                            with_entropy=True)
+            return logp, ent, int(b.packed["attention_mask"].sum())
+        # Each prompt's forward/backward shared by its G samples.
+        kept = sorted({r // G for r in rows})
+        slot = {g: i for i, g in enumerate(kept)}
+        uniq = [ro.prompts[g * G] for g in kept]
+        logp, ent = shared_prefix_logprobs(
+            self.body, self.head, uniq, [slot[r // G] for r in rows], [ro.tokens[r] for r in rows],
+            self.tok.pad_token_id, self.device, c.precision.dtype, c.rollout.temperature,
+            with_entropy=True)
+        n_proc = sum(len(p) for p in uniq) + sum(max(len(ro.tokens[r]) - 1, 0) for r in rows)
+        return logp, ent, n_proc
+
+    def policy_loss(self, logp: torch.Tensor, b: LossBatch) -> tuple[torch.Tensor, dict]:
+        """This micro-batch's part of the whole batch's loss: the configured loss type's
+        per-token terms weighted by `b.weight` (the aggregation's, whole-batch denominators,
+        trainer/microbatch.py). A non-finite loss on any rank stops the run on every rank,
+        before anyone enters the engine's collectives."""
+        dev, cfg = self.device, self.c.loss
+        options = {k: getattr(cfg, k) for k in LOSS_OPTIONS[cfg.type]}  # None: the default
+        b.mask, b.old_logp = b.mask.to(dev), b.old_logp.to(dev)
+        mask = b.mask.to(logp.dtype)
+        terms, st = LOSSES.get(cfg.type)(logp, b.old_logp, b.adv.to(dev, logp.dtype)[:, None],
+                                         mask, **loss_options(cfg.type, options))
+        loss = (terms * b.weight.to(dev, logp.dtype)).sum()
+        if all_reduce_floats([float(not torch.isfinite(loss))], dev, "max")[0]:
+            raise Diverged(self.step + 1)
+        with torch.no_grad():
+            st["mismatch"] = (b.old_logp - logp.detach()).abs()
+        return loss, st
+
+    def count_and_average(self, t: StepTotals, real: bool, n_micro: int) -> dict:
+        """Add the step's tokens and training FLOPs (all ranks) to the counters; the step's
+        loss statistics: the loss sums to the global one, the rest is the mean over ranks
+        that trained on real data; padding share, micro-batches, and (several ranks) the
+        max/mean ratio of the ranks' tokens."""
+        dev = self.device
+        tokens, flops, slots = all_reduce_floats(
+            [t.tokens, 6.0 * self.n_params * t.processed, t.slots], dev)
+        self.counters["tokens"] += int(tokens)  # prompt + completion per sample
+        self.counters["flops_train"] += flops  # what was actually computed (all ranks)
+        m = max(t.loss_tokens, 1.0)
+        means = {col.LOSS: t.loss, col.ENTROPY: t.entropy / m, col.IS_RATIO_MEAN: t.ratio / m,
+                 col.CLIP_FRAC: t.clipped / m, col.LOGPROB_MISMATCH: t.mismatch / m}
+        out = {col.PADDING_FRAC: 1.0 - tokens / max(slots, 1.0),
+               col.MICRO_BATCHES: float(n_micro)}
+        if self.world > 1:
+            n_real = all_reduce_floats([float(real)], dev)[0]
+            vals = all_reduce_floats([v * (real or k == col.LOSS) for k, v in means.items()], dev)
+            means = {k: v / (self.world if k == col.LOSS else n_real)
+                     for k, v in zip(means, vals)}
+            top = all_reduce_floats([t.tokens], dev, "max")[0]
+            out[col.RANK_TOKENS_MAX_OVER_MEAN] = top / max(tokens / self.world, 1.0)
+        ratio_max = t.ratio_max if real and t.loss_tokens else 1.0
+        ratio_max = all_reduce_floats([ratio_max if real else 0.0], dev, "max")[0]
+        return {**means, **out, col.IS_RATIO_MAX: ratio_max}
+
+    def engine_lr(self) -> float:
+        """The optimizer's current learning rate (the engine's scheduler, or the optimizer's)."""
+        if callable(getattr(self.engine, "lr", None)):
+            return float(self.engine.lr())
+        opt = getattr(self.engine, "optimizer", None)
+        return float(opt.param_groups[0]["lr"]) if opt is not None else float("nan")
