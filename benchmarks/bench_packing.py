@@ -6,9 +6,9 @@ length bucketing, and greedy bucketing (before) vs the trainer's optimal split.
 
 padding   Share of token slots that are padding, for synthetic length mixes (lengths are all the
           padding share depends on): one padded batch as the trainer ran before micro-batching
-          (trainer.model.pack: prompts left-padded to the longest prompt, completions to the
+          (trainer.logprobs.pack: prompts left-padded to the longest prompt, completions to the
           longest completion) vs length-bucketed micro-batches of engine.micro_batch_tokens
-          (trainer.model.pack_right: rows back to back, right-padded), cut greedily (`greedy`:
+          (trainer.logprobs.pack_right: rows back to back, right-padded), cut greedily (`greedy`:
           longest first, fill until the budget; the trainer before) or by the trainer's
           split (`split`: trainer.microbatch.plan_micro_batches); budgets 16k, 32k, 64k and
           `share` (each rank's whole share of tokens). Mixes: `reasoning`
