@@ -3,7 +3,7 @@
 For each model shape (Qwen2.5-0.5B and 1.5B, random init from their configs: nothing is
 downloaded) x micro-batch size x sequence length, builds the model the way the trainer does
 (trainer.model.load_model: fp32 weights, gradient checkpointing), runs one training
-micro-batch of the trainer's forward (trainer.model.completion_logprobs with the fp32 LM head
+micro-batch of the trainer's forward (trainer.logprobs.completion_logprobs with the fp32 LM head
 under bf16 autocast), backward and AdamW step, and prints the measured peak next to the plan's
 training estimate for the same TrainConfig on a one-GPU job (engine torch: DeepSpeed is not on
 the GPU machines). The issue asks for the plan within 15% of the measurement.
