@@ -38,7 +38,8 @@ def main() -> None:
     import torch
 
     from trainer.config import TrainConfig
-    from trainer.rollout_vllm import VLLMGenerator, _named_weights
+    from trainer.rollout_vllm import VLLMGenerator
+    from trainer.weight_push import named_weights as _named_weights
 
     model = qwen25_05b()
     n = sum(p.numel() for p in model.parameters())

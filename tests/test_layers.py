@@ -21,8 +21,6 @@ ALLOWED_CYCLES: dict[frozenset[str], str] = {
         "foreign-trainer studies reuse expansion; adapters are being reworked in parallel",
     frozenset({"ablate.analysis.pipeline", "ablate.studies.stages", "ablate.studies.sweep"}):
         "adaptive stages and the sweep are being merged into one loop in parallel",
-    frozenset({"trainer.rollout_vllm", "trainer.vllm_replicas"}):
-        "the vLLM replica process runs the engine of rollout_vllm; both edited in parallel",
     frozenset({"ablate.cli", "ablate.cli.curves", "ablate.cli.plan", "ablate.cli.report",
                "ablate.cli.run", "ablate.cli.study"}):
         "typer pattern: the package holds `app`, its command modules register on it",

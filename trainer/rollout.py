@@ -48,7 +48,7 @@ class Generator(Protocol):
 
 GeneratorFactory = Callable[..., Generator]  # (config, model, tokenizer) -> Generator
 BACKENDS: Registry[GeneratorFactory] = Registry("rollout.backend")
-BACKENDS.register_lazy("vllm", "trainer.rollout_vllm:make_vllm_generator")
+BACKENDS.register_lazy("vllm", "trainer.vllm_replicas:make_vllm_generator")
 
 
 def make_generator(config: TrainConfig, model: nn.Module, tokenizer, *,

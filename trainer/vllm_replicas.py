@@ -32,15 +32,16 @@ from typing import Optional, Sequence
 import torch
 
 from trainer.config import TrainConfig
+from trainer.distributed import plan_topology
 from trainer.rollout import Generation
+from trainer.rollout_vllm import VLLMGenerator
+from trainer.weight_push import named_weights, push_to_all, weight_specs
 
 
 def replica_count(config: TrainConfig, gpus: int) -> int:
     """Engines serving the job: rollout.vllm.data_parallel_replicas, else what plan_topology
     places on one node with `gpus` GPUs (generation GPUs / tensor_parallel_size); 1 on CPU or
     on a node whose one GPU is shared."""
-    from trainer.distributed import plan_topology
-
     vc = config.rollout.vllm
     if gpus < 2:
         return vc.data_parallel_replicas or 1
@@ -53,8 +54,6 @@ def replica_count(config: TrainConfig, gpus: int) -> int:
 def replica_placements(config: TrainConfig, replicas: int) -> list[dict[str, str]]:
     """Process environment of each replica's engine on this node: its own process, and on GPUs
     its tensor-parallel group's devices (physical ids, through CUDA_VISIBLE_DEVICES)."""
-    from trainer.distributed import plan_topology
-
     own_process = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if n < 2:
@@ -100,8 +99,6 @@ class ReplicaGenerator:
 
     def __init__(self, config: TrainConfig, model: torch.nn.Module, tokenizer,
                  replicas: int) -> None:
-        from trainer.rollout_vllm import VLLMGenerator
-
         self.dtype = torch.float32 if config.precision.dtype == "fp32" else torch.bfloat16
         self.engines = [VLLMGenerator(config, model, tokenizer, placement=env, push=False)
                         for env in replica_placements(config, replicas)]
@@ -140,8 +137,6 @@ class ReplicaGenerator:
     def sync_weights(self, model: torch.nn.Module, version: int) -> None:
         """Pause every replica at its next step boundary, stream the weights once into all of
         them, resume (in flight, as one engine does)."""
-        from trainer.weight_push import named_weights, push_to_all, weight_specs
-
         held = []
         try:
             for e in self.engines:
@@ -160,3 +155,14 @@ class ReplicaGenerator:
         self._pool.shutdown(wait=True)
         for e in self.engines:
             e.close()
+
+
+def make_vllm_generator(config: TrainConfig, model: torch.nn.Module, tokenizer):
+    """Factory registered as rollout backend "vllm" (lazily, from trainer/rollout.py): one
+    engine (trainer/rollout_vllm.py), or data-parallel replicas of it (above). It lives here,
+    above both, so that the engine module does not import the replicas that import it."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    replicas = replica_count(config, gpus)
+    if replicas > 1:
+        return ReplicaGenerator(config, model, tokenizer, replicas)
+    return VLLMGenerator(config, model, tokenizer)
