@@ -9,19 +9,18 @@ then is the (heavy, optional) package touched, to validate keys.
 from __future__ import annotations
 
 import difflib
-import json
 from pathlib import Path
 from typing import Any, Literal, Optional, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ablate.errors import InputError
+from ablate.validation import Strict
+from ablate.value_text import value_text
 
 
-class TrainerSpec(BaseModel):
+class TrainerSpec(Strict):
     """`trainer:` in a study: which trainer runs the variants and how to call it."""
-
-    model_config = ConfigDict(extra="forbid")
 
     kind: Literal["ablate", "trl", "verl", "command"] = Field(
         "ablate", description="ablate: the built-in trainer (axes are TrainConfig paths); trl, "
@@ -104,22 +103,12 @@ def nearest(word: str, options: list[str]) -> str:
     return f"(valid: {shown}, ...)" if len(options) > 10 else f"(valid: {shown})"
 
 
-def scalar_text(value: Any) -> str:
-    """A value as a command-line word: true/false, JSON for lists and mappings."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    if isinstance(value, (list, dict)):
-        return json.dumps(value, separators=(",", ":"))
-    return str(value)
-
-
 def argparse_args(overrides: dict[str, Any]) -> list[str]:
-    """`--key value` pairs (TRL / HfArgumentParser / argparse scripts)."""
+    """`--key value` pairs (TRL / HfArgumentParser / argparse scripts); each value one word
+    (`value_text`: true/false, null, JSON for lists and mappings)."""
     out: list[str] = []
     for k, v in overrides.items():
-        out += [f"--{k}", scalar_text(v)]
+        out += [f"--{k}", value_text(v)]
     return out
 
 
@@ -128,7 +117,7 @@ def hydra_args(overrides: dict[str, Any]) -> list[str]:
     out = []
     for k, v in overrides.items():
         if isinstance(v, list):
-            out.append(f"{k}=[{','.join(scalar_text(x) for x in v)}]")
+            out.append(f"{k}=[{','.join(value_text(x) for x in v)}]")
         else:
-            out.append(f"{k}={scalar_text(v)}")
+            out.append(f"{k}={value_text(v)}")
     return out

@@ -12,20 +12,19 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import yaml
-from pydantic import BaseModel, ConfigDict
 
 from ablate.adapters import adapter_for
 from ablate.adapters.base import Adapter, TrainerSpec
 from ablate.adapters.budget import check_budgets
 from ablate.errors import InputError
+from ablate.studies.design import LoadedStudy, Variant, check_size, points, run_id_of
+from ablate.validation import Strict
 from ablate.yamlio import YamlDoc, load_yaml
 from trainer.config import BudgetConfig
 
 
-class ForeignConfig(BaseModel):
+class ForeignConfig(Strict):
     """What a run of another trainer is: written as `<run_dir>/config.yaml`."""
-
-    model_config = ConfigDict(extra="forbid")
 
     trainer: TrainerSpec
     seed: int
@@ -97,10 +96,8 @@ def _cli(tree: dict[str, Any], adapter: Adapter, overrides: Sequence[str]) -> di
     return tree
 
 
-def load_foreign(doc: YamlDoc, study: Any, overrides: Sequence[str]):
+def load_foreign(doc: YamlDoc, study: Any, overrides: Sequence[str]) -> LoadedStudy:
     """A LoadedStudy whose base tree is a flat mapping of the trainer's own keys."""
-    from ablate.studies.study import LoadedStudy
-
     s = study
     where = doc.where(("trainer",))
     try:
@@ -125,16 +122,14 @@ def load_foreign(doc: YamlDoc, study: Any, overrides: Sequence[str]):
     return LoadedStudy(study=s, doc=doc, base_tree=tree, cli_overrides=list(overrides))
 
 
-def expand_foreign(ls) -> list:
+def expand_foreign(ls: LoadedStudy) -> list[Variant]:
     """Variants of a study on another trainer; each variant composed/checked by the adapter."""
-    from ablate.studies.expand import Variant, _points, check_size
-
     check_size(ls)
     s = ls.study
     adapter = adapter_for(s.trainer)
     out: list[Variant] = []
     seen: set[str] = set()
-    for name, assign in _points(ls):
+    for name, assign in points(ls):
         over = {**ls.base_tree, **{".".join(k): v for k, v, _ in assign}}
         for seed in s.seeds:
             cfg = ForeignConfig(trainer=s.trainer, seed=seed, overrides=over, budget=s.budget)
@@ -153,8 +148,6 @@ def foreign_run_id(cfg: ForeignConfig) -> str:
     """The run id: a hash of what the run computes. How ablate stops the trainer (signal,
     grace) is left out, as the built-in trainer's checkpoint cadence is, so changing it
     resumes the run instead of starting a new one."""
-    from ablate.studies.expand import run_id_of
-
     dump = cfg.model_dump(mode="json", exclude={"trainer": {"stop_signal", "stop_grace_s"}})
     for part, key in ((dump, "budget"), (dump["trainer"], "stop_when")):
         if part.get(key) is None:  # unset: the id of a study written before these existed

@@ -12,36 +12,21 @@ than one that did not start.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from pydantic import ValidationError
 
+from ablate.adapters.study import load_foreign
 from ablate.errors import InputError
 from ablate.studies.config_paths import check_config_path
-from ablate.studies.provenance import Provenance, apply_cli_overrides, resolve_base, validate_config
+from ablate.studies.design import LoadedStudy  # its home is `design`; imported from here too
+from ablate.studies.provenance import apply_cli_overrides, resolve_base, validate_config
 from ablate.studies.schema import Study
 from ablate.studies.study_overrides import apply_study_overrides, split_study_overrides
 from ablate.validation import validate_model
 from ablate.yamlio import YamlDoc, load_yaml
 from trainer.config import TrainConfig
-
-
-@dataclass
-class LoadedStudy:
-    """A validated study plus the resolved base config (nested dict) it expands from."""
-
-    study: Study
-    doc: YamlDoc
-    base_tree: dict[str, Any]
-    prov: Provenance = field(default_factory=dict)
-    recipes: list[Path] = field(default_factory=list)
-    cli_overrides: list[str] = field(default_factory=list)  # `sweep --override KEY=VALUE`, as given
-
-    @property
-    def path(self) -> Path:
-        return self.doc.path
 
 
 def load_study(path: Path | str, overrides: Sequence[str] = ()) -> LoadedStudy:
@@ -56,10 +41,6 @@ def load_study(path: Path | str, overrides: Sequence[str] = ()) -> LoadedStudy:
     study, doc = validate_model(doc, Study, "a study must be a mapping with at least `name`")
     study, config_overrides = _with_study_overrides(study, overrides)
     if study.trainer.kind != "ablate":  # another trainer: its own keys, checked by its adapter
-        # Local: ablate.adapters.study imports this module (a cycle named in tests/test_layers.py,
-        # to be broken where the adapters are reworked).
-        from ablate.adapters.study import load_foreign
-
         loaded = load_foreign(doc, study, config_overrides)
         loaded.cli_overrides = list(overrides)  # the record keeps `seeds=` too
         return loaded
