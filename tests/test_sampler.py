@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from trainer.sampler import DynamicSampler, GenerationWeights, StaticSampler, left_pad
+from trainer.generation_weights import GenerationWeights
+from trainer.sampler import DynamicSampler, StaticSampler, left_pad
 
 CPU = torch.device("cpu")
 
@@ -178,7 +179,7 @@ def test_gqa_decode_attention_equals_sdpa_without_copying_heads():
     trainer's module keeps sdpa."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from trainer.sampler import gqa_decode_attention
+    from trainer.generation_weights import gqa_decode_attention
 
     torch.manual_seed(0)
     B, Hq, Hkv, L, d = 3, 8, 2, 37, 16
