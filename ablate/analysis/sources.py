@@ -23,6 +23,7 @@ import pandas as pd
 
 from ablate.errors import InputError
 from ablate.analysis.gather import cache_is_fresh, gather, is_study_dir, study_fit_defaults, write_cache
+from trainer.rundir import GPU_HOURS, PASS_RATE
 
 TABLE_SUFFIXES = (".csv", ".jsonl", ".parquet")
 
@@ -61,8 +62,8 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
                          "TensorBoard, JSONL) to compute; this source has its compute column")
     if is_study_dir(p):
         defaults = study_fit_defaults(p)
-        x = x or defaults.get("x", "gpu_hours")
-        y = y or defaults.get("y", "eval/pass_rate")
+        x = x or defaults.get("x", GPU_HOURS)
+        y = y or defaults.get("y", PASS_RATE)
         fresh = cache_is_fresh(p)
         df = gather(p, write_cache=False)
         tidy = _tidy(df, str(p), x, y, by or "variant", drop_missing=True)

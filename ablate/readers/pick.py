@@ -30,14 +30,16 @@ import pandas as pd
 
 from ablate.errors import InputError
 from ablate.readers.common import Wide, split_seed
+from trainer.rundir import FLOPS, GPU_HOURS, PASS_RATE, STEP
 
-SCORE_RULES = [r"eval/pass_rate", r"val-core/.+/acc/mean@\d+", r"val/test_score/.+",
+# ablate's own run-dir columns (trainer/rundir.py) first, then other tools' names.
+SCORE_RULES = [re.escape(PASS_RATE), r"val-core/.+/acc/mean@\d+", r"val/test_score/.+",
                r"eval[/_]rewards/[^/]*(?:acc|correct|pass)[^/]*/mean",
                r"val-core/.+/reward/mean@\d+", r"eval[/_]reward",
                r"eval[/_](?:accuracy|acc|pass@1)"]
-CUMULATIVE = [r"gpu_hours", r"flops", r"(?:train/)?num_tokens"]
+CUMULATIVE = [re.escape(GPU_HOURS), re.escape(FLOPS), r"(?:train/)?num_tokens"]
 PER_STEP = [r"perf/total_num_tokens"]
-STEP_AXES = {"step", "_step", "global_step", "trainer/global_step", "train/global_step"}
+STEP_AXES = {STEP, "_step", "global_step", "trainer/global_step", "train/global_step"}
 
 
 @dataclass
