@@ -46,7 +46,7 @@ import pandas as pd  # noqa: E402
 import synthetic as sy  # noqa: E402
 from ablate.analysis.fit import FitError  # noqa: E402
 from ablate.analysis.fitters import fit_sigmoid  # noqa: E402
-from ablate.analysis.fitgroups import GroupFit  # noqa: E402
+from ablate.analysis.variant_fits import GroupFit  # noqa: E402
 
 
 def long_frame(n_curves: int, n_points: int, seed: int, drift_phi: float = 0.9) -> tuple[pd.DataFrame, list]:

@@ -197,7 +197,7 @@ def test_compare_ranking_does_not_depend_on_input_order():
     """A chain of near-ties (0.50 ~ 0.515 ~ 0.53, but 0.50 !~ 0.53) must rank the same way
     whatever order the variants come in; the pairwise margin test alone is not transitive."""
     from ablate.analysis.compare import compare, tie_groups
-    from ablate.analysis.fitgroups import GroupFit
+    from ablate.analysis.variant_fits import GroupFit
     from synthetic import Truth, curve
 
     rng = np.random.default_rng(7)

@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 import synthetic as sy
-from ablate.analysis import trust
+from ablate.analysis import fit_trust as trust
 from ablate.cli.progress import delayed_progress
 from ablate.analysis.fit import sigmoid
 from ablate.analysis.fitters import bin_series, fit_sigmoid

@@ -40,7 +40,7 @@ def _p(rows) -> float:
 
 def test_shared_window_makes_identical_generators_tie():
     from ablate.analysis.compare import compare
-    from ablate.analysis.fitgroups import fit_groups
+    from ablate.analysis.variant_fits import fit_groups
     from ablate.analysis.pipeline import Options, analyze_curves
 
     curves = _curves(_early_phase_pair(10))

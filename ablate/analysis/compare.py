@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ablate.analysis import verdict
+from ablate.analysis import rank_reversals
 from ablate.analysis import A_MARGIN
 from ablate.analysis.fit import N_BOOT
 from ablate.analysis.fitters import refit_with_A
-from ablate.analysis.fitgroups import GroupFit
+from ablate.analysis.variant_fits import GroupFit
 
 
 @dataclass
@@ -91,17 +91,17 @@ def compare(groups: list[GroupFit], *, baseline: str | None = None, margin: floa
     The rank is the paper's verdict (`rank_order`). Next to it each row carries what the
     variant is predicted to reach at the largest compute observed (any variant) and at
     `budget`, and a note wherever that predicted ordering contradicts the rank, with the reason
-    (see ablate.analysis.verdict).
+    (see ablate.analysis.rank_reversals).
     """
     ok = [g for g in groups if g.fit is not None]
     order, notes = rank_order(groups, margin)
-    c_max = verdict.largest_compute(groups)
+    c_max = rank_reversals.largest_compute(groups)
     points = [("the largest compute observed", c_max)]
     if budget is not None:
         points.append(("the budget", budget))
     disagree: dict[str, list[str]] = {}
     for label, at in points:
-        for v, note in verdict.reversals(order, at, c_max, label).items():
+        for v, note in rank_reversals.reversals(order, at, c_max, label).items():
             disagree.setdefault(v, []).append(note)
     base = next((g for g in ok if g.variant == baseline), None) if baseline else (ok[0] if ok else None)
     rows = []
@@ -114,8 +114,8 @@ def compare(groups: list[GroupFit], *, baseline: str | None = None, margin: floa
                 f1, f2, _ = _shared(g, base, n_boot=n_boot)
                 p = p_greater(f1.samples.get("B", [f1.B]), f2.samples.get("B", [f2.B]))
         rows.append(Ranked(g, i, p, notes.get(g.variant, ""),
-                           verdict.predicted(g.fit, c_max),
-                           None if budget is None else verdict.predicted(g.fit, budget),
+                           rank_reversals.predicted(g.fit, c_max),
+                           None if budget is None else rank_reversals.predicted(g.fit, budget),
                            " | ".join(disagree.get(g.variant, [])) or None))
     for g in groups:
         if g.fit is None:

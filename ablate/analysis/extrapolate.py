@@ -5,17 +5,17 @@ and the sigmoid carries them beyond it; intervals come from the fit's parameter 
 variant to scale at a budget is the one with the highest predicted score there, which need not
 be the one `compare` ranks first (a fast, low-ceiling recipe can win at small budgets; a variant
 ranked first by B at a shared A can rise later). Every row carries compare's rank, and where the
-recommendation and the rank disagree both rows say why (ablate.analysis.verdict), as compare does.
+recommendation and the rank disagree both rows say why (ablate.analysis.rank_reversals), as compare does.
 """
 
 from __future__ import annotations
 
 import math
 
-from ablate.analysis import verdict
+from ablate.analysis import rank_reversals
 from ablate.analysis.compare import rank_order
 from ablate.analysis import A_MARGIN
-from ablate.analysis.fitgroups import GroupFit
+from ablate.analysis.variant_fits import GroupFit
 
 
 def _num(v: float) -> float | None:
@@ -87,10 +87,10 @@ def _explain(rows: list[dict], order: list[GroupFit], groups: list[GroupFit],
         return
     top = order[0]
     rec = next(g for g in groups if g.variant == best["variant"])
-    c_max = verdict.largest_compute(groups)
+    c_max = rank_reversals.largest_compute(groups)
     at = budget if budget is not None else best["compute"]
     what = "at this budget" if budget is not None else "to reach this target"
-    why = verdict.why_reversed(top, rec, at, c_max)
+    why = rank_reversals.why_reversed(top, rec, at, c_max)
     text = (f"compare ranks {top.variant} first and {rec.variant} #{best['rank']}; "
             f"{rec.variant} is better {what}: {why}")
     for r in rows:

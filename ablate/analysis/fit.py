@@ -140,7 +140,7 @@ class Fit:
 class FitError(InputError):
     """A curve that cannot be fit (too few points, flat or decreasing, no convergence).
 
-    `cause` is what a verdict reads (`trust.refused`): "too short" (too few points in the
+    `cause` is what a verdict reads (`fit_trust.refused`): "too short" (too few points in the
     window), "unidentified" (the data does not pin A and C_mid) or "no fit" (anything else).
     """
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.analysis.fitgroups import GroupFit
+from ablate.analysis.variant_fits import GroupFit
 from ablate.analysis.sources import Curves
 
 

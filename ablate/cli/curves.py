@@ -21,7 +21,7 @@ from ablate.cli.progress import delayed_progress
 from ablate.errors import InputError
 
 if TYPE_CHECKING:  # numpy/scipy/pandas load when a command fits, not for `ablate --help`
-    from ablate.analysis.fitgroups import GroupFit
+    from ablate.analysis.variant_fits import GroupFit
     from ablate.analysis.pipeline import Analysis, Options
     from ablate.analysis.sources import Curves
 

@@ -30,8 +30,8 @@ def plan(source: Path = SourceArg,
          plot: Optional[Path] = PlotOpt, json_: bool = JsonOpt, wide: bool = WideOpt) -> None:
     """Given fitted variants and a compute budget: the variant to scale (least expected regret
     under the fits' uncertainty), how far, and the score it is predicted to reach."""
-    from ablate.analysis.plan import plan as make_plan
-    from ablate.analysis.plan import plot_plan
+    from ablate.analysis.budget_plan import plan as make_plan
+    from ablate.analysis.budget_plan import plot_plan
 
     _check_plot(plot)
     if not (tol >= 0 and math.isfinite(tol)):

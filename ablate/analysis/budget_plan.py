@@ -19,7 +19,7 @@ from typing import Any, Optional
 import numpy as np
 
 from ablate.analysis.fit import predictive_draws, sigmoid
-from ablate.analysis.fitgroups import GroupFit
+from ablate.analysis.variant_fits import GroupFit
 
 
 @dataclass

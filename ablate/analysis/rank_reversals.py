@@ -17,7 +17,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 from ablate.analysis.fit import Fit
-from ablate.analysis.fitgroups import GroupFit
+from ablate.analysis.variant_fits import GroupFit
 
 # Predicted scores closer than this are a tie for the purpose of calling an ordering reversed:
 # half a point of pass rate is below what one evaluation of ~1,000 prompts resolves.

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ablate.analysis import trust
+from ablate.analysis import fit_trust
 from ablate.analysis.fit import N_BOOT, Fit, FitError
 from ablate.analysis.fitters import fit_sigmoid
 from ablate.analysis.sources import Curves
@@ -22,10 +22,10 @@ class GroupFit:
     cause: str = "no fit"  # why there is no fit (FitError.cause), for the verdict
 
     def verdict(self) -> tuple[str, str]:
-        """(verdict, reason): can this fit be trusted, and why (ablate.analysis.trust)."""
+        """(verdict, reason): can this fit be trusted, and why (ablate.analysis.fit_trust)."""
         if self.fit is None:
-            return trust.refused(self.cause, self.error or "")
-        v, why, _ = trust.assess(self.fit)
+            return fit_trust.refused(self.cause, self.error or "")
+        v, why, _ = fit_trust.assess(self.fit)
         return v, why
 
     def as_dict(self) -> dict:
