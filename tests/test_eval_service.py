@@ -185,7 +185,7 @@ def test_cpu_eval_through_the_service_is_chunked_with_one_calls_seeds():
     from trainer.config import TrainConfig
     from trainer.evaluate import pass_rate
     from trainer.gen_service import service_pass_rate
-    from trainer.rollout_vllm import CPU_STEP_TOKENS
+    from trainer.vllm_setup import CPU_STEP_TOKENS
     from trainer.tasks import build_task
     from trainer.tokenizer import char_tokenizer
 
