@@ -32,9 +32,10 @@ import numpy as np
 import pandas as pd
 
 from ablate.analysis.compare import rank_order
-from ablate.analysis.fitgroups import fit_groups
+from ablate.analysis.variant_fits import fit_groups
 from ablate.analysis.sources import Curves
-from ablate.studies.stages import decide, read_state, score_levels
+from ablate.studies.stage_rules import decide, score_levels
+from ablate.studydir import read_stages as read_state
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the synthetic curves live with the tests
 from synthetic import curve, random_truth

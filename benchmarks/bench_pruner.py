@@ -25,7 +25,7 @@ import numpy as np
 from ablate.analysis.fit import FitError
 from ablate.analysis.fitters import fit_sigmoid
 from ablate.studies.pruner import rung_stops
-from ablate.studies.stages import run_level
+from ablate.studies.stage_rules import run_level
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the synthetic curves live with the tests
 from synthetic import curve, random_truth

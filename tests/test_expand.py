@@ -172,7 +172,7 @@ def test_a_resubmitted_run_trains_the_current_config_a_running_one_keeps_its_own
     keeps the file it started with."""
     import yaml
 
-    from ablate.studies.store import StudyStore
+    from ablate.studydir import StudyStore
 
     (old,) = study(tmp_path, "overrides:\n  rollout.vllm.gpu_memory_utilization: 0.3\n"
                              "axes:\n  seed: [0]\n")

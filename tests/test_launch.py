@@ -13,8 +13,8 @@ from ablate.studies import launch
 from ablate.errors import InputError
 from ablate.studies.launch.profile import Profile
 from ablate.studies.status import derive_state
-from ablate.studies.store import study_dir_for
-from ablate.studies.sweep import wait
+from ablate.studydir import study_dir_for
+from ablate.cli.live import watch as wait
 
 
 def _settled(study_dir: Path):

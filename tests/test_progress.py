@@ -11,7 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ablate.studies.progress import watch, where_to_look
+from ablate.cli.live import watch
+from ablate.studydir import where_to_look
 from ablate.studies.status import study_states
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -113,7 +113,7 @@ def _append_rows(run_dir: str, writer: int, barrier) -> None:
 
 
 def _record(study: str, writer: int, barrier) -> None:
-    from ablate.studies.store import StudyStore
+    from ablate.studydir import StudyStore
 
     barrier.wait()
     store = StudyStore(Path(study))
@@ -141,7 +141,7 @@ def test_64_processes_appending_to_one_run_lose_and_duplicate_nothing(tmp_path):
 
 
 def test_64_processes_recording_submissions_in_one_study_lose_nothing(tmp_path):
-    from ablate.studies.store import StudyStore
+    from ablate.studydir import StudyStore
 
     _in_parallel(_record, tmp_path)
     subs = StudyStore(tmp_path).submissions()
@@ -167,7 +167,7 @@ def test_status_states_are_the_enum_and_final_ones_are_declared_once(tmp_path):
 
 def test_the_store_hands_the_run_its_identity_and_the_trainer_reads_no_study_file(tmp_path):
     from ablate.studies.expand import Variant
-    from ablate.studies.store import StudyStore
+    from ablate.studydir import StudyStore
     from trainer import trackers
     from trainer.config import TrainConfig
 

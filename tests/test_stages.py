@@ -10,10 +10,11 @@ import pytest
 from _study_util import cli, cli_json, metric_steps, tiny_study
 
 from ablate.analysis.fit import sigmoid
-from ablate.analysis.fitgroups import GroupFit
+from ablate.analysis.variant_fits import GroupFit
 from ablate.analysis.fitters import fit_sigmoid
-from ablate.studies.stages import _promote, decide, score_levels, stopped_variants
-from ablate.studies.store import StudyStore
+from ablate.studies.adaptive import promote as _promote
+from ablate.studies.stage_rules import decide, score_levels
+from ablate.studydir import StudyStore, stopped_variants
 
 ENTRY = "_stage_entry:synthetic_run"
 AXES = "  optim.lr: [1.5e-4, 3.0e-4, 3.001e-4]\n"  # true A 0.30, 0.600, 0.6002 (_stage_entry.py)

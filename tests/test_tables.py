@@ -67,7 +67,7 @@ def test_shorten_names_the_axes_once_and_keeps_what_differs():
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory):
     """name -> (study dir, fitted groups), fitted once by the same functions the CLI calls."""
-    from ablate.analysis.fitgroups import fit_groups
+    from ablate.analysis.variant_fits import fit_groups
     from ablate.analysis.sources import load
 
     root = tmp_path_factory.mktemp("tables")
@@ -148,7 +148,7 @@ def test_compare_and_fit_tables(fitted, name, width):
 @pytest.mark.parametrize("name", list(SETS))
 def test_extrapolate_and_plan_tables(fitted, name, width):
     from ablate.analysis.extrapolate import extrapolate
-    from ablate.analysis.plan import plan
+    from ablate.analysis.budget_plan import plan
     from ablate.cli.render import print_extrapolate, print_plan
 
     _, groups = fitted[name]
@@ -185,7 +185,7 @@ def _runs(tmp_path: Path, names: list[str]) -> Path:
 @pytest.mark.parametrize("name", list(SETS))
 def test_status_and_progress_tables(tmp_path, name, width):
     from ablate.cli.render import status_table
-    from ablate.studies.progress import watch
+    from ablate.cli.live import watch
     from ablate.studies.status import study_states
 
     d = _runs(tmp_path, list(SETS[name]))

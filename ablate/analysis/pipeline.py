@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 from ablate.analysis import A_MARGIN
 from ablate.errors import InputError
+from ablate.studydir import adaptive_record
 
 N_BOOT_DEFAULT = 1000  # ablate.analysis.fit.N_BOOT, without importing numpy at CLI start
 
@@ -163,7 +164,7 @@ def common_window(curves, options: Options) -> Window:
 def fit_all(curves, options: Options, window: Window,
             on_variant: Optional[Callable[[str], None]] = None) -> list:
     """One GroupFit per variant (data order), every one on `window`."""
-    from ablate.analysis.fitgroups import fit_groups
+    from ablate.analysis.variant_fits import fit_groups
 
     groups = []
     for v in curves.variants():
@@ -178,25 +179,6 @@ def fit_all(curves, options: Options, window: Window,
             if g.fit is not None:
                 g.fit.window_rule = window.rule
     return groups
-
-
-def _study_stages(source: Path) -> tuple[dict[str, dict[str, Any]], Optional[dict[str, Any]]]:
-    """(stopped variants, the adaptive study's budgets/decisions/scale_winner) of a study dir."""
-    if not source.is_dir() or not (source / "stages.json").is_file():
-        return {}, None
-    import yaml
-
-    from ablate.studies.stages import read_state, stopped_variants
-
-    state = read_state(source)
-    scale_winner = True
-    try:
-        doc = yaml.safe_load((source / "study.yaml").read_text()) or {}
-        scale_winner = bool(((doc.get("stages") or {}) if isinstance(doc, dict) else {})
-                            .get("scale_winner", True))
-    except (OSError, yaml.YAMLError, AttributeError):
-        pass
-    return stopped_variants(source), {**state, "scale_winner": scale_winner}
 
 
 def analyze_curves(curves, options: Options, *, source: Optional[Path] = None,
@@ -221,7 +203,7 @@ def analyze_curves(curves, options: Options, *, source: Optional[Path] = None,
     if window.lo is None:
         los = [g.fit.min_compute for g in groups if g.fit is not None]
         window = replace(window, lo=min(los) if los else None)
-    stopped, stages = _study_stages(Path(source)) if source is not None else ({}, None)
+    stopped, stages = adaptive_record(Path(source)) if source is not None else ({}, None)
     return Analysis(curves, groups, rows, base, window, options, stopped, stages)
 
 

@@ -24,6 +24,7 @@ import yaml
 
 from ablate.errors import InputError
 from ablate.analysis.gather import is_study_dir
+from ablate.studydir import PROBLEM_STATES, recorded_states, where_to_look
 from ablate.analysis.labels import shorten
 from trainer.rundir import read_status
 
@@ -86,11 +87,9 @@ def _read_study_yaml(study_dir: Path) -> tuple[str, dict[str, Any]]:
 
 
 def _problems(study_dir: Path, states) -> list[dict[str, Any]]:
-    from ablate.studies.progress import where_to_look
-
     out = []
     for s in states:
-        if s.state in ("failed", "diverged", "interrupted", "cancelled"):
+        if s.state in PROBLEM_STATES:
             out.append({"run_id": s.run_id, "name": s.name, "seed": s.seed, "state": s.state,
                         "step": s.step, "error": s.error or read_status(study_dir / s.run_id).get("reason"),
                         "look_at": where_to_look(study_dir, s)})
@@ -147,16 +146,17 @@ def _commands(study_dir: Path, text: str, name: str, options, runs) -> list[str]
 
 
 def collect(study_dir: Path, *, options=None, n_boot: Optional[int] = None,
-            **legacy: Any) -> ReportData:
+            states: Optional[list] = None, **legacy: Any) -> ReportData:
     """Load, fit and rank through the pipeline `compare` uses (ablate.analysis.pipeline), and
-    gather the run states of a study results dir. `legacy` (baseline, margin, method) are
+    gather the run states of a study results dir: `states` as the caller read them with the
+    scheduler's view (the CLI passes ablate.studies.status.study_states; the analysis layer
+    does not ask schedulers), else as the run dirs record them. `legacy` (baseline, margin, method) are
     Options fields, kept for callers that pass them one by one."""
     from dataclasses import replace
 
     from ablate.analysis.answer import answer_sentence
     from ablate.analysis.pipeline import Options, analyze
     from ablate.analysis.plots import palette
-    from ablate.studies.status import study_states
 
     study_dir = Path(study_dir)
     if not is_study_dir(study_dir):
@@ -167,7 +167,7 @@ def collect(study_dir: Path, *, options=None, n_boot: Optional[int] = None,
         options = replace(options, n_boot=n_boot)
     text, doc = _read_study_yaml(study_dir)
     name = str(doc.get("name") or study_dir.name)
-    states = study_states(study_dir)
+    states = recorded_states(study_dir) if states is None else states
     runs = [s.to_json() for s in states]
     data = ReportData(str(study_dir), name, str(doc.get("description") or ""), text, "", "",
                       [], runs, _problems(study_dir, states),

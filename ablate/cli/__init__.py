@@ -1,6 +1,6 @@
 """The `ablate` command line: a thin typer shell over the typed Python API.
 
-Each area registers its commands from its own module (curves, study, run) so the CLI stays
+Each area registers its commands from its own module (curves, sweep, status, tune, run...) so the CLI stays
 one small file per concern. `main()` maps `InputError` and every usage error to one line on
 stderr and exit code 2 (no traceback), whatever typer/click version is installed.
 """
@@ -63,7 +63,7 @@ def _root(
 
 def _register() -> None:
     # Imported for their side effect of adding commands to `app`.
-    from ablate.cli import curves, plan, report, run, study  # noqa: F401
+    from ablate.cli import curves, plan, report, run, sweep, status, tune  # noqa: F401
 
 
 def main(args: Optional[Sequence[str]] = None) -> None:

@@ -19,7 +19,7 @@ from ablate.cli.tables import Col, ci, table
 
 if TYPE_CHECKING:
     from ablate.analysis.compare import Ranked
-    from ablate.analysis.fitgroups import GroupFit
+    from ablate.analysis.variant_fits import GroupFit
     from ablate.studies.status import RunState
 
 NOTE_CELL = 40  # in --wide, a longer note goes under the table as "(n) variant: text"
@@ -260,7 +260,7 @@ def print_plan(console: Console, result: dict[str, Any], *, title: str, tol: flo
 
 def status_table(console: Console, title: str, states: list[RunState], wide: bool) -> Group:
     """`ablate status`: one row per run. Ids stay whole (they are what users copy)."""
-    from ablate.studies.progress import STATE_STYLE
+    from ablate.cli.live import STATE_STYLE
 
     legend, labels, short = _labels([s.name for s in states])
     cols = [Col("run_id", [s.run_id for s in states], justify="left", whole=True, drop=1),

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 
 import optuna
 
-from ablate.studies.stages import collapsed
+from ablate.studies.stage_rules import collapsed
 
 
 def should_stop(a_hi: float, finished_lo: Iterable[float]) -> float | None:

@@ -1,19 +1,25 @@
 """The `stages:` section of a study file: an adaptive study's intermediate budgets.
 
-Kept apart from ablate.studies.stages (the controller) so the study schema can use it without importing
-the launch machinery. Every run first trains to `budgets[0]`; after each stage the variants are
+Kept apart from ablate.studies.adaptive (the controller) so the study schema can use it without
+importing the launch machinery; the checks that need the whole study (the final budget, the
+variant names) are here too, run by `ablate sweep` before anything is written. Every run first trains to `budgets[0]`; after each stage the variants are
 fitted and the ones that cannot win stop; survivors continue from their checkpoints to the next
 budget and, finally, to the study's `budget`.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ablate.analysis import A_MARGIN
+from ablate.errors import InputError
 from trainer.config import BudgetConfig
+
+if TYPE_CHECKING:
+    from ablate.studies.expand import Variant
+    from ablate.studies.study import LoadedStudy
 
 LIMITS = ("steps", "gpu_hours", "flops")
 
@@ -60,3 +66,42 @@ def limit_of(b: BudgetConfig | dict) -> tuple[str, float]:
         raise ValueError(f"a stage budget sets exactly one of {', '.join(LIMITS)}, got {d}")
     k, val = next(iter(d.items()))
     return k, float(val)
+
+
+def check_stages(loaded: LoadedStudy) -> None:
+    """Stage budgets use the final budget's single limit and stay below it. Raises InputError
+    naming the study file's line."""
+    s, doc = loaded.study, loaded.doc
+    if s.stages is None:
+        return
+    where = doc.where(("stages",))
+    if s.budget is None:
+        raise InputError(f"{where}: stages need the study's `budget` (the last stage)")
+    try:
+        kind, final = limit_of(s.budget)
+    except ValueError as e:
+        raise InputError(f"{doc.where(('budget',))}: with stages, {e}") from None
+    for i, b in enumerate(s.stages.budgets):
+        k, v = limit_of(b)
+        if k != kind or v >= final:
+            raise InputError(f"{doc.where(('stages', 'budgets', str(i)))}: stage budget "
+                             f"{{{k}: {v:g}}} must be {kind} below the final budget "
+                             f"{{{kind}: {final:g}}}")
+
+
+def check_baseline(loaded: LoadedStudy, variants: list[Variant]) -> None:
+    """`stages.baseline` names a variant of the expansion."""
+    st = loaded.study.stages
+    if st is None or st.baseline is None:
+        return
+    names = list(dict.fromkeys(v.name for v in variants))
+    if st.baseline not in names:
+        raise InputError(f"{loaded.doc.where(('stages', 'baseline'))}: stages.baseline "
+                         f"'{st.baseline}' is not a variant; variants: {', '.join(names)}")
+
+
+def all_budgets(loaded: LoadedStudy) -> list[dict[str, float]]:
+    """Stage budgets then the final one, as {kind: value} dicts."""
+    s = loaded.study
+    assert s.stages is not None and s.budget is not None
+    return [b.model_dump(exclude_none=True) for b in [*s.stages.budgets, s.budget]]

@@ -8,50 +8,22 @@ detail; without sacct a vanished job reads as "interrupted", never as an error.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
-from ablate.errors import InputError
 from ablate.studies import launch
-from ablate.studies.store import StudyStore
+from ablate.studydir import RunState, StudyStore, file_state, last_step
 from trainer import rundir
 from trainer.rundir import FINAL_STATES, read_status
+
+__all__ = ["FINAL", "RunState", "derive_state", "last_step", "run_states", "study_states",
+           "wait_for_runs"]
 
 FINAL = FINAL_STATES  # the trainer's final states, declared once in trainer.rundir
 _SCHED_FAILED = {"FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
                  "PREEMPTED", "COMPLETED"}  # COMPLETED without status "done" = ended unfinished
-
-
-@dataclass
-class RunState:
-    run_id: str
-    name: str
-    seed: int
-    state: str
-    step: Optional[int]
-    job_id: Optional[str]
-    attempts: int = 0
-    scheduler: Optional[str] = None
-    error: Optional[str] = None
-    progress: Optional[float] = None  # share of the run's budget spent (steps, FLOPs or hours)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def last_step(run_dir: Path, status: dict[str, Any]) -> Optional[int]:
-    """Step from status.json, else from the last complete row of metrics.jsonl."""
-    if isinstance(status.get("step"), int):
-        return status["step"]
-    try:
-        row = rundir.last_metrics_row(run_dir)
-    except rundir.MetricsError as e:
-        raise InputError(str(e)) from None
-    try:
-        return int(row[rundir.STEP]) if row is not None else None
-    except (KeyError, TypeError, ValueError):
-        return None
 
 
 def derive_state(status: dict[str, Any], fresh: bool, sub: Optional[dict[str, Any]],
@@ -59,10 +31,8 @@ def derive_state(status: dict[str, Any], fresh: bool, sub: Optional[dict[str, An
     """One state from the file state, whether it is newer than the last submission, and the
     scheduler's view of the last job."""
     fs = status.get("state")
-    if fs in FINAL:
-        return rundir.RunState(fs).value
-    if sub is None:
-        return "failed" if fs == rundir.RunState.FAILED else "pending"
+    if fs in FINAL or sub is None:
+        return file_state(status)
     if sched in launch.ALIVE:
         local = sub["jobs"][-1].startswith("local:")
         if local and fresh and fs == rundir.RunState.FAILED:
@@ -111,3 +81,23 @@ def run_states(store: StudyStore, variants: list[dict[str, Any]]) -> list[RunSta
             progress=1.0 if state == rundir.RunState.DONE else status.get("progress"),
         ))
     return out
+
+
+ACTIVE = ("queued", "running")  # a run that will still change without anyone resubmitting it
+
+
+def wait_for_runs(study_dir: Path, *, poll_s: float = 2.0, timeout_s: Optional[float] = None,
+                  on_update: Optional[Callable[[list[RunState]], None]] = None
+                  ) -> list[RunState]:
+    """The one wait loop (`sweep --wait`, adaptive stages, tests): poll the study's run states
+    until none is queued or running, or `timeout_s` passed; returns the last states.
+    `on_update` sees every poll's states (the CLI's live view draws them)."""
+    t0 = time.time()
+    while True:
+        states = study_states(study_dir)
+        if on_update is not None:
+            on_update(states)
+        if not any(s.state in ACTIVE for s in states) or (
+                timeout_s is not None and time.time() - t0 > timeout_s):
+            return states
+        time.sleep(poll_s)

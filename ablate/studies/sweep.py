@@ -1,16 +1,18 @@
 """`ablate sweep`: validate everything, then submit only what still needs to run.
 
 Planning reads and checks (study, expansion, profile, executor, existing run states) and
-writes nothing, so bad input leaves no trace. Submitting writes the study dir, submits the
-runs that are not done and not queued/running (failed ones until `max_attempts`), records the
-job ids, and returns; `wait()` blocks with a progress bar for those who ask.
+writes nothing, so bad input leaves no trace: `load_sweep` checks the inputs, `choose_runs`
+picks the runs to submit. Submitting (`run_sweep`) writes the study dir, submits the runs
+that are not done and not queued/running (failed ones until `max_attempts`), records the job
+ids, and returns; ablate.studies.status.wait_for_runs waits for those who ask. An adaptive
+study (ablate.studies.adaptive) goes through the same three functions at every stage.
 """
 
 from __future__ import annotations
 
 import shutil
-import time
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -18,8 +20,9 @@ from ablate.studies import launch
 from ablate.errors import InputError
 from ablate.studies.expand import Variant, expand
 from ablate.studies.launch.profile import Profile, find_profile, load_profile
-from ablate.studies.status import FINAL, RunState, run_states, study_states
-from ablate.studies.store import StudyStore, study_dir_for
+from ablate.studies.stagespec import check_baseline, check_stages
+from ablate.studies.status import run_states
+from ablate.studydir import StudyStore, study_dir_for
 from ablate.studies.study import LoadedStudy, load_study
 from trainer.validate import JobShape, problems
 
@@ -43,8 +46,6 @@ def check_inputs(study_path: Path | str, *, executor: Optional[str] = None,
                  overrides: Sequence[str] = ()) -> tuple[LoadedStudy, list[Variant], Profile]:
     """Load and check the study, its expansion, the profile and the executor name (shared by
     `sweep` and `sweep --dry-run`, so both reject the same input); writes nothing."""
-    from ablate.studies.stages import check_baseline, check_stages
-
     loaded = load_study(study_path, overrides)
     check_stages(loaded)
     variants = expand(loaded)
@@ -111,26 +112,55 @@ def plan_sweep(study_path: Path | str, *, executor: Optional[str] = None,
                force: bool = False) -> SweepPlan:
     """Everything `sweep` will do, decided without writing anything. `force`: submit even
     variants whose resource plan does not fit the profile's GPUs."""
+    return choose_runs(load_sweep(study_path, executor=executor, overrides=overrides,
+                                  profile=profile, results=results, force=force))
+
+
+def load_sweep(study_path: Path | str, *, executor: Optional[str] = None,
+               overrides: Sequence[str] = (),
+               profile: Optional[str] = None, results: Path | str = "results",
+               force: bool = False) -> SweepPlan:
+    """The checked inputs of a sweep (study, expansion, profile, executor, study dir), with no
+    run chosen yet; writes nothing."""
     loaded, variants, prof = check_inputs(study_path, executor=executor, profile=profile,
                                           overrides=overrides)
     if not force:
         check_fit(study_path, variants, prof.job_shape(executor))
     store = StudyStore(study_dir_for(Path(results), loaded.study.name))
-    plan = SweepPlan(loaded, variants, prof, "", store)
-    states = {s.run_id: s for s in run_states(store, [v.to_json() for v in variants])}
+    return SweepPlan(loaded, variants, prof, launch.choose_executor(executor, prof), store)
+
+
+def choose_runs(plan: SweepPlan, *,
+                budget_of: Optional[Callable[[Variant], dict[str, float]]] = None,
+                stopped: Mapping[str, str] = {}) -> SweepPlan:
+    """The plan with its runs chosen from their states on disk: not done and not queued or
+    running (failed ones until `max_attempts`) are submitted, the rest skipped with why.
+    Adaptive studies: `budget_of` gives a variant the budget of its current stage (same run
+    id), and variants named in `stopped` are skipped with the reason given."""
+    variants = plan.variants if budget_of is None else [
+        stage_variant(v, budget_of(v)) for v in plan.variants]
+    out = replace(plan, variants=variants, submit=[], skipped={})
+    max_attempts = plan.loaded.study.max_attempts
+    states = {s.run_id: s for s in run_states(plan.store, [v.to_json() for v in variants])}
     for v in variants:
         st = states[v.run_id]
-        if st.state in RESUBMIT_ALWAYS or (
-            st.state in RESUBMIT_BOUNDED and st.attempts < loaded.study.max_attempts
-        ):
-            plan.submit.append(v)
+        if v.name in stopped:
+            out.skipped[v.run_id] = stopped[v.name]
+        elif st.state in RESUBMIT_ALWAYS or (
+                st.state in RESUBMIT_BOUNDED and st.attempts < max_attempts):
+            out.submit.append(v)
         else:
             why = st.state
             if st.state in RESUBMIT_BOUNDED:
-                why += f" after {st.attempts} attempts (max_attempts={loaded.study.max_attempts})"
-            plan.skipped[v.run_id] = why
-    plan.executor = launch.choose_executor(executor, prof)
-    return plan
+                why += f" after {st.attempts} attempts (max_attempts={max_attempts})"
+            out.skipped[v.run_id] = why
+    return out
+
+
+def stage_variant(v: Variant, budget: dict[str, float]) -> Variant:
+    """The same run (same id) configured for one stage's budget."""
+    cfg = v.config.model_copy(update={"budget": type(v.config.budget).model_validate(budget)})
+    return replace(v, config=cfg)
 
 
 def study_record(loaded: LoadedStudy) -> str:
@@ -169,30 +199,3 @@ def run_sweep(plan: SweepPlan, *, entry: str = "trainer:run") -> dict[str, Any]:
         "executor": plan.executor,
         "study_dir": str(store.root),
     }
-
-
-def wait(study_dir: Path, *, poll_s: float = 2.0, timeout_s: Optional[float] = None,
-         show: bool = True) -> list[RunState]:
-    """Block until no run is queued/running/pending-in-a-live-job; progress bar on stderr."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    t0 = time.time()
-    states = study_states(study_dir)
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[detail]}"), TimeElapsedColumn(),
-                  console=Console(stderr=True), disable=not show, transient=False) as bar:
-        task = bar.add_task("runs", total=len(states), detail="")
-        while True:
-            states = study_states(study_dir)
-            counts: dict[str, int] = {}
-            for s in states:
-                counts[s.state] = counts.get(s.state, 0) + 1
-            settled = sum(n for k, n in counts.items() if k not in ("queued", "running"))
-            bar.update(task, completed=sum(counts.get(k, 0) for k in FINAL),
-                       detail=" ".join(f"{k}={n}" for k, n in sorted(counts.items())))
-            if settled == len(states):
-                return states
-            if timeout_s is not None and time.time() - t0 > timeout_s:
-                return states
-            time.sleep(poll_s)

@@ -16,7 +16,7 @@ from pydantic import Field, model_validator
 
 from ablate.errors import InputError
 from ablate.studies.expand import run_id_of
-from ablate.studies.store import study_dir_for
+from ablate.studydir import study_dir_for
 from ablate.studies.config_paths import check_config_path
 from ablate.studies.provenance import Provenance, resolve_base, set_path, validate_config
 from ablate.studies.schema import NAME_RE as _NAME_RE
@@ -220,7 +220,7 @@ def _score(run_dir: Path, obj: Objective) -> float:
 
 def _trained_to(run_dir: Path, budget: dict[str, Any]) -> bool:
     """The run finished (done) with a config that reaches `budget`."""
-    from ablate.studies.stages import _reaches, _run_budget
+    from ablate.studies.adaptive import reaches as _reaches, run_budget as _run_budget
 
     return rundir.read_state(run_dir) == rundir.RunState.DONE and \
         _reaches(_run_budget(run_dir), budget)
@@ -248,7 +248,7 @@ def _judge_rung(trial: Any, i: int, budget: dict[str, Any], run_dir: Path, obj: 
     import optuna
 
     from ablate.analysis.fit import FitError
-    from ablate.studies.stages import run_level
+    from ablate.studies.stage_rules import run_level
 
     try:
         c, y = _points(run_dir, obj)

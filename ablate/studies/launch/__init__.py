@@ -1,27 +1,26 @@
 """Launching: the executors (local, slurm, debug), registered by name in `EXECUTORS`.
 
-Each executor module has
-    submit(run_dirs, folder, profile, *, entry, job_name) -> {run_id: job_id}
-    job_states(job_ids) -> {job_id: STATE}
-and, where it may be missing on a machine, `available() -> bool` with `UNAVAILABLE`, the
-one-line reason to show. Job ids are prefixed with their executor's name (`slurm:123_4`,
-`local:4567`, `debug:...`) so `ablate status` asks the right scheduler. Profile validation,
-the `--executor` check, submission and status all read this one table.
+Each executor is a module implementing the `Executor` protocol (ablate/studies/launch/
+executor.py): `submit`, `job_states`, `available` and `UNAVAILABLE`. A new executor is one
+such module, added to `EXECUTORS` (tests/test_executors.py checks each against the protocol).
+Job ids are prefixed with their executor's name (`slurm:123_4`, `local:4567`, `debug:...`) so
+`ablate status` asks the right scheduler. Profile validation, the `--executor` check,
+submission and status all read this one table.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Optional
 
 from ablate.errors import InputError
 from ablate.studies.launch import debug, local, slurm
+from ablate.studies.launch.executor import Executor
 
 if TYPE_CHECKING:
     from ablate.studies.launch.profile import Profile
 
-EXECUTORS: dict[str, ModuleType] = {"local": local, "slurm": slurm, "debug": debug}
+EXECUTORS: dict[str, Executor] = {"local": local, "slurm": slurm, "debug": debug}
 
 # Scheduler states that mean "this job will still run or is running".
 ALIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD",
@@ -41,7 +40,7 @@ def choose_executor(requested: Optional[str], profile: Profile) -> str:
         return "slurm" if slurm.available() else "local"
     check_executor(name)
     mod = EXECUTORS[name]
-    if hasattr(mod, "available") and not mod.available():
+    if not mod.available():
         raise InputError(f"--executor {name}: {mod.UNAVAILABLE}")
     return name
 

@@ -17,6 +17,14 @@ if TYPE_CHECKING:
     from ablate.studies.launch.profile import Profile
 
 
+UNAVAILABLE = "cannot happen: debug jobs run inside this process"
+
+
+def available() -> bool:
+    """Always: jobs run in this process."""
+    return True
+
+
 def submit(run_dirs: list[Path], folder: Path, profile: Profile, *, entry: str,
            job_name: str) -> dict[str, str]:
     """Run each run's job now, in this process; the profile has no debug settings."""

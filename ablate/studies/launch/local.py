@@ -19,6 +19,14 @@ if TYPE_CHECKING:
     from ablate.studies.launch.profile import Profile
 
 
+UNAVAILABLE = "cannot happen: local jobs run wherever ablate runs"
+
+
+def available() -> bool:
+    """Always: background processes on this machine."""
+    return True
+
+
 def submit(run_dirs: list[Path], folder: Path, profile: Profile, *, entry: str,
            job_name: str) -> dict[str, str]:
     """Start background jobs (profile.local); returns run_id -> job id (the controller's pid)."""

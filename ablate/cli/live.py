@@ -1,6 +1,9 @@
 """The live view of `ablate sweep --wait`: one line per run (variant, seed, state, step /
 budget), refreshed while runs are queued or running, and a message naming the files to read
-as soon as a run fails or diverges. Everything goes to stderr, so `--json` stays pure."""
+as soon as a run fails or diverges. Everything goes to stderr, so `--json` stays pure.
+
+Only the drawing lives here: the waiting is ablate.studies.status.wait_for_runs (the one wait
+loop), which calls the view on every poll."""
 
 from __future__ import annotations
 
@@ -8,28 +11,16 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from ablate.studies.status import RunState, study_states
+from ablate.studies.status import wait_for_runs
+from ablate.studydir import PROBLEM_STATES, RunState, read_variants, where_to_look
 
-ACTIVE = ("queued", "running")
-PROBLEM = ("failed", "diverged", "interrupted", "cancelled")
 STATE_STYLE = {"done": "green", "running": "cyan", "queued": "blue", "failed": "red",
                "diverged": "magenta", "cancelled": "yellow", "interrupted": "yellow",
                "pending": "dim"}
 
 
-def where_to_look(study_dir: Path, s: RunState) -> list[str]:
-    """The files that explain a run's end: its status.json (error, traceback) and the job's
-    stdout/stderr logs that submitit keeps in the study's _submitit folder."""
-    study_dir = Path(study_dir)
-    job = (s.job_id or "").split(":")[-1]
-    logs = sorted(str(p) for p in (study_dir / "_submitit").glob(f"{job}_*log.*")) if job else []
-    return [str(study_dir / s.run_id / "status.json")] + logs
-
-
 def _budgets(study_dir: Path) -> dict[str, Optional[int]]:
     """Step budget of each run from its config (None for compute-only budgets)."""
-    from ablate.analysis.gather import read_variants
-
     out: dict[str, Optional[int]] = {}
     for v in read_variants(Path(study_dir)):
         budget = ((v.get("config") or {}).get("budget") or {})
@@ -80,51 +71,54 @@ def watch(study_dir: Path, *, poll_s: float = 2.0, timeout_s: Optional[float] = 
           show: bool = True, console: Any = None) -> list[RunState]:
     """Block until no run is queued or running; returns the final states. With `show`, a
     live per-run table on stderr and one message per run that fails or diverges."""
-    from rich.console import Console
     from rich.live import Live
-    from rich.markup import escape
+
+    if not show:
+        return wait_for_runs(study_dir, poll_s=poll_s, timeout_s=timeout_s)
+    from rich.console import Console
 
     con = console or Console(stderr=True)
-    budgets = _budgets(study_dir)
-    t0 = time.time()
-    told: set[str] = set()
-
-    def title(states: list[RunState]) -> str:
-        counts: dict[str, int] = {}
-        for s in states:
-            counts[s.state] = counts.get(s.state, 0) + 1
-        return (f"{Path(study_dir).name}: " + " ".join(f"{k}={n}" for k, n in sorted(counts.items()))
-                + f"  ({time.time() - t0:.0f}s)")
-
-    states = study_states(study_dir)
-    with Live(_table(states, budgets, title(states), con), console=con, refresh_per_second=2,
-              transient=False) if show else _Null() as live:
-        while True:
-            states = study_states(study_dir)
-            for s in states:
-                if s.state in PROBLEM and s.run_id not in told:
-                    told.add(s.run_id)
-                    if show:
-                        why = f": {s.error}" if s.error else ""
-                        # names, errors and paths as written: "[...]" in them is not markup
-                        con.print(f"[{STATE_STYLE[s.state]}]{s.state}[/] "
-                                  + escape(f"{s.name} seed {s.seed} (run {s.run_id}) at step "
-                                           f"{s.step}{why}\n  look at: "
-                                           + ", ".join(where_to_look(study_dir, s))))
-            if show:
-                live.update(_table(states, budgets, title(states), con))
-            if not any(s.state in ACTIVE for s in states) or (
-                    timeout_s is not None and time.time() - t0 > timeout_s):
-                break
-            time.sleep(poll_s)
-    if show:
-        con.print()  # the final view stays; what follows starts on its own line
+    view = _View(Path(study_dir), con)
+    with Live(view.table(None), console=con, refresh_per_second=2, transient=False) as live:
+        states = wait_for_runs(study_dir, poll_s=poll_s, timeout_s=timeout_s,
+                               on_update=lambda st: live.update(view.update(st)))
+    con.print()  # the final view stays; what follows starts on its own line
     return states
 
 
-class _Null:
-    def __enter__(self) -> "_Null":
-        return self
+class _View:
+    """The table of the latest poll, and one message per run that ended badly (told once)."""
 
-    def __exit__(self, *a: Any) -> None:
-        return None
+    def __init__(self, study_dir: Path, console: Any) -> None:
+        self.study_dir, self.con = study_dir, console
+        self.budgets = _budgets(study_dir)
+        self.t0 = time.time()
+        self.told: set[str] = set()
+
+    def title(self, states: list[RunState]) -> str:
+        counts: dict[str, int] = {}
+        for s in states:
+            counts[s.state] = counts.get(s.state, 0) + 1
+        return (f"{self.study_dir.name}: " + " ".join(f"{k}={n}" for k, n in sorted(counts.items()))
+                + f"  ({time.time() - self.t0:.0f}s)")
+
+    def table(self, states: Optional[list[RunState]]):
+        if states is None:
+            from ablate.studies.status import study_states
+
+            states = study_states(self.study_dir)
+        return _table(states, self.budgets, self.title(states), self.con)
+
+    def update(self, states: list[RunState]):
+        from rich.markup import escape
+
+        for s in states:
+            if s.state in PROBLEM_STATES and s.run_id not in self.told:
+                self.told.add(s.run_id)
+                why = f": {s.error}" if s.error else ""
+                # names, errors and paths as written: "[...]" in them is not markup
+                self.con.print(f"[{STATE_STYLE[s.state]}]{s.state}[/] "
+                               + escape(f"{s.name} seed {s.seed} (run {s.run_id}) at step "
+                                        f"{s.step}{why}\n  look at: "
+                                        + ", ".join(where_to_look(self.study_dir, s))))
+        return self.table(states)

@@ -1,4 +1,5 @@
-"""CLI commands for studies: `sweep` (expand + launch, resumable), `status`, `schema`."""
+"""`ablate sweep`: expand a study and launch what still needs to run (resumable); adaptive
+studies (`stages:`) take one turn of their loop per call, or all of them with --wait."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from ablate.cli import app
+from ablate.errors import InputError
 
 
 @app.command()
@@ -48,27 +49,21 @@ def sweep(
     Safe to re-run after anything breaks: finished runs are skipped, failed ones are resubmitted
     up to the study's max_attempts, and adding a value to an axis adds only the new runs.
     """
+    from ablate.studies.adaptive import has_stages
     from ablate.studies.sweep import plan_sweep, run_sweep
 
     if dry_run:
-        from ablate.studies.sweep import check_inputs
-
         from ablate.cli.dryrun import print_dry_run
+        from ablate.studies.sweep import check_inputs
 
         _, variants, prof = check_inputs(study, executor=executor, profile=profile,
                                          overrides=override)
         print_dry_run(str(study), variants, prof.job_shape(executor), as_json)
         return
-    from ablate.studies.stages import has_stages
-
     if has_stages(study):
-        from ablate.cli.stages import adaptive_sweep
-        from ablate.errors import InputError
-
         if override:
             raise InputError(f"{study}: --override is not supported for a staged study; put "
                              "the values in its `overrides:` section")
-
         adaptive_sweep(study, executor=executor, profile=profile, results=results,
                        entry=entry, wait=wait, as_json=as_json)
         return
@@ -76,7 +71,7 @@ def sweep(
                       overrides=override, force=force)
     out = run_sweep(plan, entry=entry)
     if wait:
-        from ablate.studies.progress import watch
+        from ablate.cli.live import watch
 
         watch(plan.store.root)
     if as_json:
@@ -96,69 +91,34 @@ def sweep(
         con.print(f"follow with: ablate status {out['study_dir']}")
 
 
-@app.command()
-def status(
-    study_dir: Path = typer.Argument(..., help="A study results dir, e.g. results/loss_agg."),
-    as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
-    wide: bool = typer.Option(False, "--wide", help="Also show each run's job id and tries."),
-) -> None:
-    """Per-run state of a study (run dir files first; squeue/sacct add detail)."""
-    from ablate.cli.render import status_table
-    from ablate.studies.stages import budget_text, stopped_variants
-    from ablate.studies.status import study_states
+def adaptive_sweep(study: Path, *, executor: Optional[str], profile: Optional[str],
+                   results: Path, entry: str, wait: bool, as_json: bool) -> None:
+    """What `ablate sweep` prints for an adaptive study (one with `stages:`)."""
+    from ablate.cli.live import watch
+    from ablate.studies.adaptive import run_adaptive
+    from ablate.studydir import budget_text
 
-    states = study_states(study_dir)
-    stopped = stopped_variants(study_dir)  # adaptive studies: which variants stopped, why
+    rep = run_adaptive(study, executor=executor, profile=profile, results=results, entry=entry,
+                       wait_for=(lambda d: watch(d, show=not as_json)) if wait else None)
     if as_json:
-        keys = ("run_id", "name", "seed", "state", "step", "progress", "job_id", "attempts",
-                "error")
-        print(json.dumps([{**{k: getattr(s, k) for k in keys}, "stopped": stopped.get(s.name)}
-                          for s in states]))
+        print(json.dumps(rep.to_json()))
         return
     con = Console()
-    con.print(status_table(con, str(study_dir), states, wide))
-    counts: dict[str, int] = {}
-    for s in states:
-        counts[s.state] = counts.get(s.state, 0) + 1
-    con.print(" ".join(f"{k}={n}" for k, n in sorted(counts.items())))
-    for name, why in stopped.items():
-        con.print(f"stopped at stage {why['stage']} ({budget_text(why['budget'])}): {name}: "
-                  f"{why['reason']}", style="yellow", markup=False)
+    n = len(rep.budgets)
+    shown = min(rep.stage, n - 1)
+    con.print(f"[bold]{Path(rep.study_dir).name}[/]: adaptive, stage {shown + 1} of {n} "
+              f"(budget {budget_text(rep.budgets[shown])}), submitted {len(rep.submitted)} via "
+              f"{rep.executor}, skipped {len(rep.skipped)}  ->  {rep.study_dir}")
+    for d in rep.decisions:
+        for v, why in d["stopped"].items():
+            con.print(f"  stopped {v}: {why}", style="yellow")
+    if rep.finished:
+        from ablate.analysis.answer import study_answer
 
-
-@app.command()
-def schema() -> None:
-    """Print the JSON Schema of the study file (point your editor's YAML plugin at it)."""
-    from ablate.studies.schema import study_json_schema
-
-    print(json.dumps(study_json_schema(), indent=2))
-
-
-@app.command()
-def tune(
-    space: Path = typer.Argument(..., help="Search space YAML, e.g. sweeps/tune_proxy.yaml."),
-    results: Path = typer.Option(Path("results"), "--results", help="Results root folder."),
-    trials: Optional[int] = typer.Option(None, "--trials", help="Total trials (default: the file's)."),
-    as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
-    entry: str = typer.Option("trainer:run", "--entry", hidden=True),
-) -> None:
-    """Search recipe knobs with Optuna (TPE); every trial is a real trainer run.
-
-    Trials live in <results>/<name>/optuna.db: re-running continues the search, and a config
-    that was already trained is never trained again.
-    """
-    from ablate.studies.tune import tune as run_tune
-
-    out = run_tune(space, results, n_trials=trials, entry=entry, show=not as_json)
-    if as_json:
-        print(json.dumps(out))
-        return
-    t = Table(title=f"tune {out['name']}: {len(out['trials'])} trials")
-    for col in ("#", "state", "value", "params"):
-        t.add_column(col, overflow="fold")
-    best = out["best"]["number"] if out["best"] else None
-    for tr in out["trials"]:
-        style = "bold green" if tr["number"] == best else ""
-        value = "" if tr["value"] is None else f"{tr['value']:.4g}"
-        t.add_row(str(tr["number"]), tr["state"], value, json.dumps(tr["params"]), style=style)
-    Console().print(t)
+        # The sentence says what happened: who reached the final budget, who was stopped
+        # where, and a lone survivor left unscaled (scale_winner: false).
+        con.print(f"finished: {study_answer(rep.study_dir)}", markup=False, highlight=False)
+        con.print(f"details: ablate compare {rep.study_dir}", markup=False, highlight=False)
+    elif not wait:
+        con.print(f"follow with: ablate status {rep.study_dir}; rerun this `ablate sweep` "
+                  "when the stage's runs end to fit, stop and promote")

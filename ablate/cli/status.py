@@ -1,0 +1,50 @@
+"""`ablate status` (each run's state, and what an adaptive study stopped) and `ablate schema`
+(the study file's JSON Schema)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from ablate.cli import app
+
+
+@app.command()
+def status(
+    study_dir: Path = typer.Argument(..., help="A study results dir, e.g. results/loss_agg."),
+    as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
+    wide: bool = typer.Option(False, "--wide", help="Also show each run's job id and tries."),
+) -> None:
+    """Per-run state of a study (run dir files first; squeue/sacct add detail)."""
+    from ablate.cli.render import status_table
+    from ablate.studydir import budget_text, stopped_variants
+    from ablate.studies.status import study_states
+
+    states = study_states(study_dir)
+    stopped = stopped_variants(study_dir)  # adaptive studies: which variants stopped, why
+    if as_json:
+        keys = ("run_id", "name", "seed", "state", "step", "progress", "job_id", "attempts",
+                "error")
+        print(json.dumps([{**{k: getattr(s, k) for k in keys}, "stopped": stopped.get(s.name)}
+                          for s in states]))
+        return
+    con = Console()
+    con.print(status_table(con, str(study_dir), states, wide))
+    counts: dict[str, int] = {}
+    for s in states:
+        counts[s.state] = counts.get(s.state, 0) + 1
+    con.print(" ".join(f"{k}={n}" for k, n in sorted(counts.items())))
+    for name, why in stopped.items():
+        con.print(f"stopped at stage {why['stage']} ({budget_text(why['budget'])}): {name}: "
+                  f"{why['reason']}", style="yellow", markup=False)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of the study file (point your editor's YAML plugin at it)."""
+    from ablate.studies.schema import study_json_schema
+
+    print(json.dumps(study_json_schema(), indent=2))
