@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
 from trainer.config import TrainConfig
-from trainer.rundir import read_identity, read_status
+from trainer.rundir import STEP, read_identity, read_status
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def numeric_items(row: dict[str, Any]) -> dict[str, float]:
     """The row's numbers (bools as 0/1), without the step itself; strings/None are skipped."""
     out = {}
     for k, v in row.items():
-        if k == "step" or v is None or isinstance(v, str):
+        if k == STEP or v is None or isinstance(v, str):
             continue
         try:
             out[k] = float(v)
@@ -195,7 +195,7 @@ class Trackers:
               f"{self.errors[name]}{hint}", file=sys.stderr, flush=True)
 
     def log(self, row: dict[str, Any]) -> None:
-        step, values = int(row["step"]), numeric_items(row)
+        step, values = int(row[STEP]), numeric_items(row)
         for name, b in list(self.backends.items()):
             try:
                 b.log(step, values)
