@@ -31,6 +31,27 @@ def best_fit(x: np.ndarray, y: np.ndarray, r0: float) -> tuple[np.ndarray, float
     return th[i], float(sse[i])
 
 
+def _damped_step(x, theta, r0, sg, r, W, lam, fix_a):
+    """One LM step per problem: solve (J'WJ + lam diag(J'WJ)) step = J'W r from the sigmoid
+    values `sg` and residuals `r` of the current parameters; fix_a pins A's step at 0."""
+    J = _jac(x, theta, r0, sg)
+    Jw = J if W is None else J * W[:, :, None]
+    if fix_a:
+        Jw = Jw.copy() if Jw is J else Jw
+        Jw[:, :, 0] = 0.0
+    JwT = Jw.transpose(0, 2, 1)
+    H = JwT @ J  # batched 3x3 normal matrices (matmul beats einsum here)
+    g = (JwT @ r[:, :, None])[:, :, 0]
+    diag = np.einsum("sii->si", H)
+    eye = np.eye(3)
+    Hd = H + lam[:, None, None] * (diag[:, :, None] * eye + 1e-12 * eye)
+    if fix_a:
+        Hd[:, 0, :] = 0.0
+        Hd[:, :, 0] = 0.0
+        Hd[:, 0, 0] = 1.0
+    return np.linalg.solve(Hd, g[:, :, None])[:, :, 0]
+
+
 def solve(x, Y, W, theta0, r0, *, fix_a=False):
     """Minimise sum W (Y - f)^2 for S problems at once; returns theta (S,3) and sse (S,).
 
@@ -54,7 +75,6 @@ def solve(x, Y, W, theta0, r0, *, fix_a=False):
     sse = np.einsum("sn,sn->s", r, r)
     lam = np.full(S, 1e-2)
     done = np.zeros(S, bool)
-    eye = np.eye(3)
     act = np.arange(S)
     for _ in range(_ITERS):
         every = act.size == S  # all active: views instead of fancy-index copies
@@ -62,22 +82,7 @@ def solve(x, Y, W, theta0, r0, *, fix_a=False):
         sa, ra = (sg, r) if every else (sg[act], r[act])
         Ya = Y if every else Y[act]
         Wa = None if W is None else (W if every else W[act])
-        Ja = _jac(x, th_a, r0_a, sa)
-        Jw = Ja if Wa is None else Ja * Wa[:, :, None]
-        if fix_a:
-            Jw = Jw.copy() if Jw is Ja else Jw
-            Jw[:, :, 0] = 0.0
-        JwT = Jw.transpose(0, 2, 1)
-        H = JwT @ Ja  # batched 3x3 normal matrices (matmul beats einsum here)
-        g = (JwT @ ra[:, :, None])[:, :, 0]
-        diag = np.einsum("sii->si", H)
-        Hd = H + lam[act, None, None] * (diag[:, :, None] * eye + 1e-12 * eye)
-        if fix_a:
-            Hd[:, 0, :] = 0.0
-            Hd[:, :, 0] = 0.0
-            Hd[:, 0, 0] = 1.0
-        step = np.linalg.solve(Hd, g[:, :, None])[:, :, 0]
-        cand = _clip(th_a + step, mlo, mhi)
+        cand = _clip(th_a + _damped_step(x, th_a, r0_a, sa, ra, Wa, lam[act], fix_a), mlo, mhi)
         sc = _sig(x, cand)
         rc = Ya - (r0_a[:, None] + (cand[:, 0:1] - r0_a[:, None]) * sc)
         if Wa is not None:
