@@ -44,7 +44,7 @@ def generation_gpus_per_node(c: TrainConfig, gpus: int) -> int:
 
 
 def engines(c: TrainConfig, shape: JobShape) -> Engines:
-    """vllm_replicas.replica_count / rollout_vllm.generation_placement on this job's shape."""
+    """vllm_replicas.replica_count / vllm_setup.generation_placement on this job's shape."""
     vc, gpus = c.rollout.vllm, shape.gpus_per_node or 0
     if gpus < 2:  # CPU, or the one GPU shared with the trainer
         n = vc.data_parallel_replicas or 1
