@@ -94,7 +94,10 @@ def _setup_distributed(config: TrainConfig) -> bool:
 
 
 class _Run(Checkpointing, Accounting, EvalPoint, PolicyUpdate):
-    """State of one run; methods are the loop's stages in the order they happen."""
+    """State of one run; `train` is the loop, and the methods here are its stages in the order
+    they happen. Stages with a job of their own come from the classes mixed in: checkpoint,
+    resume and preemption stops (Checkpointing), counters and budget (Accounting), evaluation
+    and the metrics row (EvalPoint), the update math (PolicyUpdate)."""
 
     def __init__(self, config: TrainConfig, run_dir: Path) -> None:
         self.c, self.dir = config, run_dir
@@ -152,6 +155,8 @@ class _Run(Checkpointing, Accounting, EvalPoint, PolicyUpdate):
                                 **getattr(self, "notes", {}))
 
     def train(self) -> None:
+        """The loop: first eval, then per step generate -> train -> push weights -> maybe eval
+        and checkpoint, until the budget is spent or a stop signal asks for a requeue."""
         c = self.c
         self.start_attempt()
         self.status("running")
