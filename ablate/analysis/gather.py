@@ -14,7 +14,6 @@ elsewhere is an InputError naming the file and line.
 from __future__ import annotations
 
 import io
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -23,30 +22,11 @@ import numpy as np
 import pandas as pd
 
 from ablate.errors import InputError
+from ablate.studydir import is_study_dir, read_variants  # the study dir's one reader
 from trainer import rundir
 
 CACHE = "metrics.parquet"
 META_COLUMNS = ["variant", "seed", "run_id", "state"]
-
-
-def is_study_dir(path: Path) -> bool:
-    return path.is_dir() and (path / "variants.json").is_file()
-
-
-def read_variants(study: Path) -> list[dict]:
-    f = study / "variants.json"
-    try:
-        variants = json.loads(f.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise InputError(f"{f}: cannot read variants ({e}); expected a JSON list of "
-                         '{"run_id", "name", "seed", "config"}') from None
-    if not isinstance(variants, list):
-        raise InputError(f"{f}: expected a JSON list of runs, got {type(variants).__name__}")
-    for i, v in enumerate(variants):
-        if not isinstance(v, dict) or "run_id" not in v or "name" not in v:
-            raise InputError(f"{f}: entry {i} lacks \"run_id\"/\"name\"; each entry must be "
-                             '{"run_id", "name", "seed", "config"}')
-    return variants
 
 
 def _parse(path: Path, blob: bytes) -> list[dict]:
@@ -94,8 +74,8 @@ def gather(study: str | Path, *, use_cache: bool = True, write_cache: bool = Tru
     blobs, counts = [], []
     foreign = _foreign_fit(study, variants)
     for v in variants:
-        if foreign is not None:  # another trainer: read its own log (ablate/adapters/runner.py)
-            from ablate.adapters.runner import curve_rows
+        if foreign is not None:  # another trainer: read its own log (ablate/adapters/curve.py)
+            from ablate.adapters.curve import curve_rows
 
             blob = curve_rows(study / v["run_id"], foreign)
         else:
@@ -175,7 +155,7 @@ def study_fit_defaults(study: Path) -> dict:
     out = {k: fit[k] for k in ("x", "y", "min_compute", "max_compute") if fit.get(k) is not None}
     trainer = doc.get("trainer") if isinstance(doc, dict) else None
     if isinstance(trainer, dict) and trainer.get("kind", "ablate") != "ablate":
-        from ablate.adapters.runner import fit_defaults  # that trainer's compute/score columns
+        from ablate.adapters.curve import fit_defaults  # that trainer's compute/score columns
 
         out = fit_defaults(trainer, out)
     for k in ("min_compute", "max_compute"):
