@@ -33,6 +33,7 @@ import torch
 from trainer.config import TrainConfig
 from trainer.distributed import gpu_split_args, group_timeout_s, init_distributed
 from trainer.engine import constant_with_warmup
+from trainer.validate import validate
 
 
 def deepspeed_config(config: TrainConfig, world_size: int, on_gpu: bool = True) -> dict[str, Any]:
@@ -161,8 +162,6 @@ class DeepSpeedEngine:
 
 def make_deepspeed_engine(config: TrainConfig, model: torch.nn.Module) -> DeepSpeedEngine:
     """Factory registered as engine type "deepspeed" (lazily, from trainer/engine.py)."""
-    from trainer.validate import validate
-
     # ZeRO-3 + pipeline + the hf generator (which deep-copies a module ZeRO-3 has partitioned)
     # and every other combination the trainer cannot run: one place, trainer/validate.py,
     # which `ablate sweep` also calls before anything is submitted.

@@ -26,6 +26,7 @@ from trainer.length import Rollout, generate_rollout
 from trainer.pool import PromptPool
 from trainer.registry import Registry
 from trainer.rollout import Generator, make_generator
+from trainer.weight_push import join_weight_gathers
 
 
 @dataclass
@@ -129,8 +130,6 @@ class PPOOffPolicy:
 def _join_push(model: nn.Module) -> None:
     """On a rank without the engine: take part in rank 0's push (ZeRO-3 gathers each
     parameter from every rank's shard, a collective; a no-op for unpartitioned models)."""
-    from trainer.weight_push import join_weight_gathers
-
     join_weight_gathers(model)
 
 

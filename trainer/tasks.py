@@ -140,7 +140,7 @@ def math_task(cfg: TaskConfig) -> Task:
     HF cache; see trainer/hub.py). Problems and answers come from the first present column of
     PROBLEM_COLUMNS / ANSWER_COLUMNS. The held-out set is carved from the same table (the
     paper: 1,000 held-out prompts of its training set), disjoint from training."""
-    from trainer.hub import load_table
+    from trainer.hub import load_table  # pandas is slow to import: only a math task pays
 
     if not cfg.path:
         raise ValueError("task.path: task 'math' needs a local .jsonl/.parquet file or an HF "

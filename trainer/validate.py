@@ -162,6 +162,7 @@ def validate(config: TrainConfig, shape: JobShape = JobShape()) -> None:
 
 def local_shape() -> JobShape:
     """The shape of the machine this process runs on (the trainer's own view at start)."""
+    # Local: this module is ablate's validator too, and must not import torch for it.
     import torch
 
     from trainer.distributed import read_env
