@@ -1,29 +1,32 @@
 """Trainer adapters: run a study's variants on TRL, verl or any command (`trainer:` block).
 
-`adapter_for(spec)` builds the adapter a study names; each lives in its own module and imports
-its trainer only when asked to validate, so `ablate` runs without TRL or verl installed.
+`adapter_for(spec)` builds the adapter a study names, from `ADAPTERS` (kind -> builder). Each
+adapter lives in its own module and imports its trainer only when asked to validate, so the
+modules are imported here at once and `ablate` still runs without TRL or verl installed.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 from ablate.adapters.base import Adapter, TrainerSpec
+from ablate.adapters.command import CommandAdapter
+from ablate.adapters.trl import TRLAdapter
+from ablate.adapters.verl import VerlAdapter
+
+# `trainer.kind` -> the adapter built from the `trainer:` block (the built-in trainer has none)
+ADAPTERS: dict[str, Callable[[TrainerSpec], Adapter]] = {
+    "trl": lambda spec: TRLAdapter(spec.command),
+    "verl": lambda spec: VerlAdapter(spec.config_dir, spec.config_name),
+    "command": CommandAdapter,
+}
 
 
 def adapter_for(spec: TrainerSpec) -> Adapter:
     """The adapter of a non-ablate `trainer:` block."""
-    if spec.kind == "trl":
-        from ablate.adapters.trl import TRLAdapter
-
-        return TRLAdapter(spec.command)
-    if spec.kind == "verl":
-        from ablate.adapters.verl import VerlAdapter
-
-        return VerlAdapter(spec.config_dir, spec.config_name)
-    if spec.kind == "command":
-        from ablate.adapters.command import CommandAdapter
-
-        return CommandAdapter(spec)
-    raise ValueError(f"no adapter for trainer kind {spec.kind!r} (the built-in trainer)")
+    if spec.kind not in ADAPTERS:
+        raise ValueError(f"no adapter for trainer kind {spec.kind!r} (the built-in trainer)")
+    return ADAPTERS[spec.kind](spec)
 
 
-__all__ = ["Adapter", "TrainerSpec", "adapter_for"]
+__all__ = ["ADAPTERS", "Adapter", "TrainerSpec", "adapter_for"]

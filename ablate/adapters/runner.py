@@ -1,4 +1,4 @@
-"""Run one variant on another trainer, follow its log, and read its curve for `compare`.
+"""Run one variant on another trainer and follow its log (its curve is read by `curve`).
 
 The job (ablate/studies/launch/job.py) calls `run_foreign` for a run dir whose config.yaml
 names a trainer. The trainer runs as a child process (its output in `<run_dir>/trainer.log`);
@@ -28,31 +28,14 @@ from typing import Any, Optional
 
 from ablate.adapters import adapter_for, child
 from ablate.adapters.budget import devices, gpu_hours_limit, stop_when_reached
-from ablate.adapters.study import ForeignConfig, run_dir_config, run_overrides
-from ablate.errors import InputError
+from ablate.adapters.curve import log_path
+from ablate.adapters.study import ForeignConfig, run_overrides
 from trainer import preempt
 from trainer.rundir import read_status, write_status
 
 POLL_S = 2.0  # status.json from the trainer's log
 SIGNAL_POLL_S = 0.05  # the preemption flag
 CHECK_S = 0.5  # budgets ablate measures (gpu_hours, trainer.stop_when)
-# Defaults for `fit:` where the study does not say (TRL logs cumulative tokens and, with an
-# eval split, the eval reward; other trainers' score names vary, so their study names it).
-FIT_DEFAULTS = {"trl": {"x": "num_tokens", "y": "eval_reward"}}
-
-
-def log_path(cfg: ForeignConfig, run_dir: Path) -> Path:
-    """Where the trainer writes its curve: `trainer.log`, else the adapter's place. For TRL
-    without the entry's JSONL (your own script), the newest checkpoint's trainer_state.json."""
-    if cfg.trainer.log:
-        return run_dir / cfg.trainer.log
-    path = run_dir / adapter_for(cfg.trainer).default_log
-    if cfg.trainer.kind == "trl" and not path.exists():
-        states = sorted((run_dir / "trl").glob("checkpoint-*/trainer_state.json"),
-                        key=lambda p: int(p.parent.name.rsplit("-", 1)[1]))
-        if states:
-            return states[-1]
-    return path
 
 
 def _resume(cfg: ForeignConfig, run_dir: Path) -> bool:
@@ -181,40 +164,3 @@ def finish(run: Attempt, why: str | None, code: int) -> None:
         run.status("failed")
         raise RuntimeError(f"{run.argv[0]} exited {code}: {tail[-1] if tail else ''}")
     run.status("done")
-
-
-def fit_defaults(trainer: dict[str, Any], fit: dict[str, Any]) -> dict[str, Any]:
-    """A study's `fit:` for another trainer: what it says, else the adapter's defaults; with
-    `trainer.step_cost` (no logged compute), x is "compute" = step x step_cost."""
-    kind = trainer.get("kind", "ablate")
-    out = {**FIT_DEFAULTS.get(kind, {}), **fit}
-    if trainer.get("step_cost") is not None and "x" not in fit:
-        out["x"] = "compute"
-    return out
-
-
-def curve_rows(run_dir: Path, fit: dict[str, Any]) -> bytes:
-    """The run's curve as metrics.jsonl-style lines ({x: .., y: ..}) read with the existing
-    readers from where its trainer wrote it; empty while nothing is logged yet."""
-    from ablate.readers import READERS
-    from ablate.readers.pick import pick
-
-    cfg = run_dir_config(run_dir)
-    path = log_path(cfg, run_dir)
-    if not path.exists():
-        return b""
-    for name, test, reader in READERS:
-        if test(path):
-            cost = cfg.trainer.step_cost
-            x = None if cost is not None and fit.get("x") == "compute" else fit.get("x")
-            try:
-                got = pick(reader(path), str(path), x=x, y=fit.get("y"), step_cost=cost, kind=name)
-            except InputError:
-                if read_status(run_dir).get("state") == "done":
-                    raise
-                return b""  # still running: the score may not be logged yet
-            xs, ys = got.frame[got.x].tolist(), got.frame[got.y].tolist()
-            x_out = fit.get("x", got.x)
-            return b"".join(json.dumps({x_out: a, fit.get("y", got.y): b}).encode() + b"\n"
-                            for a, b in zip(xs, ys))
-    return b""
