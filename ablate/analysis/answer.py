@@ -17,8 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ablate.analysis.fitters import refit_with_A
 from ablate.analysis.labels import differing_axes, shorten
-from ablate.analysis.pipeline import Analysis
+from ablate.analysis.pipeline import Analysis, analyze
+from ablate.errors import InputError
 
 SURE = 0.95  # P(beats) at or beyond this (or 1 - this) reads as a difference, else "no difference"
 
@@ -58,8 +60,6 @@ def _ci(fit, name: str, fmt: str) -> str:
 
 def _pair(lead, follow, p_lead: Optional[float], margin: float, name: Names) -> str:
     """The clause for two fitted rows: `p_lead` = P(lead beats follow) by the paper's rule."""
-    from ablate.analysis.fitters import refit_with_A
-
     a, b = lead.group.fit, follow.group.fit
     la, fb = name(lead.group.variant), name(follow.group.variant)
     p = "" if p_lead is None else f"P(beats) {p_lead:.2f}"
@@ -152,9 +152,6 @@ def study_answer(study_dir) -> str:
     """The answer sentence for a study results dir with the default options (what the end of
     `ablate sweep --wait` prints; `ablate compare DIR` prints the same line), or why there is
     none yet, in one line."""
-    from ablate.analysis.pipeline import analyze
-    from ablate.errors import InputError
-
     try:
         return answer_sentence(analyze(study_dir))
     except InputError as e:

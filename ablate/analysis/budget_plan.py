@@ -93,9 +93,9 @@ def plot_plan(groups: list[GroupFit], result: dict[str, Any], path: str | Path, 
               x: str = "compute", y: str = "score") -> Path:
     """Predicted curves to the budget with 95% bands; the recommended variant bold, with a
     marker where scaling it stops paying (within tol of its score at the budget)."""
-    import matplotlib
+    import matplotlib  # local: heavy (~0.5 s), needed only when a picture is drawn
 
-    matplotlib.use("Agg")
+    matplotlib.use("Agg")  # before pyplot: no display on compute nodes
     import matplotlib.pyplot as plt
 
     budget = result["budget"]

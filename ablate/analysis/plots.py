@@ -13,9 +13,9 @@ from ablate.analysis.sources import Curves
 def palette(variants: list[str]) -> dict[str, str]:
     """One colour per variant, in data order: the same variant has the same colour in every
     figure (the overview and each variant's own), so figures can be read side by side."""
-    import matplotlib
+    import matplotlib  # local: heavy (~0.5 s), needed only when a picture is drawn
 
-    matplotlib.use("Agg")
+    matplotlib.use("Agg")  # before pyplot: no display on compute nodes
     import matplotlib.pyplot as plt
 
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -31,9 +31,9 @@ def plot_fits(curves: Curves, groups: list[GroupFit], path: str | Path, *,
     """Write a PNG: per variant its points (hollow outside the fit window), the fitted curve
     over the data, the dashed extrapolation with its 95% band, and A as a dotted line.
     `colors`: variant -> colour (default: `palette` of `groups`)."""
-    import matplotlib
+    import matplotlib  # local: heavy (~0.5 s), needed only when a picture is drawn
 
-    matplotlib.use("Agg")
+    matplotlib.use("Agg")  # before pyplot: no display on compute nodes
     import matplotlib.pyplot as plt
 
     path = Path(path)

@@ -21,8 +21,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ablate.errors import InputError
+from ablate import readers
 from ablate.analysis.gather import cache_is_fresh, gather, is_study_dir, study_fit_defaults, write_cache
+from ablate.errors import InputError
 from trainer.rundir import GPU_HOURS, PASS_RATE
 
 TABLE_SUFFIXES = (".csv", ".jsonl", ".parquet")
@@ -50,8 +51,6 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
     """Read any supported SOURCE; raises InputError naming the file/column on bad input.
 
     `step_cost` (compute per step) applies to other tools' logs that only log steps."""
-    from ablate import readers
-
     p = Path(source)
     if not p.exists():
         raise InputError(f"{p}: no such file or directory; SOURCE is a study results dir, a "
