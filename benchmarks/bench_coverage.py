@@ -6,7 +6,7 @@ Protocol, per curve: fit on the first half of compute (`max_compute = C_max / 2`
 window rule inside it), predict the score at C_max, and check whether the 95% interval covers it.
 old: the parameter draws' band (`percentile_interval` of the sigmoid at C_max over `Fit.samples`),
 what `predict_interval` gave before issue 24; drift_only: plus the run's drift at the target (the
-interval's first version); new: `intervals.predictive_interval` (drift, and half of the draws
+interval's first version); new: `fit.predictive_interval` (drift, and half of the draws
 taking the plateau explanation: nothing gained past the window's end). All from the same fit.
 
 Sets:

@@ -3,7 +3,7 @@
 A fit on the first half of a run's compute predicts the score at the end. The parameter draws'
 band (the old interval) only says where the fitted *sigmoid* is; the run's score there is its
 true curve plus its drift, and the true curve need not be a sigmoid. The new interval
-(`intervals.predictive_interval`) adds the run drift at the target (REML noise model), and half
+(`fit.predictive_interval`) adds the run drift at the target (REML noise model), and half
 of its draws take the other explanation of the window: nothing gained after the window's end.
 
 Runs here: 200 evaluations (a dense eval log), a 1,000-prompt x 4-sample evaluation, AR(1) run
