@@ -1,8 +1,8 @@
-"""Adaptive studies (ablate.studies.stages) vs the full grid, on synthetic studies with known truth.
+"""Adaptive studies (ablate.studies.adaptive) vs the full grid, on synthetic studies with known truth.
 
 Each study: 3 variants x 2 seeds of tests/synthetic.py curves (realistic eval noise and drift),
 ceilings A drawn 0.5-0.75, 100 evaluations to the final budget. The stage rule is exactly
-ablate.studies.stages.decide on fits of the curves cut at each stage budget (0.3 and 0.6 of the final
+ablate.studies.stage_rules.decide on fits of the curves cut at each stage budget (0.3 and 0.6 of the final
 compute), and survivors continue (stages.scale_winner false: a stage that leaves one variant
 ends the study). Compared with the full grid's winner (compare's rank on the full curves) and
 the true best; compute = evaluations trained, summed over runs.

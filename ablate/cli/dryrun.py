@@ -9,7 +9,8 @@ the profile's `gpu_memory_gib`, with the largest term named.
 from __future__ import annotations
 
 import json
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
 from rich.console import Console
 from rich.table import Table
@@ -90,3 +91,13 @@ def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json:
 
 def _num(x: Any) -> str:
     return "" if x is None else f"{x:g}"
+
+
+def dry_run(study: Path, *, executor: Optional[str], profile: Optional[str],
+            overrides: list[str], as_json: bool) -> None:
+    """`ablate sweep --dry-run`: check the study exactly as `sweep` does, print, write nothing."""
+    from ablate.studies.sweep import check_inputs
+
+    _, variants, prof = check_inputs(study, executor=executor, profile=profile,
+                                     overrides=overrides)
+    print_dry_run(str(study), variants, prof.job_shape(executor), as_json)

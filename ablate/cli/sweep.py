@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
 
 from ablate.cli import app
 from ablate.errors import InputError
+
+if TYPE_CHECKING:
+    from ablate.studies.sweep import SweepPlan
 
 
 @app.command()
@@ -53,13 +56,10 @@ def sweep(
     from ablate.studies.sweep import plan_sweep, run_sweep
 
     if dry_run:
-        from ablate.cli.dryrun import print_dry_run
-        from ablate.studies.sweep import check_inputs
+        from ablate.cli.dryrun import dry_run as print_dry_run
 
-        _, variants, prof = check_inputs(study, executor=executor, profile=profile,
-                                         overrides=override)
-        print_dry_run(str(study), variants, prof.job_shape(executor), as_json)
-        return
+        return print_dry_run(study, executor=executor, profile=profile, overrides=override,
+                             as_json=as_json)
     if has_stages(study):
         if override:
             raise InputError(f"{study}: --override is not supported for a staged study; put "
@@ -77,13 +77,19 @@ def sweep(
     if as_json:
         print(json.dumps(out))
         return
+    print_sweep(plan, out, wait)
+
+
+def print_sweep(plan: SweepPlan, out: dict[str, Any], waited: bool) -> None:
+    """What `ablate sweep` prints for a plain study: counts, what was skipped and why, then the
+    answer (after --wait) or the command to follow the runs."""
     con = Console()
     con.print(f"[bold]{plan.loaded.study.name}[/]: {len(plan.variants)} runs, "
               f"submitted {len(out['submitted'])} via {out['executor']}, skipped "
               f"{len(out['skipped'])}  ->  {out['study_dir']}")
     for rid, why in plan.skipped.items():
         con.print(f"  skipped {rid}: {why}", style="dim")
-    if wait:
+    if waited:
         from ablate.analysis.answer import study_answer
 
         con.print(study_answer(out["study_dir"]), markup=False, highlight=False)

@@ -39,7 +39,8 @@ from ablate.studies.stage_rules import decide, score_levels
 from ablate.studies.stagespec import all_budgets
 from ablate.studies.status import run_states
 from ablate.studies.study import load_study
-from ablate.studies.sweep import SweepPlan, choose_runs, load_sweep, run_sweep
+from ablate.studies.sweep import (RESUBMIT_BOUNDED, SweepPlan, choose_runs, load_sweep,
+                                  run_sweep)
 from ablate.studydir import StudyStore, stopped_in
 from trainer import rundir
 
@@ -115,11 +116,12 @@ def stage_complete(store: StudyStore, runs: list[Variant], budget: dict[str, flo
                    max_attempts: int) -> bool:
     """Every run ended at this budget: done there, diverged, or failed for good."""
     for st in run_states(store, [v.to_json() for v in runs]):
-        if st.state == "diverged" or (st.state == "done"
-                                      and reaches(run_budget(store.run_dir(st.run_id)), budget)):
+        if st.state == rundir.RunState.DIVERGED or (
+                st.state == rundir.RunState.DONE
+                and reaches(run_budget(store.run_dir(st.run_id)), budget)):
             continue
-        if st.state in ("failed", "interrupted") and st.attempts >= max_attempts:
-            continue
+        if st.state in RESUBMIT_BOUNDED and st.attempts >= max_attempts:
+            continue  # failed for good: the sweep will not resubmit it
         return False
     return True
 
@@ -148,7 +150,7 @@ def dead_variants(store: StudyStore, runs: list[Variant], names: list[str]) -> d
     out = {}
     for n in names:
         mine = [s for s in states if s.name == n]
-        if mine and all(s.state != "done" for s in mine):
+        if mine and all(s.state != rundir.RunState.DONE for s in mine):
             out[n] = "stage: every run " + "/".join(sorted({s.state for s in mine}))
     return out
 

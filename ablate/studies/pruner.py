@@ -7,7 +7,7 @@ ablate.analysis.fitters) and the trial stops when the upper end of its A's 95% i
 highest lower end among finished trials: then, by the fit's own uncertainty, it cannot reach
 the best ceiling already found. A rung whose curve cannot be fitted stops the trial only when
 it collapsed: its score fell from its best by COLLAPSE_DROP to below that lower end (the
-collapse rule of adaptive studies, ablate.studies.stages; an LR far too high does this and
+collapse rule of adaptive studies, ablate.studies.stage_rules; an LR far too high does this and
 never fits). With no finished trial yet, nothing is pruned.
 
 The objective stores intervals as trial user attributes: "rung_A_ci" (latest rung; None when
