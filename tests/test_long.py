@@ -14,7 +14,7 @@ from rich.console import Console
 
 import synthetic as sy
 from ablate.analysis import fit_trust as trust
-from ablate.cli.progress import delayed_progress
+from ablate.cli.delayed_progress import delayed_progress
 from ablate.analysis.fit import sigmoid
 from ablate.analysis.fitters import bin_series, fit_sigmoid
 from ablate.errors import InputError

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 
 from ablate.cli import app, margin_option
-from ablate.cli.progress import delayed_progress
+from ablate.cli.delayed_progress import delayed_progress
 from ablate.errors import InputError
 
 if TYPE_CHECKING:  # numpy/scipy/pandas load when a command fits, not for `ablate --help`
