@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import signal
 import time
 from pathlib import Path
@@ -38,7 +39,9 @@ def main() -> None:
             score = a.top * (1 - math.exp(-a.lr * step))
             f.write(json.dumps({"step": step, "tokens": 100 * step, "score": score}) + "\n")
             f.flush()
-            ckpt.write_text(json.dumps({"step": step}))
+            # whole or not at all (a reader polling it mid-write would see an empty file)
+            (a.out / "ckpt.json.tmp").write_text(json.dumps({"step": step}))
+            os.replace(a.out / "ckpt.json.tmp", ckpt)
             if a.stop_at is not None and step == a.stop_at and not a.resume:
                 raise SystemExit(3)
             if STOP["asked"]:
