@@ -28,6 +28,9 @@ Sources of the formulas (bytes; Psi = parameters, d = data-parallel degree):
   bytes per logit), plus the fp32 copy of the head weight (precision.trainer_lm_head_fp32).
 - KV cache (vLLM's PagedAttention, Kwon et al. 2023, and HF's DynamicCache alike):
   2 (K and V) x layers x kv_heads x head_dim x bytes per token of every sequence in flight.
+  Which sequences an engine holds follows from where the trainer starts its engines (all on
+  rank 0's node) and what each is sent (rollouts, and eval through the service):
+  trainer/vllm_placement.py, which also names the GPUs a job holds but leaves idle.
 """
 
 from __future__ import annotations
