@@ -11,7 +11,15 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from ablate.studies.status import wait_for_runs
+from rich.console import Console
+from rich.live import Live
+from rich.markup import escape
+from rich.progress_bar import ProgressBar
+from rich.text import Text
+
+from ablate.analysis.labels import shorten
+from ablate.cli.tables import Col, table
+from ablate.studies.status import study_states, wait_for_runs
 from ablate.studydir import PROBLEM_STATES, RunState, read_variants, where_to_look
 
 STATE_STYLE = {"done": "green", "running": "cyan", "queued": "blue", "failed": "red",
@@ -36,13 +44,6 @@ def _table(states: list[RunState], budgets: dict[str, Optional[int]], title: str
     """The live view: variant (shortened to what differs, the axes named once), seed, state,
     a bar of the budget spent, step / budget and the run id, laid out for the terminal's width
     (ablate/cli/tables.py: labels whole, cells at most two lines)."""
-    from rich.console import Console
-    from rich.progress_bar import ProgressBar
-    from rich.text import Text
-
-    from ablate.analysis.labels import shorten
-    from ablate.cli.tables import Col, table
-
     bars: list[Any] = []
     steps: list[str] = []
     for s in states:
@@ -71,12 +72,8 @@ def watch(study_dir: Path, *, poll_s: float = 2.0, timeout_s: Optional[float] = 
           show: bool = True, console: Any = None) -> list[RunState]:
     """Block until no run is queued or running; returns the final states. With `show`, a
     live per-run table on stderr and one message per run that fails or diverges."""
-    from rich.live import Live
-
     if not show:
         return wait_for_runs(study_dir, poll_s=poll_s, timeout_s=timeout_s)
-    from rich.console import Console
-
     con = console or Console(stderr=True)
     view = _View(Path(study_dir), con)
     with Live(view.table(None), console=con, refresh_per_second=2, transient=False) as live:
@@ -104,14 +101,10 @@ class _View:
 
     def table(self, states: Optional[list[RunState]]):
         if states is None:
-            from ablate.studies.status import study_states
-
             states = study_states(self.study_dir)
         return _table(states, self.budgets, self.title(states), self.con)
 
     def update(self, states: list[RunState]):
-        from rich.markup import escape
-
         for s in states:
             if s.state in PROBLEM_STATES and s.run_id not in self.told:
                 self.told.add(s.run_id)

@@ -27,11 +27,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import yaml
 
-from ablate.analysis.variant_fits import GroupFit
+from ablate.analysis.pipeline import Options, common_window, fit_all
 from ablate.errors import InputError
 from ablate.studies.expand import Variant
 from ablate.studies.launch.job import set_state
@@ -43,6 +43,9 @@ from ablate.studies.sweep import (RESUBMIT_BOUNDED, SweepPlan, choose_runs, load
                                   run_sweep)
 from ablate.studydir import StudyStore, stopped_in
 from trainer import rundir
+
+if TYPE_CHECKING:
+    from ablate.analysis.variant_fits import GroupFit
 
 __all__ = ["StageReport", "advance", "decided", "has_stages", "promote", "run_adaptive"]
 
@@ -131,8 +134,9 @@ def fit_stage(store: StudyStore, names: list[str]
     """Each variant's fit, and its observed (best, recent) score for the collapse rule. The
     fits come from the pipeline `compare` uses (ablate.analysis.pipeline): the stage's variants
     share one window, so a stop is decided on the same spans compare ranks."""
-    from ablate.analysis.pipeline import Options, common_window, fit_all
-    from ablate.analysis.sources import load  # pandas, pyarrow: only when a stage is decided
+    # pandas, scipy (1 s to import): only when a stage is decided, not on every `ablate sweep`
+    from ablate.analysis.sources import load
+    from ablate.analysis.variant_fits import GroupFit
 
     curves = load(store.root)
     frame = curves.frame[curves.frame["variant"].isin(names)]

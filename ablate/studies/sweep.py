@@ -16,14 +16,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from ablate.studies import launch
+from ablate.adapters.study import ForeignConfig, NoPlan
 from ablate.errors import InputError
+from ablate.studies import launch
 from ablate.studies.expand import Variant, expand
 from ablate.studies.launch.profile import Profile, find_profile, load_profile
 from ablate.studies.stagespec import check_baseline, check_stages
 from ablate.studies.status import run_states
 from ablate.studydir import StudyStore, study_dir_for
 from ablate.studies.study import LoadedStudy, load_study
+from trainer.resources import advice, plan
 from trainer.validate import JobShape, problems
 
 RESUBMIT_ALWAYS = ("pending", "cancelled")  # never ran to a verdict, or the user cancelled it
@@ -61,8 +63,6 @@ def check_inputs(study_path: Path | str, *, executor: Optional[str] = None,
 def check_variants(study_path: Path | str, variants: list[Variant], shape: JobShape) -> None:
     """Refuse a variant the trainer would refuse at start (trainer/validate.py), on the job
     shape the profile asks for: one line naming the variant, the keys and a fix."""
-    from ablate.adapters.study import ForeignConfig
-
     for v in variants:
         if isinstance(v.config, ForeignConfig):
             continue  # another trainer's keys: its adapter checked them (ablate/adapters)
@@ -73,11 +73,7 @@ def check_variants(study_path: Path | str, variants: list[Variant], shape: JobSh
 
 def resource_plans(variants: list[Variant], shape: JobShape) -> dict[str, Any]:
     """run_id -> trainer.resources.Plan (computed once per distinct config; seeds share it)."""
-    from trainer.resources import plan
-
     by_name: dict[str, Any] = {}
-    from ablate.adapters.study import ForeignConfig, NoPlan
-
     for v in variants:
         if v.name not in by_name:
             by_name[v.name] = (NoPlan(v.config.trainer.kind) if isinstance(v.config, ForeignConfig)
@@ -88,8 +84,6 @@ def resource_plans(variants: list[Variant], shape: JobShape) -> dict[str, Any]:
 def check_fit(study_path: Path | str, variants: list[Variant], shape: JobShape) -> None:
     """Refuse to submit a study with a variant whose plan exceeds the profile's GPU memory
     (`--force` skips this): one line, which variant, which term, what to change."""
-    from trainer.resources import advice
-
     plans = resource_plans(variants, shape)
     for v in variants:
         p = plans[v.run_id]

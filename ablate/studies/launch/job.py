@@ -27,7 +27,9 @@ from typing import Callable
 
 import submitit
 
+from ablate.adapters.study import is_foreign
 from trainer import preempt
+from trainer.config import TrainConfig
 from trainer.rundir import FINAL_STATES, read_config, read_status, write_status
 
 
@@ -114,10 +116,9 @@ class RunJob(submitit.helpers.Checkpointable):
 def foreign_or(fn: Callable, raw: dict) -> tuple[Callable, object]:
     """A run dir for another trainer (config.yaml names `trainer: {kind: trl|verl|command}`)
     runs through its adapter (ablate/adapters/runner.py); else `fn` trains the TrainConfig."""
-    from ablate.adapters.study import is_foreign
-    from trainer.config import TrainConfig
-
     if is_foreign(raw):
+        # Local: the adapters' runner reads curves with pandas (0.8 s), which `ablate status`
+        # (it imports the executors) should not pay for.
         from ablate.adapters.runner import run_foreign
 
         return run_foreign, raw
