@@ -4,7 +4,8 @@ The page holds the study question (study.yaml), the ranking by asymptote A with 
 the shared-A verdicts for near-ties (ablate.analysis.compare), the curves with their fits and
 extrapolation bands (one figure of all variants, one per variant; PNGs embedded as data: URIs
 so the file can be mailed or attached to an issue), the runs' states with failures and
-divergences (ablate.studies.status), and the commands that reproduce it. No script, no external
+divergences (handed in by the CLI from ablate.studies.status, which asks the scheduler; else
+as the run dirs record them, ablate.studydir), and the commands that reproduce it. No script, no external
 resource: it renders the same offline, in a browser or a mail client.
 """
 
