@@ -284,8 +284,9 @@ def _vllm_generation(c: TrainConfig, m: ModelShape, shape: JobShape,
     generation_where, kv_sequences and the engines' placement sentence (its note)."""
     gpus, gpu = shape.gpus_per_node or 0, shape.gpu_memory_gib
     e = engines(c, shape)
-    # trainer/rollout_vllm.py: 0.3 only on a one-GPU node; on a multi-GPU node vLLM takes
-    # 0.9 of its replica's GPUs, which outside pipeline mode are training GPUs too.
+    # The engine's arguments (trainer/rollout_vllm.py, moving to vllm_setup.py): 0.3 only on a
+    # one-GPU node; on a multi-GPU node vLLM takes 0.9 of its replica's GPUs, which outside
+    # pipeline mode are training GPUs too.
     util = c.rollout.vllm.gpu_memory_utilization or (
         VLLM_UTILIZATION if gpus >= 2 else VLLM_SHARED_UTILIZATION)
     gen, p.kv_sequences = vllm_terms(c, m, e, gpu, util)
