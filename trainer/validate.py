@@ -112,7 +112,7 @@ def _ranks_per_gpu(c: TrainConfig, shape: JobShape) -> Optional[str]:
 
 
 def _tensor_parallel(c: TrainConfig, shape: JobShape) -> Optional[str]:
-    # trainer/rollout_vllm.py generation_placement -> distributed.plan_topology: a replica's
+    # trainer/vllm_setup.py generation_placement -> distributed.plan_topology: a replica's
     # tensor-parallel group must divide the node's generation GPUs.
     tp, n = c.rollout.vllm.tensor_parallel_size, shape.gpus_per_node
     if c.rollout.backend != "vllm" or not n or n < 2 or tp is None or _generation_split(c, shape):

@@ -14,7 +14,10 @@ from typing import Optional
 
 import torch
 
+from trainer.config import TrainConfig
 from trainer.distributed import plan_topology
+
+VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 def generation_placement(generation_gpus: Optional[int] = None,
@@ -109,3 +112,27 @@ CPU_STEP_TOKENS = 65536
 def cpu_unsplit_prefill() -> dict:
     """Engine arguments that keep a seeded prefill in one scheduler step on CPU (above)."""
     return {"max_num_batched_tokens": CPU_STEP_TOKENS}
+
+
+def engine_args(config: TrainConfig, path: str, max_len: Optional[int],
+                placement: Optional[dict[str, str]]) -> tuple[dict, dict[str, str]]:
+    """(vllm.LLM keyword arguments, environment of the engine's process) for one engine
+    starting from the checkpoint at `path`: token ids in and out, the sampled distribution's
+    log-probs, an fp32 LM head when precision.generator_lm_head_fp32 (vLLM's head_dtype), and
+    where it runs (`placement`, a replica's own GPUs; None: generation_placement's first)."""
+    vc = config.rollout.vllm
+    overrides = {"head_dtype": "float32"} if config.precision.generator_lm_head_fp32 else {}
+    kwargs = {
+        "model": path, "skip_tokenizer_init": True,
+        "dtype": VLLM_DTYPES[config.precision.dtype], "seed": config.seed,
+        "enforce_eager": vc.enforce_eager, "hf_overrides": overrides,
+        "logprobs_mode": "processed_logprobs", "max_model_len": max_len,
+    }
+    env: dict[str, str] = {}
+    if torch.cuda.is_available():
+        env, kwargs["tensor_parallel_size"], shared = generation_placement(
+            vc.generation_gpus, vc.tensor_parallel_size)
+        kwargs["gpu_memory_utilization"] = vc.gpu_memory_utilization or (0.3 if shared else 0.9)
+    else:
+        kwargs.update(cpu_unsplit_prefill())
+    return kwargs, (env if placement is None else dict(placement))
