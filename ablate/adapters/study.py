@@ -30,7 +30,7 @@ class ForeignConfig(Strict):
     seed: int
     overrides: dict[str, Any]
     # The study's budget, kept apart from the overrides so an adaptive study's stages
-    # (ablate/studies/stages.py) can rewrite it per stage as they do for the built-in trainer;
+    # (ablate/studies/adaptive.py) can rewrite it per stage as they do for the built-in trainer;
     # steps reach the trainer as its own key (`run_overrides`), gpu_hours are measured by the
     # runner (ablate/adapters/budget.py).
     budget: Optional[BudgetConfig] = None
