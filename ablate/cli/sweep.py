@@ -41,10 +41,11 @@ def sweep(
     entry: str = typer.Option("trainer:run", "--entry", hidden=True,
                               help="module:function each job calls (tests)."),
     override: list[str] = typer.Option(
-        [], "--override",  # no -o: that is --out (ablate report); one meaning per short option
+        [], "--override", metavar="KEY=VALUE",  # no -o: that is --out (ablate report)
         help="KEY=VALUE on top of the study for every run (dotted TrainConfig key, YAML value; "
         "repeatable), e.g. --override model.name_or_path=/models/qwen3-8b "
-        "--override task.path=data/polaris.jsonl. Existing relative paths become absolute.",
+        "--override task.path=data/polaris.jsonl. Existing relative paths become absolute. "
+        "seeds=[0] replaces the study's seeds instead (a quick one-seed pass).",
     ),
 ) -> None:
     """Expand a study into runs and launch the ones not done, queued or running.
