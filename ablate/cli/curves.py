@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 from rich.console import Console
 
-from ablate.cli import app, margin_option
+from ablate.cli.app import app, margin_option
 from ablate.cli.delayed_progress import delayed_progress
 from ablate.errors import InputError
 

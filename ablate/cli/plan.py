@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ablate.cli import app
+from ablate.cli.app import app
 from ablate.cli.curves import (BaselineOpt, BinOpt, ByOpt, JsonOpt, MarginOpt, MaxOpt, MethodOpt,
                                MinOpt, PaperGridOpt, PlotOpt, SourceArg, StepCostOpt, WideOpt,
                                XOpt, YOpt, _analyze, _check_plot, _finish, _opts, _print_json,

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ablate.cli import app
+from ablate.cli.app import app
 from ablate.cli.curves import (BaselineOpt, BinOpt, ByOpt, MarginOpt, MaxOpt, MethodOpt, MinOpt,
                                PaperGridOpt, StepCostOpt, XOpt, YOpt, _opts)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from ablate.cli import app
+from ablate.cli.app import app
 from ablate.errors import InputError
 from trainer import rundir
 from trainer.rundir import read_status

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
-from ablate.cli import app
+from ablate.cli.app import app
 
 
 @app.command()

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 from rich.console import Console
 
-from ablate.cli import app
+from ablate.cli.app import app
 from ablate.errors import InputError
 
 if TYPE_CHECKING:

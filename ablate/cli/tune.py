@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ablate.cli import app
+from ablate.cli.app import app
 
 
 @app.command()
