@@ -41,9 +41,8 @@ from typing import Optional
 
 from trainer.config import TrainConfig
 from trainer.model_shape import KNOWN, ModelShape, model_shape, proxy_shape, shape_from_hf  # noqa: F401
-from trainer.validate import JobShape, separate_generation
-from trainer.vllm_placement import (Engines, engines, generation_gpus_per_node, placement_note,
-                                    rows_per_engine)
+from trainer.validate import JobShape, separate_generation, training_gpus_per_node
+from trainer.vllm_placement import Engines, engines, placement_note, rows_per_engine
 
 GIB = 2 ** 30
 # trainer/logprobs.py MAX_LOGITS_PER_CHUNK (kept equal by tests/test_resources.py; not imported,
@@ -100,9 +99,7 @@ def training_dp(c: TrainConfig, shape: JobShape) -> int:
     gpus = shape.gpus_per_node
     if not gpus:
         return shape.world
-    per_node = gpus
-    if separate_generation(c) and gpus >= 2:
-        per_node = gpus - generation_gpus_per_node(c, gpus)
+    per_node = training_gpus_per_node(c, gpus)
     return shape.nodes * max(1, min(per_node, shape.ranks_per_node))
 
 
@@ -306,7 +303,7 @@ def rank_note(c: TrainConfig, shape: JobShape) -> str:
     gpus = shape.gpus_per_node or 0
     if not (separate_generation(c) and gpus >= 2):
         return ""
-    train = gpus - generation_gpus_per_node(c, gpus)
+    train = training_gpus_per_node(c, gpus)
     if shape.ranks_per_node <= train:
         return ""
     return (f"planned as one rank per training GPU: {train} of the node's {gpus} GPUs train, "

@@ -87,11 +87,17 @@ def _generation_split(c: TrainConfig, shape: JobShape) -> Optional[str]:
             f"in 1..{n - 1}, or null (half: {max(1, n // 2)})")
 
 
+def generation_gpus_per_node(c: TrainConfig, gpus: int) -> int:
+    """trainer/distributed.py split_gpus' count: rollout.vllm.generation_gpus, else half (>= 1).
+    The one torch-free statement of it (validation, the memory plan, the engine placement)."""
+    return c.rollout.vllm.generation_gpus or max(1, gpus // 2)
+
+
 def training_gpus_per_node(c: TrainConfig, gpus: int) -> int:
     """trainer/distributed.py resolve_device: pipeline + vLLM keeps split_gpus' generation
     GPUs (rollout.vllm.generation_gpus, default half) out of the training ranks' choice."""
     if separate_generation(c) and gpus >= 2:
-        return gpus - (c.rollout.vllm.generation_gpus or max(1, gpus // 2))
+        return gpus - generation_gpus_per_node(c, gpus)
     return gpus
 
 
@@ -117,7 +123,7 @@ def _tensor_parallel(c: TrainConfig, shape: JobShape) -> Optional[str]:
     tp, n = c.rollout.vllm.tensor_parallel_size, shape.gpus_per_node
     if c.rollout.backend != "vllm" or not n or n < 2 or tp is None or _generation_split(c, shape):
         return None
-    gen = c.rollout.vllm.generation_gpus or max(1, n // 2)
+    gen = generation_gpus_per_node(c, n)
     if gen % tp == 0:
         return None
     divisors = [d for d in range(1, gen + 1) if gen % d == 0]
@@ -132,7 +138,7 @@ def _data_parallel_replicas(c: TrainConfig, shape: JobShape) -> Optional[str]:
     if (c.rollout.backend != "vllm" or dp is None or not n or n < 2
             or _generation_split(c, shape) or _tensor_parallel(c, shape)):
         return None
-    gen = c.rollout.vllm.generation_gpus or max(1, n // 2)
+    gen = generation_gpus_per_node(c, n)
     per_node = gen // (c.rollout.vllm.tensor_parallel_size or gen)
     if dp <= per_node:
         return None

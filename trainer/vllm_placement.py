@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 
 from trainer.config import TrainConfig
-from trainer.validate import JobShape, separate_generation
+from trainer.validate import JobShape, generation_gpus_per_node, separate_generation
 
 
 @dataclass(frozen=True)
@@ -36,11 +36,6 @@ class Engines:
     tp: int
     own_gpus: bool  # on generation GPUs of their own (pipeline mode, >= 2 GPUs per node)
     per_gpu: int = 1  # engines on one GPU (a one-GPU node with data_parallel_replicas > 1)
-
-
-def generation_gpus_per_node(c: TrainConfig, gpus: int) -> int:
-    """trainer/distributed.py split_gpus: rollout.vllm.generation_gpus, else half (>= 1)."""
-    return c.rollout.vllm.generation_gpus or max(1, gpus // 2)
 
 
 def engines(c: TrainConfig, shape: JobShape) -> Engines:
