@@ -9,7 +9,6 @@ from pydantic import Field
 from trainer.config_parts.base import Strict
 
 
-
 class VLLMConfig(Strict):
     """Settings of the vllm rollout backend (ignored by hf). Not part of what a run learns,
     but they are part of the resolved config like every other knob."""
@@ -44,7 +43,6 @@ class VLLMConfig(Strict):
     )
 
 
-
 class RolloutConfig(Strict):
     backend: Literal["hf", "vllm"] = Field(
         "hf", description="'hf': transformers generate (any device); 'vllm': vLLM engine."
@@ -59,7 +57,6 @@ class RolloutConfig(Strict):
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (ScaleRL: 1.0).")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling (1.0 = off).")
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
-
 
 
 class LengthConfig(Strict):

@@ -21,7 +21,6 @@ LOSS_OPTIONS: dict[str, dict[str, float]] = {
 }
 
 
-
 def check_loss_options(loss_type: str, given) -> None:
     """ValueError naming the loss, the options it does not take and the ones it does."""
     valid = LOSS_OPTIONS.get(loss_type, {})
@@ -31,11 +30,9 @@ def check_loss_options(loss_type: str, given) -> None:
                          f"options: {', '.join(valid) or 'none'}")
 
 
-
 def _loss_defaults(option: str) -> str:
     """'ppo 0.2, dapo 0.2, ...': the default of `option` for each type that takes it."""
     return ", ".join(f"{t} {o[option]:g}" for t, o in LOSS_OPTIONS.items() if option in o)
-
 
 
 class LossConfig(Strict):
@@ -69,7 +66,6 @@ class LossConfig(Strict):
         given = [k for k in ("eps_low", "eps_high", "eps_max") if getattr(self, k) is not None]
         check_loss_options(self.type, given)
         return self
-
 
 
 class AdvantageConfig(Strict):

@@ -14,7 +14,6 @@ from trainer.config_parts.base import Strict
 TASK_KINDS = ("arithmetic", "reasoning_gym", "math")
 
 
-
 class ProxyModelConfig(Strict):
     """A tiny Llama-style model built from a config (no download) with a character tokenizer.
 
@@ -48,7 +47,6 @@ class ProxyModelConfig(Strict):
     warmup_batch_size: int = Field(64, gt=0, description="Batch size of the supervised warm-up.")
 
 
-
 class ModelConfig(Strict):
     name_or_path: Optional[str] = Field(
         None,
@@ -61,7 +59,6 @@ class ModelConfig(Strict):
     gradient_checkpointing: bool = Field(
         False, description="Recompute activations in backward to save memory (large models)."
     )
-
 
 
 class PrecisionConfig(Strict):
@@ -77,7 +74,6 @@ class PrecisionConfig(Strict):
     trainer_lm_head_fp32: bool = Field(
         True, description="Compute the trainer's final projection (LM head) in fp32."
     )
-
 
 
 class TaskConfig(Strict):
@@ -132,7 +128,6 @@ class TaskConfig(Strict):
             raise ValueError("must be 'arithmetic', 'math' or 'reasoning_gym:<task>' "
                              "(e.g. reasoning_gym:basic_arithmetic)")
         return v
-
 
 
 class RewardConfig(Strict):

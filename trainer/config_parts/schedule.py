@@ -11,7 +11,6 @@ from pydantic import Field, model_validator
 from trainer.config_parts.base import Strict
 
 
-
 class EvalConfig(Strict):
     every_steps: int = Field(100, gt=0, description="Evaluate every N steps (paper: 100).")
     per_decade: Optional[int] = Field(
@@ -59,7 +58,6 @@ class EvalConfig(Strict):
         return round(10 ** (i / self.per_decade)) == step
 
 
-
 class BudgetConfig(Strict):
     """When to stop: the first limit reached ends the run."""
 
@@ -74,7 +72,6 @@ class BudgetConfig(Strict):
         return self
 
 
-
 class CheckpointConfig(Strict):
     every_steps: int = Field(
         50, gt=0, description="Save a resumable checkpoint every N steps (and at every eval)."
@@ -85,7 +82,6 @@ class CheckpointConfig(Strict):
         "checkpoint (checked at step boundaries; None: steps only). A Slurm preemption/timeout "
         "signal (USR2) always saves at the next step boundary.",
     )
-
 
 
 class LoggingConfig(Strict):

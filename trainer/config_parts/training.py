@@ -10,7 +10,6 @@ from pydantic import Field
 from trainer.config_parts.base import Strict
 
 
-
 class DataConfig(Strict):
     """Prompt-pool filtering and curriculum."""
 
@@ -28,7 +27,6 @@ class DataConfig(Strict):
         description="Order of prompts: 'none' (shuffled epochs), 'easy_to_hard' (by the task's "
         "difficulty score), 'pass_rate' (highest measured pass rate first).",
     )
-
 
 
 class OffPolicyConfig(Strict):
@@ -55,7 +53,6 @@ class OffPolicyConfig(Strict):
     )
 
 
-
 class OptimConfig(Strict):
     lr: float = Field(5e-7, gt=0, description="Constant LR after warm-up (ScaleRL: 5e-7).")
     warmup_steps: int = Field(100, ge=0, description="Linear LR warm-up steps (ScaleRL: 100).")
@@ -63,7 +60,6 @@ class OptimConfig(Strict):
     eps: float = Field(1e-15, gt=0, description="AdamW eps (ScaleRL: 1e-15).")
     weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay (ScaleRL: 0.01).")
     grad_clip: float = Field(1.0, gt=0, description="Global grad-norm clip (ScaleRL: 1.0).")
-
 
 
 class EngineConfig(Strict):
