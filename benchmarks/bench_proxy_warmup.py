@@ -31,7 +31,7 @@ import yaml
 from trainer.config import TrainConfig
 from trainer.evaluate import pass_rate
 from trainer.model import load_model
-from trainer.rollout import HFGenerator
+from trainer.generation.rollout import HFGenerator
 from trainer.tasks import build_task
 
 torch.set_num_threads({threads})

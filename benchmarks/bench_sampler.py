@@ -1,4 +1,4 @@
-"""The hf sampler on CPU: static-cache (trainer.sampler.StaticSampler) vs the previous loop
+"""The hf sampler on CPU: static-cache (trainer.generation.sampler.StaticSampler) vs the previous loop
 (DynamicSampler), interleaved call by call so machine load hits both alike.
 
 1. proxy: the CPU proxy's rollout shape (recipes/proxy.yaml's warmed char Llama, 16 "NN+NN="
@@ -34,7 +34,7 @@ def proxy_setup():
 
     from trainer.config import TrainConfig
     from trainer.model import load_model
-    from trainer.rollout import HFGenerator
+    from trainer.generation.rollout import HFGenerator
     from trainer.tasks import build_task
 
     d = yaml.safe_load((REPO / "recipes" / "proxy.yaml").read_text())
@@ -48,7 +48,7 @@ def proxy_setup():
 
 def swap(gen, kind: str) -> None:
     """Point the generator's decode loop at one sampler (built once per kind, then reused)."""
-    from trainer.sampler import SAMPLERS
+    from trainer.generation.sampler import SAMPLERS
 
     cache = gen.__dict__.setdefault("_bench_samplers", {})
     if kind not in cache:
@@ -77,7 +77,7 @@ def bench_proxy(repeats: int) -> dict:
 def bench_long(repeats: int, T: int = 2048, B: int = 8, window: int = 256) -> dict:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from trainer.sampler import SAMPLERS, left_pad
+    from trainer.generation.sampler import SAMPLERS, left_pad
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -134,12 +134,12 @@ def bench_step(repeats: int, steps: int, threads: int) -> dict:
 
 def one_step(kind: str, mode: str, steps: int) -> float:
     """bench_trainer_vs_trl's timed trainer run, its generator on `kind`'s sampler."""
-    import trainer.rollout
+    import trainer.generation.rollout
     from benchmarks.bench_trainer_vs_trl import run_ablate
-    from trainer.sampler import DynamicSampler
+    from trainer.generation.sampler import DynamicSampler
 
     if kind == "dynamic":
-        trainer.rollout.static_sampler = lambda model, **kw: DynamicSampler(model, **kw)
+        trainer.generation.rollout.static_sampler = lambda model, **kw: DynamicSampler(model, **kw)
     return run_ablate(steps, mode)
 
 

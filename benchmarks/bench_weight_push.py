@@ -1,5 +1,5 @@
 """Weight-push time, trainer rank 0 -> a vLLM engine in its own process (the GPU-split layout),
-by broadcast over a gloo group parameter by parameter (trainer/rollout_vllm.py WeightBroadcast).
+by broadcast over a gloo group parameter by parameter (trainer/generation/vllm_engine.py WeightBroadcast).
 
     VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python benchmarks/bench_weight_push.py [--pushes 3]
 
@@ -38,8 +38,8 @@ def main() -> None:
     import torch
 
     from trainer.config import TrainConfig
-    from trainer.rollout_vllm import VLLMGenerator
-    from trainer.weight_push import named_weights as _named_weights
+    from trainer.generation.vllm_engine import VLLMGenerator
+    from trainer.generation.push import named_weights as _named_weights
 
     model = qwen25_05b()
     n = sum(p.numel() for p in model.parameters())

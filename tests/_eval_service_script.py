@@ -51,7 +51,7 @@ def greedy_tokens(gen, run) -> list[list[int]]:
 def hf_reference(run) -> tuple[float, list[list[int]]]:
     """What eval gives with the hf sampler on the trainer's current weights."""
     from trainer.evaluate import pass_rate, score
-    from trainer.rollout import HFGenerator
+    from trainer.generation.rollout import HFGenerator
 
     c = run.c
     hf = HFGenerator(c, run.model, run.tok)

@@ -1,7 +1,7 @@
 """One rank of a 2-process ZeRO-3 job on CPU (gloo), launched by tests/test_pipeline_stream.py
 with Slurm-style variables: rank 0 reads the full weights for a push to vLLM
-(weight_push.named_weights, one all-gather per parameter) while rank 1, which holds no
-generator in pipeline mode, joins each gather (weight_push.join_weight_gathers). Without the
+(push.named_weights, one all-gather per parameter) while rank 1, which holds no
+generator in pipeline mode, joins each gather (push.join_weight_gathers). Without the
 join rank 0 would wait forever in its first gather. Writes rank 0's max difference between the
 pushed tensors and the parameters gathered all at once.
 Usage: python tests/_gather_rank_script.py WORKDIR
@@ -34,8 +34,8 @@ if __name__ == "__main__":
 
     from trainer.engine_deepspeed import make_deepspeed_engine
     from trainer.model import load_model
-    from trainer.weight_push import join_weight_gathers
-    from trainer.weight_push import named_weights as _named_weights
+    from trainer.generation.push import join_weight_gathers
+    from trainer.generation.push import named_weights as _named_weights
 
     work, rank = Path(sys.argv[1]), int(os.environ["SLURM_PROCID"])
     model, _ = load_model(config())

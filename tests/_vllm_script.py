@@ -66,7 +66,7 @@ def check_generator(work: Path) -> None:
 
     from trainer.length import generate_rollout
     from trainer.proxy import build_proxy
-    from trainer.rollout import make_generator
+    from trainer.generation.rollout import make_generator
 
     torch.manual_seed(0)
     config = tiny_config()
@@ -151,7 +151,7 @@ def check_engine_process(work: Path) -> None:
     import torch
 
     from trainer.proxy import build_proxy
-    from trainer.rollout import make_generator
+    from trainer.generation.rollout import make_generator
 
     from transformers import AutoModelForCausalLM
 
@@ -197,7 +197,7 @@ def check_zero3(work: Path) -> None:
     from trainer.logprobs import completion_logprobs, pack
     from trainer.proxy import build_proxy
     from trainer.precision import LMHead
-    from trainer.rollout import make_generator
+    from trainer.generation.rollout import make_generator
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("ABLATE_TEST_PORT", "29577"),
                       RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
@@ -235,7 +235,7 @@ def check_bf16(work: Path) -> None:
     from trainer.logprobs import completion_logprobs, pack
     from trainer.proxy import build_proxy
     from trainer.precision import LMHead
-    from trainer.rollout import make_generator
+    from trainer.generation.rollout import make_generator
 
     torch.manual_seed(0)
     prompts = [[10, 20, 30, 40], [11, 12, 13], [50, 60, 70, 80, 90]]

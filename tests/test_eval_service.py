@@ -17,7 +17,7 @@ import sys
 import pytest
 from test_vllm import run_checks
 
-from trainer.rollout import Generation
+from trainer.generation.rollout import Generation
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def test_two_replicas_serve_eval_and_both_get_pushes(tmp_path):
 
 
 def test_dealing_balances_tokens_and_keeps_equal_prompts_round_robin():
-    from trainer.vllm_replicas import deal
+    from trainer.generation.replicas import deal
 
     assert deal([6] * 5, [0, 0]) == [[0, 2, 4], [1, 3]]  # round-robin
     # Longest first to the least-loaded replica: 10 | 4+3+3 — not 10+3 | 4+3.
@@ -98,7 +98,7 @@ def test_dealing_balances_tokens_and_keeps_equal_prompts_round_robin():
 
 
 def test_merge_puts_every_replicas_rows_back_in_the_order_asked():
-    from trainer.vllm_replicas import deal, merge
+    from trainer.generation.replicas import deal, merge
 
     n, prompts = 2, 5
     dealt = deal([4, 9, 4, 1, 7], [0, 0, 0])
@@ -117,7 +117,7 @@ def test_merge_puts_every_replicas_rows_back_in_the_order_asked():
 def test_replica_count_from_the_plan_and_its_limits():
     from trainer.config import TrainConfig
     from trainer.distributed import plan_topology
-    from trainer.vllm_replicas import replica_count
+    from trainer.generation.replicas import replica_count
 
     def cfg(**vllm):
         return TrainConfig.model_validate({"rollout": {"backend": "vllm", "vllm": vllm}})
@@ -150,7 +150,7 @@ def test_validation_refuses_more_replicas_than_rank0s_node_holds():
 
 
 def test_eval_chunks_keep_queued_prompt_tokens_under_the_limit():
-    from trainer.gen_service import eval_chunks
+    from trainer.generation.eval_service import eval_chunks
 
     assert eval_chunks([4, 4, 4, 4, 4], 8) == [(0, 2), (2, 4), (4, 5)]
     assert eval_chunks([4, 4, 4], None) == [(0, 3)]  # GPUs: one call
@@ -159,7 +159,7 @@ def test_eval_chunks_keep_queued_prompt_tokens_under_the_limit():
 
 
 class _ScriptedEngine:
-    """Stands in for the vLLM engine (what is tested is gen_service's chunking): records each
+    """Stands in for the vLLM engine (what is tested is eval_service's chunking): records each
     call, seeds prompt i of a call with seed + i*n as the engine does, and answers a sample
     correctly when its seed says so."""
 
@@ -184,8 +184,8 @@ def test_cpu_eval_through_the_service_is_chunked_with_one_calls_seeds():
 
     from trainer.config import TrainConfig
     from trainer.evaluate import pass_rate
-    from trainer.gen_service import service_pass_rate
-    from trainer.vllm_setup import CPU_STEP_TOKENS
+    from trainer.generation.eval_service import service_pass_rate
+    from trainer.generation.vllm_args import CPU_STEP_TOKENS
     from trainer.tasks import build_task
     from trainer.tokenizer import char_tokenizer
 
@@ -213,7 +213,7 @@ def test_queued_tokens_count_the_interrupted_answer_call():
     """Under forced interruption the answer call re-queues prompt + thinking + interruption
     text for each sample (trainer/length.py), so that bounds what an eval chunk queues."""
     from trainer.config import TrainConfig
-    from trainer.gen_service import queued_tokens
+    from trainer.generation.eval_service import queued_tokens
     from trainer.tokenizer import char_tokenizer
 
     tok = char_tokenizer()  # one token per character

@@ -15,7 +15,7 @@ import pytest
 from _trainer_util import config, tiny
 
 from trainer.length import generate_rollout
-from trainer.rollout import Generation
+from trainer.generation.rollout import Generation
 from trainer.tokenizer import char_tokenizer
 
 TOK = char_tokenizer()

@@ -130,7 +130,7 @@ def test_run_logs_lag_within_k(tmp_path):
 
 def _eval(proxy, batch_rows, temperature: float, calls: list[int]) -> float:
     from trainer.evaluate import pass_rate
-    from trainer.rollout import HFGenerator
+    from trainer.generation.rollout import HFGenerator
     from trainer.tasks import build_task
 
     model, tok = proxy

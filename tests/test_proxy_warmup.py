@@ -19,7 +19,7 @@ def test_warmup_stops_inside_the_band_and_eval_measures_the_same(tmp_path, monke
     from trainer.evaluate import pass_rate
     from trainer.model import load_model
     from trainer.proxy import WARMUP_EVAL_SEED
-    from trainer.rollout import HFGenerator
+    from trainer.generation.rollout import HFGenerator
     from trainer.tasks import build_task
 
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path))

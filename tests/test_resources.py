@@ -147,7 +147,7 @@ def test_dry_run_text_names_terms_and_verdict():
 
 def test_eval_kv_cache_is_planned_and_bounded_by_eval_batch_size():
     """The hf backend evaluates with its sampler on the training GPUs, eval.batch_size rows at
-    a time; vllm evaluates through the engines (trainer/gen_service.py): no eval term there."""
+    a time; vllm evaluates through the engines (trainer/generation/eval_service.py): no eval term there."""
     from trainer.resources import eval_kv_bytes, kv_bytes_per_token, sequence_tokens
 
     tree = {"model": {"name_or_path": "Qwen/Qwen3-8B", "gradient_checkpointing": True},
@@ -188,7 +188,7 @@ def small(**over) -> TrainConfig:
 
 
 def test_kv_cache_is_sized_for_the_engines_on_rank0s_node_only():
-    """Every engine runs on rank 0's node (trainer/vllm_replicas.py), so a second node adds no
+    """Every engine runs on rank 0's node (trainer/generation/replicas.py), so a second node adds no
     engine: each engine still decodes the whole rollout call plus eval (pipeline mode: 64 + 64
     sequences), not half of it. The plan used to halve it per node (nodes x engines)."""
     from trainer.resources import kv_bytes_per_token, sequence_tokens
@@ -215,13 +215,13 @@ CASES = [(mode, gpus, gen, tp, dp) for mode in ("pipeline", "ppo_off_policy")
 
 
 def test_engine_placement_is_the_trainers():
-    """trainer/vllm_placement.py (pure Python, for the plan) against what the trainer starts:
-    vllm_replicas.replica_count and distributed.plan_topology on rank 0's node, and the GPUs
+    """trainer/generation/placement.py (pure Python, for the plan) against what the trainer starts:
+    replicas.replica_count and distributed.plan_topology on rank 0's node, and the GPUs
     each node leaves without a rank or an engine, over every split the validation accepts."""
     from trainer.distributed import plan_topology
     from trainer.validate import problems
-    from trainer.vllm_placement import engines, idle_gpus
-    from trainer.vllm_replicas import replica_count
+    from trainer.generation.placement import engines, idle_gpus
+    from trainer.generation.replicas import replica_count
 
     checked = 0
     for mode, gpus, gen, tp, dp in CASES:

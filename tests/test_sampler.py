@@ -1,12 +1,12 @@
-"""trainer/sampler.py: the static-cache sampler against the previous loop (DynamicSampler) and
+"""trainer/generation/sampler.py: the static-cache sampler against the previous loop (DynamicSampler) and
 against the trainer's own log-prob recomputation, on tiny Llamas built from a config (CPU)."""
 
 from __future__ import annotations
 
 import torch
 
-from trainer.generation_weights import GenerationWeights
-from trainer.sampler import DynamicSampler, StaticSampler, left_pad
+from trainer.generation.weights import GenerationWeights
+from trainer.generation.sampler import DynamicSampler, StaticSampler, left_pad
 
 CPU = torch.device("cpu")
 
@@ -179,7 +179,7 @@ def test_gqa_decode_attention_equals_sdpa_without_copying_heads():
     trainer's module keeps sdpa."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from trainer.generation_weights import gqa_decode_attention
+    from trainer.generation.weights import gqa_decode_attention
 
     torch.manual_seed(0)
     B, Hq, Hkv, L, d = 3, 8, 2, 37, 16
@@ -235,7 +235,7 @@ def test_cpu_generator_uses_the_static_cache_for_long_calls():
     """On CPU the hf backend's sampler picks the static cache from CPU_STATIC_FROM positions
     on (where a growing cache's copying starts to cost), the growing one below; both give the
     same tokens as the previous loop."""
-    from trainer.sampler import CPU_STATIC_FROM, CpuSampler, static_sampler
+    from trainer.generation.sampler import CPU_STATIC_FROM, CpuSampler, static_sampler
 
     model = _model(hidden=32, layers=1)
     s = static_sampler(model, dtype="fp32", lm_head_fp32=True, device=CPU)

@@ -125,7 +125,7 @@ def test_pipeline_records_versions_and_staleness(tmp_path, warm_proxy):
 
 
 def test_inflight_weight_push_changes_version_mid_sequence(warm_proxy):
-    from trainer.rollout import HFGenerator
+    from trainer.generation.rollout import HFGenerator
 
     model, tok = warm_proxy
     c = config(tiny())
@@ -178,7 +178,7 @@ def test_ppo_off_policy_later_minibatches_are_off_policy(tmp_path, warm_proxy):
 
 def test_forced_interruption_appends_text_and_masks_it(warm_proxy):
     from trainer.length import generate_rollout
-    from trainer.rollout import HFGenerator
+    from trainer.generation.rollout import HFGenerator
 
     model, tok = warm_proxy
     c = config(tiny(length={"control": "interrupt", "thinking_budget": 2, "budget_min_fraction": 0.5,

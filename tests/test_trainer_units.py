@@ -144,7 +144,7 @@ def test_config_literals_equal_registry_keys():
     from trainer.engine import ENGINES
     from trainer.losses import AGGREGATIONS, LOSSES
     from trainer.offpolicy import MODES
-    from trainer.rollout import BACKENDS
+    from trainer.generation.rollout import BACKENDS
     from trainer.tasks import TASKS
 
     assert _literal(C.LossConfig, "type") == LOSSES.keys()

@@ -249,7 +249,7 @@ def plan_topology(nodes: int, gpus_per_node: int, *, separate_generation: bool,
     when given, must equal the training GPUs per node; more would put two ranks on one GPU.
     `data_parallel_replicas` (rollout.vllm.data_parallel_replicas), when given, keeps that many
     replicas, the first node's first: they are started on rank 0's node only
-    (trainer/vllm_replicas.py), so at most one node's generation GPUs / tensor_parallel_size."""
+    (trainer/generation/replicas.py), so at most one node's generation GPUs / tensor_parallel_size."""
     if nodes < 1 or gpus_per_node < 1:
         raise ValueError(f"a GPU job needs nodes >= 1 and gpus_per_node >= 1, got {nodes} x "
                          f"{gpus_per_node}")

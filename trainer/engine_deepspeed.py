@@ -14,7 +14,7 @@ Precision: with precision.dtype=bf16 DeepSpeed casts the module to bf16 and keep
 weights in its optimizer. The LM head's *computation* stays fp32 because the trainer applies
 the head through trainer/precision.py's LMHead (hidden states and head weight upcast, fp32
 matmul) when precision.trainer_lm_head_fp32 is set: ScaleRL's "FP32 at the LM head" (the vLLM
-generator does the same, see trainer/rollout_vllm.py). The head's stored weight stays bf16
+generator does the same, see trainer/generation/vllm_engine.py). The head's stored weight stays bf16
 because ZeRO flattens each parameter group into one dtype.
 
 Distributed: one process per device, launched by Slurm or torchrun (trainer/distributed.py

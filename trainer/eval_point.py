@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import torch
 
-from trainer import gen_service, rundir, trackers
+from trainer import rundir, trackers
+from trainer.generation import eval_service
 from trainer.evaluate import pass_rate
-from trainer.rollout import HFGenerator
+from trainer.generation.rollout import HFGenerator
 
 
 class EvalPoint:
@@ -53,14 +54,14 @@ class EvalPoint:
         """mean@k on the held-out prompts; writes one metrics line (the curve's point).
 
         rollout.backend vllm: through the rollout source's engine, brought up to the trainer's
-        weights first; rank 0 alone evaluates (trainer/gen_service.py). hf: the built-in
+        weights first; rank 0 alone evaluates (trainer/generation/eval_service.py). hf: the built-in
         sampler on the trainer's weights in eval.batch_size batches. Rank 0 alone evaluates (the
         weights are identical everywhere), except under ZeRO-3 where each rank holds a shard:
         there every rank runs the same evaluation, the sampler decoding in lockstep so the
-        per-forward all-gathers line up (trainer/rollout.py `synced`)."""
+        per-forward all-gathers line up (trainer/generation/rollout.py `synced`)."""
         c, seed = self.c, self.c.seed * 7919 + 17
-        if gen_service.uses_service(c, source):  # None on ranks other than 0
-            pr = gen_service.eval_pass_rate(source, self.model, self.step, self.zero3, self.task,
+        if eval_service.uses_service(c, source):  # None on ranks other than 0
+            pr = eval_service.eval_pass_rate(source, self.model, self.step, self.zero3, self.task,
                                             self.eval_problems, self.eval_prompts, c, self.tok,
                                             seed=seed)
         elif self.main or self.zero3:

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from trainer.config import TrainConfig
 from trainer.length import generate_rollout
-from trainer.rollout import Generator
+from trainer.generation.rollout import Generator
 from trainer.tasks import Problem, Task
 
 # Held-out prompts per generate call when no row budget is given (eval.batch_size unset): the

@@ -12,7 +12,7 @@ from typing import Callable
 
 from trainer.config import TrainConfig
 from trainer.registry import Registry
-from trainer.rollout import Generator
+from trainer.generation.rollout import Generator
 
 
 @dataclass

@@ -163,7 +163,7 @@ class _Run(Checkpointing, Accounting, EvalPoint, PolicyUpdate):
         source = MODES.get(c.off_policy.mode)(self.ctx)
         try:
             if self.step == 0 and not broadcast_object(bool(rundir.read_metrics(self.dir))):
-                self.evaluate(source)  # the source's generator serves eval (gen_service.py)
+                self.evaluate(source)  # the source's generator serves eval (generation/eval_service.py)
                 self.checkpoint()
             source.after_step(self.model, self.step)  # resumed: stamp generator with this version
             while not self.budget_spent():

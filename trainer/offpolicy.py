@@ -25,8 +25,8 @@ from trainer.distributed import rank
 from trainer.length import Rollout, generate_rollout
 from trainer.pool import PromptPool
 from trainer.registry import Registry
-from trainer.rollout import Generator, make_generator
-from trainer.weight_push import join_weight_gathers
+from trainer.generation.rollout import Generator, make_generator
+from trainer.generation.push import join_weight_gathers
 
 
 @dataclass

@@ -20,7 +20,7 @@ from trainer.config import LengthConfig, PrecisionConfig, RolloutConfig, TrainCo
 from trainer.evaluate import pass_rate
 from trainer.logprobs import completion_logprobs, pack
 from trainer.precision import LMHead
-from trainer.rollout import HFGenerator
+from trainer.generation.rollout import HFGenerator
 from trainer.tasks import build_task
 
 

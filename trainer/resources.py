@@ -30,7 +30,7 @@ Sources of the formulas (bytes; Psi = parameters, d = data-parallel degree):
   2 (K and V) x layers x kv_heads x head_dim x bytes per token of every sequence in flight.
   Which sequences an engine holds follows from where the trainer starts its engines (all on
   rank 0's node) and what each is sent (rollouts, and eval through the service):
-  trainer/vllm_placement.py, which also names the GPUs a job holds but leaves idle.
+  trainer/generation/placement.py, which also names the GPUs a job holds but leaves idle.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import Optional
 from trainer.config import TrainConfig
 from trainer.model_shape import KNOWN, ModelShape, model_shape, proxy_shape, shape_from_hf  # noqa: F401
 from trainer.validate import JobShape, separate_generation, training_gpus_per_node
-from trainer.vllm_placement import Engines, engines, placement_note, rows_per_engine
+from trainer.generation.placement import Engines, engines, placement_note, rows_per_engine
 
 GIB = 2 ** 30
 # trainer/logprobs.py MAX_LOGITS_PER_CHUNK (kept equal by tests/test_resources.py; not imported,
@@ -175,7 +175,7 @@ def vllm_terms(c: TrainConfig, m: ModelShape, e: Engines, gpu_gib: Optional[floa
                util: float) -> tuple[dict[str, float], str]:
     """One vLLM GPU: its share of the weights (tensor parallel over `e.tp` GPUs) and the KV cache
     of the sequences its engine decodes at once: what fits in `util` of the GPU, at most what
-    the engine is sent (trainer/vllm_placement.py: every engine on rank 0's node) and vLLM's
+    the engine is sent (trainer/generation/placement.py: every engine on rank 0's node) and vLLM's
     max_num_seqs. Returns (terms in bytes, what the KV cache holds)."""
     b = 2 if c.precision.dtype == "bf16" else 4
     head_extra = m.vocab * m.hidden * (4 - b) if c.precision.generator_lm_head_fp32 else 0
@@ -261,7 +261,7 @@ def plan(c: TrainConfig, shape: JobShape) -> Plan:
             _add_phase(train, "generation: KV cache (beyond the training step)", sum(gen.values()))
         # Eval (trainer/eval_point.py evaluate): the hf sampler on the trainer's own weights, on
         # every ZeRO-3 rank, between steps: model states stay, the step's activations are
-        # gone. With vllm, eval goes through the engines (trainer/gen_service.py) instead.
+        # gone. With vllm, eval goes through the engines (trainer/generation/eval_service.py) instead.
         _add_phase(train, "eval: KV cache (beyond the training step)", eval_kv_bytes(c, m))
     p.train, p.generation = _gib(train), _gib(gen)
     p.train_gib_per_gpu = round(sum(train.values()) / GIB, 2)
@@ -281,7 +281,7 @@ def _vllm_generation(c: TrainConfig, m: ModelShape, shape: JobShape,
     generation_where, kv_sequences and the engines' placement sentence (its note)."""
     gpus, gpu = shape.gpus_per_node or 0, shape.gpu_memory_gib
     e = engines(c, shape)
-    # The engine's arguments (trainer/rollout_vllm.py, moving to vllm_setup.py): 0.3 only on a
+    # The engine's arguments (trainer/generation/vllm_engine.py, see vllm_args.py): 0.3 only on a
     # one-GPU node; on a multi-GPU node vLLM takes 0.9 of its replica's GPUs, which outside
     # pipeline mode are training GPUs too.
     util = c.rollout.vllm.gpu_memory_utilization or (

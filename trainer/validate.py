@@ -118,7 +118,7 @@ def _ranks_per_gpu(c: TrainConfig, shape: JobShape) -> Optional[str]:
 
 
 def _tensor_parallel(c: TrainConfig, shape: JobShape) -> Optional[str]:
-    # trainer/vllm_setup.py generation_placement -> distributed.plan_topology: a replica's
+    # trainer/generation/vllm_args.py generation_placement -> distributed.plan_topology: a replica's
     # tensor-parallel group must divide the node's generation GPUs.
     tp, n = c.rollout.vllm.tensor_parallel_size, shape.gpus_per_node
     if c.rollout.backend != "vllm" or not n or n < 2 or tp is None or _generation_split(c, shape):
@@ -132,7 +132,7 @@ def _tensor_parallel(c: TrainConfig, shape: JobShape) -> Optional[str]:
 
 
 def _data_parallel_replicas(c: TrainConfig, shape: JobShape) -> Optional[str]:
-    # trainer/vllm_replicas.py replica_count -> distributed.plan_topology: the replicas start on
+    # trainer/generation/replicas.py replica_count -> distributed.plan_topology: the replicas start on
     # rank 0's node, each tensor_parallel_size of its generation GPUs.
     dp, n = c.rollout.vllm.data_parallel_replicas, shape.gpus_per_node
     if (c.rollout.backend != "vllm" or dp is None or not n or n < 2

@@ -19,7 +19,7 @@ FLOPs ignored at these lengths), peak = the device's dense bf16 peak (table belo
 
 Issue 25 adds, per shape (`--shapes short long`: 8 prompts x 8 samples x (256 + 256) and
 8 x 8 x (256 + 2,048)) and per sampler of our side (`--samplers static dynamic`: the
-static-cache sampler, trainer/sampler.py, and the previous DynamicCache loop):
+static-cache sampler, trainer/generation/sampler.py, and the previous DynamicCache loop):
   - the whole step as above (tokens/s, MFU, peak memory), and
   - decode ms per step: the hf generator alone (bf16 body, fp32 head) timed for T tokens and
     for 1 token (the prefill), (t_T - t_1) / (T - 1), against the bandwidth roofline: bytes a

@@ -10,11 +10,11 @@ import torch
 
 
 def use_sampler(source, kind: str) -> None:
-    """Point an off-policy source's hf generator at one sampler ("static": trainer/sampler.py's
+    """Point an off-policy source's hf generator at one sampler ("static": trainer/generation/sampler.py's
     default; "dynamic": the previous DynamicCache loop). A pipeline thread may already be in a
     generate call with the default one: that call is a warm-up step, the next uses `kind`."""
-    from trainer.rollout import HFGenerator
-    from trainer.sampler import SAMPLERS
+    from trainer.generation.rollout import HFGenerator
+    from trainer.generation.sampler import SAMPLERS
 
     gen = getattr(source, "gen", None)
     if kind == "static" or not isinstance(gen, HFGenerator):
@@ -59,8 +59,8 @@ def bench_decode(path: Path, tok, prompts: list[list[int]], n: int, completion: 
     from transformers import AutoModelForCausalLM
 
     from trainer.config import TrainConfig
-    from trainer.rollout import HFGenerator
-    from trainer.sampler import SAMPLERS
+    from trainer.generation.rollout import HFGenerator
+    from trainer.generation.sampler import SAMPLERS
 
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(dev).eval()

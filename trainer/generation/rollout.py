@@ -1,6 +1,6 @@
 """Rollout backends: something that turns prompts into sampled completions.
 
-The contract other backends plug into (vLLM lives in `trainer.rollout_vllm`):
+The contract other backends plug into (vLLM lives in `trainer.generation.vllm_engine`):
 `Generation` (per-sample tokens, behaviour log-probs, per-token policy versions, finished) and
 the `Generator` protocol (generate, sync_weights). Length control, the fp32 head choice for the
 trainer, rewards and losses live outside the backends so every backend gets them.
@@ -9,7 +9,7 @@ trainer, rewards and losses live outside the backends so every backend gets them
 with a KV cache and no per-token Python beyond sampling (HF generate() pays a lot of per-step
 overhead at proxy scale). Weights pushed with `sync_weights` are applied between decode steps,
 i.e. in flight, mid-sequence (PipelineRL), and each token records the version that sampled it.
-The decode loop itself is trainer/sampler.py's (static KV cache, captured decode step on CUDA).
+The decode loop itself is trainer/generation/sampler.py's (static KV cache, captured decode step on CUDA).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from trainer.config import TrainConfig
 from trainer.distributed import world_size
 from trainer.precision import LMHead
 from trainer.registry import Registry
-from trainer.sampler import left_pad, static_sampler
+from trainer.generation.sampler import left_pad, static_sampler
 
 
 @dataclass
@@ -48,7 +48,7 @@ class Generator(Protocol):
 
 GeneratorFactory = Callable[..., Generator]  # (config, model, tokenizer) -> Generator
 BACKENDS: Registry[GeneratorFactory] = Registry("rollout.backend")
-BACKENDS.register_lazy("vllm", "trainer.vllm_replicas:make_vllm_generator")
+BACKENDS.register_lazy("vllm", "trainer.generation.replicas:make_vllm_generator")
 
 
 def make_generator(config: TrainConfig, model: nn.Module, tokenizer, *,
@@ -108,7 +108,7 @@ class HFGenerator:
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], *, n: int, max_new_tokens: int,
                  temperature: float, top_p: float, seed: int) -> Generation:
-        """Prompts and versions here; the decode loop is trainer.sampler's (static KV cache,
+        """Prompts and versions here; the decode loop is trainer.generation.sampler's (static KV cache,
         captured decode step on CUDA)."""
         self._apply_pending()
         if not self._own_copy:

@@ -4,14 +4,14 @@ Why a module of its own: the plan (trainer/resources.py) must size each engine's
 the sequences that engine really decodes, and count the generation GPUs the job holds but does
 not use. Both follow from where the trainer starts engines, which the plan must not guess:
 
-- trainer/vllm_replicas.py replica_count -> trainer/distributed.py plan_topology(1 node, ...):
+- trainer/generation/replicas.py replica_count -> trainer/distributed.py plan_topology(1 node, ...):
   every engine runs on rank 0's node. On a node with >= 2 GPUs the engines sit on the first
   rollout.vllm.generation_gpus (default half) GPUs, each tensor_parallel_size of them (default:
   one engine over all of them), rollout.vllm.data_parallel_replicas of them (default: as many
   as fit). On a one-GPU node (or CPU) data_parallel_replicas engines (default 1) share it.
 - One engine set per job in every off-policy mode: pipeline feeds it from rank 0's generator
   thread, ppo_off_policy from rank 0 (trainer/offpolicy.py), eval goes through it
-  (trainer/gen_service.py).
+  (trainer/generation/eval_service.py).
 So on a multi-node job in pipeline mode the other nodes' generation GPUs hold no engine:
 they are allocated (and counted in gpu_hours, trainer/devices.py) but idle.
 
@@ -61,7 +61,7 @@ def rollout_rows(c: TrainConfig) -> int:
 
 
 def eval_rows(c: TrainConfig) -> int:
-    """Sequences the held-out eval sends the engines (trainer/gen_service.py: the whole eval,
+    """Sequences the held-out eval sends the engines (trainer/generation/eval_service.py: the whole eval,
     one call on GPUs)."""
     return (c.eval.num_prompts or c.task.num_eval_prompts) * c.eval.samples_per_prompt
 

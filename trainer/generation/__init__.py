@@ -1,0 +1,16 @@
+"""The generation service: everything that turns prompts into sampled completions for the
+trainer, and pushes the trainer's new weights into whatever samples them.
+
+    rollout.py      the Generator contract and the backend registry (`rollout.backend`);
+                    "hf": a lean sampling loop over any HF causal LM
+    sampler.py      the hf backend's decode loop (static KV cache)
+    weights.py      how the hf generator's own copy takes pushed weights
+    vllm_engine.py  the vLLM backend: one engine, token ids in and out, behaviour log-probs
+    vllm_args.py    the engine's arguments (GPUs, fp32 head, dtype, memory share)
+    replicas.py     data-parallel engines: the split of prompts, one push broadcast to all
+    placement.py    which GPUs each engine gets
+    push.py         the trainer -> generator weight push (ZeRO-3 gathers, NCCL / gloo)
+    eval_service.py held-out eval through the job's generation service
+
+trainer/ never imports vLLM at module level: the "vllm" backend is registered lazily.
+"""
