@@ -20,6 +20,7 @@ from ablate.adapters.study import ForeignConfig, NoPlan
 from ablate.errors import InputError
 from ablate.studies import launch
 from ablate.studies.expand import Variant, expand
+from ablate.studies.fitcheck import check_fit_columns
 from ablate.studies.launch.profile import Profile, find_profile, load_profile
 from ablate.studies.stagespec import check_baseline, check_stages
 from ablate.studies.status import run_states
@@ -49,6 +50,7 @@ def check_inputs(study_path: Path | str, *, executor: Optional[str] = None,
     """Load and check the study, its expansion, the profile and the executor name (shared by
     `sweep` and `sweep --dry-run`, so both reject the same input); writes nothing."""
     loaded = load_study(study_path, overrides)
+    check_fit_columns(loaded)  # a fit column the trainer never logs: refused before training
     check_stages(loaded)
     variants = expand(loaded)
     check_baseline(loaded, variants)

@@ -3,11 +3,21 @@
 submitit starts every submitted job at once, so to honour `max_parallel` the runs are dealt
 into that many jobs, each training its share in order. Processes outlive `ablate sweep`
 (submitit's controller is detached), so the command returns and `ablate status` follows them.
+
+Ctrl-C in the terminal of `ablate sweep --wait` stops the waiting, not the runs: the jobs are
+background work like a Slurm job, and a Ctrl-C that reached them killed the trainers mid-step
+(a traceback from each, queued runs left "interrupted"). The terminal sends SIGINT to its
+whole foreground process group, which submitit's controller joins (submitit.local.local.
+start_controller: a plain Popen); so the controller starts under `trap '' INT` (an ignored
+signal stays ignored across exec, and Python keeps it so), and each job's process moves to
+its own process group and takes SIGINT back (`_Detached`), for the trainers it starts.
+To stop local jobs: `kill PID` (the job id's PID; submitit's controller passes SIGTERM on).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,15 +44,31 @@ def submit(run_dirs: list[Path], folder: Path, profile: Profile, *, entry: str,
         return {}
     prof = profile.local
     ex = submitit.LocalExecutor(folder=folder)
-    ex.update_parameters(timeout_min=prof.timeout_min, setup=list(prof.setup))
+    ex.update_parameters(timeout_min=prof.timeout_min, setup=[IGNORE_SIGINT, *prof.setup])
     n = min(prof.max_parallel, len(run_dirs))
     shares = [run_dirs[i::n] for i in range(n)]
     out: dict[str, str] = {}
     for share in shares:
-        job = ex.submit(RunJob([str(d) for d in share], entry=entry))
+        job = ex.submit(_Detached([str(d) for d in share], entry=entry))
         for d in share:
             out[d.name] = f"local:{job.job_id}"
     return out
+
+
+IGNORE_SIGINT = "trap '' INT"  # the controller's shell line: the terminal's Ctrl-C misses it
+
+
+class _Detached(RunJob):
+    """A local job's callable: out of the terminal's process group, SIGINT as usual."""
+
+    def __call__(self) -> list[str]:
+        try:
+            os.setpgid(0, 0)  # the terminal's Ctrl-C goes to its foreground group, not here
+        except OSError:  # already a group or session leader: nothing to leave
+            pass
+        if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:  # inherited from the trap
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        return super().__call__()
 
 
 def job_states(job_ids: list[str]) -> dict[str, str]:

@@ -1,0 +1,80 @@
+"""`sweep --wait`: what the wait ends with. Ctrl-C stops the waiting (never the runs) with one
+line saying what goes on and how to follow, stop or resume it; runs that failed make the exit
+status non-zero, with each one's cause, instead of an answer computed from nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+import typer
+
+if TYPE_CHECKING:
+    from ablate.studydir import RunState
+
+FAILED = ("failed", "interrupted", "cancelled")  # ended without a verdict (diverged is one)
+ACTIVE = ("queued", "running")
+
+
+def watch_or_stop(study_dir: Path | str, study: Path | str, *, show: bool = True
+                  ) -> list[RunState]:
+    """The live wait; on Ctrl-C, one line on stderr and exit 130 (no traceback)."""
+    from ablate.cli.live import watch
+
+    try:
+        return watch(Path(study_dir), show=show)
+    except KeyboardInterrupt:
+        print(stopped_line(Path(study_dir), study), file=sys.stderr)
+        raise typer.Exit(130) from None
+
+
+def stopped_line(study_dir: Path, study: Path | str) -> str:
+    """What Ctrl-C left: the runs go on (local jobs ignore the terminal's Ctrl-C: see
+    ablate/studies/launch/local.py), how to follow them, stop them and pick up again."""
+    from ablate.studies.status import study_states
+
+    try:
+        states = study_states(study_dir)
+    except Exception:  # noqa: BLE001 - a second look must not turn Ctrl-C into a traceback
+        states = []
+    live = [s for s in states if s.state in ACTIVE]
+    jobs = sorted({s.job_id for s in live if s.job_id})
+    local = [j.split(":", 1)[1] for j in jobs if j.startswith("local:")]
+    slurm = sorted({j.split("_", 1)[0] for j in jobs if not j.startswith(("local:", "debug"))})
+    stop = ""
+    if local:
+        stop = f"; stop them: kill {' '.join(local)}"
+    elif slurm:
+        stop = f"; stop them: scancel {' '.join(slurm)}"
+    return (f"stopped waiting (Ctrl-C); {len(live)} run(s) go on in the background: follow "
+            f"with `ablate status {study_dir}`{stop}; `ablate sweep {study}` resumes what does "
+            "not finish")
+
+
+def failed_runs(states: list[RunState]) -> list[RunState]:
+    return [s for s in states if s.state in FAILED]
+
+
+def failure_lines(failed: list[RunState], total: int, study_dir: Path | str,
+                  study: Path | str, width: Optional[int] = 100) -> list[str]:
+    """`2 of 4 runs failed; first: NAME seed 0: CAUSE` (cut to `width`), then where to look
+    and how to retry."""
+    first = failed[0]
+    cause = f": {one_line(first.error)}" if first.error else f" ({first.state})"
+    head = clip(f"{len(failed)} of {total} runs failed; first: {first.name} seed {first.seed}"
+                f"{cause}", width)
+    return [head, f"each cause: ablate status {study_dir}; after a fix, `ablate sweep {study}` "
+            "retries them"]
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def clip(text: str, width: Optional[int]) -> str:
+    """`text` cut to `width` characters, ending in "..." when cut (None: no limit)."""
+    if width is None or len(text) <= width:
+        return text
+    return text[:max(width - 3, 1)].rstrip() + "..."
