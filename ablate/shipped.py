@@ -97,7 +97,7 @@ def find(ref: str, kind: Kind, near: Optional[Path] = None, folders: Sequence[st
     looked = candidates(ref, kind, near, folders, cwd_folders)
     for c in looked:
         if c.is_file():
-            return c
+            return Path(_short(c))  # as error messages then name it: relative when under here
     names = shipped_names(kind)
     if kind == "sweeps":
         names = [n[:-5] for n in names if n.endswith(".yaml")]

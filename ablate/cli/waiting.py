@@ -26,13 +26,15 @@ def watch_or_stop(study_dir: Path | str, study: Path | str, *, show: bool = True
     try:
         return watch(Path(study_dir), show=show)
     except KeyboardInterrupt:
-        print(stopped_line(Path(study_dir), study), file=sys.stderr)
+        # On a new line: the live view's last frame ends without one.
+        print("\n" + stopped_line(Path(study_dir), study), file=sys.stderr)
         raise typer.Exit(130) from None
 
 
 def stopped_line(study_dir: Path, study: Path | str) -> str:
     """What Ctrl-C left: the runs go on (local jobs ignore the terminal's Ctrl-C: see
     ablate/studies/launch/local.py), how to follow them, stop them and pick up again."""
+    from ablate.studies.launch.local import stop_pids
     from ablate.studies.status import study_states
 
     try:
@@ -41,11 +43,11 @@ def stopped_line(study_dir: Path, study: Path | str) -> str:
         states = []
     live = [s for s in states if s.state in ACTIVE]
     jobs = sorted({s.job_id for s in live if s.job_id})
-    local = [j.split(":", 1)[1] for j in jobs if j.startswith("local:")]
+    local = [str(p) for p in stop_pids([j for j in jobs if j.startswith("local:")])]
     slurm = sorted({j.split("_", 1)[0] for j in jobs if not j.startswith(("local:", "debug"))})
     stop = ""
     if local:
-        stop = f"; stop them: kill {' '.join(local)}"
+        stop = f"; stop them: kill -INT {' '.join(local)}"
     elif slurm:
         stop = f"; stop them: scancel {' '.join(slurm)}"
     return (f"stopped waiting (Ctrl-C); {len(live)} run(s) go on in the background: follow "

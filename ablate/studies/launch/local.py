@@ -8,16 +8,19 @@ Ctrl-C in the terminal of `ablate sweep --wait` stops the waiting, not the runs:
 background work like a Slurm job, and a Ctrl-C that reached them killed the trainers mid-step
 (a traceback from each, queued runs left "interrupted"). The terminal sends SIGINT to its
 whole foreground process group, which submitit's controller joins (submitit.local.local.
-start_controller: a plain Popen); so the controller starts under `trap '' INT` (an ignored
-signal stays ignored across exec, and Python keeps it so), and each job's process moves to
-its own process group and takes SIGINT back (`_Detached`), for the trainers it starts.
-To stop local jobs: `kill PID` (the job id's PID; submitit's controller passes SIGTERM on).
+start_controller: a plain Popen); so the controller is started with SIGINT ignored (an ignored
+signal stays ignored across fork and exec, and Python keeps it so), and each job's process
+moves to its own process group and takes SIGINT back (`_Detached`), for the trainers it starts.
+To stop local jobs: `kill -INT` their processes (`stop_pids` says which, and why not SIGTERM).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,18 +47,30 @@ def submit(run_dirs: list[Path], folder: Path, profile: Profile, *, entry: str,
         return {}
     prof = profile.local
     ex = submitit.LocalExecutor(folder=folder)
-    ex.update_parameters(timeout_min=prof.timeout_min, setup=[IGNORE_SIGINT, *prof.setup])
+    ex.update_parameters(timeout_min=prof.timeout_min, setup=list(prof.setup))
     n = min(prof.max_parallel, len(run_dirs))
     shares = [run_dirs[i::n] for i in range(n)]
     out: dict[str, str] = {}
     for share in shares:
-        job = ex.submit(_Detached([str(d) for d in share], entry=entry))
+        with _sigint_ignored():  # inherited by the controller: the terminal's Ctrl-C misses it
+            job = ex.submit(_Detached([str(d) for d in share], entry=entry))
         for d in share:
             out[d.name] = f"local:{job.job_id}"
     return out
 
 
-IGNORE_SIGINT = "trap '' INT"  # the controller's shell line: the terminal's Ctrl-C misses it
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored in this process meanwhile (main thread only: elsewhere signal.signal
+    cannot be called, and the children keep the usual disposition)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 class _Detached(RunJob):
@@ -90,3 +105,39 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True
+
+
+CONTROLLER, TASK = "submitit.local._local", "submitit.core._submit"  # what their processes run
+
+
+def stop_pids(job_ids: list[str]) -> list[int]:
+    """The processes to send SIGINT to (`kill -INT`) to stop local jobs: each job's own
+    process (submitit's task, which runs the trainer), found under the job's controller.
+    Not SIGTERM: submitit's job environment bypasses it in the task (job_environment.py,
+    _handle_signals: Slurm sends it before a preemption), so the run would go on; nor the job
+    id's pid, which is a shell around the controller when the profile has `setup:` lines.
+    The task dies with KeyboardInterrupt, its controller then ends, and `ablate status` reads
+    the runs as interrupted (`ablate sweep` resumes them from their checkpoints)."""
+    out = []
+    for jid in job_ids:
+        pid = int(jid.split(":", 1)[1])
+        controllers = [pid] if CONTROLLER in _cmdline(pid) else [
+            c for c in _children(pid) if CONTROLLER in _cmdline(c)]
+        tasks = [t for c in controllers for t in _children(c) if TASK in _cmdline(t)]
+        out += tasks
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(x) for x in text.split()]
