@@ -19,3 +19,9 @@ def run(config, run_dir: Path) -> None:
         rundir.append_metrics(run_dir, {"step": step, "gpu_hours": step / 100,
                                         "eval/pass_rate": 0.01 * step})
     rundir.write_status(run_dir, "done", total, total_steps=total)
+
+
+def long_error(config, run_dir: Path) -> None:
+    """Fails at once with an error longer than a terminal line, over two lines."""
+    raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB " + "(detail) " * 40
+                       + "\nsecond line")

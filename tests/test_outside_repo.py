@@ -227,3 +227,19 @@ def test_ctrl_c_stops_the_waiting_not_the_runs(tmp_path):
                                                           for s in st) else None)(
         study_states(study_dir)), timeout=60, what="the killed jobs to end")
     assert {s.state for s in states} == {"interrupted"}  # `ablate sweep` resumes them
+
+
+@needs_script
+def test_status_cuts_a_long_cause_to_one_line(tmp_path):
+    """A multi-line error longer than 100 columns: one line of at most 100, ending in ...;
+    `--json` keeps the whole error."""
+    tiny(tmp_path, "long", "  loss.type: [ppo]\n", 2)
+    r = ablate("sweep", "study.yaml", "--executor", "debug", "--entry", "_slow_entry:long_error",
+               cwd=tmp_path)
+    assert r.returncode in (0, 1), r.stderr[-2000:]
+    r = ablate("status", "results/long", cwd=tmp_path)
+    (line,) = [x for x in r.stdout.splitlines() if x.startswith("failed ")]
+    assert line.startswith("failed loss.type=ppo seed 0: RuntimeError: CUDA out of memory.")
+    assert len(line) <= 100 and line.endswith("..."), line
+    (run,) = json.loads(ablate("status", "results/long", "--json", cwd=tmp_path).stdout)
+    assert run["error"].endswith("(detail) \nsecond line")

@@ -50,9 +50,9 @@ def status(
         con.print(clip(f"{s.state} {s.name} seed {s.seed}: {cause(s)}", con.width),
                   style="red", markup=False, highlight=False, soft_wrap=True)
     if failed:
-        con.print(f"the whole error and traceback: {study_dir}/<run_id>/status.json; the "
-                  f"job logs: {study_dir}/_submitit/", style="dim", markup=False,
-                  highlight=False)
+        rid = failed[0].run_id if len(failed) == 1 else "<run_id>"
+        con.print(f"traceback: {study_dir}/{rid}/status.json; job logs: {study_dir}/_submitit/",
+                  style="dim", markup=False, highlight=False)
 
 
 def cause(s: RunState) -> str:
