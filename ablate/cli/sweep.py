@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import typer
 from rich.console import Console
@@ -15,6 +15,7 @@ from ablate.errors import InputError
 
 if TYPE_CHECKING:
     from ablate.studies.sweep import SweepPlan
+    from ablate.studydir import RunState
 
 
 @app.command()
@@ -71,7 +72,7 @@ def sweep(
     plan = plan_sweep(study, executor=executor, profile=profile, results=results,
                       overrides=override, force=force)
     out = run_sweep(plan, entry=entry)
-    failed: list = []
+    failed: list[RunState] = []
     if wait:
         from ablate.cli.waiting import failed_runs, watch_or_stop
 
@@ -85,8 +86,8 @@ def sweep(
         raise typer.Exit(1)
 
 
-def print_sweep(plan: SweepPlan, out: dict[str, Any], waited: bool, failed: list = (),
-                study: Optional[Path] = None) -> None:
+def print_sweep(plan: SweepPlan, out: dict[str, Any], waited: bool,
+                failed: Sequence[RunState] = (), study: Optional[Path] = None) -> None:
     """What `ablate sweep` prints for a plain study: counts, what was skipped and why, then the
     answer (after --wait; not when every run failed: there is nothing to answer from) and
     which runs failed, or the command to follow the runs."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import typer
 
@@ -55,11 +55,11 @@ def stopped_line(study_dir: Path, study: Path | str) -> str:
             "not finish")
 
 
-def failed_runs(states: list[RunState]) -> list[RunState]:
+def failed_runs(states: Sequence[RunState]) -> list[RunState]:
     return [s for s in states if s.state in FAILED]
 
 
-def failure_lines(failed: list[RunState], total: int, study_dir: Path | str,
+def failure_lines(failed: Sequence[RunState], total: int, study_dir: Path | str,
                   study: Path | str, width: Optional[int] = 100) -> list[str]:
     """`2 of 4 runs failed; first: NAME seed 0: CAUSE` (cut to `width`), then where to look
     and how to retry."""

@@ -55,7 +55,8 @@ def check_inputs(study_path: Path | str, *, executor: Optional[str] = None,
     variants = expand(loaded)
     check_baseline(loaded, variants)
     ref = profile or loaded.study.profile
-    prof = load_profile(find_profile(ref, Path(study_path).parent)) if ref else Profile()
+    where = "--profile" if profile else loaded.doc.where(("profile",))
+    prof = load_profile(find_profile(ref, Path(study_path).parent, where)) if ref else Profile()
     if executor is not None:
         launch.check_executor(executor)
     check_variants(study_path, variants, prof.job_shape(executor))

@@ -90,14 +90,15 @@ class Profile(Strict):
         return JobShape(gpu_memory_gib=self.gpu_memory_gib)
 
 
-def find_profile(ref: str, study_dir: Optional[Path] = None) -> Path:
+def find_profile(ref: str, study_dir: Optional[Path] = None, where: str = "") -> Path:
     """Resolve `--profile`/`profile:`: a path (relative to the study, then the current folder),
     or a bare NAME: sweeps/NAME.yaml next to the study, in its parent, in the current folder,
-    then the profile ablate ships (ablate/shipped.py: the user's file of that name wins)."""
+    then the profile ablate ships (ablate/shipped.py: the user's file of that name wins).
+    `where` (the study's `file:line`, or `--profile`) heads the error."""
     if Path(ref).suffix in (".yaml", ".yml") or "/" in ref:
-        return shipped.find(ref, "sweeps", study_dir, what="profile")
+        return shipped.find(ref, "sweeps", study_dir, what="profile", where=where)
     return shipped.find(f"{ref}.yaml", "sweeps", study_dir, folders=("sweeps", "../sweeps"),
-                        cwd_folders=("sweeps",), what="profile", shown=ref)
+                        cwd_folders=("sweeps",), what="profile", where=where, shown=ref)
 
 
 def load_profile(path: Path) -> Profile:
