@@ -34,7 +34,6 @@ def watch_or_stop(study_dir: Path | str, study: Path | str, *, show: bool = True
 def stopped_line(study_dir: Path, study: Path | str) -> str:
     """What Ctrl-C left: the runs go on (local jobs ignore the terminal's Ctrl-C: see
     ablate/studies/launch/local.py), how to follow them, stop them and pick up again."""
-    from ablate.studies.launch.local import stop_pids
     from ablate.studies.status import study_states
 
     try:
@@ -42,17 +41,24 @@ def stopped_line(study_dir: Path, study: Path | str) -> str:
     except Exception:  # noqa: BLE001 - a second look must not turn Ctrl-C into a traceback
         states = []
     live = [s for s in states if s.state in ACTIVE]
-    jobs = sorted({s.job_id for s in live if s.job_id})
-    local = [str(p) for p in stop_pids([j for j in jobs if j.startswith("local:")])]
-    slurm = sorted({j.split("_", 1)[0] for j in jobs if not j.startswith(("local:", "debug"))})
-    stop = ""
-    if local:
-        stop = f"; stop them: kill -INT {' '.join(local)}"
-    elif slurm:
-        stop = f"; stop them: scancel {' '.join(slurm)}"
+    stop = stop_command(sorted({s.job_id for s in live if s.job_id}))
+    stop = f"; stop them: {stop}" if stop else ""
     return (f"stopped waiting (Ctrl-C); {len(live)} run(s) go on in the background: follow "
             f"with `ablate status {study_dir}`{stop}; `ablate sweep {study}` resumes what does "
             "not finish")
+
+
+def stop_command(job_ids: Sequence[str]) -> str:
+    """The command that stops these jobs ("" when none is known): `kill -INT` of local jobs'
+    processes (ablate/studies/launch/local.py says why SIGINT), `scancel` of Slurm jobs (an
+    array task `slurm:123_4` cancels as 123_4, the whole array as 123)."""
+    from ablate.studies.launch.local import stop_pids
+
+    local = [str(p) for p in stop_pids([j for j in job_ids if j.startswith("local:")])]
+    slurm = sorted({j.split(":", 1)[1] for j in job_ids if j.startswith("slurm:")})
+    parts = ([f"kill -INT {' '.join(local)}"] if local else []) + (
+        [f"scancel {' '.join(slurm)}"] if slurm else [])
+    return " and ".join(parts)
 
 
 def failed_runs(states: Sequence[RunState]) -> list[RunState]:
