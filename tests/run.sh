@@ -27,7 +27,9 @@ python3 -m pip install -q -e ".[trackers]" \
 
 step "headless chromium (Debian's) for the \`ablate report\` rendering test"
 if ! command -v chromium >/dev/null; then
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+  # DPkg::Lock::Timeout: wait up to 10 min for another apt-get/dpkg's lock, not fail at once.
+  { apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive \
+      apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
       --no-install-recommends chromium >/dev/null; } \
     || unavailable "chromium: apt-get install chromium failed; the report rendering test skips"
 fi

@@ -119,3 +119,13 @@ def test_study_dir_cannot_escape_results(tmp_path):
 def test_state_derivation(status, fresh, job, sched, expected):
     sub = {"attempts": 1, "jobs": [job]} if job else None
     assert derive_state(status, fresh, sub, sched) == expected
+
+
+def test_ctrl_c_line_says_how_to_stop_slurm_jobs():
+    """`sweep --wait`'s Ctrl-C line: Slurm array tasks by their ids (the `slurm:` prefix is
+    ablate's, not scancel's); ids of jobs that are gone give no command."""
+    from ablate.cli.waiting import stop_command
+
+    assert stop_command(["slurm:123_1", "slurm:123_0", "slurm:77"]) == "scancel 123_0 123_1 77"
+    assert stop_command(["local:999999999"]) == ""  # no such process: nothing to kill
+    assert stop_command([]) == ""

@@ -75,7 +75,8 @@ def test_sweep_wait_shows_runs_and_the_failure(tmp_path):
                         "local", "--results", str(tmp_path / "results"), "--wait",
                         "--entry", "_progress_entry:run"],
                        capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 1, r.stderr[-3000:]  # a run failed: not a success for a script
+    assert "1 of 2 runs failed; first: loss.type=ppo seed 0: RuntimeError: boom" in r.stdout
     err = r.stderr
     assert "failed loss.type=ppo seed 0" in err and "boom at step 3" in err, err
     assert "look at:" in err and "status.json" in err and "_submitit" in err

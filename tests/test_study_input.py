@@ -73,6 +73,16 @@ CASES = {
                           "base: s.yaml"]),
     "too_many_runs": (HUGE, ["s.yaml:2", "3,200,000 runs", "max_variants 10,000",
                              "optim.lr (20) x rollout.temperature (20)", "max_variants:"]),
+    # fit columns the trainer never logs: refused before anything trains (studies/fitcheck.py)
+    "fit_y_typo": (GOOD + "fit: {x: flops, y: eval/pass_rat}\n",
+                   ["s.yaml:6", "fit.y 'eval/pass_rat'", "(did you mean 'eval/pass_rate'?)"]),
+    "fit_x_unknown": (GOOD + "fit:\n  x: wallclock\n",
+                      ["s.yaml:7", "fit.x 'wallclock' is not a compute column",
+                       "gpu_hours, flops, samples, tokens, step"]),
+    "fit_compute_without_step_cost": (
+        "name: s\ntrainer:\n  kind: command\n  command: echo {overrides}\n  keys: [lr]\n"
+        "axes:\n  lr: [1, 2]\nfit: {x: compute, y: score}\n",
+        ["s.yaml:8", "fit.x 'compute' is step x trainer.step_cost", "no trainer.step_cost"]),
 }
 
 

@@ -13,6 +13,7 @@ from typing import Any, Optional, Sequence
 
 import yaml
 
+from ablate import shipped
 from ablate.adapters import adapter_for
 from ablate.adapters.base import Adapter, TrainerSpec
 from ablate.adapters.budget import check_budgets
@@ -75,9 +76,8 @@ def _layer(adapter: Adapter, tree: dict[str, Any], layer: Any, where: str) -> di
 def _base(doc: YamlDoc, base: str | None, adapter: Adapter) -> dict[str, Any]:
     if base is None:
         return {}
-    path = doc.path.parent / base
-    if not path.is_file():
-        raise InputError(f"{doc.where(('base',))}: base recipe '{base}' not found (looked for {path})")
+    path = shipped.find(base, "recipes", doc.path.parent, what="base recipe",
+                        where=doc.where(("base",)))  # the rule of a study's `base:`
     data = load_yaml(path).data or {}
     return _layer(adapter, {}, data, f"{path}")
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
 from ablate.cli.app import app
+from ablate.cli.waiting import clip, failed_runs, one_line
+
+if TYPE_CHECKING:
+    from ablate.studydir import RunState
 
 
 @app.command()
@@ -40,6 +45,27 @@ def status(
     for name, why in stopped.items():
         con.print(f"stopped at stage {why['stage']} ({budget_text(why['budget'])}): {name}: "
                   f"{why['reason']}", style="yellow", markup=False)
+    failed = failed_runs(states)
+    for s in failed:  # each failure's cause, one line (the table has no room for it)
+        con.print(clip(f"{s.state} {s.name} seed {s.seed}: {cause(s)}", con.width),
+                  style="red", markup=False, highlight=False, soft_wrap=True)
+    if failed:
+        rid = failed[0].run_id if len(failed) == 1 else "<run_id>"
+        con.print(f"traceback: {study_dir}/{rid}/status.json; job logs: {study_dir}/_submitit/",
+                  style="dim", markup=False, highlight=False)
+
+
+def cause(s: RunState) -> str:
+    """Why a run ended without a verdict, in words: the trainer's one-line error (status.json
+    "error"), else what the scheduler says happened to its job."""
+    if s.error:
+        return one_line(s.error)
+    if s.state == "cancelled":
+        return f"its job {s.job_id} was cancelled"
+    if s.state == "interrupted":
+        return (f"its job {s.job_id} ended before the run did (killed, timed out or the machine "
+                "restarted); `ablate sweep` resumes it from its last checkpoint")
+    return f"its job {s.job_id} ended {s.scheduler or 'without a verdict'} and the run wrote no error"
 
 
 @app.command()

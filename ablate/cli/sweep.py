@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import typer
 from rich.console import Console
@@ -15,6 +15,7 @@ from ablate.errors import InputError
 
 if TYPE_CHECKING:
     from ablate.studies.sweep import SweepPlan
+    from ablate.studydir import RunState
 
 
 @app.command()
@@ -71,19 +72,25 @@ def sweep(
     plan = plan_sweep(study, executor=executor, profile=profile, results=results,
                       overrides=override, force=force)
     out = run_sweep(plan, entry=entry)
+    failed: list[RunState] = []
     if wait:
-        from ablate.cli.live import watch
+        from ablate.cli.waiting import failed_runs, watch_or_stop
 
-        watch(plan.store.root)
+        failed = failed_runs(watch_or_stop(plan.store.root, study, show=not as_json))
+        out["failed"] = [s.run_id for s in failed]
     if as_json:
         print(json.dumps(out))
-        return
-    print_sweep(plan, out, wait)
+    else:
+        print_sweep(plan, out, wait, failed, study)
+    if failed:  # runs that ended without a verdict: a script must not read this as success
+        raise typer.Exit(1)
 
 
-def print_sweep(plan: SweepPlan, out: dict[str, Any], waited: bool) -> None:
+def print_sweep(plan: SweepPlan, out: dict[str, Any], waited: bool,
+                failed: Sequence[RunState] = (), study: Optional[Path] = None) -> None:
     """What `ablate sweep` prints for a plain study: counts, what was skipped and why, then the
-    answer (after --wait) or the command to follow the runs."""
+    answer (after --wait; not when every run failed: there is nothing to answer from) and
+    which runs failed, or the command to follow the runs."""
     con = Console()
     con.print(f"[bold]{plan.loaded.study.name}[/]: {len(plan.variants)} runs, "
               f"submitted {len(out['submitted'])} via {out['executor']}, skipped "
@@ -92,8 +99,14 @@ def print_sweep(plan: SweepPlan, out: dict[str, Any], waited: bool) -> None:
         con.print(f"  skipped {rid}: {why}", style="dim")
     if waited:
         from ablate.analysis.answer import study_answer
+        from ablate.cli.waiting import failure_lines
 
-        con.print(study_answer(out["study_dir"]), markup=False, highlight=False)
+        if len(failed) < len(plan.variants):
+            con.print(study_answer(out["study_dir"]), markup=False, highlight=False)
+        if failed:
+            for line in failure_lines(failed, len(plan.variants), out["study_dir"],
+                                      study or plan.loaded.path, con.width):
+                con.print(line, style="red", markup=False, highlight=False)
     else:
         con.print(f"follow with: ablate status {out['study_dir']}")
 
@@ -101,14 +114,20 @@ def print_sweep(plan: SweepPlan, out: dict[str, Any], waited: bool) -> None:
 def adaptive_sweep(study: Path, *, executor: Optional[str], profile: Optional[str],
                    results: Path, entry: str, wait: bool, as_json: bool) -> None:
     """What `ablate sweep` prints for an adaptive study (one with `stages:`)."""
-    from ablate.cli.live import watch
+    from ablate.cli.waiting import failed_runs, failure_lines, watch_or_stop
     from ablate.studies.adaptive import run_adaptive
+    from ablate.studies.status import study_states
     from ablate.studydir import budget_text
 
     rep = run_adaptive(study, executor=executor, profile=profile, results=results, entry=entry,
-                       wait_for=(lambda d: watch(d, show=not as_json)) if wait else None)
+                       wait_for=(lambda d: watch_or_stop(d, study, show=not as_json))
+                       if wait else None)
+    failed = failed_runs(study_states(Path(rep.study_dir))) if wait else []
     if as_json:
-        print(json.dumps(rep.to_json()))
+        print(json.dumps({**rep.to_json(), **({"failed": [s.run_id for s in failed]}
+                                                if wait else {})}))
+        if failed:
+            raise typer.Exit(1)
         return
     con = Console()
     n = len(rep.budgets)
@@ -129,3 +148,8 @@ def adaptive_sweep(study: Path, *, executor: Optional[str], profile: Optional[st
     elif not wait:
         con.print(f"follow with: ablate status {rep.study_dir}; rerun this `ablate sweep` "
                   "when the stage's runs end to fit, stop and promote")
+    if failed:
+        for line in failure_lines(failed, len(study_states(Path(rep.study_dir))),
+                                  rep.study_dir, study, con.width):
+            con.print(line, style="red", markup=False, highlight=False)
+        raise typer.Exit(1)

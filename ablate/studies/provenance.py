@@ -14,6 +14,7 @@ from typing import Any, Optional, Sequence
 import yaml
 from pydantic import ValidationError
 
+from ablate import shipped
 from ablate.errors import InputError
 from ablate.studies.config_paths import check_config_path
 from ablate.validation import fields_at, format_validation_error
@@ -105,6 +106,12 @@ def validate_config(tree: dict[str, Any], prov: Provenance, fallback: str) -> Tr
         raise InputError(format_validation_error(err, where, TrainConfig)) from None
 
 
+def find_recipe(ref: str, near: Path, where: str) -> Path:
+    """A `base:` recipe: relative to the file naming it, then the current folder, then the
+    recipes ablate ships (ablate/shipped.py; a user's file of that name wins)."""
+    return shipped.find(ref, "recipes", near, what="base recipe", where=where)
+
+
 def load_recipe(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict[str, Any], Provenance, list[Path]]:
     """A recipe YAML (TrainConfig values, optional `base:`) merged over its bases."""
     resolved = path.resolve()
@@ -123,9 +130,7 @@ def load_recipe(path: Path, chain: tuple[Path, ...] = ()) -> tuple[dict[str, Any
     if parent is not None:
         if not isinstance(parent, str) or not parent:
             raise InputError(f"{doc.where(('base',))}: base must be a relative path to a recipe")
-        ppath = path.parent / parent
-        if not ppath.exists():
-            raise InputError(f"{doc.where(('base',))}: base recipe '{parent}' not found (looked for {ppath})")
+        ppath = find_recipe(parent, path.parent, doc.where(('base',)))
         tree, prov, files = load_recipe(ppath, (*chain, resolved))
     if "axes" in data or "seeds" in data or "name" in data:
         raise InputError(
@@ -143,9 +148,7 @@ def resolve_base(doc: YamlDoc, base: Optional[str], overrides: dict[str, Any],
     prov: Provenance = {}
     recipes: list[Path] = []
     if base is not None:
-        bpath = doc.path.parent / base
-        if not bpath.exists():
-            raise InputError(f"{doc.where(('base',))}: base recipe '{base}' not found (looked for {bpath})")
+        bpath = find_recipe(base, doc.path.parent, doc.where(('base',)))
         tree, prov, recipes = load_recipe(bpath, (doc.path.resolve(),))
     tree = merge_layer(tree, prov, overrides, doc, ("overrides",), "overrides")
     if budget is not None:

@@ -46,7 +46,8 @@ class Study(Strict):
     base: Optional[str] = Field(
         None,
         description="Recipe to start from: a YAML of TrainConfig values, path relative to this "
-        "file. A recipe may itself have `base:` (chained). None = the TrainConfig defaults.",
+        "file, else to the current folder, else one ablate ships (scalerl.yaml, proxy.yaml). A "
+        "recipe may itself have `base:` (chained). None = the TrainConfig defaults.",
     )
     overrides: dict[str, Any] = Field(
         default_factory=dict,
@@ -76,8 +77,9 @@ class Study(Strict):
     fit: FitSpec = Field(default_factory=FitSpec, description="Curve-fit defaults for compare.")
     profile: Optional[str] = Field(
         None,
-        description="Launch profile: a name in sweeps/ (e.g. `slurm`) or a YAML path relative "
-        "to this file; `--profile` on the command line wins.",
+        description="Launch profile: a NAME (sweeps/NAME.yaml next to this file, in its parent "
+        "or the current folder, else the one ablate ships: local, slurm, slurm_gpu) or a YAML "
+        "path relative to this file; `--profile` on the command line wins.",
     )
     stages: Optional[StageSpec] = Field(
         None, description="Adaptive study: intermediate budgets after which variants are "

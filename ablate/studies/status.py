@@ -33,6 +33,11 @@ def derive_state(status: dict[str, Any], fresh: bool, sub: Optional[dict[str, An
     fs = status.get("state")
     if fs in FINAL or sub is None:
         return file_state(status)
+    if sub["jobs"][-1].startswith("debug:"):
+        # The debug executor trains inside `submit`, before submissions.json records the
+        # submission time, so its status.json always looks older than the submission: a run
+        # that failed there read as "interrupted", its error hidden. The file is the truth.
+        fresh = True
     if sched in launch.ALIVE:
         local = sub["jobs"][-1].startswith("local:")
         if local and fresh and fs == rundir.RunState.FAILED:

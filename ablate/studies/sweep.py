@@ -20,6 +20,7 @@ from ablate.adapters.study import ForeignConfig, NoPlan
 from ablate.errors import InputError
 from ablate.studies import launch
 from ablate.studies.expand import Variant, expand
+from ablate.studies.fitcheck import check_fit_columns
 from ablate.studies.launch.profile import Profile, find_profile, load_profile
 from ablate.studies.stagespec import check_baseline, check_stages
 from ablate.studies.status import run_states
@@ -49,11 +50,13 @@ def check_inputs(study_path: Path | str, *, executor: Optional[str] = None,
     """Load and check the study, its expansion, the profile and the executor name (shared by
     `sweep` and `sweep --dry-run`, so both reject the same input); writes nothing."""
     loaded = load_study(study_path, overrides)
+    check_fit_columns(loaded)  # a fit column the trainer never logs: refused before training
     check_stages(loaded)
     variants = expand(loaded)
     check_baseline(loaded, variants)
     ref = profile or loaded.study.profile
-    prof = load_profile(find_profile(ref, Path(study_path).parent)) if ref else Profile()
+    where = "--profile" if profile else loaded.doc.where(("profile",))
+    prof = load_profile(find_profile(ref, Path(study_path).parent, where)) if ref else Profile()
     if executor is not None:
         launch.check_executor(executor)
     check_variants(study_path, variants, prof.job_shape(executor))

@@ -30,10 +30,13 @@ install_packages() {
   [ ${#need[@]} -eq 0 ] && return 0
   log "installing slurm, munge, mariadb (missing: ${need[*]})"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
+  # Wait (up to 10 min) for another apt-get/dpkg (a CI image's unattended upgrade, another
+  # set-up step) to release its lock, instead of failing at once.
+  local apt=(apt-get -o DPkg::Lock::Timeout=600)
+  "${apt[@]}" update -qq >/dev/null
   # policy-rc.d stops Debian's postinst from trying to start services (there is no init system).
   printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
-  apt-get install -y -qq --no-install-recommends munge slurmctld slurmd slurm-client slurmdbd \
+  "${apt[@]}" install -y -qq --no-install-recommends munge slurmctld slurmd slurm-client slurmdbd \
     mariadb-server >/dev/null
   rm -f /usr/sbin/policy-rc.d
 }

@@ -3,11 +3,24 @@
 submitit starts every submitted job at once, so to honour `max_parallel` the runs are dealt
 into that many jobs, each training its share in order. Processes outlive `ablate sweep`
 (submitit's controller is detached), so the command returns and `ablate status` follows them.
+
+Ctrl-C in the terminal of `ablate sweep --wait` stops the waiting, not the runs: the jobs are
+background work like a Slurm job, and a Ctrl-C that reached them killed the trainers mid-step
+(a traceback from each, queued runs left "interrupted"). The terminal sends SIGINT to its
+whole foreground process group, which submitit's controller joins (submitit.local.local.
+start_controller: a plain Popen); so the controller is started with SIGINT ignored (an ignored
+signal stays ignored across fork and exec, and Python keeps it so), and each job's process
+moves to its own process group and takes SIGINT back (`_Detached`), for the trainers it starts.
+To stop local jobs: `kill -INT` their processes (`stop_pids` says which, and why not SIGTERM).
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,10 +52,38 @@ def submit(run_dirs: list[Path], folder: Path, profile: Profile, *, entry: str,
     shares = [run_dirs[i::n] for i in range(n)]
     out: dict[str, str] = {}
     for share in shares:
-        job = ex.submit(RunJob([str(d) for d in share], entry=entry))
+        with _sigint_ignored():  # inherited by the controller: the terminal's Ctrl-C misses it
+            job = ex.submit(_Detached([str(d) for d in share], entry=entry))
         for d in share:
             out[d.name] = f"local:{job.job_id}"
     return out
+
+
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored in this process meanwhile (main thread only: elsewhere signal.signal
+    cannot be called, and the children keep the usual disposition)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+class _Detached(RunJob):
+    """A local job's callable: out of the terminal's process group, SIGINT as usual."""
+
+    def __call__(self) -> list[str]:
+        try:
+            os.setpgid(0, 0)  # the terminal's Ctrl-C goes to its foreground group, not here
+        except OSError:  # already a group or session leader: nothing to leave
+            pass
+        if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:  # inherited from the trap
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        return super().__call__()
 
 
 def job_states(job_ids: list[str]) -> dict[str, str]:
@@ -64,3 +105,39 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True
+
+
+CONTROLLER, TASK = "submitit.local._local", "submitit.core._submit"  # what their processes run
+
+
+def stop_pids(job_ids: list[str]) -> list[int]:
+    """The processes to send SIGINT to (`kill -INT`) to stop local jobs: each job's own
+    process (submitit's task, which runs the trainer), found under the job's controller.
+    Not SIGTERM: submitit's job environment bypasses it in the task (job_environment.py,
+    _handle_signals: Slurm sends it before a preemption), so the run would go on; nor the job
+    id's pid, which is a shell around the controller when the profile has `setup:` lines.
+    The task dies with KeyboardInterrupt, its controller then ends, and `ablate status` reads
+    the runs as interrupted (`ablate sweep` resumes them from their checkpoints)."""
+    out = []
+    for jid in job_ids:
+        pid = int(jid.split(":", 1)[1])
+        controllers = [pid] if CONTROLLER in _cmdline(pid) else [
+            c for c in _children(pid) if CONTROLLER in _cmdline(c)]
+        tasks = [t for c in controllers for t in _children(c) if TASK in _cmdline(t)]
+        out += tasks
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(x) for x in text.split()]

@@ -12,6 +12,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import Field, ValidationError
 
+from ablate import shipped
 from ablate.errors import InputError
 from ablate.studies.launch import EXECUTORS
 from ablate.validation import Strict, format_validation_error
@@ -89,23 +90,15 @@ class Profile(Strict):
         return JobShape(gpu_memory_gib=self.gpu_memory_gib)
 
 
-def find_profile(ref: str, study_dir: Optional[Path] = None) -> Path:
-    """Resolve `--profile`/`profile:`: a path, or a bare name looked up in sweeps/ folders."""
-    candidates: list[Path] = []
-    p = Path(ref)
-    if p.suffix in (".yaml", ".yml") or "/" in ref:
-        if study_dir is not None and not p.is_absolute():
-            candidates.append(study_dir / p)
-        candidates.append(p)
-    else:
-        if study_dir is not None:
-            candidates += [study_dir / "sweeps" / f"{ref}.yaml", study_dir.parent / "sweeps" / f"{ref}.yaml"]
-        candidates.append(Path("sweeps") / f"{ref}.yaml")
-    for c in candidates:
-        if c.is_file():
-            return c
-    looked = ", ".join(str(c) for c in candidates)
-    raise InputError(f"profile '{ref}' not found (looked for {looked})")
+def find_profile(ref: str, study_dir: Optional[Path] = None, where: str = "") -> Path:
+    """Resolve `--profile`/`profile:`: a path (relative to the study, then the current folder),
+    or a bare NAME: sweeps/NAME.yaml next to the study, in its parent, in the current folder,
+    then the profile ablate ships (ablate/shipped.py: the user's file of that name wins).
+    `where` (the study's `file:line`, or `--profile`) heads the error."""
+    if Path(ref).suffix in (".yaml", ".yml") or "/" in ref:
+        return shipped.find(ref, "sweeps", study_dir, what="profile", where=where)
+    return shipped.find(f"{ref}.yaml", "sweeps", study_dir, folders=("sweeps", "../sweeps"),
+                        cwd_folders=("sweeps",), what="profile", where=where, shown=ref)
 
 
 def load_profile(path: Path) -> Profile:

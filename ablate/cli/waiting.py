@@ -1,0 +1,88 @@
+"""`sweep --wait`: what the wait ends with. Ctrl-C stops the waiting (never the runs) with one
+line saying what goes on and how to follow, stop or resume it; runs that failed make the exit
+status non-zero, with each one's cause, instead of an answer computed from nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional, Sequence
+
+import typer
+
+if TYPE_CHECKING:
+    from ablate.studydir import RunState
+
+FAILED = ("failed", "interrupted", "cancelled")  # ended without a verdict (diverged is one)
+ACTIVE = ("queued", "running")
+
+
+def watch_or_stop(study_dir: Path | str, study: Path | str, *, show: bool = True
+                  ) -> list[RunState]:
+    """The live wait; on Ctrl-C, one line on stderr and exit 130 (no traceback)."""
+    from ablate.cli.live import watch
+
+    try:
+        return watch(Path(study_dir), show=show)
+    except KeyboardInterrupt:
+        # On a new line: the live view's last frame ends without one.
+        print("\n" + stopped_line(Path(study_dir), study), file=sys.stderr)
+        raise typer.Exit(130) from None
+
+
+def stopped_line(study_dir: Path, study: Path | str) -> str:
+    """What Ctrl-C left: the runs go on (local jobs ignore the terminal's Ctrl-C: see
+    ablate/studies/launch/local.py), how to follow them, stop them and pick up again."""
+    from ablate.studies.status import study_states
+
+    try:
+        states = study_states(study_dir)
+    except Exception:  # noqa: BLE001 - a second look must not turn Ctrl-C into a traceback
+        states = []
+    live = [s for s in states if s.state in ACTIVE]
+    stop = stop_command(sorted({s.job_id for s in live if s.job_id}))
+    stop = f"; stop them: {stop}" if stop else ""
+    return (f"stopped waiting (Ctrl-C); {len(live)} run(s) go on in the background: follow "
+            f"with `ablate status {study_dir}`{stop}; `ablate sweep {study}` resumes what does "
+            "not finish")
+
+
+def stop_command(job_ids: Sequence[str]) -> str:
+    """The command that stops these jobs ("" when none is known): `kill -INT` of local jobs'
+    processes (ablate/studies/launch/local.py says why SIGINT), `scancel` of Slurm jobs (an
+    array task `slurm:123_4` cancels as 123_4, the whole array as 123)."""
+    from ablate.studies.launch.local import stop_pids
+
+    local = [str(p) for p in stop_pids([j for j in job_ids if j.startswith("local:")])]
+    slurm = sorted({j.split(":", 1)[1] for j in job_ids if j.startswith("slurm:")})
+    parts = ([f"kill -INT {' '.join(local)}"] if local else []) + (
+        [f"scancel {' '.join(slurm)}"] if slurm else [])
+    return " and ".join(parts)
+
+
+def failed_runs(states: Sequence[RunState]) -> list[RunState]:
+    return [s for s in states if s.state in FAILED]
+
+
+def failure_lines(failed: Sequence[RunState], total: int, study_dir: Path | str,
+                  study: Path | str, width: Optional[int] = 100) -> list[str]:
+    """`2 of 4 runs failed; first: NAME seed 0: CAUSE` (cut to `width`), then where to look
+    and how to retry."""
+    first = failed[0]
+    cause = f": {one_line(first.error)}" if first.error else f" ({first.state})"
+    head = clip(f"{len(failed)} of {total} runs failed; first: {first.name} seed {first.seed}"
+                f"{cause}", width)
+    return [head, f"each cause: ablate status {study_dir}; after a fix, `ablate sweep {study}` "
+            "retries them"]
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def clip(text: str, width: Optional[int]) -> str:
+    """`text` cut to `width` characters, ending in "..." when cut (None: no limit)."""
+    if width is None or len(text) <= width:
+        return text
+    return text[:max(width - 3, 1)].rstrip() + "..."
