@@ -25,7 +25,11 @@ def load_train_config(path: Path):
     from ablate.yamlio import load_yaml
 
     if not path.is_file():
-        raise InputError(f"{path}: no such file (expected a TrainConfig YAML, e.g. recipes/proxy.yaml)")
+        # A shipped recipe by name (`ablate run proxy.yaml` from the user's own folder): the same
+        # lookup as a study's `base:` (ablate/shipped.py); a user's file of that name wins.
+        from ablate.shipped import find
+
+        path = find(str(path), "recipes", what="TrainConfig YAML")
     data = load_yaml(path).data
     if isinstance(data, dict) and ("axes" in data or "seeds" in data or "name" in data):
         raise InputError(f"{path}: this is a study (has name/axes/seeds); run it with "
