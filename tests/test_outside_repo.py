@@ -263,3 +263,18 @@ def test_status_cuts_a_long_cause_to_one_line(tmp_path):
     assert len(line) <= 100 and line.endswith("..."), line
     (run,) = json.loads(ablate("status", "results/long", "--json", cwd=tmp_path).stdout)
     assert run["error"].endswith("(detail) \nsecond line")
+
+
+@needs_script
+def test_run_takes_a_shipped_recipe_by_name_and_says_where_it_looked(tmp_path):
+    """`ablate run NAME.yaml` from a user's folder: a missing name is one line listing where it
+    looked and what ships, exit 2, nothing written; a shipped recipe's name resolves (checked
+    with a user file of that name, which must win: its typo is what gets reported)."""
+    r = ablate("run", "nosuch.yaml", "--out", "r", cwd=tmp_path)
+    err = one_error_line(r)
+    assert "nosuch.yaml" in looked_for(err)[0] and "shipped: " in err and "proxy.yaml" in err
+    assert not (tmp_path / "r").exists()
+    (tmp_path / "proxy.yaml").write_text("optim:\n  lrr: 1e-4\n")
+    err = one_error_line(ablate("run", "proxy.yaml", "--out", "r", cwd=tmp_path))
+    assert "lrr" in err and "proxy.yaml:2" in err, err
+    assert not (tmp_path / "r").exists()
