@@ -61,15 +61,11 @@ def _ci(fit, name: str, fmt: str) -> str:
 def _pair(lead, follow, p_lead: Optional[float], margin: float, name: Names,
           baseline: Optional[str] = None) -> str:
     """The clause for two fitted rows: `p_lead` = P(lead beats follow) by the paper's rule,
-    said with both names (never a bare "P(beats)" that could read as the baseline against
-    itself); the baseline is named as such where it leads or follows."""
+    said with both names: a bare "P(beats) 1.00" next to "(baseline X)" read as X beating
+    itself when X leads."""
     a, b = lead.group.fit, follow.group.fit
     la, fb = name(lead.group.variant), name(follow.group.variant)
     p = "" if p_lead is None else f"P({la} beats {fb}) {p_lead:.2f}"
-    if lead.group.variant == baseline:
-        la = f"{la} (the baseline)"
-    elif follow.group.variant == baseline:
-        fb = f"{fb} (the baseline)"
     if abs(a.A - b.A) >= margin:
         sure = p_lead is None or p_lead >= SURE
         return (f"{la} has the higher ceiling: A {a.A:.3f} vs {b.A:.3f} for {fb}, more than the "
