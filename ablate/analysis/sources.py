@@ -120,7 +120,7 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
             else:
                 df = df.assign(variant=p.stem)  # one curve: the file is the variant
                 text = [str(c) for c in df.columns if c not in (x, y, "seed")
-                        and df[c].dtype == object]
+                        and not pd.api.types.is_numeric_dtype(df[c])]
                 if text:
                     notes.append(f"{p}: no 'variant' column: all rows are one curve named "
                                  f"{p.stem!r}; if {', '.join(map(repr, text[:3]))} names runs, "
@@ -207,7 +207,8 @@ def _tidy(df: pd.DataFrame, src: str, x: str, y: str, by: str, *, drop_missing: 
         notes += [note] if note else []
     for name, c in (("compute", x), ("score", y)):
         raw = df[c]
-        if raw.dtype == object:  # text cells (CSV read as written): NA_TEXT means no value
+        if not pd.api.types.is_numeric_dtype(raw):  # text cells (CSV read as written):
+            # NA_TEXT there means no value
             raw = raw.where(~raw.astype(str).str.strip().isin(NA_TEXT), None)
         v = pd.to_numeric(raw, errors="coerce")
         bad = v.isna() & raw.notna()
