@@ -93,6 +93,15 @@ def said_plot(plot: Path) -> None:
     err.print(f"plot -> {plot}", markup=False, highlight=False)
 
 
+def y_label(curves: Curves) -> str:
+    """The score's name in titles; with --y-range it says the numbers are on the mapped scale
+    (a table of "eval_reward" values 0.66 must not read as a reward of 0.66)."""
+    if curves.y_range is None:
+        return curves.y
+    lo, hi = curves.y_range
+    return f"{curves.y} mapped from [{lo:g}, {hi:g}] to [0, 1]"
+
+
 def _options(**kw) -> "Options":
     """The shared options as the pipeline's typed Options (ablate.analysis.pipeline)."""
     from ablate.analysis.pipeline import Options
@@ -219,7 +228,7 @@ def fit(source: Path = SourceArg, x: Optional[str] = XOpt, y: Optional[str] = YO
     else:
         from ablate.cli.render import print_fit
 
-        print_fit(out, a.groups, a.curves.x, a.curves.y, wide)
+        print_fit(out, a.groups, a.curves.x, y_label(a.curves), wide)
     _finish(a.groups)
 
 
@@ -250,7 +259,7 @@ def compare(source: Path = SourceArg,
         from ablate.cli.render import print_compare
 
         out.print(answer, markup=False, highlight=False)
-        print_compare(out, a.rows, a.groups, x=a.curves.x, y=a.curves.y, base=a.baseline,
+        print_compare(out, a.rows, a.groups, x=a.curves.x, y=y_label(a.curves), base=a.baseline,
                       margin=a.options.margin, budget=budget, wide=wide)
         for r in a.rows:
             if r.disagreement:  # the paper's rank and the predictions disagree: say it plainly
@@ -296,7 +305,7 @@ def extrapolate(source: Path = SourceArg,
                                interval=INTERVAL_KIND))
     else:
         what = f"score at {a.curves.x}={budget:g}" if budget is not None else \
-            f"{a.curves.x} to reach {a.curves.y}={target:g}"
+            f"{a.curves.x} to reach {y_label(a.curves)}={target:g}"
         from ablate.cli.render import print_extrapolate
 
         out.print(answer, markup=False, highlight=False)

@@ -12,7 +12,7 @@ from ablate.cli.app import app
 from ablate.cli.curves import (INTERVAL_KIND, BaselineOpt, BinOpt, ByOpt, JsonOpt, MarginOpt,
                                MaxOpt, MethodOpt, MinOpt, PaperGridOpt, PlotOpt, SourceArg,
                                StepCostOpt, WideOpt, XOpt, YOpt, YRangeOpt, _analyze, _check_plot,
-                               _finish, _opts, _print_json, out, said_plot)
+                               _finish, _opts, _print_json, out, said_plot, y_label)
 from ablate.errors import InputError
 
 
@@ -52,6 +52,6 @@ def plan(source: Path = SourceArg,
     from ablate.cli.render import print_plan
 
     out.print(answer, markup=False, highlight=False)
-    print_plan(out, result, title=f"plan: budget {budget:.4g} {a.curves.x} ({a.curves.y})",
+    print_plan(out, result, title=f"plan: budget {budget:.4g} {a.curves.x} ({y_label(a.curves)})",
                tol=tol, wide=wide)
     _finish(a.groups)
