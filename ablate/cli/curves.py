@@ -42,7 +42,8 @@ YOpt = typer.Option(None, "--y", help="Score column/tag (default: study dir eval
                     "study.yaml fit.y; table score; TensorBoard eval/pass_rate).")
 YRangeOpt = typer.Option(None, "--y-range", help="The score's scale LO HI, mapped onto the "
                          "pass-rate scale [0, 1] the sigmoid assumes: -1 1 for rewards in "
-                         "[-1, 1] (TRL's correctness reward), 0 100 for percent.")
+                         "[-1, 1] (TRL's correctness reward), 0 100 for percent. A, "
+                         "predictions and --target are then on the [0, 1] scale.")
 ByOpt = typer.Option(None, "--by", help="Comma-separated columns naming a variant (default: variant).")
 MinOpt = typer.Option(None, "--min-compute", help="Fit only points with compute >= X. Default: "
                       "one start for every variant, read from the curves' shapes: early points "
