@@ -118,9 +118,9 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
                 notes.append(f"{p}: no 'variant' column: each value of {run_col!r} is a "
                              f"variant (--by COLS to name variants by other columns)")
             else:
-                df = df.assign(variant=p.stem)  # one curve: the file is the variant
                 text = [str(c) for c in df.columns if c not in (x, y, "seed")
                         and not pd.api.types.is_numeric_dtype(df[c])]
+                df = df.assign(variant=p.stem)  # one curve: the file is the variant
                 if text:
                     notes.append(f"{p}: no 'variant' column: all rows are one curve named "
                                  f"{p.stem!r}; if {', '.join(map(repr, text[:3]))} names runs, "
