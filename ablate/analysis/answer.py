@@ -58,8 +58,7 @@ def _ci(fit, name: str, fmt: str) -> str:
     return "" if lo is None else f" [{lo:{fmt}}, {hi:{fmt}}]"
 
 
-def _pair(lead, follow, p_lead: Optional[float], margin: float, name: Names,
-          baseline: Optional[str] = None) -> str:
+def _pair(lead, follow, p_lead: Optional[float], margin: float, name: Names) -> str:
     """The clause for two fitted rows: `p_lead` = P(lead beats follow) by the paper's rule,
     said with both names: a bare "P(beats) 1.00" next to "(baseline X)" read as X beating
     itself when X leads."""
@@ -100,12 +99,15 @@ def compute_to_pin(fit) -> float:
     return float(fit.C_mid * (g / (1.0 - g)) ** (1.0 / fit.B))
 
 
-def _unpinned_clause(row, name: Names, x: str) -> str:
+def _unpinned_clause(row, name: Names, x: str, leads: bool = False) -> str:
+    """`leads`: the row is the answer's own leader (no variant is pinned)."""
     f = row.group.fit
     lo, hi = f.ci.get("A", (f.A, f.A))
     reached = f.window_max()
     has = "" if reached is None else f"; its runs reach {reached:.3g}"
-    return (f"{name(row.group.variant)} may still rank higher, but its ceiling is not pinned "
+    who = (f"{name(row.group.variant)}'s ceiling is not pinned" if leads else
+           f"{name(row.group.variant)} may still rank higher, but its ceiling is not pinned")
+    return (f"{who} "
             f"({row.group.verdict()[0]}: A {f.A:.3f}, 95% [{lo:.3f}, {hi:.3f}]): it needs about "
             f"{compute_to_pin(f):.3g} {x} to pin it ({GAIN_TO_PIN:.0%} of its fitted gain{has})")
 
@@ -184,7 +186,7 @@ def answer_sentence(analysis: Analysis) -> str:
     else:
         ranked = sure if sure else fitted
         lead, follow, p = _lead_pair(ranked, analysis.baseline)
-        parts = [_pair(lead, follow, p, analysis.options.margin, name, analysis.baseline)]
+        parts = [_pair(lead, follow, p, analysis.options.margin, name)]
         if not sure:
             parts.append("no variant's ceiling is pinned yet, so this ranks extrapolations")
         named = {lead.group.variant, follow.group.variant}
@@ -196,7 +198,7 @@ def answer_sentence(analysis: Analysis) -> str:
             continue
         if not pinned(r) and (r.rank < lead.rank or r.group.fit.ci.get("A", (0, 0))[1] > lead_A
                               or r is lead):
-            parts.append(_unpinned_clause(r, name, x))
+            parts.append(_unpinned_clause(r, name, x, leads=r is lead))
             named.add(r.group.variant)
     more = len([r for r in fitted if r.group.variant not in named])
     if more:
