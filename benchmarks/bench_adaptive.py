@@ -120,7 +120,7 @@ def replay_proxy(dirs: list[Path]) -> dict:
 def _compare(study_dir: Path) -> list[dict]:
     out = subprocess.run(["ablate", "compare", str(study_dir), "--json"], capture_output=True,
                          text=True, check=True)
-    return json.loads(out.stdout)
+    return json.loads(out.stdout)["rows"]  # the versioned object (docs/JSON.md)
 
 
 def _flops(study_dir: Path) -> float:

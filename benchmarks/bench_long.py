@@ -67,7 +67,8 @@ def cli_wall(args: list[str]) -> tuple[float, int]:
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         raise RuntimeError(p.stderr[-2000:])
-    return wall, len(json.loads(p.stdout))
+    got = json.loads(p.stdout)
+    return wall, len(got["rows"] if isinstance(got, dict) else got)  # compare: docs/JSON.md
 
 
 def speed() -> dict:

@@ -128,7 +128,7 @@ def run_trl_study(tmp_path: Path, tiny: Path, executor: str, stages: bool = Fals
     states = wait_until(finished, timeout=300, poll=3, what="TRL runs")
     assert [(s.state, s.step) for s in states] == [
         ("done", 20 if s.name in stopped else 40) for s in states], states
-    fits = cli_json("compare", str(res / "trl"))
+    fits = cli_json("compare", str(res / "trl"))["rows"]
     assert sorted(f["variant"] for f in fits) == ["loss_type=dapo", "loss_type=grpo"]
     for f in fits:
         assert f["n_points"] >= 8 and 0 < f["A"] <= 1.0, f
@@ -253,7 +253,7 @@ def test_command_trainer_study(tmp_path):
         steps = [json.loads(x)["step"] for x in (res / "cmd" / s.run_id / "metrics.jsonl")
                  .read_text().splitlines()]
         assert steps == list(range(1, 31))  # resumed at 13: no step twice, none missing
-    fits = {f["variant"]: f for f in cli_json("compare", str(res / "cmd"))}
+    fits = {f["variant"]: f for f in cli_json("compare", str(res / "cmd"))["rows"]}
     assert set(fits) == {"lr=0.05", "lr=0.2"}
     assert fits["lr=0.2"]["A"] == pytest.approx(0.9, abs=0.1)
 
@@ -292,7 +292,7 @@ def test_command_trainer_adaptive_study(tmp_path):
         cmd = json.loads((d / "status.json").read_text())["command"]
         assert cmd[cmd.index("--steps") + 1] == str(want)
         assert ("--resume" in cmd) == (want == 30)  # the survivor's second stage resumed
-    fits = {f["variant"]: f for f in cli_json("compare", str(sd))}
+    fits = {f["variant"]: f for f in cli_json("compare", str(sd))["rows"]}
     assert fits["top=0.3"]["stopped"]["stage"] == 0 and fits["top=0.9"]["stopped"] is None
 
 

@@ -50,7 +50,9 @@ def test_compare_ranks_and_uses_margin_rule(tmp_path, capsys):
     plot = tmp_path / "cmp.png"
     code, out, err = run_cli(["compare", d, "--baseline", "base", "--json", "--plot", plot], capsys)
     assert code == 0, err
-    rows = {r["variant"]: r for r in json.loads(out)}
+    obj = json.loads(out)
+    assert obj["version"] == 1 and obj["baseline"] == "base" and obj["margin"] == 0.02
+    rows = {r["variant"]: r for r in obj["rows"]}
     assert rows["low"]["rank"] == 3 and rows["low"]["p_beats_baseline"] < 0.05
     assert rows["fast"]["rank"] == 1  # tied A (margin 0.02): higher B at the shared A wins
     assert "shared A" in rows["fast"]["note"]
@@ -63,13 +65,16 @@ def test_compare_ranks_and_uses_margin_rule(tmp_path, capsys):
 
 def test_extrapolate_budget_target_and_recommendation(table, capsys):
     code, out, _ = run_cli(["extrapolate", table, "--budget", "0.2", "--json"], capsys)
-    rows = json.loads(out)
+    obj = json.loads(out)
+    assert obj["command"] == "extrapolate" and obj["budget"] == 0.2 and "predictive" in obj["interval"]
+    assert obj["answer"].startswith("cispo is predicted highest")
+    rows = obj["rows"]
     assert code == 0 and {r["variant"] for r in rows} == {"cispo", "ppo"}
     for r in rows:
         assert r["budget"] == 0.2 and r["ci"][0] <= r["score"] <= r["ci"][1]
     assert [r["variant"] for r in rows if r["recommended"]] == ["cispo"]
     code, out, _ = run_cli(["extrapolate", table, "--target", "0.6", "--json"], capsys)
-    rows = {r["variant"]: r for r in json.loads(out)}
+    rows = {r["variant"]: r for r in json.loads(out)["rows"]}
     assert rows["cispo"]["compute"] > 0
     assert rows["ppo"]["compute"] is None
     assert rows["ppo"]["note"].startswith("not reachable: above A's upper bound")
@@ -84,7 +89,7 @@ def test_a_failed_variant_is_reported_not_dropped(tmp_path, capsys):
 
     pd.concat([df, flat]).to_csv(p, index=False)
     code, out, _ = run_cli(["compare", p, "--json"], capsys)
-    rows = {r["variant"]: r for r in json.loads(out)}
+    rows = {r["variant"]: r for r in json.loads(out)["rows"]}
     assert code == 0 and rows["flat"]["rank"] is None and "flat or decreasing" in rows["flat"]["error"]
     code, out, _ = run_cli(["fit", p], capsys)
     assert "flat or decreasing" in out

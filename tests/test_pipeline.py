@@ -134,7 +134,9 @@ def test_compare_prints_the_answer_and_json_has_one_window(tmp_path, capsys):
     d = write_study(tmp_path, curves_frame(seed=6))
     code, out, err = run_cli(["compare", d, "--json"], capsys)
     assert code == 0, err
-    rows = json.loads(out)
+    obj = json.loads(out)
+    rows = obj["rows"]
+    assert obj["window"]["rule"] == "shared" and obj["window"]["min_compute"] == rows[0]["window"][0]
     assert len({tuple(r["window"][:1]) for r in rows}) == 1
     assert {r["window_rule"] for r in rows} == {"shared"}
     code, out, err = run_cli(["compare", d], capsys)
@@ -148,7 +150,7 @@ def test_report_numbers_equal_compare_json(tmp_path, capsys, opts):
     d = write_study(tmp_path, curves_frame(seed=7))
     code, out, err = run_cli(["compare", d, "--json", *opts], capsys)
     assert code == 0, err
-    cmp = json.loads(out)
+    cmp = json.loads(out)["rows"]
     code, out, err = run_cli(["report", d, "--json", "--out", tmp_path / "r.html", *opts], capsys)
     assert code == 0, err
     rep = json.loads(out)["ranking"]

@@ -145,7 +145,7 @@ def _check_compare(sdir: Path, variants: set[str]) -> list[dict]:
     the text form prints the answer sentence above the ranking."""
     r = cli("compare", str(sdir), "--json", "--min-compute", "0", timeout=300)
     assert r.returncode == 0 and "Traceback" not in r.stderr, (r.stdout[-3000:], r.stderr[-3000:])
-    groups = json.loads(r.stdout)
+    groups = json.loads(r.stdout)["rows"]
     assert {g["variant"] for g in groups} == variants, groups
     for g in groups:
         assert g.get("A") is not None, g  # a fit, not a refusal

@@ -111,7 +111,7 @@ def test_report_reproduce_block_pastes(tmp_path):
     r = subprocess.run(compare.split("#")[0] + " --json", shell=True, capture_output=True, text=True,
                        cwd=tmp_path, env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert r.returncode == 0, r.stderr
-    assert [x["A"] for x in json.loads(r.stdout)] == [x["A"] for x in data.ranking]
+    assert [x["A"] for x in json.loads(r.stdout)["rows"]] == [x["A"] for x in data.ranking]
 
 
 def _chromium() -> str:

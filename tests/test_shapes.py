@@ -205,7 +205,7 @@ def test_compare_and_extrapolate_agree_or_explain(tmp_path, capsys):
     pd.DataFrame(rows).to_csv(p, index=False)
     code, out, err = run_cli(["compare", p, "--json", "--budget", "0.03"], capsys)
     assert code == 0, err
-    cmp = {r["variant"]: r for r in json.loads(out)}
+    cmp = {r["variant"]: r for r in json.loads(out)["rows"]}
     assert cmp["late"]["rank"] == 1 and "shared A" in cmp["late"]["note"]
     assert cmp["early"]["predicted_at_max_compute"]["score"] > \
         cmp["late"]["predicted_at_max_compute"]["score"]
@@ -216,7 +216,7 @@ def test_compare_and_extrapolate_agree_or_explain(tmp_path, capsys):
     assert code == 0 and "predicted at" in out
     code, out, err = run_cli(["extrapolate", p, "--budget", "0.05", "--json"], capsys)
     assert code == 0, err
-    ext = {r["variant"]: r for r in json.loads(out)}
+    ext = {r["variant"]: r for r in json.loads(out)["rows"]}
     assert ext["early"]["recommended"] and ext["late"]["rank"] == 1 and ext["early"]["rank"] == 2
     for r in ext.values():
         assert "compare ranks late first" in r["note"] and "rises earlier" in r["note"]

@@ -52,7 +52,7 @@ def _check_compare(sdir: Path, variants: set[str]) -> None:
     that claimed a fit from them, or vanished from the output, fails."""
     r = cli("compare", str(sdir), "--json")
     assert r.returncode in (0, 2) and "Traceback" not in r.stderr, r.stderr[-2000:]
-    groups = json.loads(r.stdout)  # --json prints the per-variant objects on either exit code
+    groups = json.loads(r.stdout)["rows"]  # --json prints its object on either exit code
     assert sorted(g["variant"] for g in groups) == sorted(variants)
     for g in groups:
         if g.get("A") is not None:
@@ -106,7 +106,7 @@ def test_slurm_study_is_fitted_and_ranked_by_compare(tmp_path):
     sdir = results / "fitted"
     final = wait_until(lambda: _settled(sdir), 240, 1.0, "known-curve jobs to finish")
     assert all(s["state"] == "done" for s in final.values()), final
-    groups = cli_json("compare", str(sdir))
+    groups = cli_json("compare", str(sdir))["rows"]
     assert [g["variant"] for g in groups] == ["optim.lr=0.0003", "optim.lr=0.00015"], groups
     for g, lr in zip(groups, (3.0e-4, 1.5e-4)):
         lo, hi = g["A_ci"]

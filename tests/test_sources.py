@@ -163,3 +163,34 @@ def test_one_curve_without_variant_column_is_one_variant(tmp_path):
     assert cur.variants() == ["my_run"] and len(cur.frame) == len(one)
     with pytest.raises(InputError, match="no column 'recipe' for --by"):
         load(p, by="recipe")  # an explicit --by still has to exist
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_names_are_text_in_every_table_format(tmp_path, suffix):
+    """A variant called like a missing value, or "007", is read as written; a blank is an error."""
+    df = curves_frame(seeds=1, n_points=10)
+    df["variant"] = df["variant"].map({"cispo": "null", "ppo": "007"})
+    p = tmp_path / f"t{suffix}"
+    write = {".csv": lambda d: d.to_csv(p, index=False),
+             ".jsonl": lambda d: d.to_json(p, orient="records", lines=True),
+             ".parquet": lambda d: d.to_parquet(p)}[suffix]
+    write(df)
+    assert load(p).variants() == ["null", "007"]
+    df.loc[3, "variant"] = None
+    write(df)
+    with pytest.raises(InputError, match="column 'variant' row 4 is blank"):
+        load(p)
+
+
+def test_y_range_maps_and_refusals_name_it(tmp_path):
+    df = curves_frame(seeds=1, n_points=10)
+    p = tmp_path / "r.csv"
+    df.assign(score=2 * df["score"] - 1).to_csv(p, index=False)
+    with pytest.raises(InputError, match=r"--y-range -1 1 \(rewards"):
+        load(p)
+    cur = load(p, y_range=(-1, 1))
+    assert np.allclose(cur.frame["score"].to_numpy(), df["score"].to_numpy())
+    assert cur.y_range == (-1.0, 1.0) and any("mapped from [-1, 1]" in n for n in cur.readings)
+    for bad in [(1, 1), (0, float("inf")), ("a", 1)]:
+        with pytest.raises(InputError, match="--y-range"):
+            load(p, y_range=bad)

@@ -106,7 +106,7 @@ def test_adaptive_sweep_stops_promotes_and_resumes_between_stages(tmp_path):
         "optim.lr=0.00015": 0, "optim.lr=0.0003": None, "optim.lr=0.0003001": None}
     table = cli("status", str(sd)).stdout
     assert "stopped at stage 0" in table and "upper bound" in table
-    cmp = cli_json("compare", str(sd))
+    cmp = cli_json("compare", str(sd))["rows"]
     by = {r["variant"]: r for r in cmp}
     assert by["optim.lr=0.00015"]["stopped"]["stage"] == 0
     assert by["optim.lr=0.0003001"]["stopped"] is None

@@ -59,10 +59,12 @@ def _ci(fit, name: str, fmt: str) -> str:
 
 
 def _pair(lead, follow, p_lead: Optional[float], margin: float, name: Names) -> str:
-    """The clause for two fitted rows: `p_lead` = P(lead beats follow) by the paper's rule."""
+    """The clause for two fitted rows: `p_lead` = P(lead beats follow) by the paper's rule,
+    said with both names: a bare "P(beats) 1.00" next to "(baseline X)" read as X beating
+    itself when X leads."""
     a, b = lead.group.fit, follow.group.fit
     la, fb = name(lead.group.variant), name(follow.group.variant)
-    p = "" if p_lead is None else f"P(beats) {p_lead:.2f}"
+    p = "" if p_lead is None else f"P({la} beats {fb}) {p_lead:.2f}"
     if abs(a.A - b.A) >= margin:
         sure = p_lead is None or p_lead >= SURE
         return (f"{la} has the higher ceiling: A {a.A:.3f} vs {b.A:.3f} for {fb}, more than the "
@@ -73,8 +75,41 @@ def _pair(lead, follow, p_lead: Optional[float], margin: float, name: Names) -> 
     head = (f"{la} and {fb} tie on A ({a.A:.3f} vs {b.A:.3f}, within {margin:g}); at the shared "
             f"A {shared:.3f}, B {ba:.2f} vs {bb:.2f}: ")
     if p_lead is not None and p_lead >= SURE:
-        return head + f"{la} reaches it with less compute ({p})"
+        return head + f"{name(lead.group.variant)} reaches it with less compute ({p})"
     return head + "no difference at this budget" + (f" ({p})" if p else "")
+
+
+# Verdicts (ablate.analysis.fit_trust) under which A is an extrapolation, not a measurement: such
+# a variant is never the answer's winner, however high its fitted A.
+UNPINNED = ("not bending yet: A unidentified", "A at bound")
+GAIN_TO_PIN = 0.75  # "the compute it needs": where its own fit has made this share of its gain
+
+
+def pinned(row) -> bool:
+    """Is this ranked row's ceiling identified (its verdict is not one of UNPINNED)?"""
+    return row.group.verdict()[0] not in UNPINNED
+
+
+def compute_to_pin(fit) -> float:
+    """The compute at which the fitted curve has made GAIN_TO_PIN of its gain: C_mid x
+    (g / (1 - g))^(1/B) (from R = R0 + (A - R0) / (1 + (C_mid/C)^B)). Past C_mid the curve has
+    bent, and by 3/4 of its gain its runs show the ceiling it bends towards: the rule of thumb
+    fit_trust's "train longer" means, in compute."""
+    g = GAIN_TO_PIN
+    return float(fit.C_mid * (g / (1.0 - g)) ** (1.0 / fit.B))
+
+
+def _unpinned_clause(row, name: Names, x: str, leads: bool = False) -> str:
+    """`leads`: the row is the answer's own leader (no variant is pinned)."""
+    f = row.group.fit
+    lo, hi = f.ci.get("A", (f.A, f.A))
+    reached = f.window_max()
+    has = "" if reached is None else f"; its runs reach {reached:.3g}"
+    who = (f"{name(row.group.variant)}'s ceiling is not pinned" if leads else
+           f"{name(row.group.variant)} may still rank higher, but its ceiling is not pinned")
+    return (f"{who} "
+            f"({row.group.verdict()[0]}: A {f.A:.3f}, 95% [{lo:.3f}, {hi:.3f}]): it needs about "
+            f"{compute_to_pin(f):.3g} {x} to pin it ({GAIN_TO_PIN:.0%} of its fitted gain{has})")
 
 
 def _fraction(budget: Optional[dict[str, float]], final: Optional[dict[str, float]]) -> str:
@@ -108,38 +143,68 @@ def _stage_clauses(stopped: dict[str, dict[str, Any]], stages: Optional[dict[str
 
 
 def _lead_pair(fitted: list, baseline: Optional[str]):
-    """(lead, follow, P(lead beats follow)) from the ranked rows."""
+    """(lead, follow, P(lead beats follow)) from ranked rows: the top against the baseline, or
+    against the runner-up when the baseline leads or is not among `fitted`. P is known where
+    one of the two is the baseline (the rows carry P(beats baseline)), else None."""
     top = fitted[0]
     base = next((r for r in fitted if r.group.variant == baseline), None)
-    if base is None or base is top:  # the baseline leads: against the runner-up
+    if base is None or base is top:
         follow = fitted[1]
-        return top, follow, None if follow.p_beats is None else 1.0 - follow.p_beats
+        if base is top:
+            return top, follow, None if follow.p_beats is None else 1.0 - follow.p_beats
+        return top, follow, None
     return top, base, top.p_beats
 
 
 def answer_sentence(analysis: Analysis) -> str:
     """One sentence: who wins by the paper's rule (or that nothing differs), with the baseline,
-    the window, stopped/unscaled variants and failed fits named."""
+    the window, stopped/unscaled variants and failed fits named.
+
+    The winner is the best-ranked variant whose ceiling is pinned (`pinned`): a variant whose A
+    is an extrapolation ("not bending yet", "A at bound") can rank first on a fitted A that its
+    data does not hold, so it is named after the answer as one that may still rank higher,
+    with the compute it needs to pin its ceiling (`compute_to_pin`)."""
     fitted = [r for r in analysis.rows if r.rank is not None]
     failed = [r for r in analysis.rows if r.rank is None]
-    where = f"window {analysis.window.text(analysis.curves.x)}"
+    x = analysis.curves.x
+    where = f"window {analysis.window.text(x)}"
     if not fitted:
         why = failed[0].group.error if failed else "no data"
         return f"No variant could be fit, so nothing is ranked ({why})."
     name = names_for([r.group.variant for r in analysis.rows])  # the table's rows
-    if len(fitted) == 1:
-        f, v = fitted[0].group.fit, name(fitted[0].group.variant)
-        head = (f"{v}{' has' if name.prefix else ':'} A {f.A:.3f}{_ci(f, 'A', '.3f')}, "
-                f"B {f.B:.2f}{_ci(f, 'B', '.2f')}; "
-                + ("nothing to compare it with" if not failed else
-                   "the only variant that could be fit, so nothing is compared"))
-        parts, tail = [head], f"({where})"
+    sure = [r for r in fitted if pinned(r)]
+    if len(fitted) == 1 or len(sure) == 1:
+        one = sure[0] if sure else fitted[0]
+        f, v = one.group.fit, name(one.group.variant)
+        rest = ("nothing to compare it with" if len(fitted) == 1 and not failed else
+                "the only variant that could be fit, so nothing is compared"
+                if len(fitted) == 1 else "the only variant whose ceiling is pinned")
+        parts = [f"{v}{' has' if name.prefix else ':'} A {f.A:.3f}{_ci(f, 'A', '.3f')}, "
+                 f"B {f.B:.2f}{_ci(f, 'B', '.2f')}; {rest}"]
+        lead = one
+        named = {one.group.variant}
     else:
-        lead, follow, p = _lead_pair(fitted, analysis.baseline)
+        ranked = sure if sure else fitted
+        lead, follow, p = _lead_pair(ranked, analysis.baseline)
         parts = [_pair(lead, follow, p, analysis.options.margin, name)]
-        if len(fitted) > 2:
-            parts.append(f"{len(fitted) - 2} more variant(s) rank below (see the table)")
-        tail = f"(baseline {name(analysis.baseline)}; {where})"
+        if not sure:
+            parts.append("no variant's ceiling is pinned yet, so this ranks extrapolations")
+        named = {lead.group.variant, follow.group.variant}
+    # unpinned variants that could still beat the answer's winner: ranked above it, or with an
+    # A interval reaching above its A
+    lead_A = lead.group.fit.A
+    for r in fitted:
+        if r.group.variant in named and pinned(r):
+            continue
+        if not pinned(r) and (r.rank < lead.rank or r.group.fit.ci.get("A", (0, 0))[1] > lead_A
+                              or r is lead):
+            parts.append(_unpinned_clause(r, name, x, leads=r is lead))
+            named.add(r.group.variant)
+    more = len([r for r in fitted if r.group.variant not in named])
+    if more:
+        parts.append(f"{more} more variant(s) rank below (see the table)")
+    tail = f"({where})" if len(fitted) == 1 else \
+        f"(baseline {name(analysis.baseline)}; {where})"
     parts += _stage_clauses(analysis.stopped, analysis.stages, name)
     if failed:
         parts.append(f"{len(failed)} variant(s) could not be fit: "

@@ -89,6 +89,24 @@ def plan(groups: list[GroupFit], budget: float, *, tol: float = 0.005) -> dict[s
             "rows": [r.to_json() for r in rows]}
 
 
+def plan_answer(result: dict[str, Any], *, x: str) -> str:
+    """The plan in one sentence: what to scale, how far, what it should reach (and the
+    interval's kind), or why nothing can be recommended."""
+    from ablate.analysis.answer import names_for  # the table's short labels, axis named once
+
+    rec = next((r for r in result["rows"] if r["recommended"]), None)
+    if rec is None:
+        return "No variant could be fit, so nothing can be recommended."
+    name = names_for([r["variant"] for r in result["rows"]])
+    lo, hi = rec["ci"]
+    extra = "" if rec["extra_compute"] is None else \
+        f", {rec['extra_compute']:.3g} more than its runs used"
+    return (f"Scale {name.prefix}{name(rec['variant'])} (P(best) {rec['p_best']:.2f}, expected regret "
+            f"{rec['expected_regret']:.4f}): to {rec['scale_to']:.3g} {x}{extra}; predicted "
+            f"{rec['score']:.3f} at the budget {result['budget']:.3g} (95% predictive "
+            f"[{lo:.3f}, {hi:.3f}]).")
+
+
 def plot_plan(groups: list[GroupFit], result: dict[str, Any], path: str | Path, *,
               x: str = "compute", y: str = "score") -> Path:
     """Predicted curves to the budget with 95% bands; the recommended variant bold, with a

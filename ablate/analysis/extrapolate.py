@@ -96,3 +96,31 @@ def _explain(rows: list[dict], order: list[GroupFit], groups: list[GroupFit],
     for r in rows:
         if r["variant"] in (top.variant, rec.variant):
             r["note"] = "; ".join(x for x in (r["note"], text) if x)
+
+
+def extrapolate_answer(rows: list[dict], *, x: str, y: str, budget: float | None,
+                       target: float | None) -> str:
+    """One sentence over the rows: the recommended variant and its prediction with the
+    interval's kind, or why there is none."""
+    from ablate.analysis.answer import names_for  # the table's short labels, axis named once
+
+    name = names_for([r["variant"] for r in rows])
+    best = next((r for r in rows if r.get("recommended")), None)
+    if best is None:
+        if budget is None:
+            return (f"No variant is predicted to reach {y}={target:g} (see each row's note).")
+        return "No variant could be fit, so nothing is predicted."
+    lo, hi = best["ci"]
+    fmt = (lambda v: "∞" if v is None else f"{v:.3g}")
+    if budget is not None:
+        said = (f"{name.prefix}{name(best['variant'])} is predicted highest at {x}={budget:g}: {best['score']:.3f} "
+                f"(95% predictive [{lo:.3f}, {hi:.3f}])")
+    else:
+        said = (f"{name.prefix}{name(best['variant'])} is predicted to reach {y}={target:g} first: at {x} "
+                f"{fmt(best['compute'])} (95% predictive [{fmt(lo)}, {fmt(hi)}])")
+    rank = best.get("rank")
+    if rank is not None and rank != 1:
+        said += f"; compare ranks it #{rank} (see its note)"
+    if best.get("verdict") not in (None, "ok"):
+        said += f"; its fit's verdict: {best['verdict']}"
+    return said + "."

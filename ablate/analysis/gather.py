@@ -123,6 +123,11 @@ def _write_atomic(frame: pd.DataFrame, path: Path) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".metrics.", suffix=".parquet.tmp", dir=path.parent)
     os.close(fd)
     try:
+        # mkstemp makes the file 0600; the cache is shared like the metrics it is built from
+        # (lab-mates reading a study on shared storage): the usual 0666 less the umask
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         frame.to_parquet(tmp, index=False)
         os.replace(tmp, path)
     except OSError:

@@ -30,6 +30,7 @@ from ablate.analysis import A_MARGIN
 from ablate.errors import InputError
 from ablate.studydir import adaptive_record
 
+JSON_VERSION = 1  # of the compare/extrapolate/plan --json object (docs/JSON.md)
 N_BOOT_DEFAULT = 1000  # ablate.analysis.fit.N_BOOT, without importing numpy at CLI start
 
 
@@ -41,6 +42,7 @@ class Options:
     y: Optional[str] = None
     by: Optional[str] = None
     step_cost: Optional[float] = None
+    y_range: Optional[tuple[float, float]] = None  # a score scale mapped onto [0, 1]
     min_compute: Optional[float] = None
     max_compute: Optional[float] = None
     bins: Optional[int] = None
@@ -66,6 +68,9 @@ class Options:
             raise InputError(f"--bin {self.bins}: must be at least {MIN_POINTS} (bins per run)")
         if self.budget is not None and not (self.budget > 0 and math.isfinite(self.budget)):
             raise InputError(f"--budget {self.budget}: must be a finite compute > 0")
+        from ablate.analysis.sources import check_y_range
+
+        check_y_range(self.y_range)
 
 
 @dataclass
@@ -112,8 +117,20 @@ class Analysis:
     stages: Optional[dict[str, Any]] = None
 
     def ranking_json(self) -> list[dict[str, Any]]:
-        """`compare --json`: one object per ranked row, with its `stopped` record."""
+        """The ranking rows: one object per ranked row, with its `stopped` record."""
         return [{**r.as_dict(), "stopped": self.stopped.get(r.group.variant)} for r in self.rows]
+
+    def envelope(self, command: str, answer: str, rows: list[dict[str, Any]],
+                 **more: Any) -> dict[str, Any]:
+        """The one object `compare`, `extrapolate` and `plan --json` print (docs/JSON.md):
+        what was asked and answered, then the rows. Bump JSON_VERSION on any change a reader
+        of the old shape would misread."""
+        return {"version": JSON_VERSION, "command": command, "answer": answer,
+                "source": str(self.curves.source), "x": self.curves.x, "y": self.curves.y,
+                "y_range": None if self.curves.y_range is None else list(self.curves.y_range),
+                "baseline": self.baseline, "margin": self.options.margin,
+                "window": {**self.window.to_json(), "text": self.window.text(self.curves.x)},
+                **more, "rows": rows}
 
 
 def load_curves(source: str | Path, options: Options):
@@ -121,13 +138,33 @@ def load_curves(source: str | Path, options: Options):
     from ablate.analysis.sources import load
 
     options.check()
-    return load(source, x=options.x, y=options.y, by=options.by, step_cost=options.step_cost)
+    return load(source, x=options.x, y=options.y, by=options.by, step_cost=options.step_cost,
+                y_range=options.y_range)
 
 
-def check_baseline(curves, baseline: Optional[str]) -> None:
-    if baseline is not None and baseline not in curves.variants():
-        raise InputError(f"--baseline {baseline!r}: no such variant; variants: "
-                         + ", ".join(curves.variants()))
+def check_baseline(curves, baseline: Optional[str]) -> Optional[str]:
+    """The variant `baseline` names: its full label, or the label the table shows (the values
+    that differ, `0.3` for `optim.lr=0.3`; ablate.analysis.labels.shorten), with or without the
+    parentheses the answer sentence puts around a multi-axis value. InputError when none or
+    several match."""
+    if baseline is None:
+        return None
+    variants = curves.variants()
+    if baseline in variants:
+        return baseline
+    from ablate.analysis.labels import shorten
+
+    _, short = shorten(variants)
+    want = baseline.strip()
+    want = want[1:-1] if want.startswith("(") and want.endswith(")") else want
+    hits = [v for v in variants if short.get(v) == want or short.get(v, "").replace(" ", "")
+            == want.replace(" ", "")]
+    if len(hits) == 1:
+        return hits[0]
+    shown = [short.get(v, v) for v in variants]
+    raise InputError(f"--baseline {baseline!r}: " + ("matches several variants: "
+                     + ", ".join(hits) if hits else "no such variant; variants: "
+                     + ", ".join(dict.fromkeys(variants + shown))))
 
 
 def common_window(curves, options: Options) -> Window:
@@ -186,7 +223,7 @@ def analyze_curves(curves, options: Options, *, source: Optional[Path] = None,
     """Fit every variant on the common window and rank them (ablate.analysis.compare)."""
     from ablate.analysis.compare import compare
 
-    check_baseline(curves, options.baseline)
+    options = replace(options, baseline=check_baseline(curves, options.baseline))
     window = common_window(curves, options)
     groups = fit_all(curves, options, window, on_variant)
     if options.baseline is not None:

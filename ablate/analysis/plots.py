@@ -29,7 +29,8 @@ def palette(variants: list[str]) -> dict[str, str]:
 def plot_fits(curves: Curves, groups: list[GroupFit], path: str | Path, *,
               extend_to: float | None = None, colors: dict[str, str] | None = None) -> Path:
     """Write a PNG: per variant its points (hollow outside the fit window), the fitted curve
-    over the data, the dashed extrapolation with its 95% band, and A as a dotted line.
+    over the data, the dashed extrapolation with its 95% predictive band (a run's score there:
+    parameters, drift, plateau; ablate.analysis.intervals), and A as a dotted line.
     `colors`: variant -> colour (default: `palette` of `groups`)."""
     import matplotlib  # local: heavy (~0.5 s), needed only when a picture is drawn
 
@@ -64,7 +65,7 @@ def plot_fits(curves: Curves, groups: list[GroupFit], path: str | Path, *,
     ax.set_xscale("log")
     ax.set_xlabel(curves.x)
     ax.set_ylabel(curves.y)
-    ax.set_title("Scaling curves (dotted: asymptote A; dashed: extrapolation, 95% band)")
+    ax.set_title("Scaling curves (dotted: asymptote A; dashed: extrapolation, 95% predictive band)")
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()

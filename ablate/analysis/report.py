@@ -102,24 +102,42 @@ def option_flags(options) -> str:
     from ablate.analysis.pipeline import Options
 
     q, dflt, flags = shlex.quote, Options(), []
-    for name, flag in (("x", "--x"), ("y", "--y"), ("by", "--by"), ("step_cost", "--step-cost"),
+    for name, flag in (("x", "--x"), ("y", "--y"), ("y_range", "--y-range"), ("by", "--by"),
+                       ("step_cost", "--step-cost"),
                        ("min_compute", "--min-compute"), ("max_compute", "--max-compute"),
                        ("bins", "--bin"), ("method", "--method"), ("paper_grid", "--paper-grid"),
                        ("baseline", "--baseline"), ("margin", "--margin"),
                        ("budget", "--budget")):
         v = getattr(options, name)
+        if name == "y_range" and v is not None:
+            flags.append(f"{flag} {v[0]:g} {v[1]:g}")
+            continue
         if v is not None and v != getattr(dflt, name):
             flags.append(f"{flag} {q(format(v, 'g') if isinstance(v, float) else str(v))}")
     return " ".join(flags)
 
 
 def _study_file(study_dir: Path, text: str, name: str) -> Optional[Path]:
-    """The study file the results came from, when it can be found (same text): the results dir
-    keeps only a copy, whose `base:` is relative to the original's folder."""
-    roots = [Path.cwd(), Path(__file__).resolve().parents[2]]
+    """The study file to sweep again: the study dir's own copy (study.yaml, the study as
+    submitted) when it stands alone (no `base:`, or one that resolves from the study dir);
+    else the original in the project the results live in (same text): the copy's `base:` is
+    relative to the original's folder. The project is the study dir's parents (results/<study>
+    sits in it) and the current folder, never ablate's own checkout: a study there with the
+    same text is not the one these results came from (issue 32)."""
+    if not text:
+        return None
+    own = study_dir.resolve() / "study.yaml"
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError:
+        doc = {}
+    base = doc.get("base") if isinstance(doc, dict) else None
+    if not isinstance(base, str) or (own.parent / base).exists():
+        return own
+    roots = dict.fromkeys([*study_dir.resolve().parents[:3], Path.cwd().resolve()])
     for root in roots:
         for cand in (root / "recipes" / f"{name}.yaml", root / f"{name}.yaml"):
-            if text and cand.is_file() and cand.read_text() == text:
+            if cand.is_file() and cand.read_text() == text:
                 return cand.resolve()
     return None
 

@@ -2,15 +2,25 @@
 
     study results dir    ablate.analysis.gather; x/y default to gpu_hours / eval/pass_rate, or the
                          study.yaml `fit:` section; rows lacking x or y (non-eval lines) are left out
-    .csv .jsonl .parquet long tables: columns variant, seed (optional), compute, score; a table
-                         without a variant column (and no --by) is one curve named after the
-                         file; rows with a blank compute or score cell are dropped and counted
+    .csv .jsonl .parquet long tables: columns variant, seed (optional), compute, score; names
+                         are text as written (a variant called None, NA, nan, null or N/A is
+                         a variant, not a missing value); without a variant column a `run`,
+                         `name` or `run_name` column names the variants (said on stderr), and
+                         a table with none of them (and no --by) is one curve named after the
+                         file; without a seed column a trailing "seed<N>" in a variant's name
+                         is its seed (as for other tools' logs); rows with a blank compute or
+                         score cell are dropped and counted
     other tools' logs    W&B CSV exports, MLflow tracking dirs, TensorBoard dirs (verl, TRL,
                          ours), verl/TRL JSONL logs, HF trainer_state.json: ablate.readers;
                          score/compute auto-detected where unambiguous (Curves.notes says what
                          was picked), steps x --step-cost when only steps are logged; a trailing
                          "seed<N>" in a run's name becomes the seed
 --by takes comma-separated columns whose values (joined by "/") name the variant.
+
+Scores are pass rates in [0, 1] (the sigmoid's A is a fraction of problems solved). A score on
+another scale (TRL rewards in [-1, 1], percent) is mapped onto [0, 1] with `y_range=(lo, hi)`
+(--y-range LO HI): score' = (score - lo) / (hi - lo); without it such a score is refused with the
+--y-range that fits the data named.
 """
 
 from __future__ import annotations
@@ -24,9 +34,17 @@ import pandas as pd
 from ablate import readers
 from ablate.analysis.gather import cache_is_fresh, gather, is_study_dir, study_fit_defaults, write_cache
 from ablate.errors import InputError
+from ablate.readers.common import split_seed
 from trainer.rundir import GPU_HOURS, PASS_RATE
 
 TABLE_SUFFIXES = (".csv", ".jsonl", ".parquet")
+# Columns that name runs in tables people export (W&B run tables, MLflow `runs` exports, hand
+# made sheets), tried in this order when the table has no `variant` column and no --by.
+RUN_COLUMNS = ("run", "name", "run_name")
+# What pandas reads as missing by default; in a number column these still mean "no value".
+NA_TEXT = frozenset({"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan",
+                     "1.#IND", "1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a",
+                     "nan", "null"})
 
 
 @dataclass
@@ -40,17 +58,24 @@ class Curves:
     defaults: dict = field(default_factory=dict)  # fit window defaults from the source
     dropped: int = 0  # table rows left out for a blank compute or score cell
     notes: list[str] = field(default_factory=list)  # what a reader picked (for stderr)
+    y_range: tuple[float, float] | None = None  # the score scale mapped onto [0, 1]
     duplicates: list[str] = field(default_factory=list)  # repeated steps found and resolved
+    # how the rows were read as variants (a run column, seed<N> names, a mapped score scale):
+    # said on stderr even with --json, since the answer depends on it
+    readings: list[str] = field(default_factory=list)
 
     def variants(self) -> list[str]:
         return list(dict.fromkeys(self.frame["variant"]))
 
 
 def load(source: str | Path, *, x: str | None = None, y: str | None = None,
-         by: str | None = None, step_cost: float | None = None) -> Curves:
+         by: str | None = None, step_cost: float | None = None,
+         y_range: tuple[float, float] | None = None) -> Curves:
     """Read any supported SOURCE; raises InputError naming the file/column on bad input.
 
-    `step_cost` (compute per step) applies to other tools' logs that only log steps."""
+    `step_cost` (compute per step) applies to other tools' logs that only log steps;
+    `y_range` maps scores on that scale onto [0, 1] (see the module doc)."""
+    y_range = check_y_range(y_range)
     p = Path(source)
     if not p.exists():
         raise InputError(f"{p}: no such file or directory; SOURCE is a study results dir, a "
@@ -65,35 +90,61 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
         y = y or defaults.get("y", PASS_RATE)
         fresh = cache_is_fresh(p)
         df = gather(p, write_cache=False)
-        tidy = _tidy(df, str(p), x, y, by or "variant", drop_missing=True)
+        tidy = _tidy(df, str(p), x, y, by or "variant", drop_missing=True, y_range=y_range,
+                     seed_names=False)
         if not fresh:  # only once the input is known good: bad input writes nothing
             write_cache(p, df)
-        return Curves(tidy, str(p), x, y, defaults, duplicates=tidy.attrs["duplicates"])
+        return Curves(tidy, str(p), x, y, defaults, duplicates=tidy.attrs["duplicates"],
+                      readings=tidy.attrs["notes"], y_range=y_range)
     if readers.detect(p) is not None:
         got = readers.read(p, x=x, y=y, step_cost=step_cost)
-        tidy = _tidy(got.frame, str(p), got.x, got.y, by or "variant", drop_missing=True)
+        tidy = _tidy(got.frame, str(p), got.x, got.y, by or "variant", drop_missing=True,
+                     y_range=y_range, seed_names=False)  # the reader split the seeds
         return Curves(tidy, str(p), got.x, got.y, notes=got.notes,
-                      duplicates=tidy.attrs["duplicates"])
+                      duplicates=tidy.attrs["duplicates"], readings=tidy.attrs["notes"],
+                      y_range=y_range)
     if p.is_file():
         if p.suffix not in TABLE_SUFFIXES:
             raise InputError(f"{p}: unsupported file type {p.suffix!r}; valid: "
                              + ", ".join(TABLE_SUFFIXES))
-        df = _read_table(p)
+        by_cols = [c.strip() for c in (by or "").split(",") if c.strip()]
+        df = _read_table(p, text_columns=["variant", *RUN_COLUMNS, *by_cols])
         x, y = x or "compute", y or "score"
+        notes = []
         if by is None and "variant" not in df.columns:
-            df = df.assign(variant=p.stem)  # one curve: the file is the variant
-        tidy = _tidy(df, str(p), x, y, by or "variant", drop_missing=True)
+            run_col = next((c for c in RUN_COLUMNS if c in df.columns), None)
+            if run_col is not None:  # the runs are the variants (seeds pooled by name)
+                by = run_col
+                notes.append(f"{p}: no 'variant' column: each value of {run_col!r} is a "
+                             f"variant (--by COLS to name variants by other columns)")
+            else:
+                text = [str(c) for c in df.columns if c not in (x, y, "seed")
+                        and not pd.api.types.is_numeric_dtype(df[c])]
+                df = df.assign(variant=p.stem)  # one curve: the file is the variant
+                if text:
+                    notes.append(f"{p}: no 'variant' column: all rows are one curve named "
+                                 f"{p.stem!r}; if {', '.join(map(repr, text[:3]))} names runs, "
+                                 f"pass --by {text[0]}")
+        tidy = _tidy(df, str(p), x, y, by or "variant", drop_missing=True, y_range=y_range,
+                     seed_names="seed" not in df.columns)
         return Curves(tidy, str(p), x, y, dropped=int(tidy.attrs.get("dropped", 0)),
-                      duplicates=tidy.attrs["duplicates"])
+                      duplicates=tidy.attrs["duplicates"], readings=notes + tidy.attrs["notes"],
+                      y_range=y_range)
     raise InputError(f"{p}: a directory with none of: variants.json (study results dir), "
                      "TensorBoard event files, an MLflow tracking dir, JSONL logs, "
                      "trainer_state.json")
 
 
-def _read_table(p: Path) -> pd.DataFrame:
+def _read_table(p: Path, text_columns: list[str]) -> pd.DataFrame:
+    """The table with names as written: pandas would read a variant called None, NA, nan, null
+    or N/A as a missing value (and "007" as 7), so CSV cells are read as text with only a blank
+    cell missing, and `text_columns` (variant, run names, --by) as strings; number columns are
+    converted later (`_tidy`), where NA_TEXT still means "no value"."""
     try:
         if p.suffix == ".csv":
-            return pd.read_csv(p)
+            header = pd.read_csv(p, nrows=0).columns
+            return pd.read_csv(p, keep_default_na=False, na_values=[""],
+                               dtype={c: str for c in header if c in text_columns})
         if p.suffix == ".jsonl":
             return pd.read_json(p, lines=True, dtype=False)
         return pd.read_parquet(p)
@@ -101,7 +152,46 @@ def _read_table(p: Path) -> pd.DataFrame:
         raise InputError(f"{p}: cannot read as {p.suffix[1:]} ({str(e).splitlines()[0]})") from None
 
 
-def _tidy(df: pd.DataFrame, src: str, x: str, y: str, by: str, *, drop_missing: bool) -> pd.DataFrame:
+def check_y_range(y_range) -> tuple[float, float] | None:
+    """(lo, hi) as floats, or an InputError naming what --y-range needs."""
+    if y_range is None:
+        return None
+    try:
+        lo, hi = (float(v) for v in y_range)
+    except (TypeError, ValueError):
+        raise InputError(f"--y-range {y_range!r}: give two numbers LO HI, e.g. --y-range -1 1"
+                         ) from None
+    if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
+        raise InputError(f"--y-range {lo:g} {hi:g}: needs finite LO < HI (e.g. -1 1 for "
+                         "rewards, 0 100 for percent)")
+    return lo, hi
+
+
+def _scale_hint(scores: np.ndarray) -> str:
+    """The --y-range that holds these scores: rewards in [-1, 1], percent, else their span."""
+    lo, hi = float(np.min(scores)), float(np.max(scores))
+    if lo >= -1 and hi <= 1:
+        return "--y-range -1 1 (rewards in [-1, 1])"
+    if lo >= 0 and hi <= 100:
+        return "--y-range 0 100 (percent)"
+    return f"--y-range LO HI (the score's scale; these run from {lo:g} to {hi:g})"
+
+
+def _names(df: pd.DataFrame, by_cols: list[str], src: str) -> pd.Series:
+    """The variant of each row: the --by columns' text joined by "/". A blank cell is an
+    error (a row of no variant would be pooled into a variant called "nan")."""
+    for c in by_cols:
+        blank = df[c].isna()
+        if blank.any():
+            i = int(np.flatnonzero(blank.to_numpy())[0])
+            raise InputError(f"{src}: column {c!r} row {i + 1} is blank; every row needs a "
+                             "variant name there")
+    text = df[by_cols].astype(str)
+    return text.agg("/".join, axis=1) if len(by_cols) > 1 else text[by_cols[0]]
+
+
+def _tidy(df: pd.DataFrame, src: str, x: str, y: str, by: str, *, drop_missing: bool,
+          y_range: tuple[float, float] | None = None, seed_names: bool = False) -> pd.DataFrame:
     by_cols = [c.strip() for c in by.split(",") if c.strip()]
     cols = list(df.columns)
     for role, c in [("--x", x), ("--y", y)] + [("--by", b) for b in by_cols]:
@@ -109,14 +199,19 @@ def _tidy(df: pd.DataFrame, src: str, x: str, y: str, by: str, *, drop_missing: 
             hint = "" if by_cols != ["variant"] or c != "variant" else " (or pass --by COLS)"
             raise InputError(f"{src}: no column {c!r} for {role}{hint}; columns: "
                              + ", ".join(map(str, cols[:30])))
-    out = pd.DataFrame({
-        "variant": df[by_cols].astype(str).agg("/".join, axis=1) if len(by_cols) > 1
-        else df[by_cols[0]].astype(str),
-        "seed": df["seed"] if "seed" in df.columns else 0,
-    })
+    out = pd.DataFrame({"variant": _names(df, by_cols, src),
+                        "seed": df["seed"] if "seed" in df.columns else 0})
+    notes = []
+    if seed_names:  # no seed column: "cispo-seed1" is seed 1 of cispo, as in other tools' logs
+        out, note = split_seed_names(out, src)
+        notes += [note] if note else []
     for name, c in (("compute", x), ("score", y)):
-        v = pd.to_numeric(df[c], errors="coerce")
-        bad = v.isna() & df[c].notna()
+        raw = df[c]
+        if not pd.api.types.is_numeric_dtype(raw):  # text cells (CSV read as written):
+            # NA_TEXT there means no value
+            raw = raw.where(~raw.astype(str).str.strip().isin(NA_TEXT), None)
+        v = pd.to_numeric(raw, errors="coerce")
+        bad = v.isna() & raw.notna()
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
             raise InputError(f"{src}: column {c!r} row {i + 1} is not a number ({df[c].iloc[i]!r})")
@@ -133,10 +228,23 @@ def _tidy(df: pd.DataFrame, src: str, x: str, y: str, by: str, *, drop_missing: 
             raise InputError(f"{src}: column {c!r} has NaN/inf (variant "
                              f"{out['variant'].iloc[i]!r}, row {out.index[i] + 1}); all values "
                              "must be finite numbers")
+    if y_range is not None:
+        lo, hi = y_range
+        outside = (out["score"] < lo) | (out["score"] > hi)
+        if outside.any():
+            i = int(np.flatnonzero(outside.to_numpy())[0])
+            raise InputError(f"{src}: column {y!r} row {out.index[i] + 1} is "
+                             f"{out['score'].iloc[i]:g} (variant {out['variant'].iloc[i]!r}), "
+                             f"outside --y-range {lo:g} {hi:g}")
+        out["score"] = (out["score"] - lo) / (hi - lo)
+        notes.append(f"{src}: scores mapped from [{lo:g}, {hi:g}] onto [0, 1] (--y-range): "
+                     "A, predictions and targets are on that scale")
+    scale = "" if y_range is not None or out.empty else \
+        "; for another scale pass " + _scale_hint(out["score"].to_numpy())
     # The fit would reject these too, but without naming the file, column, variant or row.
     for name, c, bad, valid in (("compute", x, out["compute"] < 0, "compute must be >= 0"),
                                 ("score", y, (out["score"] < 0) | (out["score"] > 1),
-                                 "scores are pass rates in [0, 1]")):
+                                 "scores are pass rates in [0, 1]" + scale)):
         if bad.any():
             i = int(np.flatnonzero(bad.to_numpy())[0])
             raise InputError(f"{src}: column {c!r} row {out.index[i] + 1} is "
@@ -144,11 +252,27 @@ def _tidy(df: pd.DataFrame, src: str, x: str, y: str, by: str, *, drop_missing: 
     out["seed"] = pd.to_numeric(out["seed"], errors="coerce").fillna(0).astype(int)
     if out.empty:
         raise InputError(f"{src}: no rows with both {x!r} and {y!r}")
-    out, notes = dedupe(out)
+    out, dup_notes = dedupe(out)
     out = out.reset_index(drop=True)
     out.attrs["dropped"] = dropped
-    out.attrs["duplicates"] = notes
+    out.attrs["duplicates"] = dup_notes
+    out.attrs["notes"] = notes
     return out
+
+
+def split_seed_names(frame: pd.DataFrame, src: str) -> tuple[pd.DataFrame, str]:
+    """Variants named "<v>-seed<N>" (also "/", "_", " ", "seed_N") become seed N of <v>, the
+    rule other tools' logs follow (ablate.readers.common.split_seed), with a note saying which
+    names were pooled ("" when none)."""
+    pairs = [split_seed(v, fallback=v) for v in frame["variant"]]
+    pooled = {v for (v, _), orig in zip(pairs, frame["variant"]) if v != orig}
+    if not pooled:
+        return frame, ""
+    out = frame.assign(variant=[v for v, _ in pairs], seed=[s for _, s in pairs])
+    counts = out[out["variant"].isin(pooled)].groupby("variant", sort=False)["seed"].nunique()
+    said = ", ".join(f"{v} ({n} seed{'s' if n != 1 else ''})" for v, n in counts.items())
+    return out, (f"{src}: a trailing seed<N> in a variant's name is its seed: pooled {said}; "
+                 "give a seed column to keep names as written")
 
 
 def dedupe(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
@@ -178,5 +302,5 @@ def dedupe(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         notes.append(f"{n_diff} step(s) logged more than once with different scores in one run "
                      f"({where}): kept the last logged value, as a resumed run's re-logged steps "
                      "replace the earlier ones; if these are separate runs, give them a seed "
-                     "column")
+                     "column or name the variants with --by COLS")
     return frame[~dup], notes

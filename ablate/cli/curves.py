@@ -11,7 +11,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
@@ -40,6 +40,10 @@ XOpt = typer.Option(None, "--x", help="Compute column/tag (default: study dir gp
                     "study.yaml fit.x; table compute; TensorBoard the step).")
 YOpt = typer.Option(None, "--y", help="Score column/tag (default: study dir eval/pass_rate or "
                     "study.yaml fit.y; table score; TensorBoard eval/pass_rate).")
+YRangeOpt = typer.Option(None, "--y-range", help="The score's scale LO HI, mapped onto the "
+                         "pass-rate scale [0, 1] the sigmoid assumes: -1 1 for rewards in "
+                         "[-1, 1] (TRL's correctness reward), 0 100 for percent. A, "
+                         "predictions and --target are then on the [0, 1] scale.")
 ByOpt = typer.Option(None, "--by", help="Comma-separated columns naming a variant (default: variant).")
 MinOpt = typer.Option(None, "--min-compute", help="Fit only points with compute >= X. Default: "
                       "one start for every variant, read from the curves' shapes: early points "
@@ -73,11 +77,30 @@ def _check_plot(plot: Optional[Path]) -> None:
 
 def _plot(curves: Curves, groups: list[GroupFit], plot: Optional[Path],
           extend_to: Optional[float] = None) -> None:
-    """Write the figure when asked and at least one variant was fit."""
-    if plot is not None and any(g.fit for g in groups):
-        from ablate.analysis.plots import plot_fits
+    """Write the figure when asked and at least one variant was fit; say so on stderr either
+    way (a file written with no word is easy to miss, one not written more so)."""
+    if plot is None:
+        return
+    if not any(g.fit for g in groups):
+        err.print(f"no plot written to {plot}: no variant could be fit", markup=False)
+        return
+    from ablate.analysis.plots import plot_fits
 
-        plot_fits(curves, groups, plot, extend_to=extend_to)
+    plot_fits(curves, groups, plot, extend_to=extend_to)
+    said_plot(plot)
+
+
+def said_plot(plot: Path) -> None:
+    err.print(f"plot -> {plot}", markup=False, highlight=False)
+
+
+def y_label(curves: Curves) -> str:
+    """The score's name in titles; with --y-range it says the numbers are on the mapped scale
+    (a table of "eval_reward" values 0.66 must not read as a reward of 0.66)."""
+    if curves.y_range is None:
+        return curves.y
+    lo, hi = curves.y_range
+    return f"{curves.y} mapped from [{lo:g}, {hi:g}] to [0, 1]"
 
 
 def _options(**kw) -> "Options":
@@ -96,6 +119,8 @@ def _print_load_notes(curves: Curves, quiet: bool) -> None:
                   f"{curves.x!r} or {curves.y!r} cell", markup=False)
     for note in curves.duplicates:  # also always: rows were dropped or replaced
         err.print(f"{curves.source}: {note}", markup=False)
+    for note in curves.readings:  # also always: how rows became variants and seeds
+        err.print(note, markup=False, highlight=False)
 
 
 def _print_window_note(a: Analysis) -> None:
@@ -122,9 +147,11 @@ def _analyze(source: Path, options: Options, quiet: bool, check=None) -> Analysi
     on the comparison's one window with a progress bar, rank: ablate.analysis.pipeline."""
     from ablate.analysis.pipeline import analyze_curves, check_baseline, load_curves
 
+    from dataclasses import replace
+
     curves = load_curves(source, options)
     _print_load_notes(curves, quiet)
-    check_baseline(curves, options.baseline)
+    options = replace(options, baseline=check_baseline(curves, options.baseline))
     if check is not None:
         check(curves)
     with delayed_progress(err, disable=quiet) as bar:
@@ -161,44 +188,48 @@ def _print_json(obj) -> None:
     print(json.dumps(_clean(obj), indent=2))
 
 
-BaselineOpt = typer.Option(None, "--baseline", help="Variant to compare against (default: the "
-                           "first variant fit).")
+BaselineOpt = typer.Option(None, "--baseline", help="Variant to compare against, as written "
+                           "or as the table shows it (default: the first variant fit).")
+# What a prediction's interval is, said in --json and under the tables (ablate/analysis/intervals.py)
+INTERVAL_KIND = ("95% predictive: the score a run reaches there, from the fit's parameter "
+                 "draws plus the run's drift and, in half the draws, a plateau after the window")
 MarginOpt = margin_option("A's within this are tied: refit with the shared A and compare B "
                           "(paper's rule).")
 
 
 def _opts(x, y, by, step_cost, min_compute, max_compute, bins, method, paper_grid,
-          baseline=None, margin=None, budget=None) -> Options:
+          baseline=None, margin=None, budget=None, y_range=None) -> Options:
     """The shared options, in the order every command declares them."""
     from ablate.analysis import A_MARGIN
 
     return _options(x=x, y=y, by=by, step_cost=step_cost, min_compute=min_compute,
                     max_compute=max_compute, bins=bins, method=method, paper_grid=paper_grid,
                     baseline=baseline, margin=A_MARGIN if margin is None else margin,
-                    budget=budget)
+                    budget=budget, y_range=None if y_range is None else tuple(y_range))
 
 
 # Every analysing command declares the shared options in this order: source, its own options
-# (--budget/--target/--tol), --x, --y, --by, --step-cost, --min-compute, --max-compute, --bin,
+# (--budget/--target/--tol), --x, --y, --y-range, --by, --step-cost, --min-compute, --max-compute, --bin,
 # --method, --paper-grid, --baseline, --margin, --plot, --json, --wide.
 
 @app.command()
 def fit(source: Path = SourceArg, x: Optional[str] = XOpt, y: Optional[str] = YOpt,
-        by: Optional[str] = ByOpt, step_cost: Optional[float] = StepCostOpt,
+        y_range: Optional[tuple[float, float]] = YRangeOpt, by: Optional[str] = ByOpt,
+        step_cost: Optional[float] = StepCostOpt,
         min_compute: Optional[float] = MinOpt, max_compute: Optional[float] = MaxOpt,
         bins: Optional[int] = BinOpt, method: str = MethodOpt, paper_grid: str = PaperGridOpt,
         plot: Optional[Path] = PlotOpt, json_: bool = JsonOpt, wide: bool = WideOpt) -> None:
     """Fit the ScaleRL sigmoid R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B) to each variant."""
     _check_plot(plot)
     a = _analyze(source, _opts(x, y, by, step_cost, min_compute, max_compute, bins, method,
-                               paper_grid), json_)
+                               paper_grid, y_range=y_range), json_)
     _plot(a.curves, a.groups, plot)
     if json_:
         _print_json([g.as_dict() for g in a.groups])
     else:
         from ablate.cli.render import print_fit
 
-        print_fit(out, a.groups, a.curves.x, a.curves.y, wide)
+        print_fit(out, a.groups, a.curves.x, y_label(a.curves), wide)
     _finish(a.groups)
 
 
@@ -206,7 +237,8 @@ def fit(source: Path = SourceArg, x: Optional[str] = XOpt, y: Optional[str] = YO
 def compare(source: Path = SourceArg,
             budget: Optional[float] = typer.Option(None, "--budget", help="Also show each "
                                                    "variant's predicted score at this compute."),
-            x: Optional[str] = XOpt, y: Optional[str] = YOpt, by: Optional[str] = ByOpt,
+            x: Optional[str] = XOpt, y: Optional[str] = YOpt,
+            y_range: Optional[tuple[float, float]] = YRangeOpt, by: Optional[str] = ByOpt,
             step_cost: Optional[float] = StepCostOpt, min_compute: Optional[float] = MinOpt,
             max_compute: Optional[float] = MaxOpt, bins: Optional[int] = BinOpt,
             method: str = MethodOpt, paper_grid: str = PaperGridOpt,
@@ -217,16 +249,18 @@ def compare(source: Path = SourceArg,
     answer in one sentence above the table."""
     _check_plot(plot)
     a = _analyze(source, _opts(x, y, by, step_cost, min_compute, max_compute, bins, method,
-                               paper_grid, baseline, margin, budget), json_)
+                               paper_grid, baseline, margin, budget, y_range), json_)
     _plot(a.curves, a.groups, plot)
+    from ablate.analysis.answer import answer_sentence
+
+    answer = answer_sentence(a)
     if json_:
-        _print_json(a.ranking_json())
+        _print_json(a.envelope("compare", answer, a.ranking_json(), budget=budget))
     else:
-        from ablate.analysis.answer import answer_sentence
         from ablate.cli.render import print_compare
 
-        out.print(answer_sentence(a), markup=False, highlight=False)
-        print_compare(out, a.rows, a.groups, x=a.curves.x, y=a.curves.y, base=a.baseline,
+        out.print(answer, markup=False, highlight=False)
+        print_compare(out, a.rows, a.groups, x=a.curves.x, y=y_label(a.curves), base=a.baseline,
                       margin=a.options.margin, budget=budget, wide=wide)
         for r in a.rows:
             if r.disagreement:  # the paper's rank and the predictions disagree: say it plainly
@@ -244,7 +278,8 @@ def extrapolate(source: Path = SourceArg,
                                                        "predict the score at (units of --x)."),
                 target: Optional[float] = typer.Option(None, "--target", help="Score to find "
                                                        "the compute for."),
-                x: Optional[str] = XOpt, y: Optional[str] = YOpt, by: Optional[str] = ByOpt,
+                x: Optional[str] = XOpt, y: Optional[str] = YOpt,
+                y_range: Optional[tuple[float, float]] = YRangeOpt, by: Optional[str] = ByOpt,
                 step_cost: Optional[float] = StepCostOpt, min_compute: Optional[float] = MinOpt,
                 max_compute: Optional[float] = MaxOpt, bins: Optional[int] = BinOpt,
                 method: str = MethodOpt, paper_grid: str = PaperGridOpt,
@@ -260,16 +295,21 @@ def extrapolate(source: Path = SourceArg,
         raise InputError(f"--target {target}: must be a score strictly between 0 and 1")
     _check_plot(plot)
     a = _analyze(source, _opts(x, y, by, step_cost, min_compute, max_compute, bins, method,
-                               paper_grid, baseline, margin, budget), json_)
+                               paper_grid, baseline, margin, budget, y_range), json_)
+    from ablate.analysis.extrapolate import extrapolate_answer
+
     rows = predict(a.groups, budget=budget, target=target, margin=a.options.margin)
     _plot(a.curves, a.groups, plot, extend_to=budget)
+    answer = extrapolate_answer(rows, x=a.curves.x, y=a.curves.y, budget=budget, target=target)
     if json_:
-        _print_json(rows)
+        _print_json(a.envelope("extrapolate", answer, rows, budget=budget, target=target,
+                               interval=INTERVAL_KIND))
     else:
         what = f"score at {a.curves.x}={budget:g}" if budget is not None else \
-            f"{a.curves.x} to reach {a.curves.y}={target:g}"
+            f"{a.curves.x} to reach {y_label(a.curves)}={target:g}"
         from ablate.cli.render import print_extrapolate
 
+        out.print(answer, markup=False, highlight=False)
         print_extrapolate(out, rows, what=what, key="score" if budget is not None else "compute",
                           wide=wide)
     _finish(a.groups)

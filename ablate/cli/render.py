@@ -9,6 +9,7 @@ Layout rules (labels whole, two lines a cell at most) are in ablate/cli/tables.p
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Optional
 
 from rich.console import Console, Group
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
     from ablate.analysis.variant_fits import GroupFit
     from ablate.studies.status import RunState
 
+# What a predicted score's interval is, under every table that shows one (ablate/analysis/intervals.py)
+PREDICTIVE = ("predicted: 95% predictive interval of a run's score (fit parameters, run drift, "
+              "a plateau past the window), which may reach above A's interval")
 NOTE_CELL = 40  # in --wide, a longer note goes under the table as "(n) variant: text"
 WIDE = 10  # drop priority of the --wide columns: they give way before any default one
 
@@ -66,10 +70,10 @@ def interval_caption(groups: list[GroupFit]) -> str:
 
 def _window_cols(groups: list[GroupFit], x: str, wide: bool) -> tuple[str, list[Col]]:
     """The fit window (in x) said once, in the caption, when every variant shares it, else a
-    column."""
+    column (for --wide, in the details table)."""
     spans = [window(g) for g in groups]
     fitted = {w for g, w in zip(groups, spans) if g.fit is not None}
-    if len(fitted) == 1 and not wide:
+    if len(fitted) == 1:  # a column repeating one value says nothing the caption does not
         return f"window: {x} {fitted.pop()}", []
     # A comparison fits every variant from one start (ablate/analysis/pipeline.py); only the
     # ends (a stopped or shorter run) and the points skipped before the start differ, so the
@@ -82,7 +86,7 @@ def _window_cols(groups: list[GroupFit], x: str, wide: bool) -> tuple[str, list[
 
 
 def _fit_cols(groups: list[GroupFit], wide: bool) -> tuple[list[Col], list[Col]]:
-    """(A and B, the --wide fit columns)."""
+    """(A and B, the --wide fit columns: C_mid, R0, R², points)."""
     fits = [g.fit for g in groups]
     dash = "—"
     ab = [Col("A [95%]", [dash if f is None else ci(f.A, f.ci["A"], ".3f") for f in fits], drop=1),
@@ -90,12 +94,24 @@ def _fit_cols(groups: list[GroupFit], wide: bool) -> tuple[list[Col], list[Col]]
     if not wide:
         return ab, []
     more = [Col("C_mid [95%]", [dash if f is None else ci(f.C_mid, f.ci["C_mid"], ".3g")
-                                for f in fits], drop=WIDE + 3),
+                                for f in fits], drop=3),
             Col("R0 [95%]", [dash if f is None else ci(f.R0, f.ci["R0"], ".3f") for f in fits],
-                drop=WIDE + 2),
-            Col("R²", [dash if f is None else f"{f.r2:.3f}" for f in fits], drop=WIDE + 1),
-            Col("points", [str(0 if f is None else f.n_points) for f in fits], drop=WIDE + 1)]
+                drop=2),
+            Col("R²", [dash if f is None else f"{f.r2:.3f}" for f in fits], drop=1),
+            Col("points", [str(0 if f is None else f.n_points) for f in fits], drop=1)]
     return ab, more
+
+
+def _details(console: Console, labels: list[str], legend: str, more: list[Col],
+             win: list[Col], note_cols: list[Col]) -> None:
+    """--wide: the fit's other columns (C_mid, R0, R², points, a window that differs between
+    variants, short notes) as a second table under the first, one row per variant in the same
+    order. Appended to the first they were the first to give way at 100 columns, so --wide
+    showed nothing more there (issue 32)."""
+    wide_win = [replace(c, drop=WIDE) for c in win if c.drop == WIDE]
+    console.print(table(console, "fit details (--wide)", [_variant_col(labels), *more,
+                                                          *wide_win, *note_cols],
+                        legend=legend))
 
 
 class Notes:
@@ -150,11 +166,14 @@ def print_fit(console: Console, groups: list[GroupFit], x: str, y: str, wide: bo
     win_caption, win = _window_cols(groups, x, wide)
     notes = Notes(wide, short)
     cells = [notes.cell(g.variant, note(g)) for g in groups]
+    main_win = [c for c in win if c.drop != WIDE]
     cols = [_variant_col(labels), *ab, verdict_col([g.verdict()[0] for g in groups], 2),
-            *more, *win, *notes.column(cells)]
+            *main_win]
     caption = "; ".join(c for c in (win_caption, interval_caption(groups)) if c)
     console.print(table(console, f"sigmoid fits: {y} vs {x}", cols, caption=caption,
                         legend=legend))
+    if wide:
+        _details(console, labels, legend, more, win, notes.column(cells))
     notes.print(console)
 
 
@@ -173,11 +192,12 @@ def print_compare(console: Console, rows: list[Ranked], groups: list[GroupFit], 
     ab, more = _fit_cols(ranked, wide)
     win_caption, win = _window_cols(ranked, x, wide)
     at_max = next((r.at_max for r in rows if r.at_max), None)
-    max_head = f"predicted at {at_max['compute']:.3g} (max) [95%]" if at_max else "predicted at max"
+    max_head = (f"predicted at {at_max['compute']:.3g} (max) [95% predictive]" if at_max
+                else "predicted at max")
     preds = [Col(max_head, [_pred(r.at_max) for r in rows], drop=4 if budget is None else WIDE)]
     if budget is not None:
-        preds = [Col(f"predicted at {budget:.3g} [95%]", [_pred(r.at_budget) for r in rows],
-                     drop=4)] + (preds if wide else [])
+        preds = [Col(f"predicted at {budget:.3g} [95% predictive]",
+                     [_pred(r.at_budget) for r in rows], drop=4)] + (preds if wide else [])
     notes = Notes(wide, short)
     cells = [notes.cell(r.group.variant, note(r.group, r.note if r.rank is not None else ""))
              for r in rows]
@@ -186,11 +206,14 @@ def print_compare(console: Console, rows: list[Ranked], groups: list[GroupFit], 
             verdict_col([g.verdict()[0] for g in ranked], 2),
             Col(f"P(beats {short_base or 'baseline'})",
                 ["—" if r.p_beats is None else f"{r.p_beats:.2f}" for r in rows], drop=3),
-            *more, *win, *notes.column(cells)]
+            *[c for c in win if c.drop != WIDE]]
     caption = "; ".join(c for c in (f"baseline: {short_base or '—'}", f"margin on A: {margin:g}",
-                                    win_caption, interval_caption(groups)) if c)
+                                    win_caption, interval_caption(groups),
+                                    PREDICTIVE if any(r.at_max for r in rows) else "") if c)
     console.print(table(console, f"ranking by asymptote A ({y} vs {x})", cols, caption=caption,
                         legend=legend))
+    if wide:
+        _details(console, labels, legend, more, win, notes.column(cells))
     notes.print(console)
 
 
@@ -216,13 +239,13 @@ def print_extrapolate(console: Console, rows: list[dict], *, what: str, key: str
             _variant_col(labels),
             Col("predicted", ["—" if r.get(key) is None else f"{r[key]:.4g}" for r in rows],
                 drop=1),
-            Col("95% interval", interval, drop=2),
+            Col("95% predictive", interval, drop=2),
             verdict_col([r.get("verdict") for r in rows], 4),
             Col("compare rank", ["—" if r.get("rank") is None else str(r["rank"]) for r in rows],
                 drop=3),
             *notes.column(cells)]
     console.print(table(console, f"extrapolation: {what}", cols,
-                        caption="★ = the variant to scale", legend=legend))
+                        caption="★ = the variant to scale; " + PREDICTIVE, legend=legend))
     notes.print(console)
 
 
@@ -241,7 +264,8 @@ def print_plan(console: Console, result: dict[str, Any], *, title: str, tol: flo
         if r["error"]:
             notes.cell(r["variant"], f"fit failed: {r['error']}")
     cols = [_variant_col(labels),
-            Col("predicted [95%]", cells(lambda r: ci(r["score"], r["ci"], ".3f")), drop=1),
+            Col("predicted [95% predictive]", cells(lambda r: ci(r["score"], r["ci"], ".3f")),
+                drop=1),
             Col("P(best)", cells(lambda r: f"{r['p_best']:.2f}"), drop=2),
             Col("E[regret]", cells(lambda r: f"{r['expected_regret']:.4f}"), drop=3),
             Col("scale to", cells(lambda r: f"{r['scale_to']:.3g}"), drop=4),
@@ -252,7 +276,8 @@ def print_plan(console: Console, result: dict[str, Any], *, title: str, tol: flo
     rec = result["recommended"]
     caption = (f"recommended: {short.get(rec, rec) if rec else '—'}; expected regret "
                + ("—" if regret is None else f"{regret:.4f}")
-               + f"; scale to = where the curve is within {tol:g} of its score at the budget")
+               + f"; scale to = where the curve is within {tol:g} of its score at the budget; "
+               + PREDICTIVE)
     styles = ["bold green" if r["recommended"] else "" for r in rows]
     console.print(table(console, title, cols, caption=caption, legend=legend, row_styles=styles))
     notes.print(console)

@@ -10,7 +10,7 @@ import typer
 
 from ablate.cli.app import app
 from ablate.cli.curves import (BaselineOpt, BinOpt, ByOpt, MarginOpt, MaxOpt, MethodOpt, MinOpt,
-                               PaperGridOpt, StepCostOpt, XOpt, YOpt, _opts)
+                               PaperGridOpt, StepCostOpt, XOpt, YOpt, YRangeOpt, _opts)
 
 
 @app.command()
@@ -18,7 +18,8 @@ def report(
     study_dir: Path = typer.Argument(..., help="A study results dir, e.g. results/loss_agg."),
     out: Optional[Path] = typer.Option(None, "--out", "-o",
                                        help="HTML file to write (default STUDY_DIR/report.html)."),
-    x: Optional[str] = XOpt, y: Optional[str] = YOpt, by: Optional[str] = ByOpt,
+    x: Optional[str] = XOpt, y: Optional[str] = YOpt,
+    y_range: Optional[tuple[float, float]] = YRangeOpt, by: Optional[str] = ByOpt,
     step_cost: Optional[float] = StepCostOpt, min_compute: Optional[float] = MinOpt,
     max_compute: Optional[float] = MaxOpt, bins: Optional[int] = BinOpt,
     method: str = MethodOpt, paper_grid: str = PaperGridOpt,
@@ -35,7 +36,7 @@ def report(
     from ablate.studydir import is_study_dir
 
     options = _opts(x, y, by, step_cost, min_compute, max_compute, bins, method, paper_grid,
-                    baseline, margin)
+                    baseline, margin, y_range=y_range)
     options.check()
     # The runs' states with the scheduler's view (queued, cancelled...); the report itself only
     # reads files. A dir that is no study is left to write_report's one-line error.

@@ -63,7 +63,8 @@ def _run_name(f: Path, root: Path) -> str:
     rel = f.relative_to(root) if root.is_dir() else Path(f.name)
     name = rel.with_suffix("")
     if name.name in _GENERIC:
-        name = name.parent if str(name.parent) != "." else Path(f.parent.name)
+        # resolved: a log in the current folder (`ablate fit train.jsonl`) has parent "." (no name)
+        name = name.parent if str(name.parent) != "." else Path(f.resolve().parent.name)
     return name.as_posix()
 
 
@@ -128,7 +129,8 @@ def is_hf_state(path: Path) -> bool:
 
 
 def _state_run(f: Path, root: Path) -> str:
-    d = f.parent
+    # resolved: `ablate fit trainer_state.json` in its own folder has parent "." (no name)
+    d, root = f.resolve().parent, root.resolve()
     if re.fullmatch(r"checkpoint-\d+", d.name):
         d = d.parent
     if root.is_dir() and d != root and root in d.parents:

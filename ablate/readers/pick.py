@@ -22,6 +22,7 @@ separately), it is interpolated over the step.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -138,7 +139,11 @@ def pick(wide: Wide, src: str, *, x: Optional[str] = None, y: Optional[str] = No
     if x_name == y_col:
         raise InputError(f"{src}: --x and --y are the same metric {x_name!r}")
     notes.append(f"{kind}: score = {y_col!r} ({how_y}), compute = {x_name!r} ({how_x})")
-    names = [split_seed(str(r), fallback=src.rstrip("/").split("/")[-1]) for r in df["run"]]
+    names = [split_seed(str(r), fallback=Path(src).resolve().name) for r in df["run"]]
+    pooled = sorted({v for (v, _), r in zip(names, df["run"]) if v != str(r)})
+    if pooled:
+        notes.append(f"{kind}: a trailing seed<N> in a run's name is its seed: pooled runs of "
+                     + ", ".join(pooled[:10]) + (" ..." if len(pooled) > 10 else ""))
     out = pd.DataFrame({"variant": [n for n, _ in names], "seed": [s for _, s in names],
                         x_name: xv, y_col: df[y_col].to_numpy(dtype=float)})
     out = out[out[y_col].notna()].reset_index(drop=True)

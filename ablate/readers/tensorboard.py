@@ -28,7 +28,7 @@ def read_tensorboard(path: Path) -> Wide:
     df = SummaryReader(str(path), extra_columns={"dir_name"}).scalars
     if df.empty:
         raise InputError(f"{path}: TensorBoard logs contain no scalars")
-    run = df["dir_name"].fillna("").astype(str).map(_run_name).replace("", path.name)
+    run = df["dir_name"].fillna("").astype(str).map(_run_name).replace("", path.resolve().name)
     long = pd.DataFrame({"run": run, "step": df["step"].astype(float), "key": df["tag"],
                          "value": df["value"].astype(float)})
     return Wide(wide_from_long(long))
