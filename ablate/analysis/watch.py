@@ -237,6 +237,17 @@ def needs_more(c: np.ndarray, y: np.ndarray) -> int:
     return 1
 
 
+def falling(c: np.ndarray, y: np.ndarray) -> bool:
+    """A curve of enough evaluations whose score does not rise with compute: no evaluation to
+    come will make its fit identified, so "needs N more" would be a false promise."""
+    if c.size < MIN_TRUSTED_POINTS or np.ptp(y) == 0:
+        return c.size >= MIN_TRUSTED_POINTS
+    from scipy import stats
+
+    rho = stats.spearmanr(c, y).statistic
+    return not (np.isfinite(rho) and rho > 0)
+
+
 def judge_points(c: np.ndarray, y: np.ndarray, forecast: Forecast | dict, start: int, k: int
                  ) -> tuple[list[Point], Optional[int]]:
     """Each evaluation from index `start` on against the band; and the index of the first of k
@@ -312,7 +323,10 @@ def judge(run: str, variant: str, seed: int, compute, score, *, k: int = K, leve
     else:
         n, fit, why = freeze_index(c, y, from_compute) if c.size else (None, None, "no evaluations")
         if n is None:
-            j.needs = needs_more(c, y) if from_compute is None else None
+            j.needs = needs_more(c, y) if from_compute is None and not falling(c, y) else None
+            if j.needs is None and from_compute is None:
+                why = ("the score is flat or falling with compute (Spearman rho <= 0): there "
+                       "is no rising curve to forecast")
             j.reason = (f"no forecast yet: needs at least {j.needs} more evaluation(s) "
                         f"({why})" if j.needs else f"no forecast: {why}")
             return j
@@ -325,7 +339,7 @@ def judge(run: str, variant: str, seed: int, compute, score, *, k: int = K, leve
     if dep is not None:
         j.departed_at, j.departed_eval, j.flagged_eval = float(c[dep]), dep, dep + k - 1
     j.reason = _reason(j)
-    if with_today and budget:
+    if with_today and budget and j.verdict != "departed":  # a sigmoid through a collapse misleads
         j.at_budget, j.stops_paying = today(c, y, budget)
     return j
 
