@@ -174,3 +174,55 @@ def test_console_script_one_line_per_run_at_100_columns(tmp_path):
     assert [o["verdict"] for o in js] == ["on track" if verdicts["healthy"] == "on track"
                                           else "ahead", "departed", "waiting"]
     assert js[1]["departed_at"] >= _runs()[0][ONSET] and js[2]["needs"] == 5
+
+
+def test_study_runs_get_verdicts_in_status(tmp_path):
+    c, good, bad = _runs()
+    st = tmp_path / "st"
+    st.mkdir()
+    (st / "variants.json").write_text(json.dumps(
+        [{"run_id": r, "name": n, "seed": 0} for r, n in (("r0", "a"), ("r1", "b"), ("r2", "c"))]))
+    for rid, ys in (("r0", good), ("r1", bad), ("r2", good[:5])):
+        for i, s in enumerate(ys):
+            (st / rid).mkdir(exist_ok=True)
+            rundir.append_metrics(st / rid, {"step": i, "gpu_hours": float(c[i]),
+                                             "eval/pass_rate": float(s)})
+        rundir.write_status(st / rid, "running", len(ys))
+    r = cli("watch", str(st))
+    assert r.returncode == 0, r.stderr
+    assert [s.split()[0] for s in r.stdout.splitlines()] == ["r0", "r1", "r2"]
+    assert not (st / "r2" / rundir.FORECAST).exists()  # no forecast: nothing written
+    r = cli("status", str(st), "--json")
+    assert r.returncode == 0, r.stderr
+    got = {o["run_id"]: o["watch"] for o in json.loads(r.stdout)}
+    assert got["r1"] == "departed" and got["r0"] in ("on track", "ahead") and got["r2"] is None
+
+
+def test_tensorboard_gets_the_band_beside_the_score_and_fit_still_reads_the_score(tmp_path):
+    pytest.importorskip("tbparse")
+    from tbparse import SummaryReader
+
+    from ablate.analysis.sources import load
+    from trainer import trackers
+    from trainer.config import TrainConfig
+
+    c, good, _ = _runs()
+    j = watch.judge("g", "g", 0, c, good, with_today=False)
+    run = tmp_path / "st" / "r0"
+    run.mkdir(parents=True)
+    rundir.write_identity(run, study="st", variant="g", seed=0)
+    cfg = TrainConfig.model_validate({"logging": {"backends": ["tensorboard"]}})
+    for i in range(0, c.size, 6):  # the forecast appears mid-run: earlier rows get no band
+        if i == 18:
+            rundir.write_forecast(run, {"x": "gpu_hours", "y": "eval/pass_rate",
+                                        "forecast": j.forecast.as_dict()})
+        trackers.log_metrics(cfg, run, {"step": i, "gpu_hours": float(c[i]),
+                                        "eval/pass_rate": float(good[i])})
+    trackers.close()
+    sc = SummaryReader(str(tmp_path / "st" / "tensorboard")).scalars
+    lo = sc[sc["tag"] == "eval/pass_rate_forecast_lo"].sort_values("step")
+    steps = [i for i in range(18, c.size, 6) if c[i] >= j.forecast.frozen_at]
+    assert lo["step"].tolist() == steps
+    want = rundir.forecast_band(rundir.read_forecast(run), float(c[steps[0]]))[0]
+    assert lo["value"].iloc[0] == pytest.approx(want, abs=1e-6)
+    assert load(tmp_path / "st" / "tensorboard").y == "eval/pass_rate"  # not ambiguous

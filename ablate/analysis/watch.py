@@ -49,6 +49,10 @@ from ablate.errors import InputError
 K = 3  # consecutive evaluations below the band that make a departure
 LEVEL = 0.99  # the band's central probability
 N_DRAWS = 1000  # draws behind the frozen band
+# draws behind the freeze scan's identification check (the A interval's width and bound): a
+# 95% interval's ends move by ~0.005 between 200 and 1,000 draws, and the scan fits every
+# prefix, so the band alone gets the full N_DRAWS
+SCAN_DRAWS = 200
 GRID_POINTS = 200  # log-spaced computes the band is stored at
 TOL = 0.005  # "scaling stops paying": where the current fit is within TOL of its ceiling A
 VERDICTS = ("on track", "ahead", "behind", "departed", "waiting")
@@ -152,10 +156,12 @@ class Judgement:
         }
 
 
-def _fit(c: np.ndarray, y: np.ndarray, *, intervals: bool, n_boot: int = N_DRAWS) -> Fit:
+def _fit(c: np.ndarray, y: np.ndarray, *, intervals: bool, n_boot: int = N_DRAWS,
+         min_compute: Optional[float] = None) -> Fit:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return fit_sigmoid(c, y, intervals=intervals, n_boot=n_boot, random_state=0)
+        return fit_sigmoid(c, y, intervals=intervals, n_boot=n_boot, random_state=0,
+                           min_compute=min_compute)
 
 
 def _identified(fit: Fit) -> bool:
@@ -187,9 +193,11 @@ def freeze_index(c: np.ndarray, y: np.ndarray, from_compute: Optional[float] = N
         if pf.C_mid > c[n - 1]:
             last = f"C_mid {pf.C_mid:.3g} beyond the last compute: not bending yet"
             continue
-        f = _fit(c[:n], y[:n], intervals=True)
+        # the point fit's window (its start read from the curve's shape) given back: the same
+        # window without searching for it again
+        f = _fit(c[:n], y[:n], intervals=True, n_boot=SCAN_DRAWS, min_compute=pf.min_compute)
         if _identified(f):
-            return n, f, "identified"
+            return n, _fit(c[:n], y[:n], intervals=True, min_compute=pf.min_compute), "identified"
         last = assess(f)[1]
     return None, None, last
 

@@ -173,7 +173,7 @@ def line(j) -> str:
     """One run's verdict in at most WIDTH columns."""
     head = f"{_short(j.run, 22):<22} {j.verdict:<9}"
     if j.forecast is None:
-        body = j.reason
+        body = j.reason.replace("no forecast yet: needs at least", "needs >=")
     else:
         judged = [p for p in j.points if p.side != "past"]
         if j.verdict == "departed":
@@ -204,3 +204,32 @@ def _clean(o: Any) -> Any:
     if isinstance(o, (list, tuple)):
         return [_clean(v) for v in o]
     return o
+
+
+def status_verdicts(study_dir: Path, run_ids: list[str]) -> list[str]:
+    """`ablate status`'s watch column: each run's verdict against the forecast `ablate watch`
+    froze in its forecast.json, re-judged on the run's metrics now (no refit: the band is in
+    the file); "" for a run that has none (nobody watched it yet)."""
+    from trainer import rundir
+
+    out = []
+    for rid in run_ids:
+        d = Path(study_dir) / rid
+        doc = rundir.read_forecast(d)
+        if doc is None:
+            out.append("")
+            continue
+        from ablate.analysis import watch as w  # numpy and the fit: only once a forecast exists
+
+        try:
+            rows = rundir.read_metrics(d)
+            pts = [(float(r[doc["x"]]), float(r[doc["y"]])) for r in rows
+                   if isinstance(r.get(doc["x"]), (int, float)) and
+                   isinstance(r.get(doc["y"]), (int, float))]
+            c, s = (list(v) for v in zip(*pts)) if pts else ([], [])
+            j = w.judge(rid, rid, 0, c, s, k=int(doc["k"]), level=float(doc["level"]),
+                        frozen=doc["forecast"], with_today=False)
+            out.append(j.verdict)
+        except (rundir.MetricsError, KeyError, TypeError, ValueError, InputError):
+            out.append("?")  # a damaged forecast.json: `ablate watch` rewrites it
+    return out
