@@ -226,3 +226,21 @@ def test_tensorboard_gets_the_band_beside_the_score_and_fit_still_reads_the_scor
     want = rundir.forecast_band(rundir.read_forecast(run), float(c[steps[0]]))[0]
     assert lo["value"].iloc[0] == pytest.approx(want, abs=1e-6)
     assert load(tmp_path / "st" / "tensorboard").y == "eval/pass_rate"  # not ambiguous
+
+
+def test_adaptive_stage_stops_a_departed_variant_only_when_the_study_asks():
+    from ablate.analysis.variant_fits import GroupFit
+    from ablate.studies.stage_rules import decide, departed_variants
+    from ablate.studies.stagespec import StageSpec
+
+    c, good, bad = _runs()
+    frame = pd.DataFrame([{"variant": v, "seed": 0, "compute": a, "score": b}
+                          for v, ys in (("good", good), ("bad", bad)) for a, b in zip(c, ys)])
+    gone = departed_variants(frame)
+    assert list(gone) == ["bad"] and "departed" in gone["bad"]
+    groups = [GroupFit(v, None, "not fit here", 0) for v in ("good", "bad")]
+    assert decide(groups, departed=gone).kept == ["good"]
+    assert decide(groups).kept == ["good", "bad"]  # without the opt-in nothing stops
+    spec = {"budgets": [{"steps": 10}]}
+    assert StageSpec.model_validate(spec).stop_departed is False
+    assert StageSpec.model_validate({**spec, "stop_departed": True}).stop_departed is True
