@@ -72,7 +72,9 @@ def test_k_and_level_trade_delay_for_false_alarms():
     n, fit, _ = watch.freeze_index(c, bad)
     bands = {lv: watch.make_forecast(fit, n, "identified", lv, 2.0) for lv in (0.95, 0.999)}
     flagged = [watch.judge_points(c, bad, bands[0.95], n, k)[1] + k - 1 for k in (1, 2, 3)]
-    assert ONSET <= flagged[0] < flagged[1] < flagged[2]  # each k waits one evaluation more
+    # k = 1 at 95% takes one low evaluation for a departure (here a false alarm before the
+    # onset); k = 2 and 3 wait for the collapse, each one evaluation longer
+    assert flagged[0] <= flagged[1] < flagged[2] and flagged[1] >= ONSET
     lo95, _, hi95 = bands[0.95].band(0.9)
     lo999, _, hi999 = bands[0.999].band(0.9)
     assert lo999 < lo95 < hi95 < hi999
@@ -244,3 +246,25 @@ def test_adaptive_stage_stops_a_departed_variant_only_when_the_study_asks():
     spec = {"budgets": [{"steps": 10}]}
     assert StageSpec.model_validate(spec).stop_departed is False
     assert StageSpec.model_validate({**spec, "stop_departed": True}).stop_departed is True
+
+
+def test_follow_is_quiet_until_the_verdict_changes(tmp_path):
+    import time
+
+    _, _, bad = _runs()
+    src = _csv(tmp_path / "log.csv", run=bad[:ONSET - 10])
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen([sys.executable, "-m", "ablate", "watch", str(src), "--follow",
+                          "--interval", "0.3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env)
+    try:
+        first = p.stdout.readline()  # the first read: the run on its forecast
+        assert first.split()[:3] == ["run", "on", "track"], first
+        _csv(tmp_path / "log.csv", run=bad[:ONSET - 5])  # grows, still on track: nothing
+        time.sleep(3)
+        _csv(tmp_path / "log.csv", run=bad)  # the collapse arrives
+        second = p.stdout.readline()
+        assert second.split()[:2] == ["run", "departed"], second
+    finally:
+        p.kill()
+        p.wait()
