@@ -130,6 +130,8 @@ def test_run_dir_gets_forecast_json_and_on_depart_runs(tmp_path):
     assert log.read_text().split() == ["run0", "departed"]
     doc = rundir.read_forecast(d)
     assert doc["verdict"] == "departed" and doc["x"] == "gpu_hours"
+    assert cli("watch", str(d), "--on-depart", f"echo >> {log}").returncode == 0
+    assert log.read_text().split() == ["run0", "departed"]  # told once, not at every look
 
 
 def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path):

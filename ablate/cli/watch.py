@@ -53,9 +53,10 @@ def watch(
     step_cost: Optional[float] = typer.Option(None, "--step-cost", help="Other tools' logs "
                                               "with only steps: compute per step."),
     on_depart: Optional[str] = typer.Option(None, "--on-depart", help="Shell command run once "
-                                            "per run when it departs, with the run id and "
-                                            "verdict appended as arguments (e.g. a notifier, "
-                                            "or `scancel` via a script)."),
+                                            "per departure, with the run id and verdict "
+                                            "appended as arguments (a notifier, or `scancel` "
+                                            "via a script); a run dir's forecast.json "
+                                            "remembers it across invocations."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: each run's frozen "
                                         "band, its points after the freeze, the departure."),
     as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout: a list of "
@@ -82,7 +83,10 @@ def watch(
             raise InputError("; ".join(f"{j.run}: {j.reason}" for j in js)[:400])
         for r, j in zip(runs, js):
             if r.run_dir is not None and j.forecast is not None:
-                _write(r.run_dir, j, xcol, ycol)
+                if _already_notified(r.run_dir, j):  # a run dir remembers a departure it told of
+                    notified.add(j.run)
+                _write(r.run_dir, j, xcol, ycol, notified=bool(on_depart) and
+                       j.verdict == "departed")
         changed = [j for j in js if seen.get(j.run) != _state(j)]
         for j in changed:
             seen[j.run] = _state(j)
@@ -148,12 +152,22 @@ def _state(j) -> str:
     return f"{j.verdict}|{j.departed_at}"
 
 
-def _write(run_dir: Path, j, x: str, y: str) -> None:
+def _already_notified(run_dir: Path, j) -> bool:
+    """forecast.json says --on-depart already ran for this departure (an earlier `ablate watch`,
+    e.g. from cron): it is not run again."""
+    from trainer import rundir
+
+    doc = rundir.read_forecast(run_dir) or {}
+    return j.verdict == "departed" and doc.get("notified_departure") == j.departed_at
+
+
+def _write(run_dir: Path, j, x: str, y: str, notified: bool) -> None:
     from trainer import rundir
 
     rundir.write_forecast(run_dir, _clean({
         "x": x, "y": y, "k": j.k, "level": j.level, "verdict": j.verdict, "reason": j.reason,
         "departed_at": j.departed_at, "evaluations": j.evaluations,
+        "notified_departure": j.departed_at if notified else None,
         "forecast": j.forecast.as_dict()}))
 
 
