@@ -1,7 +1,7 @@
 """Watching a run against its frozen forecast (issue 33): false alarms and detection delay.
 
-    python benchmarks/bench_watch.py              # ~10 min on 2 loaded cores
-    python benchmarks/bench_watch.py --runs 20    # a quick look
+    python benchmarks/bench_watch.py              # 12 runs per cell: ~18 min on 2 loaded cores
+    python benchmarks/bench_watch.py --runs 3     # a quick look
 
 Protocol, per run (what `ablate watch --follow` would have said, evaluation by evaluation: the
 freeze uses only the evaluations up to it and each later evaluation is judged against the frozen
@@ -171,7 +171,7 @@ def published() -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=40, help="runs per shape and noise level")
+    ap.add_argument("--runs", type=int, default=12, help="runs per shape and noise level")
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results_watch.json"))
     a = ap.parse_args()
