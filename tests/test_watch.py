@@ -270,3 +270,18 @@ def test_follow_is_quiet_until_the_verdict_changes(tmp_path):
     finally:
         p.kill()
         p.wait()
+
+
+def test_tune_rung_stops_a_departed_trial_only_when_asked(tmp_path):
+    import optuna
+
+    from ablate.studies.tune import Objective, Prune, _judge_rung
+
+    _, _, bad = _runs()
+    d = _run_dir(tmp_path, bad)
+    study = optuna.create_study(direction="maximize")
+    asked = Prune.model_validate({"rungs": [{"steps": 10}], "stop_departed": True})
+    with pytest.raises(optuna.TrialPruned, match="below the 99% band"):
+        _judge_rung(study.ask(), 0, {"steps": 600}, d, Objective(), asked.stop_departed)
+    _judge_rung(study.ask(), 0, {"steps": 600}, d, Objective())  # not asked: no finished
+    # trial to compare with, so nothing stops it
