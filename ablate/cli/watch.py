@@ -77,9 +77,13 @@ def watch(
     seen: dict[str, str] = {}
     notified: set[str] = set()
     frozen: dict[str, dict] = {}
+    last: dict[str, Any] = {}
     while True:
         runs, xcol, ycol = _read(target, x, y, step_cost, follow)
-        js = [_judge(w, r, opts, frozen if follow else None) for r in runs]
+        js = [last[r.run] if r.run in last and last[r.run].evaluations == r.compute.size
+              and last[r.run].last_score == (float(r.score[-1]) if r.score.size else None)
+              else _judge(w, r, opts, frozen if follow else None) for r in runs]
+        last = {j.run: j for j in js}  # --follow: a run with no new evaluation is not refit
         if not follow and all(j.forecast is None for j in js):
             raise InputError("; ".join(f"{j.run}: {j.reason}" for j in js)[:400])
         for r, j in zip(runs, js):
