@@ -202,11 +202,9 @@ def test_study_runs_get_verdicts_in_status(tmp_path):
     assert got["r1"] == "departed" and got["r0"] in ("on track", "ahead") and got["r2"] is None
 
 
-def test_tensorboard_gets_the_band_beside_the_score_and_fit_still_reads_the_score(tmp_path):
-    pytest.importorskip("tbparse")
-    from tbparse import SummaryReader
-
-    from ablate.analysis.sources import load
+def _log_with_band(tmp_path: Path, backends: list[str]):
+    """A run logging every 6th evaluation of the healthy run to `backends`; `ablate watch`'s
+    forecast.json appears before the row at evaluation 18. Returns (judgement, run dir, c)."""
     from trainer import trackers
     from trainer.config import TrainConfig
 
@@ -215,7 +213,7 @@ def test_tensorboard_gets_the_band_beside_the_score_and_fit_still_reads_the_scor
     run = tmp_path / "st" / "r0"
     run.mkdir(parents=True)
     rundir.write_identity(run, study="st", variant="g", seed=0)
-    cfg = TrainConfig.model_validate({"logging": {"backends": ["tensorboard"]}})
+    cfg = TrainConfig.model_validate({"logging": {"backends": backends}})
     for i in range(0, c.size, 6):  # the forecast appears mid-run: earlier rows get no band
         if i == 18:
             rundir.write_forecast(run, {"x": "gpu_hours", "y": "eval/pass_rate",
@@ -223,6 +221,16 @@ def test_tensorboard_gets_the_band_beside_the_score_and_fit_still_reads_the_scor
         trackers.log_metrics(cfg, run, {"step": i, "gpu_hours": float(c[i]),
                                         "eval/pass_rate": float(good[i])})
     trackers.close()
+    return j, run, c
+
+
+def test_tensorboard_gets_the_band_beside_the_score_and_fit_still_reads_the_score(tmp_path):
+    pytest.importorskip("tbparse")
+    from tbparse import SummaryReader
+
+    from ablate.analysis.sources import load
+
+    j, run, c = _log_with_band(tmp_path, ["tensorboard"])
     sc = SummaryReader(str(tmp_path / "st" / "tensorboard")).scalars
     lo = sc[sc["tag"] == "eval/pass_rate_forecast_lo"].sort_values("step")
     steps = [i for i in range(18, c.size, 6) if c[i] >= j.forecast.frozen_at]
@@ -285,3 +293,17 @@ def test_tune_rung_stops_a_departed_trial_only_when_asked(tmp_path):
         _judge_rung(study.ask(), 0, {"steps": 600}, d, Objective(), asked.stop_departed)
     _judge_rung(study.ask(), 0, {"steps": 600}, d, Objective())  # not asked: no finished
     # trial to compare with, so nothing stops it
+
+
+def test_mlflow_gets_the_band_series(tmp_path):
+    pytest.importorskip("mlflow")
+    import glob
+
+    j, run, c = _log_with_band(tmp_path, ["mlflow"])
+    (hi,) = glob.glob(str(tmp_path / "st" / "mlruns" / "*" / "*" / "metrics" / "eval" /
+                          "pass_rate_forecast_hi"))
+    got = [(int(s), float(v)) for _, v, s in (ln.split() for ln in open(hi).read().splitlines())]
+    steps = [i for i in range(18, c.size, 6) if c[i] >= j.forecast.frozen_at]
+    assert [s for s, _ in got] == steps
+    doc = rundir.read_forecast(run)
+    assert got[0][1] == pytest.approx(rundir.forecast_band(doc, float(c[steps[0]]))[2], abs=1e-6)
