@@ -15,7 +15,7 @@ from ablate.cli.app import app  # noqa: F401  (the entry points and tests take i
 
 def _register() -> None:
     # Imported for their side effect of adding commands to `app`.
-    from ablate.cli import curves, init, plan, report, run, sweep, status, tune  # noqa: F401
+    from ablate.cli import curves, init, plan, report, run, sweep, status, tune, watch  # noqa: F401
 
 
 def main(args: Optional[Sequence[str]] = None) -> None:

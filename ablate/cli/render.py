@@ -283,7 +283,8 @@ def print_plan(console: Console, result: dict[str, Any], *, title: str, tol: flo
     notes.print(console)
 
 
-def status_table(console: Console, title: str, states: list[RunState], wide: bool) -> Group:
+def status_table(console: Console, title: str, states: list[RunState], wide: bool,
+                 extra: tuple[Col, ...] = ()) -> Group:
     """`ablate status`: one row per run. Ids stay whole (they are what users copy)."""
     from ablate.cli.live import STATE_STYLE
 
@@ -299,4 +300,4 @@ def status_table(console: Console, title: str, states: list[RunState], wide: boo
     if wide:
         cols += [Col("job", [s.job_id or "" for s in states], whole=True, drop=WIDE + 1),
                  Col("tries", [str(s.attempts) for s in states], drop=WIDE)]
-    return table(console, title, cols, legend=legend)
+    return table(console, title, cols + list(extra), legend=legend)

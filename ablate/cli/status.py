@@ -29,15 +29,21 @@ def status(
     from ablate.studies.status import study_states
 
     states = study_states(study_dir)
+    from ablate.cli.watch import status_verdicts  # `ablate watch`'s verdicts (forecast.json)
+
+    watched = status_verdicts(study_dir, [s.run_id for s in states])
     stopped = stopped_variants(study_dir)  # adaptive studies: which variants stopped, why
     if as_json:
         keys = ("run_id", "name", "seed", "state", "step", "progress", "job_id", "attempts",
                 "error")
-        print(json.dumps([{**{k: getattr(s, k) for k in keys}, "stopped": stopped.get(s.name)}
-                          for s in states]))
+        print(json.dumps([{**{k: getattr(s, k) for k in keys}, "stopped": stopped.get(s.name),
+                           "watch": v or None} for s, v in zip(states, watched)]))
         return
     con = Console()
-    con.print(status_table(con, str(study_dir), states, wide))
+    from ablate.cli.tables import Col
+
+    con.print(status_table(con, str(study_dir), states, wide,
+                           (Col("watch", watched, justify="left", drop=5),) if any(watched) else ()))
     counts: dict[str, int] = {}
     for s in states:
         counts[s.state] = counts.get(s.state, 0) + 1

@@ -35,7 +35,7 @@ from ablate.analysis.pipeline import Options, common_window, fit_all
 from ablate.errors import InputError
 from ablate.studies.expand import Variant
 from ablate.studies.launch.job import set_state
-from ablate.studies.stage_rules import decide, score_levels
+from ablate.studies.stage_rules import decide, departed_variants, score_levels
 from ablate.studies.stagespec import all_budgets
 from ablate.studies.status import run_states
 from ablate.studies.study import load_study
@@ -182,8 +182,15 @@ def decide_and_promote(plan: SweepPlan, budgets: list[dict[str, float]]) -> list
                                                        plan.loaded.study.max_attempts):
             break
         groups, levels = fit_stage(store, active)
+        departed = None
+        if spec.stop_departed:  # opt in: runs that fell off their frozen forecast
+            from ablate.analysis.sources import load
+
+            frame = load(store.root).frame
+            departed = departed_variants(frame[frame["variant"].isin(active)])
         dec = decide(groups, margin=spec.margin, baseline=spec.baseline, stage=k,
-                     budget=budgets[k], dead=dead_variants(store, runs, active), levels=levels)
+                     budget=budgets[k], dead=dead_variants(store, runs, active), levels=levels,
+                     departed=departed)
         decisions.append(dec.to_json())
         with store.locked():
             store.write_stages(budgets, decisions)

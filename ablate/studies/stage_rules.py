@@ -13,6 +13,10 @@ After each stage every variant is fitted (its seeds pooled, one window for all) 
     temperature 0.2 rises to 0.72 and sinks back to 0.5 (benchmarks/RESULTS.md). Their fits
     are refused ("flat or decreasing"), so no rule on A could ever stop them.
 
+  * departed rule (opt in: `stages.stop_departed`): every run of the variant that has a frozen
+    forecast has departed from it (ablate.analysis.watch: k evaluations in a row below the band),
+    e.g. a late collapse whose fit still stands because the rise dominates the window.
+
 Any other variant whose fit fails (too few points, not yet rising) is kept: nothing is stopped
 on a curve we cannot read. The controller that applies these is ablate.studies.adaptive.
 """
@@ -55,7 +59,8 @@ class Decision:
 def decide(groups: list[GroupFit], *, margin: float = A_MARGIN, baseline: str | None = None,
            stage: int = 0, budget: dict[str, float] | None = None,
            dead: dict[str, str] | None = None,
-           levels: dict[str, tuple[float, float]] | None = None) -> Decision:
+           levels: dict[str, tuple[float, float]] | None = None,
+           departed: dict[str, str] | None = None) -> Decision:
     """Which variants stop after a stage. `dead` maps variants whose runs all ended without a
     curve to continue (diverged / failed for good) to why; they stop too. `levels` maps a
     variant to its observed (best, recent) score (`score_levels`), for the collapse rule."""
@@ -85,6 +90,8 @@ def decide(groups: list[GroupFit], *, margin: float = A_MARGIN, baseline: str | 
                 stopped[g.variant] = (f"stage {stage}: score fell from {lv[0]:.3f} to {lv[1]:.3f} "
                                       f"(collapsed), below {top.variant}'s A lower bound "
                                       f"{top_lo:.3f}")
+    for v, why in (departed or {}).items():
+        stopped.setdefault(v, f"stage {stage}: {why}")
     kept = [g.variant for g in groups if g.variant not in stopped]
     return Decision(stage, dict(budget or {}), kept, stopped, fits)
 
@@ -116,4 +123,23 @@ def score_levels(frame: pd.DataFrame, k: int = 3) -> dict[str, tuple[float, floa
         if runs:
             out[str(v)] = (float(np.mean([b for b, _ in runs])),
                            float(np.mean([r for _, r in runs])))
+    return out
+
+
+def departed_variants(frame: pd.DataFrame) -> dict[str, str]:
+    """variant -> why, for the departed rule: every run (seed) of the variant that has a frozen
+    forecast departed from it, and at least one has one (ablate.analysis.watch with its
+    defaults). A tidy curves frame in (columns variant, seed, compute, score)."""
+    from ablate.analysis.watch import judge
+
+    out = {}
+    for v, g in frame.sort_values("compute").groupby("variant", sort=False):
+        js = [judge(f"{v}/seed{s}", str(v), int(s), r["compute"], r["score"], with_today=False)
+              for s, r in g.groupby("seed")]
+        js = [j for j in js if j.forecast is not None]
+        if js and all(j.verdict == "departed" for j in js):
+            at = min(j.departed_at for j in js)
+            out[str(v)] = (f"departed from its frozen forecast from compute {at:.4g} "
+                           f"({len(js)} run(s), {js[0].k} evaluations in a row below the "
+                           f"{js[0].level:.0%} band)")
     return out

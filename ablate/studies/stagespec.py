@@ -46,6 +46,12 @@ class StageSpec(BaseModel):
         "study ends there; true = train it on to the final budget anyway.",
     )
 
+    stop_departed: bool = Field(
+        False, description="true = also stop a variant whose runs have all departed from their "
+        "frozen forecast (`ablate watch`'s rule: 3 evaluations in a row below the 99% band); "
+        "off by default: a departure is a fact about one run, stopping is the study's choice.",
+    )
+
     @field_validator("budgets")
     @classmethod
     def _one_limit_increasing(cls, v: list[BudgetConfig]) -> list[BudgetConfig]:

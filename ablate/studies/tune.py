@@ -71,6 +71,8 @@ class Prune(Strict):
     rungs: list[BudgetConfig] = Field(min_length=1, description="Budgets at which each trial's "
                                       "curve so far is fitted; it stops when its A's upper "
                                       "bound is below the best finished trial's A lower bound.")
+    stop_departed: bool = Field(False, description="true = also stop, at a rung, a trial that "
+                                "has departed from its frozen forecast (`ablate watch`'s rule).")
 
 
 class TuneSpace(Strict):
@@ -241,7 +243,8 @@ def _suggest_config(trial: Any, space: TuneSpace, tree: dict[str, Any], prov: Pr
     return validate_config(cfg_tree, prov, str(path))
 
 
-def _judge_rung(trial: Any, i: int, budget: dict[str, Any], run_dir: Path, obj: Objective) -> None:
+def _judge_rung(trial: Any, i: int, budget: dict[str, Any], run_dir: Path, obj: Objective,
+                stop_departed: bool = False) -> None:
     """Fit the trial's curve at rung `i` and report it to the pruner; optuna.TrialPruned when
     its A's upper bound is below the best finished trial's lower bound or, with no fit, when
     its score collapsed (ablate.studies.pruner)."""
@@ -254,6 +257,13 @@ def _judge_rung(trial: Any, i: int, budget: dict[str, Any], run_dir: Path, obj: 
         c, y = _points(run_dir, obj)
     except FitError:
         c, y = [], []
+    if stop_departed and c:  # opt in (prune.stop_departed): off its own frozen forecast
+        from ablate.analysis.watch import judge
+
+        j = judge(run_dir.name, run_dir.name, 0, c, y, with_today=False)
+        if j.verdict == "departed":
+            trial.set_user_attr("pruned_at", budget)
+            raise optuna.TrialPruned(j.reason)
     try:
         fit = _fit_points(c, y, obj)
     except Exception:  # noqa: BLE001 - no fit: only a collapse can stop it (pruner.py)
@@ -308,7 +318,7 @@ def tune(path: Path, results: Path, *, n_trials: int | None = None, entry: str =
                 fn(cfg.model_copy(update={"budget": BudgetConfig(**b)}), run_dir)
             if rundir.read_state(run_dir) == rundir.RunState.DIVERGED:
                 break
-            _judge_rung(trial, i, b, run_dir, space.objective)
+            _judge_rung(trial, i, b, run_dir, space.objective, space.prune.stop_departed)
         if not rundir.is_final(rundir.read_state(run_dir)) or (
                 rungs and not _trained_to(run_dir, cfg.budget.model_dump(exclude_none=True))):
             fn(cfg, run_dir)  # resumes from the run dir's checkpoint if there is one
