@@ -72,9 +72,10 @@ DEFAULT_GPU = "h100"  # a profile with GPUs but no `gpu_model`: planned as an H1
 # the FLOPs, not in the MFU). An assumption, not a measurement of this trainer on GPUs.
 TRAIN_MFU = 0.35
 # Share of HBM bandwidth a decode iteration attains. Assumption: vLLM's paged-attention decode
-# kernels and weight GEMVs at large batch run well below the datasheet peak; 0.6 reproduces the
-# paper's own pace (ScaleRL: ~1.5k GPU-hours ~ ~1k steps of 768 x <=14k tokens on 80 GPUs,
-# i.e. ~70 s a step on 64 generation GPUs; this model gives ~90 s at full length).
+# kernels and weight GEMVs at large batch run below the datasheet peak. A check against the
+# paper's own pace (scalerl.md: ~1.5k GPU-hours ~ ~1k steps of 768 samples on 80 GPUs, i.e.
+# ~68 s a step on 64 generation GPUs): this model gives 123 s a step there at full length
+# (16 engines of 4 H100s) and 66 s at 70% of the cap, so it is of the paper's order.
 DECODE_BW_EFFICIENCY = 0.6
 DECODE_MFU = 0.5  # the compute side of a decode iteration (rarely the bound at 8B); assumption
 PREFILL_MFU = 0.5  # prompt prefill (compute-bound); assumption
@@ -94,12 +95,15 @@ JOB_START_S_CPU = 30.0  # measured: a proxy run's start (warm-up cached) on this
 # Assumption: a parallel file system gives a few GB/s to one job.
 CHECKPOINT_BYTES_PER_S = 2e9
 
-# The CPU proxy on this project's machine (2 cores, loaded by other work): measured by
-# benchmarks/bench_time_plan.py (`calibrate`), one torch thread. Not datasheet values.
-CPU_TRAIN_FLOPS = 2.0e9  # fp32 FLOP/s of the proxy's forward+backward+AdamW at its sizes
-CPU_STEP_OVERHEAD_S = 0.02  # per optimizer step besides the FLOPs (optimizer, Python)
-CPU_DECODE_ITER_S = 1.5e-3  # per decode iteration of the hf sampler (Python, small GEMMs)
-CPU_DECODE_FLOPS = 2.0e9  # FLOP/s of the sampler's forward at batch
+# The CPU proxy on this project's machine (2 cores shared with other work, one torch thread):
+# fitted by `python benchmarks/bench_time_plan.py --calibrate` on two ppo_off_policy proxy runs
+# (8 and 32 prompts x 8 samples, 40 steps each; loaded: load average ~6.7 on 2 cores), then
+# checked on four other configs (benchmarks/RESULTS.md "Time plan"). Effective values of that
+# machine, not datasheet ones: another CPU needs its own fit.
+CPU_DECODE_ITER_S = 4.4e-3  # per decode iteration of the hf sampler (Python, small GEMMs)
+CPU_DECODE_FLOPS = 1.36e10  # FLOP/s of the sampler's forward (2N per prompt and new token)
+CPU_TRAIN_FLOPS = 2.6e10  # FLOP/s of forward+backward (6N a token, plus attention)
+CPU_STEP_OVERHEAD_S = 0.026  # per optimizer step besides the FLOPs (AdamW, Python)
 
 
 @dataclass
@@ -146,23 +150,36 @@ class Limits:
     max_requeues: Optional[int] = None
     signal_delay_s: Optional[float] = None
     gpu_model: Optional[str] = None
+    time_key: str = "slurm.time_min"  # the profile key a message tells to raise
+    requeue_key: Optional[str] = "slurm.max_num_timeout"  # None: not settable in the profile
 
 
 def lengths(c: TrainConfig) -> tuple[float, float]:
-    """(prompt tokens, planned completion tokens) of one sample. A real model: the paper's
-    2,048-token prompt budget (trainer/resources.py PROMPT_TOKENS, an upper bound) and the
-    completion cap x COMPLETION_SHARE; the proxy's arithmetic task: its character prompts
-    ("NN+NN=", digits x 2 + 2) and answers (digits + 1, plus the end token) as generated."""
+    """(prompt tokens, planned completion tokens) of one sample: the completion cap x
+    COMPLETION_SHARE, and a prompt of the paper's 2,048-token budget for a real model
+    (trainer/resources.py PROMPT_TOKENS, an upper bound); the proxy's arithmetic task has
+    character prompts of digits x 2 + 2 ("12+34="). On the quickstart the proxy's mean
+    completion measured ~4.9 of its cap of 6 (benchmarks/RESULTS.md "Time plan")."""
     from trainer.resources import PROMPT_TOKENS, sequence_tokens
 
     seq = sequence_tokens(c)
     if c.model.name_or_path is None:
         cap = min(c.rollout.max_new_tokens, seq)
-        if c.task.name == "arithmetic":
-            d = c.task.digits
-            return 2 * d + 2, min(cap, d + 2)
-        return max(1, seq - cap), cap * COMPLETION_SHARE
+        prompt = 2 * c.task.digits + 2 if c.task.name == "arithmetic" else max(1, seq - cap)
+        return prompt, cap * COMPLETION_SHARE
     return PROMPT_TOKENS, (seq - PROMPT_TOKENS) * COMPLETION_SHARE
+
+
+def trained_tokens(c: TrainConfig) -> float:
+    """Token positions a step's forward processes, as trainer/update.py counts them for the
+    FLOPs: every row whole under micro-batches or activation checkpointing; otherwise each
+    prompt once for its G samples (the shared-prefix forward) plus the completions but their
+    last token. Zero-variance filtering drops groups from this (not planned: data-dependent;
+    a FLOPs budget then takes more steps than planned)."""
+    samples, prompt, completion = _sample_counts(c)
+    if c.engine.micro_batch_tokens is not None or c.model.gradient_checkpointing:
+        return samples * (prompt + completion)
+    return c.rollout.prompts_per_step * prompt + samples * max(completion - 1, 0)
 
 
 def attention_flops_per_token(m: ModelShape, ctx: float) -> float:
@@ -354,7 +371,13 @@ def _combine(c: TrainConfig, tp: TimePlan) -> None:
     generator has a device of its own (vLLM on its own GPUs; a thread on CPU); otherwise
     they take turns."""
     gen, train = tp.generation_s or 0.0, tp.train_s or 0.0
-    if c.off_policy.mode == "pipeline":
+    if c.off_policy.mode == "pipeline" and tp.device.startswith("CPU"):
+        # The generator is a thread of the trainer's process: at the proxy's size both sides
+        # are mostly Python overhead under one GIL, so they take turns (measured: the sum
+        # is within 5-27% of the proxy's pipeline steps, the max 23-37% under).
+        tp.step_s = gen + train
+        tp.overlap = "pipeline on CPU: generator thread and trainer share the GIL (taking turns)"
+    elif c.off_policy.mode == "pipeline":
         tp.step_s = max(gen, train)
         tp.overlap = "pipeline: generation and training overlap (the slower sets the pace)"
     else:
@@ -368,7 +391,7 @@ def _to_budget(c: TrainConfig, m: ModelShape, shape: JobShape, limits: Limits,
     """Steps, evals, checkpoints, wall and GPU-hours to the budget; jobs and requeues under
     the profile's limits; what stops the run from reaching its budget."""
     samples, prompt, completion = _sample_counts(c)
-    per_step_flops = samples * (2.0 * m.params * completion + 6.0 * m.params * (prompt + completion))
+    per_step_flops = 2.0 * m.params * samples * completion + 6.0 * m.params * trained_tokens(c)
     steps = budget_steps(c, tp.step_s, per_step_flops, tp.devices or 1)
     if steps is None:
         tp.note = "no budget limit to plan against"
@@ -433,18 +456,19 @@ def _jobs(c: TrainConfig, tp: TimePlan, limits: Limits, run_s: float, start: flo
                       f"checkpoints come every {c.checkpoint.every_steps} steps; set "
                       "checkpoint.every_minutes below the job's length, raise "
                       "slurm.signal_delay_s above a step plus a checkpoint, or raise "
-                      "slurm.time_min")
+                      f"{limits.time_key}")
         return
     tp.jobs = math.ceil(steps / fit)
     tp.requeues = tp.jobs - 1
     if limits.max_requeues is not None and tp.requeues > limits.max_requeues:
         tp.reaches_budget = False
         reach = (limits.max_requeues + 1) * fit
+        raise_ = (f"raise {limits.requeue_key} to {tp.requeues} or {limits.time_key}"
+                  if limits.requeue_key else f"raise {limits.time_key}")
         tp.problem = (f"needs {tp.jobs} jobs of {_dur(job_s)} ({tp.requeues} requeues) to reach "
                       f"{steps:,} steps, the profile allows {limits.max_requeues} requeues "
-                      f"(max_num_timeout), which stop it near step {reach:,}; raise "
-                      f"slurm.max_num_timeout to {tp.requeues} or slurm.time_min, or lower the "
-                      "budget")
+                      f"({limits.requeue_key or 'the executor default'}), which stop it near "
+                      f"step {reach:,}; {raise_}, or lower the budget")
     else:
         tp.reaches_budget = True
 
@@ -465,7 +489,7 @@ def _eval_checks(c: TrainConfig, tp: TimePlan, limits: Limits) -> None:
         found.append(f"one eval ({_eval_size(c)}) takes {_dur(ev)}, longer than a {_dur(job_s)} "
                      f"job: the step-0 eval never finishes; lower eval.num_prompts (about "
                      f"{_fewer(n, room, ev)} evaluate in half a job) or eval.samples_per_prompt, "
-                     "or raise slurm.time_min")
+                     f"or raise {limits.time_key}")
     if tp.eval_blocks_training and ev > barrier and (tp.devices or 1) > 1 and gpu \
             and c.rollout.backend == "vllm":
         found.append(f"one eval ({_eval_size(c)}) takes {_dur(ev)} while the other training ranks "

@@ -110,7 +110,8 @@ class Profile(Strict):
                           signal_delay_s=s.signal_delay_s, gpu_model=self.gpu_model)
         if name == "local":
             return Limits(time_min=self.local.timeout_min, max_requeues=LOCAL_MAX_NUM_TIMEOUT,
-                          gpu_model=self.gpu_model)
+                          gpu_model=self.gpu_model, time_key="local.timeout_min",
+                          requeue_key=None)
         return Limits(gpu_model=self.gpu_model)
 
 
