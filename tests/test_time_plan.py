@@ -201,3 +201,22 @@ def test_dry_run_shows_a_command_trainers_command(tmp_path):
         assert f"--out {results / 'cmd' / run['run_id']}" in cmd and "--resume" not in cmd
         assert f"{run['run_id']} {run['name']} seed 0: {cmd}" in r.stdout
     assert not results.exists()  # the dry run wrote nothing
+
+
+def test_with_the_eval_service_eval_runs_beside_training_and_a_stop_saves_at_once(monkeypatch):
+    """With trainer/generation/service.py (eval beside training, a stop saving the last
+    finished step at once): eval no longer blocks the steps, but an eval longer than a job
+    still never finishes; and a job keeps its steps without a 35-minute signal_delay_s."""
+    import trainer.time_plan as time_plan
+
+    c = paper(eval={"num_prompts": 50})
+    before = plan_time(c, PAPER_SHAPE, PAPER_LIMITS)
+    monkeypatch.setattr(time_plan, "EVAL_SERVICE", True)
+    after = plan_time(c, PAPER_SHAPE, PAPER_LIMITS)
+    assert before.eval_blocks_training and not after.eval_blocks_training
+    assert before.steps_per_job == 0 and after.steps_per_job > 0
+    assert not any("signal_delay_s" in w for w in after.warnings)
+    # Generation-bound pipeline: an eval beside training takes the engines' time all the same.
+    assert after.wall_h == pytest.approx(before.wall_h, rel=0.5)
+    long_eval = plan_time(paper(), PAPER_SHAPE, PAPER_LIMITS)
+    assert long_eval.reaches_budget is False and "no eval ever finishes" in long_eval.problem

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Optional
 
 from trainer.config import TrainConfig
@@ -234,13 +235,24 @@ def count_evals(c: TrainConfig, steps: int) -> int:
     return 1 + due + 1
 
 
+# The generation service (trainer/generation/service.py, branch "service"): eval decodes beside
+# training (rank 0's eval worker through the service), and a stop signal that arrives inside
+# generation or eval saves at once with the last finished step (trainer/config_parts/
+# schedule.py EvalConfig, CheckpointConfig.every_minutes). Without it (the trainer before that
+# change) eval blocks the training ranks and a stop saves only at the next step boundary. The
+# file's presence says which trainer this is; a file check keeps this module free of imports.
+EVAL_SERVICE = (Path(__file__).parent / "generation" / "service.py").is_file()
+
+
 def eval_overlaps_training(c: TrainConfig) -> bool:
-    """Whether an evaluation runs beside training instead of stopping it. Today's trainer
-    (trainer/eval_point.py evaluate): eval blocks the training ranks in every mode (rank 0
-    evaluates through the engines while the others wait at a barrier; the hf backend
-    evaluates between steps). An asynchronous eval service changes this one function."""
-    flag = getattr(c.eval, "asynchronous", None)
-    return bool(flag) and c.rollout.backend == "vllm"
+    """Whether an evaluation runs beside training instead of stopping it (see EVAL_SERVICE)."""
+    return EVAL_SERVICE
+
+
+def stop_saves_at_once() -> bool:
+    """Whether a stop signal inside a step saves the last finished step at once (see
+    EVAL_SERVICE), or only at the next step boundary."""
+    return EVAL_SERVICE
 
 
 def budget_steps(c: TrainConfig, step_s: float, flops_per_step: float,
@@ -400,7 +412,7 @@ def _to_budget(c: TrainConfig, m: ModelShape, shape: JobShape, limits: Limits,
     tp.evals = count_evals(c, steps)
     every = c.eval.every_steps
     tp.eval_interval_s = every * tp.step_s
-    if tp.eval_blocks_training:
+    if tp.eval_blocks_training or tp.device.startswith("CPU"):  # CPU: one GIL, taking turns
         eval_cost = tp.eval_s
     else:  # beside training on the engines: only what the window's slack does not absorb
         eval_cost = max(0.0, every * (tp.generation_s or 0.0) + tp.eval_s - every * tp.step_s)
@@ -420,9 +432,10 @@ def _to_budget(c: TrainConfig, m: ModelShape, shape: JobShape, limits: Limits,
 
 def _jobs(c: TrainConfig, tp: TimePlan, limits: Limits, run_s: float, start: float) -> None:
     """Jobs to the budget under a time limit. A job keeps its work up to its last checkpoint:
-    the stop signal (signal_delay_s before the limit) checkpoints at the next step boundary
-    (trainer/checkpointing.py) when a step plus a checkpoint fit in that warning; otherwise
-    only the scheduled checkpoints (checkpoint.every_steps / every_minutes) survive."""
+    the stop signal (signal_delay_s before the limit) saves the last finished step at once
+    (with the generation service) or at the next step boundary (before it), when that save
+    fits in the warning; otherwise only the scheduled checkpoints (checkpoint.every_steps /
+    every_minutes) survive a requeue."""
     if limits.time_min is None:
         tp.jobs, tp.requeues = 1, 0
         return
@@ -435,7 +448,16 @@ def _jobs(c: TrainConfig, tp: TimePlan, limits: Limits, run_s: float, start: flo
     fit = int(max(0.0, usable) // per_step)
     warning = limits.signal_delay_s
     ckpt = tp.checkpoint_s or 0.0
-    if warning is not None and warning < tp.step_s + ckpt:
+    need = ckpt if stop_saves_at_once() else tp.step_s + ckpt
+    if warning is not None and warning < need and stop_saves_at_once():
+        every = c.checkpoint.every_steps
+        tp.warnings.append(
+            f"signal_delay_s {warning:g} is less than a checkpoint ({_dur(ckpt)}): the save the "
+            "stop signal starts may not finish before the job requeues, so a requeue can lose "
+            f"the work since the last scheduled checkpoint; raise slurm.signal_delay_s to "
+            f"{math.ceil(ckpt * 1.5) + 60}")
+        fit = (fit // every) * every
+    elif warning is not None and warning < need:
         every = c.checkpoint.every_steps
         sched = f"checkpoint.every_steps {every}"
         if c.checkpoint.every_minutes:
@@ -486,8 +508,11 @@ def _eval_checks(c: TrainConfig, tp: TimePlan, limits: Limits) -> None:
     found = []
     if job_s is not None and ev > job_s - start - (limits.signal_delay_s or 0):
         room = (job_s - start - (limits.signal_delay_s or 0)) / 2
+        never = ("the step-0 eval never finishes" if tp.eval_blocks_training else
+                 "no eval ever finishes (one in flight is redone after each requeue), so the "
+                 "run writes no curve point")
         found.append(f"one eval ({_eval_size(c)}) takes {_dur(ev)}, longer than a {_dur(job_s)} "
-                     f"job: the step-0 eval never finishes; lower eval.num_prompts (about "
+                     f"job: {never}; lower eval.num_prompts (about "
                      f"{_fewer(n, room, ev)} evaluate in half a job) or eval.samples_per_prompt, "
                      f"or raise {limits.time_key}")
     if tp.eval_blocks_training and ev > barrier and (tp.devices or 1) > 1 and gpu \
