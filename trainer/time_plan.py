@@ -80,7 +80,13 @@ TRAIN_MFU = 0.35
 DECODE_BW_EFFICIENCY = 0.6
 DECODE_MFU = 0.5  # the compute side of a decode iteration (rarely the bound at 8B); assumption
 PREFILL_MFU = 0.5  # prompt prefill (compute-bound); assumption
-HF_DECODE_BW_EFFICIENCY = 0.2  # the hf sampler on GPUs (no paged KV, Python per token); assumption
+HF_DECODE_BW_EFFICIENCY = 0.5  # the hf sampler's memory reads on GPUs (static KV cache); assumption
+# The hf sampler's fixed cost per decode iteration on a GPU (kernel launches, Python): measured
+# on an H100, Qwen2.5-0.5B shapes, 8 x 8 samples of 256 + 256 tokens: 7.8-10.8 s a step
+# (benchmarks/RESULTS.md "GPU benchmark, issue 9", 2026-11-23), less ~0.3 s of training, over
+# 257 decode iterations: ~30 ms each. Taken before the sampler's captured decode step (issue
+# 25), so an upper bound for today's sampler.
+HF_GPU_DECODE_ITER_S = 0.03
 VLLM_MAX_NUM_SEQS = 256  # vLLM's default max_num_seqs (vllm/config: SchedulerConfig)
 # Planned length of a completion, as a share of its cap. 1.0: every sample runs to its cap, an
 # upper bound on the step time (the paper interrupts thinking at a budget drawn in [10k, 12k]
@@ -98,13 +104,14 @@ CHECKPOINT_BYTES_PER_S = 2e9
 
 # The CPU proxy on this project's machine (2 cores shared with other work, one torch thread):
 # fitted by `python benchmarks/bench_time_plan.py --calibrate` on two ppo_off_policy proxy runs
-# (8 and 32 prompts x 8 samples, 40 steps each; loaded: load average ~6.7 on 2 cores), then
-# checked on four other configs (benchmarks/RESULTS.md "Time plan"). Effective values of that
-# machine, not datasheet ones: another CPU needs its own fit.
-CPU_DECODE_ITER_S = 4.4e-3  # per decode iteration of the hf sampler (Python, small GEMMs)
-CPU_DECODE_FLOPS = 1.36e10  # FLOP/s of the sampler's forward (2N per prompt and new token)
-CPU_TRAIN_FLOPS = 2.6e10  # FLOP/s of forward+backward (6N a token, plus attention)
-CPU_STEP_OVERHEAD_S = 0.026  # per optimizer step besides the FLOPs (AdamW, Python)
+# (8 and 32 prompts x 8 samples, 40 steps each; loaded: load average ~20 on 2 cores), then
+# checked in the same invocation on four other configs and a whole quickstart run
+# (benchmarks/RESULTS.md "Time plan"). Effective values of that machine under that load, not
+# datasheet ones: another CPU needs its own fit.
+CPU_DECODE_ITER_S = 5.1e-3  # per decode iteration of the hf sampler (Python, small GEMMs)
+CPU_DECODE_FLOPS = 1.98e10  # FLOP/s of the sampler's forward (2N per prompt and new token)
+CPU_TRAIN_FLOPS = 4.1e10  # FLOP/s of forward+backward (6N a token, plus attention)
+CPU_STEP_OVERHEAD_S = 0.066  # per optimizer step besides the FLOPs (AdamW, Python)
 
 
 @dataclass
@@ -160,7 +167,8 @@ def lengths(c: TrainConfig) -> tuple[float, float]:
     COMPLETION_SHARE, and a prompt of the paper's 2,048-token budget for a real model
     (trainer/resources.py PROMPT_TOKENS, an upper bound); the proxy's arithmetic task has
     character prompts of digits x 2 + 2 ("12+34="). On the quickstart the proxy's mean
-    completion measured ~4.9 of its cap of 6 (benchmarks/RESULTS.md "Time plan")."""
+    completion is ~4.9 of its cap of 6 (from its FLOPs budget and the 781 steps it took,
+    benchmarks/RESULTS.md "Time plan"), so its planned steps are longer than measured."""
     from trainer.resources import PROMPT_TOKENS, sequence_tokens
 
     seq = sequence_tokens(c)
@@ -202,6 +210,14 @@ def decode_rate(m: ModelShape, c: TrainConfig, gpu: Gpu, *, tp: int, concurrent:
     flops = concurrent * (2.0 * m.params + attention_flops_per_token(m, ctx)) / tp
     t_cmp = flops / (gpu.peak_flops * DECODE_MFU)
     return concurrent / max(t_mem, t_cmp)
+
+
+def hf_rate(m: ModelShape, c: TrainConfig, gpu: Gpu, rows: int, ctx: float) -> float:
+    """Tokens/s of the hf sampler on one GPU decoding `rows` sequences: the roofline's time
+    per iteration plus the sampler's fixed cost per iteration (HF_GPU_DECODE_ITER_S)."""
+    roof = rows / decode_rate(m, c, gpu, tp=1, concurrent=rows, ctx=ctx,
+                              bw_eff=HF_DECODE_BW_EFFICIENCY)
+    return rows / (roof + HF_GPU_DECODE_ITER_S)
 
 
 def engine_concurrency(c: TrainConfig, m: ModelShape, e: Engines, shape: JobShape,
@@ -327,16 +343,17 @@ def _gpu_step(c: TrainConfig, m: ModelShape, shape: JobShape, limits: Limits,
                                     math.ceil(eval_rows(c) / e.replicas), ctx)
         eval_rate = e.replicas * decode_rate(m, c, gpu, tp=e.tp, concurrent=eval_b, ctx=ctx,
                                              bw_eff=DECODE_BW_EFFICIENCY)
-    else:  # the hf sampler on the training GPUs, each rank its rows (rough)
+    else:  # the hf sampler on the training GPUs, each rank its rows
         dp = training_dp(c, shape)
         rows = math.ceil(samples / dp)
-        rate = dp * decode_rate(m, c, gpu, tp=1, concurrent=rows, ctx=ctx,
-                                bw_eff=HF_DECODE_BW_EFFICIENCY)
+        rate = dp * hf_rate(m, c, gpu, rows, ctx)
         gen_gpus = dp
         eval_k = c.eval.samples_per_prompt
-        eval_batch = c.eval.batch_size or 64 * eval_k
-        eval_rate = decode_rate(m, c, gpu, tp=1, concurrent=max(eval_k, eval_batch), ctx=ctx,
-                                bw_eff=HF_DECODE_BW_EFFICIENCY)  # rank 0 alone (or lockstep)
+        eval_batch = max(eval_k, (c.eval.batch_size or 64 * eval_k) // eval_k * eval_k)
+        eval_rate = hf_rate(m, c, gpu, eval_batch, ctx)  # rank 0 alone (or ranks in lockstep)
+        tp.assumptions.append(f"hf sampler: {HF_GPU_DECODE_ITER_S * 1e3:g} ms a decode "
+                              "iteration besides its memory reads (measured on an H100, before "
+                              "the captured decode step)")
     prefill_s = prefill * 2.0 * m.params / (gpu.peak_flops * PREFILL_MFU * gen_gpus)
     tp.generation_tokens_per_s = round(rate, 1)
     tp.generation_s = gen_tokens / rate + prefill_s
@@ -385,10 +402,13 @@ def _combine(c: TrainConfig, tp: TimePlan) -> None:
     gen, train = tp.generation_s or 0.0, tp.train_s or 0.0
     if c.off_policy.mode == "pipeline" and tp.device.startswith("CPU"):
         # The generator is a thread of the trainer's process: at the proxy's size both sides
-        # are mostly Python overhead under one GIL, so they take turns (measured: the sum
-        # is within 5-27% of the proxy's pipeline steps, the max 23-37% under).
+        # are mostly Python overhead under one GIL, so they take turns (measured: the sum is
+        # 5-27% over the proxy's pipeline steps, the max 23-37% under; loaded).
         tp.step_s = gen + train
         tp.overlap = "pipeline on CPU: generator thread and trainer share the GIL (taking turns)"
+    elif c.off_policy.mode == "pipeline" and c.rollout.backend != "vllm":
+        tp.step_s = gen + train
+        tp.overlap = "pipeline with the hf generator: it shares the training GPUs (taking turns)"
     elif c.off_policy.mode == "pipeline":
         tp.step_s = max(gen, train)
         tp.overlap = "pipeline: generation and training overlap (the slower sets the pace)"
