@@ -220,3 +220,20 @@ def test_with_the_eval_service_eval_runs_beside_training_and_a_stop_saves_at_onc
     assert after.wall_h == pytest.approx(before.wall_h, rel=0.5)
     long_eval = plan_time(paper(), PAPER_SHAPE, PAPER_LIMITS)
     assert long_eval.reaches_budget is False and "no eval ever finishes" in long_eval.problem
+
+
+@pytest.mark.slurm
+def test_dry_run_with_no_profile_on_a_slurm_machine_says_where_and_warns():
+    """Issue 32: no profile where `sinfo` answers: the runs go to Slurm with its default
+    settings (no GPUs); the dry run says so and warns that the 8B plan is checked against
+    no GPU size."""
+    from ablate.studies.launch import slurm
+
+    if not slurm.available():
+        pytest.skip("no Slurm cluster: run `bash tests/slurm/cluster.sh start`")
+    r = ablate("sweep", "recipes/loss_agg.yaml", "--dry-run", "--override", "seeds=[0]")
+    assert r.returncode == 0, r.stderr
+    first, second = r.stdout.splitlines()[:2]
+    assert first.startswith("where: executor slurm (no executor named; Slurm answers here")
+    assert "no launch profile" in first and "time limit 60 min per job" in first
+    assert second.startswith("warning: the memory plan (up to 150.") and "no GPUs" in second

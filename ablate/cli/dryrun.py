@@ -163,9 +163,11 @@ def warnings_of(shape: JobShape, plans: dict[str, Any], info: dict[str, Any]) ->
                   p.model != "proxy"]
     if shape.gpu_memory_gib is None and gpu_models:
         top = max(p.train_gib_per_gpu for p in gpu_models)
-        where = ("GPUs not known here" if shape.gpus_per_node is None else
-                 "the profile gives each node no GPUs (slurm.gpus_per_node 0)"
-                 if shape.gpus_per_node == 0 else "gpu_memory_gib is not set")
+        no_gpus = shape.gpus_per_node == 0 or (
+            info["executor"] == "slurm" and not info.get("gpus_per_node"))
+        where = ("the Slurm jobs would get no GPUs (slurm.gpus_per_node 0)" if no_gpus else
+                 "GPUs not known here" if shape.gpus_per_node is None else
+                 "gpu_memory_gib is not set")
         out.append(f"warning: the memory plan (up to {top:g} GiB per training GPU) is not "
                    f"checked against any GPU: {where}; use a profile that sets gpu_memory_gib "
                    "and the GPUs (e.g. --profile slurm_gpu)")
@@ -180,6 +182,8 @@ def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json:
 
     prof = prof or Profile()
     ex, why = executor_reason(executor, prof)
+    if prof == Profile():
+        why += "; no launch profile: default settings"
     info = launch_info(ex, why, prof)
     plans = resource_plans(variants, shape)
     times = time_plans(variants, shape, prof.limits(ex))

@@ -170,8 +170,8 @@ def executor_reason(requested: Optional[str], prof: Profile) -> tuple[str, str]:
             why += f"; not usable here: {mod.UNAVAILABLE}"
         return name, why
     if launch.slurm.available():
-        return "slurm", "no profile executor; Slurm answers here (`sinfo`), so its defaults"
-    return "local", "no profile executor and no working Slurm here"
+        return "slurm", "no executor named; Slurm answers here (`sinfo`)"
+    return "local", "no executor named and no working Slurm here"
 
 
 def choose_runs(plan: SweepPlan, *,
