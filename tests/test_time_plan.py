@@ -178,7 +178,7 @@ def test_dry_run_text_says_where_warns_without_gpu_size_and_cuts_no_name():
     bare = ablate("sweep", "recipes/loss_agg.yaml", "--dry-run", "--executor", "local")
     assert bare.returncode == 0, bare.stderr
     assert "warning: the memory plan (up to" in bare.stdout and "not checked against any GPU" in bare.stdout
-    assert "where: executor local (--executor)" in bare.stdout
+    assert "where: executor local (--executor; no launch profile" in bare.stdout
     assert "no time estimate: GPUs not known here" in bare.stdout
 
 
