@@ -146,7 +146,8 @@ def calibrate(fits: list[tuple[dict, dict]]) -> dict:
         iters = completion + 1
         g_rows.append([iters, samples * (prompt + completion) * 2.0 * sh.params])
         g_y.append(m["generation_s"])
-        t_rows.append([train_flops(c, sh, samples * (prompt + completion), prompt + completion / 2), 1.0])
+        tokens = samples * (prompt + completion)
+        t_rows.append([train_flops(c, sh, tokens, prompt + completion / 2), 1.0])
         t_y.append(m["step_s"] - m["generation_s"])
     (it, inv_g), *_ = np.linalg.lstsq(np.array(g_rows), np.array(g_y), rcond=None)
     (inv_t, over_s), *_ = np.linalg.lstsq(np.array(t_rows), np.array(t_y), rcond=None)

@@ -17,8 +17,9 @@ from test_validate_all import ablate
 
 from trainer.config import TrainConfig
 from trainer.model_shape import KNOWN, ModelShape
-from trainer.time_plan import (DECODE_BW_EFFICIENCY, GPUS, TRAIN_MFU, Limits, attention_flops_per_token,
-                               decode_rate, plan_time, train_flops, trained_tokens)
+from trainer.time_plan import (DECODE_BW_EFFICIENCY, GPUS, TRAIN_MFU, Limits,
+                               attention_flops_per_token, decode_rate, plan_time, train_flops,
+                               trained_tokens)
 from trainer.validate import JobShape
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,9 +44,10 @@ def test_training_flops_are_8n_per_token_under_checkpointing_plus_attention():
     # Kaplan et al.: 2N forward + 4N backward; checkpointing recomputes one forward (2N more).
     attn = 4 * 36 * ctx * 32 * 128  # 2 matmuls x 2 FLOPs x ctx x heads x head_dim, per layer
     assert attention_flops_per_token(QWEN3_8B, ctx) == attn
-    assert train_flops(c, QWEN3_8B, tokens, ctx) == pytest.approx(tokens * (8 * QWEN3_8B.params + 4 * attn))
+    n = QWEN3_8B.params
+    assert train_flops(c, QWEN3_8B, tokens, ctx) == pytest.approx(tokens * (8 * n + 4 * attn))
     plain = paper(model={"gradient_checkpointing": False})
-    assert train_flops(plain, QWEN3_8B, tokens, ctx) == pytest.approx(tokens * (6 * QWEN3_8B.params + 3 * attn))
+    assert train_flops(plain, QWEN3_8B, tokens, ctx) == pytest.approx(tokens * (6 * n + 3 * attn))
 
 
 def test_decode_is_memory_bound_one_sequence_reads_the_weights_each_token():
@@ -135,7 +137,8 @@ def test_sweep_refuses_a_study_that_cannot_reach_its_budget_and_force_overrides(
     prof = tmp_path / "short.yaml"
     prof.write_text("executor: local\nlocal: {timeout_min: 0.7}\n")  # 42 s: a 30 s start
     results = tmp_path / "results"
-    r = ablate("sweep", "recipes/quickstart.yaml", "--profile", str(prof), "--results", str(results))
+    r = ablate("sweep", "recipes/quickstart.yaml", "--profile", str(prof), "--results",
+               str(results))
     assert r.returncode == 2, r.stderr
     line = r.stderr.strip()
     assert len(line.splitlines()) == 1 and "Traceback" not in line, line
@@ -177,7 +180,8 @@ def test_dry_run_text_says_where_warns_without_gpu_size_and_cuts_no_name():
     assert "…" not in out
     bare = ablate("sweep", "recipes/loss_agg.yaml", "--dry-run", "--executor", "local")
     assert bare.returncode == 0, bare.stderr
-    assert "warning: the memory plan (up to" in bare.stdout and "not checked against any GPU" in bare.stdout
+    assert "warning: the memory plan (up to" in bare.stdout
+    assert "not checked against any GPU" in bare.stdout
     assert "where: executor local (--executor; no launch profile" in bare.stdout
     assert "no time estimate: GPUs not known here" in bare.stdout
 

@@ -43,6 +43,8 @@ from typing import Optional
 from trainer.config import TrainConfig
 from trainer.generation.placement import Engines, engines, eval_rows, rows_per_engine
 from trainer.model_shape import ModelShape, model_shape, proxy_shape
+from trainer.resources import (CUDA_OVERHEAD_GIB, PROMPT_TOKENS, VLLM_SHARED_UTILIZATION,
+                               VLLM_UTILIZATION, kv_bytes_per_token, sequence_tokens, training_dp)
 from trainer.validate import JobShape
 
 GIB = 2 ** 30
@@ -59,7 +61,8 @@ class Gpu:
 # Datasheet peaks (dense, i.e. without the 2:4 sparsity that doubles the headline figure).
 GPUS: dict[str, Gpu] = {
     "h100": Gpu("H100 SXM", 989e12, 3.35e12,
-                "NVIDIA H100 Tensor Core GPU datasheet (SXM5): 989 TFLOPS dense BF16, 3.35 TB/s HBM3"),
+                "NVIDIA H100 Tensor Core GPU datasheet (SXM5): 989 TFLOPS dense BF16, "
+                "3.35 TB/s HBM3"),
     "h200": Gpu("H200 SXM", 989e12, 4.8e12,
                 "NVIDIA H200 datasheet: 989 TFLOPS dense BF16 (the H100's die), 4.8 TB/s HBM3e"),
     "a100": Gpu("A100 SXM 80GB", 312e12, 2.039e12,
@@ -169,8 +172,6 @@ def lengths(c: TrainConfig) -> tuple[float, float]:
     character prompts of digits x 2 + 2 ("12+34="). On the quickstart the proxy's mean
     completion is ~4.9 of its cap of 6 (from its FLOPs budget and the 781 steps it took,
     benchmarks/RESULTS.md "Time plan"), so its planned steps are longer than measured."""
-    from trainer.resources import PROMPT_TOKENS, sequence_tokens
-
     seq = sequence_tokens(c)
     if c.model.name_or_path is None:
         cap = min(c.rollout.max_new_tokens, seq)
@@ -201,8 +202,6 @@ def decode_rate(m: ModelShape, c: TrainConfig, gpu: Gpu, *, tp: int, concurrent:
                 ctx: float, bw_eff: float) -> float:
     """Tokens/s of one engine over `tp` GPUs decoding `concurrent` sequences of mean context
     `ctx` (the roofline in the module doc)."""
-    from trainer.resources import kv_bytes_per_token
-
     b = 2 if c.precision.dtype == "bf16" else 4
     weights = m.params * b / tp
     kv = concurrent * ctx * kv_bytes_per_token(c, m) / tp
@@ -224,14 +223,11 @@ def engine_concurrency(c: TrainConfig, m: ModelShape, e: Engines, shape: JobShap
                        rows: int, ctx: float) -> float:
     """Sequences one engine decodes at once: the fewest of max_num_seqs, those it is sent and
     what its KV room holds at the mean context (trainer/resources.py's KV room, per token)."""
-    from trainer.resources import (CUDA_OVERHEAD_GIB, VLLM_SHARED_UTILIZATION, VLLM_UTILIZATION,
-                                   kv_bytes_per_token)
-
     held, gpu_gib = float(min(VLLM_MAX_NUM_SEQS, rows)), shape.gpu_memory_gib
     if gpu_gib is None:
         return held
     util = c.rollout.vllm.gpu_memory_utilization or (  # as trainer/resources.py plans it
-        VLLM_UTILIZATION if (shape.gpus_per_node or 0) >= 2 else VLLM_SHARED_UTILIZATION) / e.per_gpu
+        VLLM_UTILIZATION if (shape.gpus_per_node or 0) >= 2 else VLLM_SHARED_UTILIZATION)
     b = 2 if c.precision.dtype == "bf16" else 4
     per_gpu = util * gpu_gib * GIB - m.params * b / e.tp - CUDA_OVERHEAD_GIB * GIB
     room_tokens = max(0.0, per_gpu) * e.tp / kv_bytes_per_token(c, m)
@@ -317,11 +313,10 @@ def _sample_counts(c: TrainConfig) -> tuple[int, float, float]:
 
 def _gpu_step(c: TrainConfig, m: ModelShape, shape: JobShape, limits: Limits,
               tp: TimePlan) -> None:
-    from trainer.resources import training_dp
-
     key = (limits.gpu_model or DEFAULT_GPU).lower()
     gpu = GPUS.get(key, GPUS[DEFAULT_GPU])
-    tp.device = f"{gpu.name} ({'datasheet' if limits.gpu_model else 'assumed: no gpu_model in the profile'})"
+    why = "datasheet" if limits.gpu_model else "assumed: no gpu_model in the profile"
+    tp.device = f"{gpu.name} ({why})"
     tp.assumptions += [f"GPU: {gpu.source}", f"training MFU {TRAIN_MFU:g} (Llama 3 Table 4: "
                        "38-43% on H100; less under ZeRO-3)",
                        f"decode at {DECODE_BW_EFFICIENCY:g} of HBM bandwidth (assumption)"]
