@@ -224,6 +224,9 @@ def test_with_the_eval_service_eval_runs_beside_training_and_a_stop_saves_at_onc
     assert after.wall_h == pytest.approx(before.wall_h, rel=0.5)
     long_eval = plan_time(paper(), PAPER_SHAPE, PAPER_LIMITS)
     assert long_eval.reaches_budget is False and "no eval ever finishes" in long_eval.problem
+    # An eval due every step that takes longer than a step: evals queue up (said, not refused).
+    often = plan_time(paper(eval={"num_prompts": 50, "every_steps": 1}), PAPER_SHAPE, PAPER_LIMITS)
+    assert any("evals queue up" in w for w in often.warnings), often.warnings
 
 
 @pytest.mark.slurm

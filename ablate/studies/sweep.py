@@ -1,8 +1,9 @@
 """`ablate sweep`: validate everything, then submit only what still needs to run.
 
 Planning reads and checks (study, expansion, profile, executor, existing run states) and
-writes nothing, so bad input leaves no trace: `load_sweep` checks the inputs, `choose_runs`
-picks the runs to submit. Submitting (`run_sweep`) writes the study dir, submits the runs
+writes nothing, so bad input leaves no trace: `load_sweep` checks the inputs (and, unless
+forced, that every run fits the profile's GPU memory and can reach its budget under its time
+limit and requeues: check_fit, check_time), `choose_runs` picks the runs to submit. Submitting (`run_sweep`) writes the study dir, submits the runs
 that are not done and not queued/running (failed ones until `max_attempts`), records the job
 ids, and returns; ablate.studies.status.wait_for_runs waits for those who ask. An adaptive
 study (ablate.studies.adaptive) goes through the same three functions at every stage.
