@@ -244,3 +244,16 @@ def test_dry_run_with_no_profile_on_a_slurm_machine_says_where_and_warns():
     assert first.startswith("where: executor slurm (no executor named; Slurm answers here")
     assert "no launch profile" in first and "time limit 60 min per job" in first
     assert second.startswith("warning: the memory plan (up to 150.") and "no GPUs" in second
+
+
+@pytest.mark.parametrize("per_decade", [None, 3, 8])
+def test_eval_count_is_the_trainers_eval_due_walk(per_decade):
+    """count_evals counts without walking every step; it must equal step 0 + every step
+    eval.due accepts + the last."""
+    from trainer.time_plan import count_evals
+
+    for every in (1, 7, 100):
+        c = TrainConfig.model_validate({"eval": {"every_steps": every, "per_decade": per_decade}})
+        for steps in (1, 2, 10, 100, 101, 781, 2000):
+            walk = 1 + sum(1 for s in range(1, steps) if c.eval.due(s)) + 1
+            assert count_evals(c, steps) == walk, (every, steps)

@@ -241,9 +241,17 @@ def train_flops(c: TrainConfig, m: ModelShape, tokens: float, ctx: float) -> flo
 
 
 def count_evals(c: TrainConfig, steps: int) -> int:
-    """Evaluation points of a run of `steps` steps: step 0, every `eval.due` step, the last."""
-    due = sum(1 for s in range(1, steps) if c.eval.due(s)) if steps <= 200_000 else \
-        steps // c.eval.every_steps
+    """Evaluation points of a run of `steps` steps: step 0, every `eval.due` step, the last.
+    Counted without walking every step (a sweep plans thousands of runs): the multiples of
+    every_steps, plus the log-spaced per_decade steps that eval.due accepts and that are not
+    multiples already."""
+    every = c.eval.every_steps
+    due = (steps - 1) // every if steps > 1 else 0
+    pd = c.eval.per_decade
+    if pd:
+        top = math.ceil(pd * math.log10(max(steps, 2))) + 1
+        extra = {round(10 ** (i / pd)) for i in range(top + 1)}
+        due += sum(1 for s in extra if 1 <= s < steps and s % every and c.eval.due(s))
     return 1 + due + 1
 
 
