@@ -1,21 +1,25 @@
-"""`ablate sweep --dry-run`: the runs a study expands to, and each one's GPU memory plan.
+"""`ablate sweep --dry-run`: where the runs would go, the runs a study expands to, and each
+one's GPU memory plan and time plan.
 
-The plan (trainer/resources.py) is what a cluster user needs before queueing for hours: per
-variant, GiB per training GPU by term (ZeRO-partitioned weights, gradients, optimizer states,
-activations, the LM head's logits chunk) and per generation GPU (weights + KV cache), against
-the profile's `gpu_memory_gib`, with the largest term named.
+The plans are what a cluster user needs before queueing for hours: per variant, GiB per
+training GPU by term and per generation GPU (trainer/resources.py) against the profile's
+`gpu_memory_gib`; and the time of a step, of an eval, to the budget (wall and GPU-hours) and
+the jobs/requeues that takes under the profile's time limit (trainer/time_plan.py). The same
+checks refuse the study in `ablate sweep` (ablate/studies/sweep.py check_fit, check_time).
+Plain text, not a rich table: a table cut variant names (`off_po…`) and broke words when
+piped; here nothing is cut, the name comes last.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from rich.console import Console
-from rich.table import Table
-
 from ablate.studies.expand import Variant
+from ablate.studies.launch.profile import Profile
+from trainer.time_plan import TimePlan, dur
 from trainer.validate import JobShape
 
 
@@ -23,7 +27,7 @@ def _terms(terms: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:g}" for k, v in terms.items())
 
 
-def shape_text(shape: JobShape, plan: Any) -> str:
+def shape_text(shape: JobShape, plan: Any = None) -> str:
     gpus = ("GPUs not known here" if shape.gpus_per_node is None
             else f"{shape.gpus_per_node} GPUs" if shape.gpus_per_node else "no GPUs")
     mem = f" of {shape.gpu_memory_gib:g} GiB" if shape.gpu_memory_gib else ""
@@ -31,7 +35,7 @@ def shape_text(shape: JobShape, plan: Any) -> str:
 
 
 def plan_lines(name: str, p: Any) -> list[str]:
-    """Two or three plain lines for one variant's plan."""
+    """Two or three plain lines for one variant's memory plan."""
     if p.train_gib_per_gpu is None:
         return [f"{name}: {p.note}"]
     verdict = ("" if p.fits is None else f" of {p.train_budget_gib:g} -> "
@@ -47,46 +51,224 @@ def plan_lines(name: str, p: Any) -> list[str]:
     return lines
 
 
-def resources_json(p: Any) -> dict[str, Any]:
-    """The `resources` object of one run in `sweep --dry-run --json`."""
-    return {"train_gib_per_gpu": p.train_gib_per_gpu,
-            "generation_gib_per_gpu": p.generation_gib_per_gpu, "gpu_gib": p.gpu_gib,
-            "fits": p.fits, "largest": p.largest, "train_budget_gib": p.train_budget_gib,
-            "train_terms_gib": p.train, "generation_terms_gib": p.generation,
-            "generation_where": p.generation_where, "kv_sequences": p.kv_sequences,
-            "training_ranks": p.dp, "tokens_per_forward": p.tokens_per_forward,
-            "params_b": p.params_b, "model": p.model, "note": p.note}
+def time_lines(t: Optional[TimePlan]) -> list[str]:
+    """The time plan of one variant: a step, an eval, to the budget, jobs; then what stops
+    it, warnings and the assumptions behind the numbers."""
+    if t is None:
+        return []
+    if t.step_s is None:
+        return [f"  time: {t.note}"]
+    eval_how = "blocks training" if t.eval_blocks_training else "beside training"
+    lines = [f"  time on {t.device}: step {dur(t.step_s)} (generation {dur(t.generation_s)} at "
+             f"{t.generation_tokens_per_s:,.0f} tokens/s, training {dur(t.train_s)}; "
+             f"{t.overlap}); eval {dur(t.eval_s)} ({eval_how}); checkpoint {dur(t.checkpoint_s)}"]
+    if t.steps is None:
+        lines.append(f"  {t.note}")
+        return lines
+    to = (f"  to the budget: {t.steps:,} steps, {t.evals} evals: {_hours(t.wall_h)} h wall, "
+          f"{_hours(t.gpu_hours)} device-hours ({t.devices} device(s) held)")
+    if t.job_h is not None:
+        limit = ("no limit" if t.max_requeues is None else f"max {t.max_requeues}")
+        jobs = ("no job keeps a step" if t.jobs is None else
+                f"{t.steps_per_job:,} steps kept per job -> {t.jobs} jobs, {t.requeues} "
+                f"requeues needed ({limit})")
+        to += f"; jobs of {t.job_h:g} h: {jobs}"
+    lines.append(to)
+    if t.reaches_budget is False:
+        lines.append(f"  CANNOT REACH THE BUDGET: {t.problem}")
+    lines += [f"  warning: {w}" for w in t.warnings]
+    if t.assumptions:
+        lines.append(f"  assumed: {'; '.join(t.assumptions)}")
+    return lines
 
 
-def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json: bool) -> None:
-    from ablate.studies.sweep import resource_plans
+def resources_json(p: Any, t: Optional[TimePlan] = None) -> dict[str, Any]:
+    """The `resources` object of one run in `sweep --dry-run --json`: the memory plan, and the
+    time plan (its headline numbers at the top level, the whole plan under "time")."""
+    out = {"train_gib_per_gpu": p.train_gib_per_gpu,
+           "generation_gib_per_gpu": p.generation_gib_per_gpu, "gpu_gib": p.gpu_gib,
+           "fits": p.fits, "largest": p.largest, "train_budget_gib": p.train_budget_gib,
+           "train_terms_gib": p.train, "generation_terms_gib": p.generation,
+           "generation_where": p.generation_where, "kv_sequences": p.kv_sequences,
+           "training_ranks": p.dp, "tokens_per_forward": p.tokens_per_forward,
+           "params_b": p.params_b, "model": p.model, "note": p.note}
+    tj = t.to_json() if t is not None else {}
+    out.update({"step_s": tj.get("step_s"), "eval_s": tj.get("eval_s"),
+                "wall_h": tj.get("wall_h"), "gpu_hours": tj.get("gpu_hours"),
+                "jobs": tj.get("jobs"), "requeues_needed": tj.get("requeues"),
+                "max_requeues": tj.get("max_requeues"), "reaches_budget": tj.get("reaches_budget"),
+                "time": tj or None})
+    return out
 
+
+def launch_info(executor: str, why: str, prof: Profile) -> dict[str, Any]:
+    """Where the jobs would go: the executor (and why that one), and its profile's limits."""
+    out: dict[str, Any] = {"executor": executor, "executor_from": why}
+    if executor == "slurm":
+        s = prof.slurm
+        out.update(partition=s.partition, account=s.account, qos=s.qos, nodes=s.nodes,
+                   tasks_per_node=s.tasks_per_node, gpus_per_node=s.gpus_per_node,
+                   gpu_memory_gib=prof.gpu_memory_gib, gpu_model=prof.gpu_model,
+                   time_min=s.time_min, max_num_timeout=s.max_num_timeout,
+                   signal_delay_s=s.signal_delay_s, runs_at_once=s.array_parallelism)
+    elif executor == "local":
+        out.update(timeout_min=prof.local.timeout_min, runs_at_once=prof.local.max_parallel,
+                   gpu_memory_gib=prof.gpu_memory_gib, gpu_model=prof.gpu_model)
+    else:
+        out.update(runs_at_once=1, gpu_memory_gib=prof.gpu_memory_gib)
+    return out
+
+
+def launch_text(info: dict[str, Any]) -> str:
+    ex = info["executor"]
+    head = f"where: executor {ex} ({info['executor_from']})"
+    if ex == "slurm":
+        part = info["partition"] or "the cluster's default"
+        gpus = info["gpus_per_node"]
+        mem = (f" of {info['gpu_memory_gib']:g} GiB" if info["gpu_memory_gib"] else
+               " (size not set: gpu_memory_gib)") if gpus else ""
+        extra = "".join(f", {k} {info[k]}" for k in ("account", "qos") if info[k])
+        return (f"{head}, partition {part}{extra}; {info['nodes']} node(s) x {gpus} GPUs{mem}, "
+                f"{info['tasks_per_node']} task(s) per node; time limit {info['time_min']} min "
+                f"per job, up to {info['max_num_timeout']} requeues, stop signal "
+                f"{info['signal_delay_s']} s before; {info['runs_at_once']} runs at once")
+    if ex == "local":
+        return (f"{head}: background jobs on this machine, {info['runs_at_once']} at once, "
+                f"{info['timeout_min']:g} min per job")
+    return f"{head}: in this process, one run after another"
+
+
+def command_of(v: Variant, run_dir: Path) -> Optional[str]:
+    """The command a run on another trainer executes (its adapter's argv, first attempt),
+    rendered without writing anything: an adapter that writes a file of the overrides (a
+    `command` trainer with override_style json) writes it into a temporary folder, whose
+    name is then replaced by the run dir's."""
+    import shlex
+
+    from ablate.adapters import adapter_for
+    from ablate.adapters.study import ForeignConfig, run_overrides
+
+    cfg = v.config
+    if not isinstance(cfg, ForeignConfig):
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        argv = adapter_for(cfg.trainer).argv(run_overrides(cfg), cfg.seed, Path(tmp), False)
+        return shlex.join(w.replace(tmp, str(run_dir)) for w in argv)
+
+
+def warnings_of(shape: JobShape, plans: dict[str, Any], info: dict[str, Any]) -> list[str]:
+    """What the plan could not check: GPU memory with no GPU size to check against."""
+    out = []
+    gpu_models = [p for p in plans.values() if p.train_gib_per_gpu is not None and
+                  p.model != "proxy"]
+    if shape.gpu_memory_gib is None and gpu_models:
+        top = max(p.train_gib_per_gpu for p in gpu_models)
+        no_gpus = shape.gpus_per_node == 0 or (
+            info["executor"] == "slurm" and not info.get("gpus_per_node"))
+        where = ("the Slurm jobs would get no GPUs (slurm.gpus_per_node 0)" if no_gpus else
+                 "GPUs not known here" if shape.gpus_per_node is None else
+                 "gpu_memory_gib is not set")
+        out.append(f"warning: the memory plan (up to {top:g} GiB per training GPU) is not "
+                   f"checked against any GPU: {where}; use a profile that sets gpu_memory_gib "
+                   "and the GPUs (e.g. --profile slurm_gpu)")
+    return out
+
+
+def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json: bool,
+                  prof: Optional[Profile] = None, executor: Optional[str] = None,
+                  results: Path = Path("results"), study_name: str = "") -> None:
+    from ablate.studies.sweep import executor_reason, resource_plans, time_plans
+    from ablate.studydir import study_dir_for
+
+    prof = prof or Profile()
+    ex, why = executor_reason(executor, prof)
+    if prof == Profile():
+        why += "; no launch profile: default settings"
+    info = launch_info(ex, why, prof)
     plans = resource_plans(variants, shape)
+    times = time_plans(variants, shape, prof.limits(ex))
+    root = study_dir_for(Path(results), study_name or Path(study).stem)
+    commands = {v.run_id: command_of(v, root / v.run_id) for v in variants}
     if as_json:
-        print(json.dumps([{**v.to_json(), "resources": resources_json(plans[v.run_id])}
+        print(json.dumps([{**v.to_json(), "launch": info,
+                           "resources": resources_json(plans[v.run_id], times[v.run_id]),
+                           **({"command": commands[v.run_id]} if commands[v.run_id] else {})}
                           for v in variants]))
         return
-    con = Console()
-    t = Table(title=f"{study}: {len(variants)} runs")
-    for col in ("run_id", "name", "seed", "train GiB/GPU", "gen GiB/GPU", "fits"):
-        t.add_column(col)
-    for v in variants:
-        p = plans[v.run_id]
-        fits = "" if p.fits is None else ("yes" if p.fits else "NO")
-        t.add_row(v.run_id, v.name, str(v.seed), _num(p.train_gib_per_gpu),
-                  _num(p.generation_gib_per_gpu), fits)
-    con.print(t)
-    con.print(f"Resource plan per GPU ({shape_text(shape, None)}; GiB; trainer/resources.py):",
-              markup=False, highlight=False)
-    # Variants with the same plan (an axis that does not change memory) are listed once.
+    out = [launch_text(info), *warnings_of(shape, plans, info), "",
+           f"{study}: {len(variants)} runs", *table(variants, plans, times)]
+    out += ["", f"Resource plan per GPU ({shape_text(shape)}; GiB; trainer/resources.py) and "
+            "time plan (trainer/time_plan.py):"]
+    # Variants with the same plans (an axis that changes neither) are listed once.
     groups: dict[tuple[str, ...], list[str]] = {}
     for v in variants:
-        names = groups.setdefault(tuple(plan_lines("", plans[v.run_id])), [])
+        key = tuple(plan_lines("", plans[v.run_id]) + time_lines(times[v.run_id]))
+        names = groups.setdefault(key, [])
         if v.name not in names:
             names.append(v.name)
     for lines, names in groups.items():
-        for line in [" | ".join(names) + lines[0], *lines[1:]]:
-            con.print(line, markup=False, highlight=False, soft_wrap=True)
+        out += [" | ".join(names) + lines[0], *lines[1:]]
+    cmds = [(v, c) for v in variants if (c := commands[v.run_id])]
+    if cmds:
+        out += ["", "Commands (first attempt; a retry adds the trainer's resume flag):"]
+        out += [f"{v.run_id} {v.name} seed {v.seed}: {c}" for v, c in cmds]
+    out += study_total(variants, times, info)
+    print("\n".join(out))
+
+
+def table(variants: list[Variant], plans: dict[str, Any], times: dict[str, Any]) -> list[str]:
+    """One line per run, fixed-width columns, the variant's name last and whole."""
+    head = ("run_id", "seed", "train", "gen", "fits", "step", "eval", "wall h", "GPU-h",
+            "requeues", "reach", "name")
+    rows = []
+    for v in variants:
+        p, t = plans[v.run_id], times[v.run_id]
+        fits = "" if p.fits is None else ("yes" if p.fits else "NO")
+        tt = t if t is not None and t.step_s is not None else None
+        req = reach = ""
+        if tt is not None and tt.wall_h is not None:
+            req = ("-" if tt.jobs is None else f"{tt.requeues}") + (
+                "" if tt.max_requeues is None else f"/{tt.max_requeues}")
+            reach = {True: "yes", False: "NO", None: ""}[tt.reaches_budget]
+        rows.append((v.run_id, str(v.seed), _num(p.train_gib_per_gpu),
+                     _num(p.generation_gib_per_gpu), fits,
+                     dur(tt.step_s) if tt else "", dur(tt.eval_s) if tt else "",
+                     _hours(tt.wall_h) if tt else "", _hours(tt.gpu_hours) if tt else "",
+                     req, reach, v.name))
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head) - 1)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
+    return [fmt.format(*head), *(fmt.format(*r) for r in rows),
+            "(train/gen: GiB per training/generation GPU; wall h, GPU-h: to the budget; "
+            "requeues: needed/allowed; reach: the budget under the profile)"]
+
+
+def study_total(variants: list[Variant], times: dict[str, Any], info: dict[str, Any]) -> list[str]:
+    """The study's GPU-hours, and its wall time with the profile's runs at once."""
+    planned = [times[v.run_id] for v in variants
+               if times[v.run_id] is not None and times[v.run_id].wall_h is not None]
+    if not planned:
+        return []
+    gpu_h = sum(t.gpu_hours for t in planned)
+    at_once = max(1, int(info.get("runs_at_once") or 1))
+    walls = sorted((t.wall_h for t in planned), reverse=True)
+    # Greedy: each run starts on the first free slot (a lower bound on the queue's wait).
+    slots = [0.0] * min(at_once, len(walls))
+    for w in walls:
+        slots[slots.index(min(slots))] += w
+    refused = sum(1 for t in planned if t.reaches_budget is False)
+    line = (f"study: {len(planned)} planned runs, {_hours(gpu_h)} device-hours; {at_once} at "
+            f"once: ~{_hours(max(slots))} h wall (queue waits not counted)")
+    if refused:
+        line += (f"; `ablate sweep` refuses it: {refused} run(s) cannot reach the budget "
+                 "(--force submits anyway)")
+    return ["", line]
+
+
+def _hours(h: Optional[float]) -> str:
+    """Hours to read at a glance: 1,338 / 12.5 / 0.42."""
+    if h is None:
+        return ""
+    return f"{h:,.0f}" if h >= 100 else f"{h:.3g}"
 
 
 def _num(x: Any) -> str:
@@ -94,10 +276,11 @@ def _num(x: Any) -> str:
 
 
 def dry_run(study: Path, *, executor: Optional[str], profile: Optional[str],
-            overrides: list[str], as_json: bool) -> None:
+            overrides: list[str], as_json: bool, results: Path = Path("results")) -> None:
     """`ablate sweep --dry-run`: check the study exactly as `sweep` does, print, write nothing."""
     from ablate.studies.sweep import check_inputs
 
-    _, variants, prof = check_inputs(study, executor=executor, profile=profile,
-                                     overrides=overrides)
-    print_dry_run(str(study), variants, prof.job_shape(executor), as_json)
+    loaded, variants, prof = check_inputs(study, executor=executor, profile=profile,
+                                          overrides=overrides)
+    print_dry_run(str(study), variants, prof.job_shape(executor), as_json, prof=prof,
+                  executor=executor, results=results, study_name=loaded.study.name)

@@ -30,11 +30,13 @@ def sweep(
         None, "--profile", "-p", help="Launch profile: sweeps/NAME.yaml or a bare NAME."
     ),
     results: Path = typer.Option(Path("results"), "--results", help="Results root folder."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the expansion and each run's "
-                                 "GPU memory plan (against the profile's gpu_memory_gib); run "
-                                 "nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print where the jobs would go, the "
+                                 "expansion and each run's GPU memory plan (against the "
+                                 "profile's gpu_memory_gib) and time plan (step, eval, wall "
+                                 "and GPU-hours to the budget, requeues); run nothing."),
     force: bool = typer.Option(False, "--force", help="Submit even variants whose memory plan "
-                               "does not fit the profile's GPUs."),
+                               "does not fit the profile's GPUs, or whose time plan cannot "
+                               "reach the budget under the profile's time limit and requeues."),
     as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
     wait: bool = typer.Option(False, "--wait", help="Block until all runs end, with a live "
                               "per-run view (state, step / budget) and where to look when a "
@@ -61,7 +63,7 @@ def sweep(
         from ablate.cli.dryrun import dry_run as print_dry_run
 
         return print_dry_run(study, executor=executor, profile=profile, overrides=override,
-                             as_json=as_json)
+                             as_json=as_json, results=results)
     if has_stages(study):
         if override:
             raise InputError(f"{study}: --override is not supported for a staged study; put "

@@ -1,8 +1,9 @@
 """`ablate sweep`: validate everything, then submit only what still needs to run.
 
 Planning reads and checks (study, expansion, profile, executor, existing run states) and
-writes nothing, so bad input leaves no trace: `load_sweep` checks the inputs, `choose_runs`
-picks the runs to submit. Submitting (`run_sweep`) writes the study dir, submits the runs
+writes nothing, so bad input leaves no trace: `load_sweep` checks the inputs (and, unless
+forced, that every run fits the profile's GPU memory and can reach its budget under its time
+limit and requeues: check_fit, check_time), `choose_runs` picks the runs to submit. Submitting (`run_sweep`) writes the study dir, submits the runs
 that are not done and not queued/running (failed ones until `max_attempts`), records the job
 ids, and returns; ablate.studies.status.wait_for_runs waits for those who ask. An adaptive
 study (ablate.studies.adaptive) goes through the same three functions at every stage.
@@ -27,6 +28,7 @@ from ablate.studies.status import run_states
 from ablate.studydir import StudyStore, study_dir_for
 from ablate.studies.study import LoadedStudy, load_study
 from trainer.resources import advice, plan
+from trainer.time_plan import Limits, plan_time
 from trainer.validate import JobShape, problems
 
 RESUBMIT_ALWAYS = ("pending", "cancelled")  # never ran to a verdict, or the user cancelled it
@@ -84,6 +86,32 @@ def resource_plans(variants: list[Variant], shape: JobShape) -> dict[str, Any]:
     return {v.run_id: by_name[v.name] for v in variants}
 
 
+def time_plans(variants: list[Variant], shape: JobShape, limits: Limits) -> dict[str, Any]:
+    """run_id -> trainer.time_plan.TimePlan (None for another trainer's run: it sizes itself);
+    computed once per distinct config, as the memory plans."""
+    by_name: dict[str, Any] = {}
+    for v in variants:
+        if v.name not in by_name:
+            by_name[v.name] = (None if isinstance(v.config, ForeignConfig)
+                               else plan_time(v.config, shape, limits))
+    return {v.run_id: by_name[v.name] for v in variants}
+
+
+def check_time(study_path: Path | str, variants: list[Variant], shape: JobShape,
+               limits: Limits) -> None:
+    """Refuse to submit a study with a variant whose time plan cannot reach its budget under
+    the profile (an eval longer than a job, more requeues than max_num_timeout, a job that
+    keeps no step); `--force` skips this. One line: which variant, why, what to change."""
+    plans = time_plans(variants, shape, limits)
+    for v in variants:
+        t = plans[v.run_id]
+        if t is not None and t.reaches_budget is False:
+            raise InputError(
+                f"{study_path}: variant {v.name} cannot reach its budget under this profile: "
+                f"{t.problem} (`ablate sweep --dry-run` shows the time plan; --force submits "
+                "anyway)")
+
+
 def check_fit(study_path: Path | str, variants: list[Variant], shape: JobShape) -> None:
     """Refuse to submit a study with a variant whose plan exceeds the profile's GPU memory
     (`--force` skips this): one line, which variant, which term, what to change."""
@@ -122,9 +150,32 @@ def load_sweep(study_path: Path | str, *, executor: Optional[str] = None,
     loaded, variants, prof = check_inputs(study_path, executor=executor, profile=profile,
                                           overrides=overrides)
     if not force:
-        check_fit(study_path, variants, prof.job_shape(executor))
+        shape = prof.job_shape(executor)
+        check_fit(study_path, variants, shape)
+        check_time(study_path, variants, shape, prof.limits(intended_executor(executor, prof)))
     store = StudyStore(study_dir_for(Path(results), loaded.study.name))
     return SweepPlan(loaded, variants, prof, launch.choose_executor(executor, prof), store)
+
+
+def intended_executor(requested: Optional[str], prof: Profile) -> str:
+    """The executor the runs would go to (launch.choose_executor's choice, without its check
+    that it works here): --executor, else the profile's, else slurm where `sinfo` answers."""
+    return executor_reason(requested, prof)[0]
+
+
+def executor_reason(requested: Optional[str], prof: Profile) -> tuple[str, str]:
+    """(executor, why that one) as launch.choose_executor picks it; says when it would not
+    work here (the dry run shows it; `sweep` refuses it)."""
+    if requested or prof.executor:
+        name = requested or prof.executor
+        why = "--executor" if requested else "the profile's executor"
+        mod = launch.EXECUTORS.get(name)
+        if mod is not None and not mod.available():
+            why += f"; not usable here: {mod.UNAVAILABLE}"
+        return name, why
+    if launch.slurm.available():
+        return "slurm", "no executor named; Slurm answers here (`sinfo`)"
+    return "local", "no executor named and no working Slurm here"
 
 
 def choose_runs(plan: SweepPlan, *,

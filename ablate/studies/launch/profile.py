@@ -17,7 +17,12 @@ from ablate.errors import InputError
 from ablate.studies.launch import EXECUTORS
 from ablate.validation import Strict, format_validation_error
 from ablate.yamlio import load_yaml
+from trainer.time_plan import GPUS, Limits
 from trainer.validate import JobShape
+
+# submitit.LocalExecutor.__init__'s max_num_timeout default (ablate/studies/launch/local.py
+# does not pass one): a local background job is requeued at most this often after timeouts.
+LOCAL_MAX_NUM_TIMEOUT = 3
 
 Executor = Literal[tuple(EXECUTORS)]  # the registered executors' names
 
@@ -78,6 +83,11 @@ class Profile(Strict):
         "sweep` plans each run's GPU memory against it and refuses a study that does not fit; "
         "None (CPU jobs): no GPU check."
     )
+    gpu_model: Optional[Literal[tuple(GPUS)]] = Field(
+        None, description="The GPU type, for the time plan's datasheet peaks (FLOP/s, memory "
+        "bandwidth; trainer/time_plan.py GPUS). None with GPUs: planned as an H100, and the "
+        "dry run says so."
+    )
 
     def job_shape(self, executor: Optional[str] = None) -> JobShape:
         """Where one run's processes land under this profile (trainer/validate.py checks
@@ -88,6 +98,22 @@ class Profile(Strict):
             return JobShape(nodes=s.nodes, ranks_per_node=s.tasks_per_node,
                             gpus_per_node=s.gpus_per_node, gpu_memory_gib=self.gpu_memory_gib)
         return JobShape(gpu_memory_gib=self.gpu_memory_gib)
+
+    def limits(self, executor: Optional[str] = None) -> Limits:
+        """What one run may take under this profile (trainer/time_plan.py plans against it):
+        Slurm, a job's time limit, the requeues after timeouts (max_num_timeout) and the
+        stop signal's lead; local, the background job's timeout and submitit's default
+        requeues; debug (in-process), no limit."""
+        name = executor or self.executor
+        if name == "slurm":
+            s = self.slurm
+            return Limits(time_min=s.time_min, max_requeues=s.max_num_timeout,
+                          signal_delay_s=s.signal_delay_s, gpu_model=self.gpu_model)
+        if name == "local":
+            return Limits(time_min=self.local.timeout_min, max_requeues=LOCAL_MAX_NUM_TIMEOUT,
+                          gpu_model=self.gpu_model, time_key="local.timeout_min",
+                          requeue_key=None)
+        return Limits(gpu_model=self.gpu_model)
 
 
 def find_profile(ref: str, study_dir: Optional[Path] = None, where: str = "") -> Path:

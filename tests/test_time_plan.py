@@ -1,0 +1,259 @@
+"""The time plan (trainer/time_plan.py): its formulas against hand counts, requeues derived from
+the profile's limits (not a constant), and what `ablate sweep` does with it: the dry run says
+where jobs go and how long they take, and a study that cannot reach its budget under the
+profile is refused in one line (`--force` overrides). The plan's CPU constants against real
+proxy step times: benchmarks/bench_time_plan.py (not a timed test)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+from test_validate_all import ablate
+
+from trainer.config import TrainConfig
+from trainer.model_shape import KNOWN, ModelShape
+from trainer.time_plan import (DECODE_BW_EFFICIENCY, GPUS, TRAIN_MFU, Limits,
+                               attention_flops_per_token, decode_rate, plan_time, train_flops,
+                               trained_tokens)
+from trainer.validate import JobShape
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN3_8B = ModelShape(**KNOWN["Qwen/Qwen3-8B"], source="test")
+PAPER_SHAPE = JobShape(nodes=2, ranks_per_node=4, gpus_per_node=8, gpu_memory_gib=80)
+PAPER_LIMITS = Limits(time_min=240, max_requeues=50, signal_delay_s=300, gpu_model="h100")
+
+
+def paper(**tree) -> TrainConfig:
+    """recipes/scalerl.yaml (the paper recipe) with `tree` merged on top."""
+    import yaml
+
+    base = yaml.safe_load((ROOT / "recipes" / "scalerl.yaml").read_text())
+    for k, v in tree.items():
+        base[k] = {**base.get(k, {}), **v}
+    return TrainConfig.model_validate(base)
+
+
+def test_training_flops_are_8n_per_token_under_checkpointing_plus_attention():
+    c = paper()
+    tokens, ctx = 1000.0, 512.0
+    # Kaplan et al.: 2N forward + 4N backward; checkpointing recomputes one forward (2N more).
+    attn = 4 * 36 * ctx * 32 * 128  # 2 matmuls x 2 FLOPs x ctx x heads x head_dim, per layer
+    assert attention_flops_per_token(QWEN3_8B, ctx) == attn
+    n = QWEN3_8B.params
+    assert train_flops(c, QWEN3_8B, tokens, ctx) == pytest.approx(tokens * (8 * n + 4 * attn))
+    plain = paper(model={"gradient_checkpointing": False})
+    assert train_flops(plain, QWEN3_8B, tokens, ctx) == pytest.approx(tokens * (6 * n + 3 * attn))
+
+
+def test_decode_is_memory_bound_one_sequence_reads_the_weights_each_token():
+    """One sequence, tiny context: each token reads every weight once (bf16), at the assumed
+    share of the H100's 3.35 TB/s."""
+    c = paper()
+    h100 = GPUS["h100"]
+    rate = decode_rate(QWEN3_8B, c, h100, tp=1, concurrent=1, ctx=1, bw_eff=DECODE_BW_EFFICIENCY)
+    kv = 2 * 36 * 8 * 128 * 2  # K and V, layers, kv heads, head_dim, bf16
+    assert rate == pytest.approx(3.35e12 * DECODE_BW_EFFICIENCY / (2 * QWEN3_8B.params + kv))
+    # More sequences share the weight read: throughput grows, until the KV reads dominate.
+    r64 = decode_rate(QWEN3_8B, c, h100, tp=1, concurrent=64, ctx=1, bw_eff=DECODE_BW_EFFICIENCY)
+    assert 50 * rate < r64 < 64 * rate
+
+
+def test_paper_recipe_plan_is_generation_bound_and_its_eval_outlasts_a_job():
+    t = plan_time(paper(), PAPER_SHAPE, PAPER_LIMITS)
+    assert t.steps == 2000 and t.devices == 16 and t.evals == 21  # step 0, every 100, the last
+    assert t.generation_s > t.train_s and t.step_s == t.generation_s  # pipeline: the slower
+    # Training: 768 samples x (2,048 + completion) tokens at 8N + attention over 8 ranks.
+    from trainer.time_plan import lengths
+
+    prompt, completion = lengths(paper())
+    flops = train_flops(paper(), QWEN3_8B, 768 * (prompt + completion), (prompt + completion) / 2)
+    assert t.train_s == pytest.approx(flops / (8 * 989e12 * TRAIN_MFU))
+    assert t.eval_s > 4 * 3600 and t.eval_blocks_training
+    assert t.reaches_budget is False and "step-0 eval never finishes" in t.problem
+    assert t.gpu_hours == pytest.approx(t.wall_h * 16)
+    assert t.wall_h > 200  # more than 50 requeues x 4 h could give, whatever else is fixed
+
+
+def test_requeues_are_derived_from_the_time_limit_not_a_constant():
+    """A smaller eval that fits a job: the jobs needed follow from the time limit, and a
+    shorter limit needs more of them; past max_num_timeout the plan says it cannot reach."""
+    c = paper(eval={"num_prompts": 50}, checkpoint={"every_minutes": 30})
+    four = plan_time(c, PAPER_SHAPE, PAPER_LIMITS)
+    eight = plan_time(c, PAPER_SHAPE, Limits(time_min=480, max_requeues=50, signal_delay_s=300))
+    for t in (four, eight):
+        assert t.jobs == math.ceil(t.steps / t.steps_per_job) and t.requeues == t.jobs - 1
+    assert four.jobs > 1.9 * eight.jobs
+    assert four.requeues > 50 and four.reaches_budget is False
+    assert f"raise slurm.max_num_timeout to {four.requeues}" in four.problem
+    roomy = plan_time(c, PAPER_SHAPE, Limits(time_min=240, max_requeues=four.requeues,
+                                             signal_delay_s=300))
+    assert roomy.reaches_budget is True and roomy.problem == ""
+
+
+def test_a_job_that_cannot_checkpoint_keeps_no_step():
+    """The stop signal saves at the next step boundary only if a step and a checkpoint fit
+    in signal_delay_s; otherwise only scheduled checkpoints survive a requeue, and with
+    checkpoint.every_steps 50 a 4-hour job (a handful of 30-minute steps) keeps none."""
+    t = plan_time(paper(eval={"num_prompts": 50}), PAPER_SHAPE, PAPER_LIMITS)
+    assert any("signal_delay_s 300 is less than a step plus a checkpoint" in w for w in t.warnings)
+    assert t.reaches_budget is False and t.steps_per_job == 0 and "keeps no step" in t.problem
+    ok = plan_time(paper(eval={"num_prompts": 50}), PAPER_SHAPE,
+                   Limits(time_min=240, max_requeues=10_000, signal_delay_s=4000))
+    assert ok.steps_per_job > 0 and not any("signal_delay_s" in w for w in ok.warnings)
+
+
+def test_budget_in_flops_and_gpu_hours_gives_steps():
+    c = paper(budget={"steps": None, "gpu_hours": 1600.0})
+    t = plan_time(c, PAPER_SHAPE, Limits())
+    assert t.steps == math.ceil(1600 * 3600 / (t.step_s * 16))  # train-loop wall x 16 GPUs
+    proxy = TrainConfig.model_validate({"budget": {"flops": 1e12}})
+    tp = plan_time(proxy, JobShape(), Limits())
+    from trainer.model_shape import proxy_shape
+    from trainer.time_plan import lengths
+
+    n = proxy_shape(proxy).params
+    prompt, completion = lengths(proxy)
+    samples = proxy.rollout.prompts_per_step * proxy.rollout.generations_per_prompt
+    per_step = 2 * n * samples * completion + 6 * n * trained_tokens(proxy)
+    assert tp.steps == math.ceil(1e12 / per_step) and tp.device.startswith("CPU")
+
+
+def test_local_requeue_limit_is_submitits_default():
+    import submitit
+
+    from ablate.studies.launch.profile import LOCAL_MAX_NUM_TIMEOUT
+
+    default = inspect.signature(submitit.LocalExecutor.__init__).parameters["max_num_timeout"]
+    assert LOCAL_MAX_NUM_TIMEOUT == default.default
+
+
+def test_sweep_refuses_a_study_that_cannot_reach_its_budget_and_force_overrides(tmp_path):
+    """A CPU proxy study under a local profile whose jobs are too short to keep a step."""
+    prof = tmp_path / "short.yaml"
+    prof.write_text("executor: local\nlocal: {timeout_min: 0.7}\n")  # 42 s: a 30 s start
+    results = tmp_path / "results"
+    r = ablate("sweep", "recipes/quickstart.yaml", "--profile", str(prof), "--results",
+               str(results))
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip()
+    assert len(line.splitlines()) == 1 and "Traceback" not in line, line
+    assert "cannot reach its budget under this profile" in line and "requeues" in line
+    assert "the profile allows 3 requeues (the executor default)" in line
+    assert "raise local.timeout_min" in line and "--force" in line
+    assert not results.exists()
+    from ablate.studies.sweep import plan_sweep
+
+    plan = plan_sweep("recipes/quickstart.yaml", profile=str(prof), results=results, force=True)
+    assert len(plan.submit) == 4 and not results.exists()
+
+
+def test_dry_run_json_carries_the_time_plan_and_where_jobs_go():
+    r = ablate("sweep", "recipes/loss_agg.yaml", "--profile", "slurm_gpu", "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    runs = json.loads(r.stdout)
+    for run in runs:
+        res, where = run["resources"], run["launch"]
+        assert res["step_s"] > 0 and res["eval_s"] > res["step_s"] and res["wall_h"] > 0
+        assert res["gpu_hours"] == pytest.approx(res["wall_h"] * 16)
+        assert res["reaches_budget"] is False and res["time"]["problem"]
+        assert res["max_requeues"] == 50
+        assert where["executor"] == "slurm" and where["partition"] == "gpu"
+        assert where["time_min"] == 240 and where["gpus_per_node"] == 8
+
+
+def test_dry_run_text_says_where_warns_without_gpu_size_and_cuts_no_name():
+    r = ablate("sweep", "recipes/loss_agg.yaml", "--profile", "slurm_gpu", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "where: executor slurm (the profile's executor" in out
+    assert "partition gpu" in out and "time limit 240 min per job, up to 50 requeues" in out
+    assert "CANNOT REACH THE BUDGET: one eval (1,000 prompts x 16)" in out
+    assert "time on H100 SXM" in out and "eval " in out and "blocks training" in out
+    # Piped (a subprocess): every variant name whole, on one line with its run id.
+    for name in ("loss.aggregation=sample", "loss.aggregation=prompt", "loss.aggregation=token"):
+        assert any(line.rstrip().endswith(name) for line in out.splitlines()), name
+    assert "…" not in out
+    bare = ablate("sweep", "recipes/loss_agg.yaml", "--dry-run", "--executor", "local")
+    assert bare.returncode == 0, bare.stderr
+    assert "warning: the memory plan (up to" in bare.stdout
+    assert "not checked against any GPU" in bare.stdout
+    assert "where: executor local (--executor; no launch profile" in bare.stdout
+    assert "no time estimate: GPUs not known here" in bare.stdout
+
+
+def test_dry_run_shows_a_command_trainers_command(tmp_path):
+    script = ROOT / "tests" / "_command_trainer.py"
+    study = tmp_path / "cmd.yaml"
+    study.write_text(
+        f"name: cmd\ntrainer:\n  kind: command\n  command: {sys.executable} {script} "
+        "{overrides} --seed {seed} --out {run_dir} {resume}\n  resume: --resume\n"
+        "  keys: [lr, steps]\n  log: metrics.jsonl\n"
+        "fit: {y: score}\noverrides: {steps: 30}\naxes:\n  lr: [0.05, 0.2]\nseeds: [0]\n")
+    results = tmp_path / "res"
+    r = ablate("sweep", str(study), "--dry-run", "--executor", "local", "--results", str(results))
+    assert r.returncode == 0, r.stderr
+    runs = json.loads(ablate("sweep", str(study), "--dry-run", "--json", "--executor", "local",
+                             "--results", str(results)).stdout)
+    for run in runs:
+        cmd = run["command"]
+        assert str(script) in cmd and f"--seed {run['seed']}" in cmd
+        assert f"--out {results / 'cmd' / run['run_id']}" in cmd and "--resume" not in cmd
+        assert f"{run['run_id']} {run['name']} seed 0: {cmd}" in r.stdout
+    assert not results.exists()  # the dry run wrote nothing
+
+
+def test_with_the_eval_service_eval_runs_beside_training_and_a_stop_saves_at_once(monkeypatch):
+    """With trainer/generation/service.py (eval beside training, a stop saving the last
+    finished step at once): eval no longer blocks the steps, but an eval longer than a job
+    still never finishes; and a job keeps its steps without a 35-minute signal_delay_s."""
+    import trainer.time_plan as time_plan
+
+    c = paper(eval={"num_prompts": 50})
+    before = plan_time(c, PAPER_SHAPE, PAPER_LIMITS)
+    monkeypatch.setattr(time_plan, "EVAL_SERVICE", True)
+    after = plan_time(c, PAPER_SHAPE, PAPER_LIMITS)
+    assert before.eval_blocks_training and not after.eval_blocks_training
+    assert before.steps_per_job == 0 and after.steps_per_job > 0
+    assert not any("signal_delay_s" in w for w in after.warnings)
+    # Generation-bound pipeline: an eval beside training takes the engines' time all the same.
+    assert after.wall_h == pytest.approx(before.wall_h, rel=0.5)
+    long_eval = plan_time(paper(), PAPER_SHAPE, PAPER_LIMITS)
+    assert long_eval.reaches_budget is False and "no eval ever finishes" in long_eval.problem
+    # An eval due every step that takes longer than a step: evals queue up (said, not refused).
+    often = plan_time(paper(eval={"num_prompts": 50, "every_steps": 1}), PAPER_SHAPE, PAPER_LIMITS)
+    assert any("evals queue up" in w for w in often.warnings), often.warnings
+
+
+@pytest.mark.slurm
+def test_dry_run_with_no_profile_on_a_slurm_machine_says_where_and_warns():
+    """Issue 32: no profile where `sinfo` answers: the runs go to Slurm with its default
+    settings (no GPUs); the dry run says so and warns that the 8B plan is checked against
+    no GPU size."""
+    from ablate.studies.launch import slurm
+
+    if not slurm.available():
+        pytest.skip("no Slurm cluster: run `bash tests/slurm/cluster.sh start`")
+    r = ablate("sweep", "recipes/loss_agg.yaml", "--dry-run", "--override", "seeds=[0]")
+    assert r.returncode == 0, r.stderr
+    first, second = r.stdout.splitlines()[:2]
+    assert first.startswith("where: executor slurm (no executor named; Slurm answers here")
+    assert "no launch profile" in first and "time limit 60 min per job" in first
+    assert second.startswith("warning: the memory plan (up to 150.") and "no GPUs" in second
+
+
+@pytest.mark.parametrize("per_decade", [None, 3, 8])
+def test_eval_count_is_the_trainers_eval_due_walk(per_decade):
+    """count_evals counts without walking every step; it must equal step 0 + every step
+    eval.due accepts + the last."""
+    from trainer.time_plan import count_evals
+
+    for every in (1, 7, 100):
+        c = TrainConfig.model_validate({"eval": {"every_steps": every, "per_decade": per_decade}})
+        for steps in (1, 2, 10, 100, 101, 781, 2000):
+            walk = 1 + sum(1 for s in range(1, steps) if c.eval.due(s)) + 1
+            assert count_evals(c, steps) == walk, (every, steps)
