@@ -25,17 +25,25 @@ if TYPE_CHECKING:
 
 # What a predicted score's interval is, under every table that shows one (ablate/analysis/intervals.py)
 PREDICTIVE = ("predicted: 95% predictive interval of a run's score (fit parameters, run drift, "
-              "a plateau past the window), which may reach above A's interval")
+              "a plateau past the window); never above A's interval")
 NOTE_CELL = 40  # in --wide, a longer note goes under the table as "(n) variant: text"
 WIDE = 10  # drop priority of the --wide columns: they give way before any default one
 
 
+# A fit's warning (fit_diagnosis.bound_warnings) that a verdict's reason (fit_trust.assess)
+# says again in other words: (how the reason starts, how the warning starts). The reason is kept
+# (it names the remedy); the warning would say the same thing twice in one note.
+_SAID_BY_REASON = (("C_mid ", "C_mid beyond the data"), ("A = ", "A at its bound"))
+
+
 def note(g: GroupFit, *more: str) -> str:
     """A variant's note: the failure reason, or the fit's bound/identifiability warnings, and
-    the verdict's reason when it is not "ok"."""
+    the verdict's reason when it is not "ok" (a warning it repeats is left out)."""
     parts = [g.error] if g.error else list(g.fit.warnings) if g.fit is not None else []
     v, why = g.verdict()
     if g.fit is not None and v != "ok":
+        said = tuple(w for r, w in _SAID_BY_REASON if why.startswith(r))
+        parts = [p for p in parts if not (said and p.startswith(said))]
         parts.append(why)
     return "; ".join(p for p in (*parts, *more) if p)
 
