@@ -5,7 +5,7 @@ evaluation's noise). Its rules, checked here at budgets C1 < C2 < C3 past a half
 window (and at the window's end) on synthetic runs of three shapes, one of them a late sag:
   * ceiling: the interval's upper end is never above the upper end of A's interval (the
     drift is capped there). The old draws added the run's drift on top of the curve and went
-    above it: at 1-10x the window's end, 4 of these 5 fits' upper ends were above A's.
+    above it: at 1-10x the window's end every fit here had an upper end above A's.
   * never falls but by drift: with the drift left out, both ends are non-decreasing in compute
     and the plateau draws stay exactly at their window-end value; with it, the lower end at C2
     is at least the lower end of (each draw's curve at C1 less its full drift).
