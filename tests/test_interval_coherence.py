@@ -127,3 +127,18 @@ def test_note_says_the_c_mid_reason_once():
     text = note(g)
     assert text.count("C_mid") == 1 and "has not reached half its gain" in text, text
     assert text.endswith("train longer"), text
+
+
+def test_note_says_the_a_bound_reason_once():
+    from ablate.analysis.variant_fits import GroupFit
+    from ablate.cli.render import note
+
+    rng = np.random.default_rng(25)
+    c = np.linspace(0, 1, 81)
+    rng.normal(0, 0.003, c.size)  # the same draws as test_shapes.test_bound_warnings
+    high = sigmoid(c, 0.995, 1.5, 0.1, 0.3) + rng.normal(0, 0.002, c.size)
+    f = fit_sigmoid(c, np.clip(high, 0, 1), n_boot=100)
+    g = GroupFit("v", f, None, c.size)
+    assert g.verdict()[0] == "A at bound" and any(w.startswith("A at its bound") for w in f.warnings)
+    text = note(g)
+    assert "A at its bound" not in text and text.count("sits at its bound") == 1, text

@@ -47,8 +47,8 @@ Coherent with the fit (issue 32): each past-window draw is one possible future o
 it obeys the fit's own rules: its score never passes the fit's ceiling (the upper end of A's
 interval), and its curve never falls (the plateau stays at its window-end value). Only
 the run's drift, a zero-mean wander, can put a larger budget's lower end below a smaller one's;
-forbidding that too would miss the runs that really sag (`score_draws`; tests/
-test_interval_coherence.py; the measured cost of each rule in benchmarks/RESULTS.md).
+forbidding that too would miss the runs that really sag (`score_draws`;
+tests/test_interval_coherence.py; the measured cost of each rule in benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
