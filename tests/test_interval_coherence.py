@@ -142,3 +142,18 @@ def test_note_says_the_a_bound_reason_once():
     assert g.verdict()[0] == "A at bound" and any(w.startswith("A at its bound") for w in f.warnings)
     text = note(g)
     assert "A at its bound" not in text and text.count("sits at its bound") == 1, text
+
+
+def test_extrapolate_row_note_says_the_c_mid_reason_once():
+    from ablate.analysis.extrapolate import extrapolate
+    from ablate.analysis.variant_fits import GroupFit
+    from ablate.cli.render import _row_note
+
+    rng = np.random.default_rng(25)
+    c = np.linspace(0, 1, 81)
+    late = sigmoid(c, 0.7, 2.0, 1.3, 0.1) + rng.normal(0, 0.003, c.size)
+    f = fit_sigmoid(c, np.clip(late, 0, 1), n_boot=100)
+    row = extrapolate([GroupFit("v", f, None, c.size)], budget=2.0)[0]
+    assert any(w.startswith("C_mid beyond the data") for w in row["warnings"])
+    text = _row_note(row)
+    assert text.count("C_mid") == 1 and text.startswith("not bending yet"), text

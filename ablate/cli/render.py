@@ -42,10 +42,14 @@ def note(g: GroupFit, *more: str) -> str:
     parts = [g.error] if g.error else list(g.fit.warnings) if g.fit is not None else []
     v, why = g.verdict()
     if g.fit is not None and v != "ok":
-        said = tuple(w for r, w in _SAID_BY_REASON if why.startswith(r))
-        parts = [p for p in parts if not (said and p.startswith(said))]
-        parts.append(why)
+        parts = [*_not_said_by(why, parts), why]
     return "; ".join(p for p in (*parts, *more) if p)
+
+
+def _not_said_by(reason: str, warnings: list[str]) -> list[str]:
+    """The warnings that `reason` (a verdict's) does not already say (`_SAID_BY_REASON`)."""
+    said = tuple(w for r, w in _SAID_BY_REASON if reason.startswith(r))
+    return [w for w in warnings if not (said and w.startswith(said))]
 
 
 def window(g: GroupFit) -> str:
@@ -229,8 +233,11 @@ def _row_note(r: dict) -> str:
     """An extrapolation row's note: the verdict when the fit behind it is not "ok", the row's
     own note and the fit's warnings."""
     v = r.get("verdict")
-    why = "" if v in (None, "ok") or r.get("error") else f"{v}: {r.get('verdict_reason')}"
-    return "; ".join(x for x in (why, r.get("note"), *(r.get("warnings") or [])) if x)
+    reason = r.get("verdict_reason") or ""
+    why = "" if v in (None, "ok") or r.get("error") else f"{v}: {reason}"
+    warnings = list(r.get("warnings") or [])
+    warnings = _not_said_by(reason, warnings) if why else warnings
+    return "; ".join(x for x in (why, r.get("note"), *warnings) if x)
 
 
 def print_extrapolate(console: Console, rows: list[dict], *, what: str, key: str,
