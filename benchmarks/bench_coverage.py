@@ -6,8 +6,9 @@ Protocol, per curve: fit on the first half of compute (`max_compute = C_max / 2`
 window rule inside it), predict the score at C_max, and check whether the 95% interval covers it.
 old: the parameter draws' band (`percentile_interval` of the sigmoid at C_max over `Fit.samples`),
 what `predict_interval` gave before issue 24; drift_only: plus the run's drift at the target (the
-interval's first version); new: `fit.predictive_interval` (drift, and half of the draws
-taking the plateau explanation: nothing gained past the window's end). All from the same fit.
+interval's first version; since issue 32 capped at each draw's A, as new is); new:
+`fit.predictive_interval` (drift, and half of the draws taking the plateau explanation: nothing
+gained past the window's end). All from the same fit.
 
 Sets:
   published  benchmarks/published/*.csv (SOURCES.md), target = mean of the last 3 evaluations;
@@ -15,6 +16,9 @@ Sets:
   knee, sag  synthetic misspecified runs (tests/test_intervals_coverage.py: exponential saturation,
              a sigmoid that sags late), target = the run's score at C_max without eval noise
   sigmoid    well-specified synthetic runs, same target
+Coherence (issue 32), per fit, at COHERENCE_AT x the window's end: fits_above_A (fits whose
+new upper end goes above A's interval's; 0 by construction now) and lower_drop (how far the new
+lower end falls below its value at a smaller budget: the run's drift, the one term allowed to).
 Synthetic sets use seed 1 here; the method (which has no constant to set) was chosen on seeds 0
 and 1 at 60 runs per shape. Nothing was tuned on the published curves.
 """
@@ -35,6 +39,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 
@@ -45,6 +50,8 @@ import test_intervals_coverage as tic  # noqa: E402
 from ablate.analysis.fit import FitError, percentile_interval, predictive_interval, sigmoid  # noqa: E402
 from ablate.analysis.fitters import fit_sigmoid  # noqa: E402
 from ablate.analysis.intervals import STOP  # noqa: E402
+
+COHERENCE_AT = (1.0, 1.2, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 100.0)  # budgets / the window's end
 
 
 def half_fit_row(c: np.ndarray, y: np.ndarray, target: float, seed: int,
@@ -64,10 +71,21 @@ def half_fit_row(c: np.ndarray, y: np.ndarray, target: float, seed: int,
     s[STOP] = np.zeros_like(stop)  # the same draws without the plateau explanation: drift alone
     ivs["drift_only"] = predictive_interval(f, c.max())
     s[STOP] = stop
-    row = {"pred": float(f.predict(c.max())), "target": target}
+    row = {"pred": float(f.predict(c.max())), "target": target, **coherence(f)}
     for name, iv in ivs.items():
         row.update({name: list(iv), f"{name}_covers": bool(iv[0] <= target <= iv[1])})
     return row
+
+
+def coherence(f) -> dict:
+    """Issue 32's checks of the new interval at budgets past the window (COHERENCE_AT x its
+    end): how far its upper end goes above A's interval (never > 0 since the draws are capped at
+    their A), and how far its lower end falls below what it was at a smaller budget (the run's
+    drift may do that; the curve part never falls)."""
+    end = f.window_end()
+    ivs = np.array([predictive_interval(f, math.exp(end) * m) for m in COHERENCE_AT])
+    return {"above_A": float(np.max(ivs[:, 1]) - f.ci["A"][1]),
+            "lower_drop": float(np.max(np.maximum.accumulate(ivs[:, 0]) - ivs[:, 0]))}
 
 
 def summary(rows: list[dict]) -> dict:
@@ -78,6 +96,9 @@ def summary(rows: list[dict]) -> dict:
            "mean_abs_err": float(np.mean([abs(r["pred"] - r["target"]) for r in ok])),
            # the narrowest interval centred on the prediction that covers 95% of the targets
            "needed_width": 2 * float(np.quantile([abs(r["pred"] - r["target"]) for r in ok], 0.95))}
+    out["fits_above_A"] = int(sum(r["above_A"] > 0 for r in ok))
+    out["lower_drop_mean"] = float(np.mean([r["lower_drop"] for r in ok]))
+    out["lower_drop_max"] = float(np.max([r["lower_drop"] for r in ok]))
     for k in ("old", "drift_only", "new"):
         out[f"{k}_coverage"] = float(np.mean([r[f"{k}_covers"] for r in ok]))
         out[f"{k}_mean_width"] = float(np.mean([r[k][1] - r[k][0] for r in ok]))

@@ -42,6 +42,13 @@ is no scale to set, the plateau is the fit's own value at the window's end. The 
 where the sigmoid does hold: those runs' intervals reach down to the plateau, since the window
 cannot show that it will not come (benchmarks/RESULTS.md, bench_coverage.py: coverage and width
 per curve set; tests/test_intervals_coverage.py).
+
+Coherent with the fit (issue 32): each past-window draw is one possible future of the run, so
+it obeys the fit's own rules: its score never passes the fit's ceiling (the upper end of A's
+interval), and its curve never falls (the plateau stays at its window-end value). Only
+the run's drift, a zero-mean wander, can put a larger budget's lower end below a smaller one's;
+forbidding that too would miss the runs that really sag (`score_draws`;
+tests/test_interval_coherence.py; the measured cost of each rule in benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -127,7 +134,7 @@ def _bootstrap(x, y, sid, theta, r0, r0_groups, n_boot, rng, fix_a=False):
 
 
 def _seed_draws(per_seed: np.ndarray, center: np.ndarray, n, rng) -> np.ndarray:
-    """t draws (k-1 dof) around the pooled fit with the seeds' spread (in A, log B, log C_mid, R0)."""
+    """t draws (k-1 dof) around the pooled fit with the seeds' spread (A, log B, log C_mid, R0)."""
     k = per_seed.shape[0]
     se = per_seed.std(axis=0, ddof=1) / math.sqrt(k)
     t = rng.standard_t(k - 1, size=(n, 1))
@@ -182,12 +189,37 @@ def score_draws(s: dict[str, np.ndarray], end: float, compute) -> np.ndarray:
     """Draws of the score the run reaches at `compute`: (S,) for a scalar, (S, m) for m computes.
     s: a fit's draws (Fit.samples); end: log of the largest compute it used (Fit.window_end).
 
-    Inside the window: the parameter draws' sigmoid. Past it, two explanations of the window
-    that the window cannot tell apart, half of the draws each (see "Past the window" in the
-    module docstring): the draw's sigmoid goes on rising, or the run gains nothing more after
-    the window's end (the draw's curve stays at its value there); both plus the run's drift at
-    `compute`; clipped to [0, 1] (a score). A fit without these terms (e.g. built elsewhere)
-    gets the sigmoid draws alone."""
+    What the draws are of: the score *the run* stands at when it has spent `compute` (its curve
+    plus its slow AR(1) drift there), not the recipe's mean curve and not one evaluation (one
+    evaluation's white noise is left out: `ablate watch` adds it for a band of single readings).
+    Inside the window: the parameter draws' sigmoid (the window pins the run there). Past it,
+    each draw is one possible future of the run, made of
+      * its curve: two explanations of the window that the window cannot tell apart, half of
+        the draws each (see "Past the window" in the module docstring): the draw's sigmoid goes
+        on rising, or the run gains nothing more after the window's end (the draw's curve stays
+        exactly at its value there: it neither rises nor falls). Either way the curve never
+        falls as compute grows and never passes the draw's ceiling A;
+      * plus the run's drift at `compute`: a zero-mean wander around that curve whose spread
+        grows from 0 at the window's end (the fit pins the run there) to the REML posterior's
+        drift sd (AR(1) forecast variance). It is the one term that can put the run's score at
+        a larger compute below what it stood at at a smaller one: RL runs do dip and sag (of
+        the sag runs of benchmarks/bench_coverage.py, 10-16% end below the lower end of the
+        band at the window's end, so an interval that never fell would miss them);
+      * and the ceiling: a draw's score is at most the upper end of A's 95% interval (or its
+        curve's value where that is higher: a draw with A < R0 is a falling curve). The drift
+        wanders under the highest ceiling the fit allows, not through it. Why that bound and not
+        each draw's own A: a run at its ceiling does stand above its A by its drift half the
+        time (curve + drift), so capping each draw at its own A cut the well-specified runs'
+        coverage from 0.96 to 0.93; capping at A's upper end left every coverage unchanged
+        (benchmarks/RESULTS.md, issue 32).
+    So, at any compute past the window the interval's upper end never exceeds A's
+    (`Fit.ci["A"]`, the same draws; each curve is at most its draw's A).
+    For C1 < C2 (C2 past the window), each draw's score at C2 is at least its curve at C1 less
+    its full drift |DRIFT|, so the lower end at C2 is at least the lower end of those values:
+    below what the run stood at at C1 by its drift alone; and with the drift left out (DRIFT
+    set to 0) every quantile is non-decreasing in C (draws whose A is above their R0; one below
+    is a falling curve). Clipped to [0, 1] (a score). A fit without these terms (e.g. built
+    elsewhere) gets the sigmoid draws alone."""
     c = np.atleast_1d(np.asarray(compute, float))
     ps = [s[k][:, None] for k in ("A", "B", "C_mid", "R0")]
     p = sigmoid(c[None, :], *ps)
@@ -197,5 +229,8 @@ def score_draws(s: dict[str, np.ndarray], end: float, compute) -> np.ndarray:
         if STOP in s:
             p = np.where(s[STOP][:, None] & (dist > 0), sigmoid(math.exp(end), *ps), p)
         drift = s[DRIFT][:, None] * np.sqrt(1.0 - np.exp(2.0 * s[DRIFT_DECAY][:, None] * dist))
-        p = np.clip(p + drift, 0.0, 1.0)
+        # the fit's ceiling: the upper end of A's interval (as Fit.ci["A"] is computed), or the
+        # draw's own curve where that is higher (a falling draw, A < R0)
+        ceiling = np.maximum(percentile_interval(s["A"])[1], p)
+        p = np.clip(np.minimum(p + drift, ceiling), 0.0, 1.0)
     return p[:, 0] if np.ndim(compute) == 0 else p

@@ -25,19 +25,31 @@ if TYPE_CHECKING:
 
 # What a predicted score's interval is, under every table that shows one (ablate/analysis/intervals.py)
 PREDICTIVE = ("predicted: 95% predictive interval of a run's score (fit parameters, run drift, "
-              "a plateau past the window), which may reach above A's interval")
+              "a plateau past the window); never above A's interval")
 NOTE_CELL = 40  # in --wide, a longer note goes under the table as "(n) variant: text"
 WIDE = 10  # drop priority of the --wide columns: they give way before any default one
 
 
+# A fit's warning (fit_diagnosis.bound_warnings) that a verdict's reason (fit_trust.assess)
+# says again in other words: (how the reason starts, how the warning starts). The reason is kept
+# (it names the remedy); the warning would say the same thing twice in one note.
+_SAID_BY_REASON = (("C_mid ", "C_mid beyond the data"), ("A = ", "A at its bound"))
+
+
 def note(g: GroupFit, *more: str) -> str:
     """A variant's note: the failure reason, or the fit's bound/identifiability warnings, and
-    the verdict's reason when it is not "ok"."""
+    the verdict's reason when it is not "ok" (a warning it repeats is left out)."""
     parts = [g.error] if g.error else list(g.fit.warnings) if g.fit is not None else []
     v, why = g.verdict()
     if g.fit is not None and v != "ok":
-        parts.append(why)
+        parts = [*_not_said_by(why, parts), why]
     return "; ".join(p for p in (*parts, *more) if p)
+
+
+def _not_said_by(reason: str, warnings: list[str]) -> list[str]:
+    """The warnings that `reason` (a verdict's) does not already say (`_SAID_BY_REASON`)."""
+    said = tuple(w for r, w in _SAID_BY_REASON if reason.startswith(r))
+    return [w for w in warnings if not (said and w.startswith(said))]
 
 
 def window(g: GroupFit) -> str:
@@ -221,8 +233,11 @@ def _row_note(r: dict) -> str:
     """An extrapolation row's note: the verdict when the fit behind it is not "ok", the row's
     own note and the fit's warnings."""
     v = r.get("verdict")
-    why = "" if v in (None, "ok") or r.get("error") else f"{v}: {r.get('verdict_reason')}"
-    return "; ".join(x for x in (why, r.get("note"), *(r.get("warnings") or [])) if x)
+    reason = r.get("verdict_reason") or ""
+    why = "" if v in (None, "ok") or r.get("error") else f"{v}: {reason}"
+    warnings = list(r.get("warnings") or [])
+    warnings = _not_said_by(reason, warnings) if why else warnings
+    return "; ".join(x for x in (why, r.get("note"), *warnings) if x)
 
 
 def print_extrapolate(console: Console, rows: list[dict], *, what: str, key: str,
