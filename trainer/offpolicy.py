@@ -249,7 +249,7 @@ class GroupStream:
 @MODES.register("pipeline")
 def pipeline(ctx: Context) -> Source:
     """PipelineRL-k, timed by the data (default, reproducible) or by the wall clock."""
-    if ctx.config.rollout.async_timing == "wall":
+    if ctx.config.rollout.timing == "wall":
         return Pipeline(ctx)
     from trainer.pipeline_data import DataPipeline  # it builds on this module's helpers
 
