@@ -246,14 +246,9 @@ class GroupStream:
         return b
 
 
-@MODES.register("pipeline")
-def pipeline(ctx: Context) -> Source:
-    """PipelineRL-k, timed by the data (default, reproducible) or by the wall clock."""
-    if ctx.config.rollout.timing == "wall":
-        return Pipeline(ctx)
-    from trainer.pipeline_data import DataPipeline  # it builds on this module's helpers
-
-    return DataPipeline(ctx)
+# PipelineRL-k: trainer/pipeline_data.py `pipeline` picks the data-timed source there or the
+# free-running one below by rollout.async_timing (by name: that module builds on this one).
+MODES.register_lazy("pipeline", "trainer.pipeline_data:pipeline")
 
 
 class Pipeline:

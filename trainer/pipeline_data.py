@@ -41,7 +41,14 @@ from torch import nn
 from trainer.distributed import rank
 from trainer.generation.rollout import make_generator
 from trainer.length import generate_rollout
-from trainer.offpolicy import Batch, Context, _close, _join_push, concat, oldest_version, split
+from trainer.offpolicy import (Batch, Context, Pipeline, Source, _close, _join_push, concat,
+                               oldest_version, split)
+
+
+def pipeline(ctx: Context) -> Source:
+    """off_policy.mode pipeline (registered in trainer/offpolicy.py MODES): PipelineRL-k timed
+    by the data (DataPipeline below, reproducible) or by the wall clock (offpolicy.Pipeline)."""
+    return Pipeline(ctx) if ctx.config.rollout.timing == "wall" else DataPipeline(ctx)
 
 
 @dataclass
