@@ -80,7 +80,8 @@ class DataPipeline:
         self.stop = threading.Event()
         self.error: BaseException | None = None
         self.feeds = rank() == 0
-        self.gen = make_generator(c, ctx.model, ctx.tokenizer, own_copy=True) if self.feeds else None
+        self.gen = (make_generator(c, ctx.model, ctx.tokenizer, own_copy=True)
+                    if self.feeds else None)
         if not self.feeds and c.rollout.backend == "vllm":
             _join_push(ctx.model)  # the engine's start-up push (VLLMGenerator.__init__)
         if ctx.restored is not None and self.feeds:
@@ -185,7 +186,8 @@ class DataPipeline:
         for g in groups:  # by construction (version_for); a failure here is a scheduling bug
             if version - oldest_version(g, version) > self.k:
                 raise RuntimeError(f"data-timed pipeline: a group sampled by weights "
-                                   f"{oldest_version(g, version)} reached step {version} (k={self.k})")
+                                   f"{oldest_version(g, version)} reached step {version} "
+                                   f"(k={self.k})")
         return concat(groups)
 
     # -- checkpoint / resume -------------------------------------------------------------------
