@@ -1,10 +1,13 @@
-"""PipelineRL-k streaming (trainer/offpolicy.py Pipeline, GroupStream) and batched eval.
+"""PipelineRL-k streaming (trainer/offpolicy.py Pipeline, GroupStream; trainer/pipeline_data.py
+DataPipeline) and batched eval.
 
-The pipeline tests drive the real source (generator thread, tiny proxy model, real in-flight
-weight pushes) with a trainer that is slower than the generator, as on a cluster where the
+The pipeline tests drive the real source (generator thread, tiny proxy model, real weight
+pushes) with a trainer that is slower than the generator, as on a cluster where the
 generation GPUs outpace training: the staleness of what is trained on must then reach k and
-never pass it. Lag is computed from the per-token versions exactly as the loop does
-(eval_point.py rollout_stats: step - version of each kept token).
+never pass it, under either `rollout.async_timing`. Lag is computed from the per-token versions
+exactly as the loop does (eval_point.py rollout_stats: step - version of each kept token).
+With data timing the stream itself (prompts, tokens, versions) must not depend on which side
+is faster.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import torch
 
 from _trainer_util import config, tiny
 from trainer.length import Rollout
-from trainer.offpolicy import Batch, Context, GroupStream, Pipeline
+from trainer.offpolicy import MODES, Batch, Context, GroupStream
 from trainer.pool import PromptPool
 
 
@@ -29,26 +32,38 @@ def proxy():
     return load_model(config(tiny()))
 
 
-def _lags(proxy, k: int, steps: int, train_seconds: float, **over) -> list[int]:
-    """Per step, the max lag of the batch trained on, with a trainer that takes
-    `train_seconds` per step (the weights change at every push, as after a real step)."""
+def _stream(proxy, k: int, steps: int, train_seconds: float, timing: str,
+            gen_seconds: float = 0.0, **over) -> list[Batch]:
+    """The batches the real pipeline source hands a trainer that takes `train_seconds` per
+    step (the weights change at every push, as after a real step); `gen_seconds` slows each
+    generate call of the generator thread by that much."""
     model, tok = proxy
+    model = __import__("copy").deepcopy(model)  # this test's pushes must not leak into others
     c = config(tiny(off_policy={"mode": "pipeline", "k": k, **over},
                     rollout={"prompts_per_step": 2, "generations_per_prompt": 2,
-                             "max_new_tokens": 6}))
+                             "max_new_tokens": 6, "async_timing": timing}))
     from trainer.tasks import build_task
 
     task = build_task(c.task, c.eval.split)
     prompts = [tok(p.prompt).input_ids for p in task.train]
     pool = PromptPool([p.difficulty for p in task.train], c.data, c.seed)
-    src = Pipeline(Context(c, model, tok, pool, prompts, 0))
+    src = MODES.get("pipeline")(Context(c, model, tok, pool, prompts, 0))
+    if gen_seconds:
+        generate = src.gen.generate
+
+        def slow(*a, **kw):
+            time.sleep(gen_seconds)
+            return generate(*a, **kw)
+
+        src.gen.generate = slow
     out = []
     try:
         src.after_step(model, 0)
         for step in range(steps):
             b = src.next(step)
             assert len(b.prompt_ids) == 2 and len(b.rollout.tokens) == 4
-            out.append(step - min(v for vs in b.rollout.versions for v in vs))
+            out.append(b)
+            pool.record(b.prompt_ids[0], step % 3, 2)  # the trainer's records, as reward() does
             time.sleep(train_seconds)  # the optimizer step
             with torch.no_grad():
                 next(model.parameters()).add_(1e-4)
@@ -58,16 +73,46 @@ def _lags(proxy, k: int, steps: int, train_seconds: float, **over) -> list[int]:
     return out
 
 
-def test_pipeline_staleness_reaches_k_and_never_passes_it(proxy):
-    lags = _lags(proxy, k=8, steps=14, train_seconds=0.4)
+def _lags(proxy, k: int, steps: int, train_seconds: float, timing: str = "wall",
+          **over) -> list[int]:
+    """Per step, the max lag of the batch trained on."""
+    return [step - min(v for vs in b.rollout.versions for v in vs)
+            for step, b in enumerate(_stream(proxy, k, steps, train_seconds, timing, **over))]
+
+
+@pytest.mark.parametrize("timing", ["wall", "data"])
+def test_pipeline_staleness_reaches_k_and_never_passes_it(proxy, timing):
+    lags = _lags(proxy, k=8, steps=14, train_seconds=0.4, timing=timing)
     assert max(lags) > 2, lags  # the old one-batch queue kept it at ~2
     assert max(lags) <= 8, lags
+    if timing == "data":  # the weights of k steps before, once k steps have passed
+        assert lags == [0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 8, 8, 8, 8], lags
 
 
-def test_pipeline_k1_stays_within_one_step(proxy):
-    lags = _lags(proxy, k=1, steps=6, train_seconds=0.3, groups_per_call=1)
+@pytest.mark.parametrize("timing", ["wall", "data"])
+def test_pipeline_k1_stays_within_one_step(proxy, timing):
+    lags = _lags(proxy, k=1, steps=6, train_seconds=0.3, timing=timing, groups_per_call=1)
     assert max(lags) <= 1, lags
     assert max(lags) == 1, lags  # a faster generator does run one step ahead
+
+
+def test_data_timed_stream_does_not_depend_on_which_side_is_faster(proxy):
+    """The same prompts, tokens, log-probs and per-token versions whether the trainer or the
+    generator is the slow side (calls of 3 groups straddle the steps' 2)."""
+    def key(batches):
+        return [(b.prompt_ids, b.rollout.tokens, b.rollout.logprobs, b.rollout.versions)
+                for b in batches]
+
+    fast_gen = key(_stream(proxy, k=2, steps=7, train_seconds=0.05, timing="data",
+                           groups_per_call=3))
+    slow_gen = key(_stream(proxy, k=2, steps=7, train_seconds=0.0, timing="data",
+                           gen_seconds=0.1, groups_per_call=3))
+    assert fast_gen == slow_gen
+    lags = [s - min(v for vs in versions for v in vs)
+            for s, (_, _, _, versions) in enumerate(fast_gen)]
+    # call c holds groups 3c..3c+2 and takes the weights k=2 steps before its last group's
+    # step (group g trains at step g // 2): calls 0-4 take versions 0, 0, 2, 3, 5
+    assert lags == [0, 1, 2, 1, 2, 2, 1], lags
 
 
 def _group(version: int, gen_tokens: int, pid: int) -> Batch:

@@ -45,6 +45,9 @@ class Checkpointing:
         self.pool.load_state_dict(s["pool"])
         torch.set_rng_state(s["torch_rng"])
         random.setstate(s["py_rng"])
+        self.source_state = s.get("source")  # the rollout source's (trainer/offpolicy.py Context)
+        if s.get("lag_max_window") is not None:  # saved between two metrics rows
+            self.lag_max_window = s["lag_max_window"]
         barrier()  # every rank has read checkpoint/ before rank 0 may replace it
         if self.main:
             rundir.truncate_metrics(self.dir, self.step)
@@ -65,7 +68,9 @@ class Checkpointing:
         if self.main:
             torch.save({"step": self.step, "counters": dict(self.counters),
                         "acc": dict(self.acc), "pool": self.pool.state_dict(),
-                        "torch_rng": torch.get_rng_state(), "py_rng": random.getstate()},
+                        "torch_rng": torch.get_rng_state(), "py_rng": random.getstate(),
+                        "source": self.ctx.source_state(),
+                        "lag_max_window": getattr(self, "lag_max_window", None)},
                        tmp / "state.pt")
             rundir.commit_checkpoint(self.dir, tmp)
         barrier()

@@ -136,7 +136,7 @@ class _Run(Checkpointing, Accounting, EvalPoint, PolicyUpdate):
         self.acc: dict[str, float] = {}
         self._resume()
         self.ctx = Context(config, self.model, self.tok, self.pool, self.train_prompts,
-                           self.counters["gen_counter"])
+                           self.counters["gen_counter"], getattr(self, "source_state", None))
 
     @property
     def encode(self):

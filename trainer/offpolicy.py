@@ -4,10 +4,12 @@ ppo_off_policy (PPO-off-policy-k): generate k steps' worth of prompts with the c
 then take k optimizer steps on its minibatches (k=1 is plain on-policy).
 pipeline (PipelineRL-k, ScaleRL): a generator thread on rank 0 with its own copy of the model
 streams finished prompt groups while the trainer updates; after every optimizer step the new
-weights are pushed and applied between decode steps (mid-sequence), each token recording the
-version that sampled it; each step's batch is the next prompts_per_step finished groups. The
-generator runs at most k steps ahead (PipelineRL's max_lag rule), so the staleness of the
-tokens trained on reaches k when generation outpaces training and never exceeds it.
+weights are pushed, each token recording the version that sampled it; each step's batch is the
+next prompts_per_step finished groups. The generator runs at most k steps ahead (PipelineRL's
+max_lag rule), so the staleness of the tokens trained on reaches k when generation outpaces
+training and never exceeds it. `rollout.async_timing` picks who decides where the weights
+change: the data (trainer/pipeline_data.py DataPipeline: reproducible, the default with hf)
+or the wall clock (`Pipeline` below: free-running, pushes land mid-sequence when they arrive).
 """
 
 from __future__ import annotations
@@ -47,6 +49,14 @@ class Context:
     pool: PromptPool
     prompts: list[list[int]]  # token ids of every training prompt
     gen_counter: int  # seeds of successive generate calls (checkpointed)
+    # The source's state from the checkpoint this run resumed from (its `state()`), or None.
+    restored: object = None
+    # Set by the source: its state for a checkpoint (trainer/checkpointing.py saves it).
+    saver: Callable[[], object] | None = None
+
+    def source_state(self) -> object:
+        """What the source needs to continue exactly after a resume (None: nothing)."""
+        return self.saver() if self.saver is not None else None
 
 
 class Source(Protocol):
@@ -105,6 +115,10 @@ class PPOOffPolicy:
             _join_push(ctx.model)  # the engine's start-up push (VLLMGenerator.__init__)
         self.buffer: list[Batch] = []
         self.left = 0  # steps still to take from the current big generation (every rank)
+        if isinstance(ctx.restored, dict) and ctx.restored.get("source") == "ppo_off_policy":
+            # resumed between the k steps of one big generation: its unused minibatches
+            self.left, self.buffer = ctx.restored["left"], list(ctx.restored["buffer"])
+        ctx.saver = self.state
 
     def next(self, version: int) -> Batch | None:
         c = self.ctx.config
@@ -121,6 +135,11 @@ class PPOOffPolicy:
 
     def after_step(self, model: nn.Module, version: int) -> None:
         pass  # weights reach the generator only at the next big generation
+
+    def state(self) -> dict:
+        """The current big generation's unused minibatches (a resume mid-way takes them, as
+        the uninterrupted run does; ranks other than 0 keep only the count under vllm)."""
+        return {"source": "ppo_off_policy", "left": self.left, "buffer": list(self.buffer)}
 
     def close(self) -> None:
         if self.gen is not None:
@@ -227,11 +246,19 @@ class GroupStream:
         return b
 
 
-@MODES.register("pipeline")
+# PipelineRL-k: trainer/pipeline_data.py `pipeline` picks the data-timed source there or the
+# free-running one below by rollout.async_timing (by name: that module builds on this one).
+MODES.register_lazy("pipeline", "trainer.pipeline_data:pipeline")
+
+
 class Pipeline:
-    """PipelineRL-k: a generator thread (rank 0 only) streams finished prompt groups while the
-    trainer updates; weights are pushed in flight after every optimizer step; each step's batch
-    is built from finished groups; staleness is bounded by k (GroupStream)."""
+    """PipelineRL-k, free-running (`rollout.async_timing: wall`): a generator thread (rank 0
+    only) streams finished prompt groups while the trainer updates; weights are pushed in
+    flight after every optimizer step and land between decode steps whenever they arrive; each
+    step's batch is built from finished groups; staleness is bounded by k (GroupStream). Not
+    reproducible run to run (which tokens see which weights, call sizes, and when the pool is
+    drawn against the pass rates recorded depend on timing), and a resume restarts the stream:
+    its in-flight groups were sampled by weights the checkpoint no longer holds."""
 
     def __init__(self, ctx: Context) -> None:
         c = ctx.config

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from trainer.config_parts.base import Strict
 
@@ -56,7 +56,40 @@ class RolloutConfig(Strict):
     )
     temperature: float = Field(1.0, gt=0, description="Sampling temperature (ScaleRL: 1.0).")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling (1.0 = off).")
+    async_timing: Optional[Literal["data", "wall"]] = Field(
+        None,
+        description="off_policy.mode pipeline only: what decides where the generator's weights "
+        "change. 'data' (reproducible; the CPU proxy's): every generate call is fixed in "
+        "advance by the stream's position (which prompt groups, which seed, which weight "
+        "version: the oldest the k bound allows, so a step's groups are sampled by the weights "
+        "of k steps before), and weights change only between calls; the generator waits for a "
+        "version the trainer has not pushed yet and the trainer's push waits for the calls "
+        "that need older weights. Same config and seed -> identical metrics apart from the "
+        "time columns, under any machine load, and a resumed run matches an uninterrupted one "
+        "(the stream's unconsumed groups are checkpointed). hf backend only. 'wall' "
+        "(throughput, real clusters): the free-running PipelineRL generator: it starts a "
+        "group as soon as the k bound admits it, with whatever weights have arrived, and a "
+        "push lands between decode steps, mid-sequence, whenever the trainer sends it; lag "
+        "is then usually below k when generation is the slower side, but which tokens see "
+        "which weights depends on timing, so runs do not replay and a resume restarts the "
+        "stream. Both log per-token versions (pipeline/lag_mean, lag_max <= k). None = 'data' "
+        "with the hf backend, 'wall' with vllm. ppo_off_policy is reproducible in any case.",
+    )
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
+
+    @model_validator(mode="after")
+    def _data_timing_needs_hf(self) -> "RolloutConfig":
+        if self.async_timing == "data" and self.backend != "hf":
+            raise ValueError(
+                f"rollout.async_timing=data needs rollout.backend hf (got {self.backend}): a "
+                "vllm engine also serves eval, whose weight pushes land between the scheduled "
+                "calls; use rollout.async_timing: wall (or leave it unset)")
+        return self
+
+    @property
+    def timing(self) -> str:
+        """async_timing as it applies: unset means data with hf, wall with vllm."""
+        return self.async_timing or ("data" if self.backend == "hf" else "wall")
 
 
 class LengthConfig(Strict):

@@ -1,0 +1,216 @@
+"""PipelineRL-k with data timing (`rollout.async_timing: data`): the pipeline's generator still
+runs concurrently with the trainer and k steps ahead of it, but every decision that the wall
+clock makes in the free-running pipeline (trainer/offpolicy.py Pipeline) is fixed by the
+stream's position instead, so the same config and seed replay the same run on any load.
+
+What the clock decided there, and what decides it here:
+- which prompts a call samples and with which seed: drawn by the trainer thread at a weight
+  push, in stream order (the free-running generator thread draws them whenever it gets to,
+  while the trainer records pass rates into the same pool: NPR retirements and curricula then
+  depend on who came first);
+- how many groups a call holds: always `groups_per_call` (there: whatever the k bound admitted
+  at that instant);
+- which weights sample a call: exactly version V(call) = base + max(0, step(last group) - base
+  - k), the oldest the k bound allows, i.e. the weights that a generator faster than the
+  trainer gets in PipelineRL (admitted the moment the push arrives). The generator waits for
+  V if the trainer has not pushed it yet; the trainer's push of version v waits until every
+  call that needs an older version has finished (weights change between calls, never
+  mid-sequence);
+- the order groups enter the stream: one generator thread runs the calls in stream order.
+
+Staleness is therefore exactly k in steady state (ramping 0, 1, ..., k after the first push)
+and never above it: no group is ever refused as stale. Throughput is the pipeline's
+max(generation, training) per step: a slower generator keeps the trainer waiting as in wall
+timing, but samples with k-step-old weights where the free-running one would use fresher ones.
+
+Resume: a checkpoint (state()) waits for the scheduled calls, then saves the finished groups
+not trained on yet with the stream's position; the pool and the seed counter were advanced by
+the trainer thread when those calls were scheduled, so they are consistent with it. A resumed
+run continues the stream exactly where the uninterrupted one would be.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from torch import nn
+
+from trainer.distributed import rank
+from trainer.generation.rollout import make_generator
+from trainer.length import generate_rollout
+from trainer.offpolicy import (Batch, Context, Pipeline, Source, _close, _join_push, concat,
+                               oldest_version, split)
+
+
+def pipeline(ctx: Context) -> Source:
+    """off_policy.mode pipeline (registered in trainer/offpolicy.py MODES): PipelineRL-k timed
+    by the data (DataPipeline below, reproducible) or by the wall clock (offpolicy.Pipeline)."""
+    return Pipeline(ctx) if ctx.config.rollout.timing == "wall" else DataPipeline(ctx)
+
+
+@dataclass
+class Call:
+    """One generate call, fixed when it is scheduled: prompts (pool indices), seed, weights."""
+
+    prompt_ids: list[int]
+    seed: int
+    version: int
+
+
+class DataPipeline:
+    """PipelineRL-k, data-timed (see the module doc). Rank 0 feeds; other ranks get None from
+    next() and join the vllm push's ZeRO-3 gathers, as with the free-running pipeline."""
+
+    def __init__(self, ctx: Context) -> None:
+        c = ctx.config
+        self.ctx = ctx
+        self.k, self.per_step = c.off_policy.k, c.rollout.prompts_per_step
+        self.per_call = c.off_policy.groups_per_call or c.rollout.prompts_per_step
+        self.cond = threading.Condition()
+        self.calls: deque[Call] = deque()  # scheduled, not started (generator takes from the left)
+        self.busy = False  # a call is being generated
+        self.finished: deque[Batch] = deque()  # groups not trained on yet, in stream order
+        self.base: int | None = None  # weight version at the stream's first push
+        self.scheduled = 0  # groups scheduled since the first push
+        self.stale_dropped = 0  # stays 0: V(call) keeps every group within k (kept for the row)
+        self.wait_seconds = 0.0
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self.feeds = rank() == 0
+        self.gen = (make_generator(c, ctx.model, ctx.tokenizer, own_copy=True)
+                    if self.feeds else None)
+        if not self.feeds and c.rollout.backend == "vllm":
+            _join_push(ctx.model)  # the engine's start-up push (VLLMGenerator.__init__)
+        if ctx.restored is not None and self.feeds:
+            self._restore(ctx.restored)
+        ctx.saver = self.state
+        self.thread = threading.Thread(target=self._produce, name="ablate-generator", daemon=True)
+        if self.feeds:
+            self.thread.start()
+
+    # -- the schedule (trainer thread) ---------------------------------------------------------
+    def version_for(self, last_group: int) -> int:
+        """Weights of a call whose last group is group `last_group` of the stream (counted from
+        the first push): that group is trained on at step base + last_group // per_step, and
+        the oldest weights the k bound allows for it are k versions before that step."""
+        return self.base + max(0, last_group // self.per_step - self.k)
+
+    def _schedule(self, version: int) -> None:
+        """Every call whose weights are `version` (or older: none are left by then): prompts
+        and seeds drawn now, in stream order, after the trainer recorded the pass rates of
+        every step before `version` and before it records step `version`'s."""
+        c = self.ctx
+        while self.version_for(self.scheduled + self.per_call - 1) <= version:
+            seed = c.config.seed * 1_000_003 + c.gen_counter
+            c.gen_counter += 1
+            call = Call(c.pool.next_batch(self.per_call), seed,
+                        self.version_for(self.scheduled + self.per_call - 1))
+            self.scheduled += self.per_call
+            with self.cond:
+                self.calls.append(call)
+                self.cond.notify_all()
+
+    def _wait(self, done) -> None:
+        """Block (trainer thread) until `done()` holds under the lock; surface generator errors."""
+        with self.cond:
+            while not done():
+                if self.error is not None:
+                    raise RuntimeError("generator thread failed") from self.error
+                self.cond.wait(timeout=0.1)
+
+    def _drain(self) -> None:
+        """Wait until every scheduled call has finished (all of them need weights older than
+        the version about to be pushed)."""
+        self._wait(lambda: not self.calls and not self.busy)
+
+    def after_step(self, model: nn.Module, version: int) -> None:
+        if not self.feeds:
+            if self.ctx.config.rollout.backend == "vllm":
+                _join_push(model)  # under ZeRO-3 rank 0's push gathers from all ranks' shards
+            return
+        self._drain()
+        self.gen.sync_weights(model, version)  # the generator is idle: applied before its next call
+        if self.base is None:
+            self.base = version
+        self._schedule(version)
+
+    # -- the generator thread ------------------------------------------------------------------
+    def _produce(self) -> None:
+        """Run the scheduled calls in order; a call's groups enter the stream when it returns."""
+        c = self.ctx.config
+        G = c.rollout.generations_per_prompt
+        try:
+            while True:
+                with self.cond:
+                    while not self.calls and not self.stop.is_set():
+                        self.cond.wait(timeout=0.1)
+                    if self.stop.is_set():
+                        return
+                    call = self.calls.popleft()
+                    self.busy = True
+                t0 = time.perf_counter()
+                ro = generate_rollout(self.gen, [self.ctx.prompts[i] for i in call.prompt_ids], c,
+                                      self.ctx.tokenizer, call.seed,
+                                      n=G, temperature=c.rollout.temperature)
+                if ro.versions and any(v and v[0] != call.version for v in ro.versions):
+                    raise RuntimeError(f"data-timed pipeline: a call scheduled for weights "
+                                       f"{call.version} was sampled by {ro.versions[0][0]}")
+                groups = split(Batch(call.prompt_ids, ro, time.perf_counter() - t0),
+                               len(call.prompt_ids), G)
+                with self.cond:
+                    self.finished.extend(groups)
+                    self.busy = False
+                    self.cond.notify_all()
+        except BaseException as e:  # surfaced in the trainer thread by next() / after_step()
+            with self.cond:
+                self.error = e
+                self.busy = False
+                self.cond.notify_all()
+
+    # -- the trainer's side of the stream ------------------------------------------------------
+    def next(self, version: int) -> Batch | None:
+        """The next step's batch: the next prompts_per_step groups of the stream, in order."""
+        if not self.feeds:
+            return None
+        if self.base is None:
+            raise RuntimeError("pipeline source: next() before any after_step(model, version); "
+                               "the loop stamps the generator's weights first")
+        t0 = time.perf_counter()
+        self._wait(lambda: len(self.finished) >= self.per_step)
+        with self.cond:
+            groups = [self.finished.popleft() for _ in range(self.per_step)]
+        self.wait_seconds += time.perf_counter() - t0
+        for g in groups:  # by construction (version_for); a failure here is a scheduling bug
+            if version - oldest_version(g, version) > self.k:
+                raise RuntimeError(f"data-timed pipeline: a group sampled by weights "
+                                   f"{oldest_version(g, version)} reached step {version} "
+                                   f"(k={self.k})")
+        return concat(groups)
+
+    # -- checkpoint / resume -------------------------------------------------------------------
+    def state(self) -> dict:
+        """What a resumed run needs to continue this stream exactly (trainer thread, at a step
+        boundary after the push): waits for the scheduled calls, then the unconsumed groups."""
+        if self.feeds and self.base is not None:
+            self._drain()
+        with self.cond:
+            return {"timing": "data", "base": self.base, "scheduled": self.scheduled,
+                    "finished": list(self.finished), "stale_dropped": self.stale_dropped}
+
+    def _restore(self, s: dict) -> None:
+        if s.get("timing") != "data":
+            return  # saved by another source (e.g. a wall-timed run): start the stream afresh
+        self.base, self.scheduled = s["base"], s["scheduled"]
+        self.finished.extend(s["finished"])
+        self.stale_dropped = s["stale_dropped"]
+
+    def close(self) -> None:
+        self.stop.set()
+        with self.cond:
+            self.cond.notify_all()
+        if self.feeds:
+            self.thread.join(timeout=60)
+            _close(self.gen)
