@@ -13,9 +13,10 @@ class VLLMConfig(Strict):
     """Settings of the vllm rollout backend (ignored by hf). Not part of what a run learns,
     but they are part of the resolved config like every other knob."""
 
-    enforce_eager: bool = Field(
-        True, description="Run vLLM without CUDA graphs: start-up is seconds instead of a "
-        "graph capture per batch size, decoding somewhat slower. False for long runs on GPUs.",
+    enforce_eager: Optional[bool] = Field(
+        None, description="Run vLLM without CUDA graphs: start-up is seconds instead of a "
+        "graph capture per batch size, decoding slower. None = eager on CPU only, CUDA graphs "
+        "on GPUs.",
     )
     gpu_memory_utilization: Optional[float] = Field(
         None, gt=0, le=1,
