@@ -92,11 +92,13 @@ class FailFast:
             os._exit(EXIT_CODE)
 
     def fail(self, exc: BaseException) -> str:
-        """This rank failed with `exc`: tell every rank (first failure wins); the line."""
+        """This rank failed with `exc`: tell every rank. The job's root cause is the first
+        failure (a peer's "connection closed" that follows it is a consequence): its line."""
         line = f"rank {self.rank}: {error_line(exc)}"
         if self._store is not None:
-            try:
-                self._store.compare_set(ABORT_KEY, "", line)
+            try:  # compare_set returns what the key holds now: ours, or an earlier failure's
+                first = self._store.compare_set(ABORT_KEY, "", line)
+                return first.decode(errors="replace") if isinstance(first, bytes) else str(first)
             except Exception:
                 pass  # the store is gone: the peers' watchdogs see that instead
         return line
@@ -106,7 +108,7 @@ class FailFast:
         self._stop.set()
 
 
-def exit_soon(after_s: float = 30.0, code: int = 1) -> None:
+def exit_soon(after_s: float = 15.0, code: int = 1) -> None:
     """After a failure: end this process in `after_s` even if its normal exit hangs (a process
     group or engine shutdown waiting on peers that are gone)."""
     def _later() -> None:

@@ -14,6 +14,7 @@ else Slurm's (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_JOB_NODELIST), el
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -36,6 +37,7 @@ class DistEnv:
     node: int = 0  # this process's node in the job (0 for rank 0's)
 
 
+@functools.lru_cache(maxsize=64)
 def first_host(nodelist: str) -> str:
     """First host of a Slurm nodelist ("gpu[01-04,07]" -> "gpu01").
 

