@@ -163,10 +163,15 @@ def plan_binding(*, rank: int, world_size: int, node: int, local_rank: int,
                    shared=bool(engines) and not own and gpu is not None)
 
 
+def separate_generation(c) -> bool:
+    """Pipeline mode with vLLM: generation GPUs of their own (on nodes of >= 2 GPUs), which
+    the training ranks do not use. The one statement of it (trainer/validate.py re-exports)."""
+    return c.off_policy.mode == "pipeline" and c.rollout.backend == "vllm"
+
+
 def config_binding(config, env: Mapping[str, str]) -> Binding:
     """plan_binding for a TrainConfig in the process described by `env` (no side effects)."""
     from trainer.distributed import read_env  # torch import deferred: callers may be torch-free
-    from trainer.validate import separate_generation
 
     d = read_env(env)
     vc = config.rollout.vllm

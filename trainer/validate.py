@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from trainer.binding import separate_generation  # noqa: F401  (re-exported: one statement)
 from trainer.config import TrainConfig
 
 
@@ -40,12 +41,6 @@ class JobShape:
     @property
     def world(self) -> int:
         return self.nodes * self.ranks_per_node
-
-
-def separate_generation(c: TrainConfig) -> bool:
-    """Pipeline mode with vLLM: generation GPUs of their own (trainer/distributed.py
-    gpu_split_args), which the training ranks do not use."""
-    return c.off_policy.mode == "pipeline" and c.rollout.backend == "vllm"
 
 
 def _zero3_pipeline_hf(c: TrainConfig, shape: JobShape) -> Optional[str]:
@@ -180,7 +175,7 @@ def local_shape() -> JobShape:
     import os
 
     from trainer.binding import node_gpus
-    from trainer.distributed import read_env
+    from trainer.distributed import read_env  # torch: only the trainer calls local_shape
 
     env = read_env()
     gpus = len(node_gpus(os.environ))
