@@ -37,6 +37,8 @@ import sys
 from dataclasses import dataclass
 from typing import Mapping, MutableMapping, Optional
 
+from trainer.gpu_split import GpuSplit, split_gpus  # noqa: F401
+
 NODE_GPUS = "ABLATE_NODE_GPUS"  # the node's GPUs as the launcher gave them (before narrowing)
 LOCAL_RANK = "ABLATE_LOCAL_RANK"  # the real local rank (LOCAL_RANK becomes the device index)
 NODE = "ABLATE_NODE"  # the node index of this process in the job
@@ -126,11 +128,9 @@ def plan_binding(*, rank: int, world_size: int, node: int, local_rank: int,
                          "empty and no NVIDIA driver); use engine.device: auto or cpu")
     own = separate and len(gpus) >= 2
     if own:
-        g = generation_gpus if generation_gpus is not None else max(1, len(gpus) // 2)
-        if not 1 <= g < len(gpus):
-            raise ValueError(f"rollout.vllm.generation_gpus={g} on a {len(gpus)}-GPU node: the "
-                             f"trainer needs at least one GPU; valid: 1..{len(gpus) - 1}")
-        gen, train = gpus[:g], gpus[g:]
+        split = split_gpus(len(gpus), generation_gpus)
+        gen = tuple(gpus[i] for i in split.generation)
+        train = tuple(gpus[i] for i in split.training)
     else:
         gen, train = (), gpus
     gpu = None

@@ -32,7 +32,7 @@ class VLLMConfig(Strict):
         None, gt=0,
         description="GPUs per vLLM replica (tensor parallel, inside one node); it must divide "
         "generation_gpus. None = one replica over all of a node's generation GPUs. "
-        "trainer/distributed.py plan_topology derives the job's replicas from it.",
+        "trainer/binding.py plan_binding derives each node's engines from it.",
     )
     data_parallel_replicas: Optional[int] = Field(
         None, gt=0,

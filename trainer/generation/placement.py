@@ -19,7 +19,8 @@ So on a multi-node job in pipeline mode the other nodes' generation GPUs hold no
 they are allocated (and counted in gpu_hours, trainer/devices.py) but idle.
 
 Pure Python (no torch): `ablate sweep --dry-run` plans thousands of variants with it;
-tests/test_resources.py keeps it equal to replica_count / plan_topology.
+tests/test_resources.py keeps it equal to replica_count and the binding of every process
+(trainer/binding.py plan_binding).
 """
 
 from __future__ import annotations

@@ -8,9 +8,14 @@ pipeline source and eval (trainer/generation/eval_service.py) see one generator.
 
 How:
 - Each replica is a VLLMGenerator whose engine runs in its own process, started with its own
-  GPUs (CUDA_VISIBLE_DEVICES: its tensor-parallel group from plan_topology). Only rank 0's node
-  hosts replicas: rank 0 starts them as local child processes; generation GPUs on other nodes
-  are planned and counted (trainer/devices.py) but not started yet.
+  GPUs (CUDA_VISIBLE_DEVICES: its tensor-parallel group, from this process's binding,
+  trainer/binding.py). Every node's local rank 0 is bound to its node's engines, and this
+  factory starts them on whichever host calls it; today the off-policy sources call it on rank
+  0 only (trainer/offpolicy.py), so the other nodes' generation GPUs are planned and counted
+  (trainer/devices.py) but idle until the sources deal work across nodes. As vLLM's own
+  offline data parallelism does, each engine is one LLM in its own process group (vLLM 0.32
+  refuses LLM(data_parallel_size>1) in one process: vllm/entrypoints/llm.py LLM.__init__,
+  pointing to examples/features/data_parallel/data_parallel_offline.py).
 - A generate() call deals its prompts (each with its n samples) to the replicas by tokens:
   longest prompt first to the replica with the least outstanding work (tokens dealt and not yet
   returned, over every caller: eval and the rollout thread share the replicas), so equal

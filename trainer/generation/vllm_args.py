@@ -153,12 +153,14 @@ def exception_line(lines: list[str], skip: str = "Engine core initialization fai
 
 
 class _StderrTail:
-    """Tee of this process's stderr (fd 2) through a pipe, keeping the last lines: vLLM's
-    engine core is a child process (vllm/v1/engine/utils.py launch_core_engines) whose error
-    at start-up reaches the trainer only as "Engine core initialization failed. See root
-    cause above."; its traceback goes to the inherited stderr. Children started inside keep
-    writing to the pipe for their life; a daemon thread forwards everything to the real
-    stderr, so the job's log is unchanged."""
+    """This process's stderr (fd 2) sent to an unlinked temp file while vLLM starts its engine,
+    with a thread following the file into the real stderr and keeping the last lines: vLLM's
+    engine core is a child process (vllm/v1/engine/utils.py launch_core_engines) whose error at
+    start-up reaches the trainer only as "Engine core initialization failed. See root cause
+    above."; its traceback goes to the stderr it inherited. A regular file, not a pipe: no
+    writer ever blocks on the follower (a pipe that fills while a C call holds the GIL would
+    hang the trainer). Children keep writing to the file for their life; the follower keeps
+    copying, so the job's log is unchanged (up to its 0.2 s polling delay)."""
 
     def __init__(self, keep: int = 200) -> None:
         from collections import deque
@@ -167,25 +169,30 @@ class _StderrTail:
         self._saved = -1
 
     def __enter__(self) -> "_StderrTail":
+        import tempfile
+
         try:
+            fd, path = tempfile.mkstemp(prefix="ablate-engine-stderr-")
+            read = os.open(path, os.O_RDONLY)
+            os.unlink(path)
             sys.stderr.flush()
             self._saved = os.dup(2)
-            r, w = os.pipe()
-            os.dup2(w, 2)
-            os.close(w)
+            os.dup2(fd, 2)
+            os.close(fd)
         except OSError:
             self._saved = -1
             return self
-        threading.Thread(target=self._pump, args=(r, os.dup(self._saved)), daemon=True,
+        threading.Thread(target=self._follow, args=(read, os.dup(self._saved)), daemon=True,
                          name="ablate-engine-stderr").start()
         return self
 
-    def _pump(self, r: int, out: int) -> None:
+    def _follow(self, read: int, out: int) -> None:
         pending = b""
         while True:
-            chunk = os.read(r, 65536)
+            chunk = os.read(read, 65536)
             if not chunk:
-                break
+                time.sleep(0.2)
+                continue
             try:
                 os.write(out, chunk)
             except OSError:
@@ -197,7 +204,7 @@ class _StderrTail:
     def __exit__(self, *exc) -> None:
         if self._saved >= 0:
             sys.stderr.flush()
-            os.dup2(self._saved, 2)  # this process writes to its stderr again; children keep the pipe
+            os.dup2(self._saved, 2)  # this process writes to its stderr again; children keep the file
             os.close(self._saved)
 
 
@@ -210,7 +217,7 @@ def engine_start(env: dict[str, str]):
         try:
             yield
         except Exception as e:
-            time.sleep(0.5)  # the engine process's last lines are in flight through the pipe
+            time.sleep(0.5)  # the follower's next read picks up the engine's last lines
             cause = exception_line(list(tail.lines))
             raise EngineStartError(f"vLLM engine did not start: {cause or e}", cause) from e
 
