@@ -183,3 +183,17 @@ def test_start_up_binds_before_cuda_in_a_real_process():
     assert seen[1] == {"CUDA_VISIBLE_DEVICES": "6", "LOCAL_RANK": "0", "RANK": "6",
                        "ABLATE_NODE_GPUS": "0,1,2,3,4,5,6,7", "cuda_started": False,
                        "local_rank": 2, "node": 1, "engines": []}
+
+
+def test_a_child_does_not_inherit_its_parents_binding():
+    """An engine process or a test's subprocess inherits the bound variables but is another
+    process: it reads its launcher's variables, not its parent's device index / local rank."""
+    from trainer.binding import node_gpus
+    from trainer.distributed import read_env
+
+    env = slurm_env(1, 4, 0, 2, "0,1,2,3,4,5,6,7")
+    bind_devices(config(), env)
+    assert read_env(env).local_rank == 2 and node_gpus(env) == tuple("01234567")
+    inherited = {**env, "ABLATE_BOUND_PID": "1", "RANK": "3", "LOCAL_RANK": "3"}
+    assert read_env(inherited).local_rank == 3  # torchrun's, not the parent's record
+    assert node_gpus(inherited) == ("6",)  # what this process was given, not the parent's node

@@ -42,6 +42,13 @@ from trainer.gpu_split import GpuSplit, split_gpus  # noqa: F401
 NODE_GPUS = "ABLATE_NODE_GPUS"  # the node's GPUs as the launcher gave them (before narrowing)
 LOCAL_RANK = "ABLATE_LOCAL_RANK"  # the real local rank (LOCAL_RANK becomes the device index)
 NODE = "ABLATE_NODE"  # the node index of this process in the job
+BOUND_PID = "ABLATE_BOUND_PID"  # the process these describe: a child (an engine, a test's
+# subprocess) inherits them but is not that process, and reads its launcher's variables instead
+
+
+def bound_here(env: Mapping[str, str]) -> bool:
+    """`env` holds this process's own binding (not one inherited from a parent)."""
+    return env.get(BOUND_PID) == str(os.getpid())
 
 
 @dataclass(frozen=True)
@@ -95,7 +102,7 @@ def node_gpus(env: Mapping[str, str]) -> tuple[str, ...]:
     """The node's GPUs without touching CUDA: what an earlier bind recorded, else the
     launcher's CUDA_VISIBLE_DEVICES (Slurm sets it to the job's GPUs on the node), else one
     per GPU the NVIDIA driver lists (/proc/driver/nvidia/gpus), else none."""
-    if NODE_GPUS in env:
+    if NODE_GPUS in env and bound_here(env):
         return tuple(g for g in env[NODE_GPUS].split(",") if g)
     if "CUDA_VISIBLE_DEVICES" in env:
         value = env["CUDA_VISIBLE_DEVICES"].strip()
@@ -209,6 +216,7 @@ def bind_devices(config, env: Optional[MutableMapping[str, str]] = None) -> Bind
         "LOCAL_RANK": str(b.deepspeed_local_rank), "LOCAL_WORLD_SIZE": str(b.local_world_size),
         "MASTER_ADDR": d.master_addr, "MASTER_PORT": str(d.master_port),
         LOCAL_RANK: str(b.local_rank), NODE: str(b.node), NODE_GPUS: ",".join(b.node_gpus),
+        BOUND_PID: str(os.getpid()),
     })
     if b.visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = b.visible

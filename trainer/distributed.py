@@ -92,12 +92,16 @@ def read_env(env: Optional[Mapping[str, str]] = None) -> DistEnv:
     if "RANK" in env and "WORLD_SIZE" in env:
         world = int(env["WORLD_SIZE"])
         rank, local_world = int(env["RANK"]), int(env.get("LOCAL_WORLD_SIZE", world))
-        # torchrun's GROUP_RANK is the node's index; Slurm's SLURM_NODEID when exported from it
-        node = env.get("ABLATE_NODE") or env.get("GROUP_RANK") or env.get("SLURM_NODEID")
+        # trainer/binding.py's record of this very process (LOCAL_RANK is a device index
+        # there); torchrun's GROUP_RANK is the node's index; Slurm's SLURM_NODEID
+        own = env.get("ABLATE_BOUND_PID") == str(os.getpid())
+        node = ((env.get("ABLATE_NODE") if own else None) or env.get("GROUP_RANK")
+                or env.get("SLURM_NODEID"))
+        local = (env.get("ABLATE_LOCAL_RANK") if own else None) or env.get("LOCAL_RANK", 0)
         return DistEnv(
             rank=rank,
             world_size=world,
-            local_rank=int(env.get("ABLATE_LOCAL_RANK") or env.get("LOCAL_RANK", 0)),
+            local_rank=int(local),
             local_world_size=local_world,
             master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
             master_port=int(env.get("MASTER_PORT", 29500)),
@@ -178,7 +182,7 @@ def init_distributed(device: str = "auto", backend: Optional[str] = None,
     import torch.distributed as dist
 
     d = read_env()
-    if "ABLATE_NODE_GPUS" not in os.environ:  # not bound (CPU tests, scripts): as launched
+    if os.environ.get("ABLATE_BOUND_PID") != str(os.getpid()):  # not bound: as launched
         export_env(d)
     dev = resolve_device(device)
     if not dist.is_initialized():
