@@ -31,6 +31,12 @@ VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 # Worker.reload_weights(weights_iterator=..., is_checkpoint_format=...)
 # (vllm/v1/worker/gpu_worker.py -> gpu_model_runner.reload_weights).
 SUPPORTED_VLLM = "0.32.0"
+# The same release ships vLLM's own RL weight-update API, which the push
+# (trainer/generation/push.py: a stateless NCCL/gloo group, vllm/distributed/utils.py
+# stateless_init_torch_distributed_process_group, feeding Worker.reload_weights) could move to:
+# vllm/config/weight_transfer.py WeightTransferConfig(backend="nccl"), and in the worker
+# (vllm/v1/worker/gpu_worker.py) init_weight_transfer_engine / start_weight_update /
+# update_weights / finish_weight_update over vllm/distributed/weight_transfer/nccl_engine.py.
 
 
 def installed_vllm() -> Optional[str]:
