@@ -63,9 +63,15 @@ def run(config: TrainConfig, run_dir: Path) -> None:
     raises ends every rank of the job within seconds (trainer/abort.py FailFast), and
     status.json's `error` is the failing rank's root cause in one line."""
     run_dir = Path(run_dir)
-    bind_devices(config)
-    if config.rollout.backend == "vllm":
-        check_vllm_version()
+    try:
+        bind_devices(config)
+        if config.rollout.backend == "vllm":
+            check_vllm_version()
+    except (RuntimeError, ValueError) as e:  # one line each: no GPU of its own, another vLLM
+        if read_env().rank == 0:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            rundir.write_status(run_dir, "failed", 0, error=error_line(e))
+        raise
     main = _setup_distributed(config)
     step = [0]
 
