@@ -197,3 +197,24 @@ def test_a_child_does_not_inherit_its_parents_binding():
     inherited = {**env, "ABLATE_BOUND_PID": "1", "RANK": "3", "LOCAL_RANK": "3"}
     assert read_env(inherited).local_rank == 3  # torchrun's, not the parent's record
     assert node_gpus(inherited) == ("6",)  # what this process was given, not the parent's node
+
+
+def test_a_refused_start_is_the_runs_one_line_error(tmp_path):
+    """trainer.loop.run binds first; a process it cannot bind (engine.device cuda on a node
+    without GPUs) stops there, before any process group or model, with status.json's error
+    in one line."""
+    code = ("import sys\n"
+            "from pathlib import Path\n"
+            "from trainer.config import TrainConfig\n"
+            "from trainer.loop import run\n"
+            "run(TrainConfig.model_validate({'engine': {'device': 'cuda'}}), Path(sys.argv[1]))\n")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "ABLATE_BOUND_PID"):
+        env.pop(k, None)
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "run")], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    status = json.loads((tmp_path / "run" / "status.json").read_text())
+    assert status["state"] == "failed" and status["error"].startswith(
+        "ValueError: engine.device is 'cuda' but this node has no GPUs"), status
+    assert "\n" not in status["error"] and not (tmp_path / "run" / "config.yaml").exists()
