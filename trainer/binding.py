@@ -211,6 +211,8 @@ def bind_devices(config, env: Optional[MutableMapping[str, str]] = None) -> Bind
     from trainer.distributed import read_env
 
     d = read_env(env)
+    if b.gpu is None and d.launcher == "single":
+        return b  # one CPU process: nothing to narrow, and its environment stays as it was
     env.update({
         "RANK": str(b.rank), "WORLD_SIZE": str(b.world_size),
         "LOCAL_RANK": str(b.deepspeed_local_rank), "LOCAL_WORLD_SIZE": str(b.local_world_size),
