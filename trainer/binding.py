@@ -14,9 +14,13 @@ vLLM then refused to start. Instead every process is bound by construction:
   _cuda_getDeviceCount), so narrowing it later has no effect.
 - A training rank sees exactly one GPU, its own: `cuda:0` is the only device it can name, and
   LOCAL_RANK (what DeepSpeed reads as a device index) is 0. Its real local rank stays in
-  ABLATE_LOCAL_RANK (trainer/distributed.py read_env).
-- Each node's local rank 0 hosts that node's vLLM engines (every node, not only rank 0's):
-  each engine process is started with CUDA_VISIBLE_DEVICES = its own GPUs (the node's
+  ABLATE_LOCAL_RANK (trainer/distributed.py read_env). NCCL between ranks that each see one
+  GPU is the usual `srun --gpus-per-task=1` setup: NCCL finds peers by PCI bus id, not by
+  CUDA ordinal (read, not run here).
+- Each node's local rank 0 is bound to that node's vLLM engines (every node, not only rank
+  0's; today the off-policy sources start engines on rank 0 only, trainer/offpolicy.py, so
+  the other nodes' bindings wait for cross-node dealing of the work): each engine process is
+  started with CUDA_VISIBLE_DEVICES = its own GPUs (the node's
   generation GPUs, `tensor_parallel_size` per engine) and V1 multiprocessing, so the engine
   core (a child process that inherits the environment: vllm/v1/engine/utils.py
   launch_core_engines -> CoreEngineProcManager) and its workers never see a training GPU.
