@@ -36,6 +36,7 @@ def split_gpus(num_gpus: int, generation_gpus: Optional[int] = None) -> GpuSplit
     g = generation_gpus if generation_gpus is not None else max(1, num_gpus // 2)
     if not 1 <= g < num_gpus:
         raise ValueError(
-            f"generation GPUs must be between 1 and {num_gpus - 1} on a {num_gpus}-GPU node, got {g}"
+            f"generation GPUs must be between 1 and {num_gpus - 1} on a {num_gpus}-GPU node, "
+            f"got {g}"
         )
     return GpuSplit(tuple(range(g)), tuple(range(g, num_gpus)))

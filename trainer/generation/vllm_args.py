@@ -148,7 +148,8 @@ _EXC_LINE = re.compile(r"(?:^|\)\s)((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exce
                        r"(?::\s.*)?)\s*$")
 
 
-def exception_line(lines: list[str], skip: str = "Engine core initialization failed") -> Optional[str]:
+def exception_line(lines: list[str],
+                   skip: str = "Engine core initialization failed") -> Optional[str]:
     """The last exception line among `lines` (a process's stderr), other than the wrapper the
     trainer already has (`skip`)."""
     for line in reversed(lines):
@@ -210,7 +211,7 @@ class _StderrTail:
     def __exit__(self, *exc) -> None:
         if self._saved >= 0:
             sys.stderr.flush()
-            os.dup2(self._saved, 2)  # this process writes to its stderr again; children keep the file
+            os.dup2(self._saved, 2)  # our stderr again; children keep the file
             os.close(self._saved)
 
 
