@@ -215,37 +215,41 @@ CASES = [(mode, gpus, gen, tp, dp) for mode in ("pipeline", "ppo_off_policy")
 
 
 def test_engine_placement_is_the_trainers():
-    """trainer/generation/placement.py (pure Python, for the plan) against what the trainer starts:
-    replicas.replica_count and distributed.plan_topology on rank 0's node, and the GPUs
-    each node leaves without a rank or an engine, over every split the validation accepts."""
-    from trainer.distributed import plan_topology
-    from trainer.validate import problems
+    """trainer/generation/placement.py (pure Python, for the plan) against what the trainer
+    binds at start (trainer/binding.py plan_binding, run for every process of a 2-node job):
+    the engines and their GPUs, and the GPUs each node leaves without a rank or an engine,
+    over every split the validation accepts. Engines are started by rank 0 only
+    (trainer/offpolicy.py), so only rank 0's node's engines count as running."""
+    from trainer.binding import plan_binding
     from trainer.generation.placement import engines, idle_gpus
     from trainer.generation.replicas import replica_count
+    from trainer.validate import problems, separate_generation
 
     checked = 0
     for mode, gpus, gen, tp, dp in CASES:
         c = small(off_policy__mode=mode, rollout__vllm__generation_gpus=gen,
                   rollout__vllm__tensor_parallel_size=tp, rollout__vllm__data_parallel_replicas=dp)
-        sep = mode == "pipeline"
+        sep = separate_generation(c)
         ranks = gpus - (gen or max(1, gpus // 2)) if sep and gpus >= 2 else gpus
         shape = JobShape(nodes=2, ranks_per_node=max(1, ranks), gpus_per_node=gpus)
-        try:
-            topo = plan_topology(1, gpus, separate_generation=True, generation_gpus=gen,
-                                 tensor_parallel_size=tp, data_parallel_replicas=dp)
-        except ValueError:
-            continue  # refused at start; the validation refuses it too
         if problems(c, shape):
             continue
+        ids = tuple(str(i) for i in range(gpus))
+        binds = [plan_binding(rank=n * shape.ranks_per_node + r, world_size=shape.world, node=n,
+                              local_rank=r, local_world_size=shape.ranks_per_node, gpus=ids,
+                              device="cuda", vllm=True, separate=sep, generation_gpus=gen,
+                              tensor_parallel_size=tp, data_parallel_replicas=dp)
+                 for n in range(2) for r in range(shape.ranks_per_node)]
+        rank0 = binds[0]
         e = engines(c, shape)
-        assert e.replicas == replica_count(c, gpus), (mode, gpus, gen, tp, dp)
+        assert e.replicas == len(rank0.engines) == replica_count(c, gpus), (mode, gpus, gen, tp, dp)
+        assert e.tp == len(rank0.engines[0]) and e.own_gpus == (sep and gpus >= 2)
+        assert e.per_gpu == (1 if e.own_gpus else e.replicas)
         if gpus >= 2:
-            assert e.tp == len(topo.replicas[0]) and e.own_gpus == sep
-            engine_gpus = {g for rep in topo.replicas for _, g in rep}
-            rank_gpus = set(sorted(g for n, g in plan_topology(
-                1, gpus, separate_generation=sep, generation_gpus=gen).training)[:shape.ranks_per_node])
-            assert idle_gpus(c, shape, e) == (gpus - len(rank_gpus | engine_gpus),
-                                              gpus - len(rank_gpus)), (mode, gpus, gen, tp, dp)
+            used = [{b.gpu for b in binds if b.node == n} for n in range(2)]
+            used[0] |= {g for eng in rank0.engines for g in eng}
+            assert idle_gpus(c, shape, e) == (gpus - len(used[0]), gpus - len(used[1])), \
+                (mode, gpus, gen, tp, dp)
         checked += 1
     assert checked >= 60, checked  # the grid is not all refused
 

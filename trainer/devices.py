@@ -9,8 +9,11 @@ On CPU each process counts as one device, as before.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
+from trainer.binding import node_gpus
 from trainer.distributed import GpuSplit, gpu_split_args, read_env, split_gpus
 
 
@@ -36,12 +39,13 @@ def job_devices(config, device: torch.device, world: int,
                 gpus_per_node: int | None = None) -> int:
     """devices_held for this process's job: nodes from the launcher's variables, the split
     from the config (trainer/distributed.py gpu_split_args) and the node's GPUs (default:
-    the ones this process sees, i.e. what Slurm gave the job on this node)."""
+    the node's GPUs as the launcher gave them, trainer/binding.py node_gpus: a bound process
+    itself sees only its own)."""
     env = read_env()
     nodes = max(1, -(-world // max(env.local_world_size, 1)))
     args, split, gpus = gpu_split_args(config), None, 0
     if device.type == "cuda":
-        gpus = torch.cuda.device_count() if gpus_per_node is None else gpus_per_node
+        gpus = len(node_gpus(os.environ)) if gpus_per_node is None else gpus_per_node
         if args["separate_generation"]:
             split = split_gpus(gpus, args["generation_gpus"])
     return devices_held(device.type, world, nodes, split, gpus)

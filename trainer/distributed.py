@@ -1,5 +1,6 @@
-"""torch.distributed from the launcher's environment (Slurm srun or torchrun), device placement,
-and the GPU split between generation and training for pipeline mode.
+"""torch.distributed from the launcher's environment (Slurm srun or torchrun), this process's
+device (bound beforehand by trainer/binding.py bind_devices), and the GPU split between
+generation and training for pipeline mode.
 
 Why its own module: every job of a study is launched by submitit (one Slurm task per process)
 or by torchrun; both describe the process group in environment variables, but with different
@@ -13,6 +14,7 @@ else Slurm's (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_JOB_NODELIST), el
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -20,6 +22,8 @@ from dataclasses import dataclass
 from typing import Literal, Mapping, Optional
 
 import torch
+
+from trainer.gpu_split import GpuSplit, split_gpus  # noqa: F401  (the split's one statement)
 
 @dataclass(frozen=True)
 class DistEnv:
@@ -32,8 +36,10 @@ class DistEnv:
     master_addr: str
     master_port: int
     launcher: Literal["torchrun", "slurm", "single"]
+    node: int = 0  # this process's node in the job (0 for rank 0's)
 
 
+@functools.lru_cache(maxsize=64)
 def first_host(nodelist: str) -> str:
     """First host of a Slurm nodelist ("gpu[01-04,07]" -> "gpu01").
 
@@ -79,30 +85,42 @@ def default_port(job_id: Optional[str]) -> int:
 
 
 def read_env(env: Optional[Mapping[str, str]] = None) -> DistEnv:
-    """Describe this process from torchrun's or Slurm's variables (no side effects)."""
+    """Describe this process from torchrun's or Slurm's variables (no side effects). After
+    trainer/binding.py bind_devices, LOCAL_RANK is the device index DeepSpeed reads (0) and
+    the real local rank / node are in ABLATE_LOCAL_RANK / ABLATE_NODE."""
     env = os.environ if env is None else env
     if "RANK" in env and "WORLD_SIZE" in env:
         world = int(env["WORLD_SIZE"])
+        rank, local_world = int(env["RANK"]), int(env.get("LOCAL_WORLD_SIZE", world))
+        # trainer/binding.py's record of this very process (LOCAL_RANK is a device index
+        # there); torchrun's GROUP_RANK is the node's index; Slurm's SLURM_NODEID
+        own = env.get("ABLATE_BOUND_PID") == str(os.getpid())
+        node = ((env.get("ABLATE_NODE") if own else None) or env.get("GROUP_RANK")
+                or env.get("SLURM_NODEID"))
+        local = (env.get("ABLATE_LOCAL_RANK") if own else None) or env.get("LOCAL_RANK", 0)
         return DistEnv(
-            rank=int(env["RANK"]),
+            rank=rank,
             world_size=world,
-            local_rank=int(env.get("LOCAL_RANK", 0)),
-            local_world_size=int(env.get("LOCAL_WORLD_SIZE", world)),
+            local_rank=int(local),
+            local_world_size=local_world,
             master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
             master_port=int(env.get("MASTER_PORT", 29500)),
             launcher="torchrun",
+            node=int(node) if node else rank // max(local_world, 1),
         )
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
         world = int(env["SLURM_NTASKS"])
         nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "127.0.0.1"
+        rank, local_world = int(env["SLURM_PROCID"]), _slurm_tasks_per_node(env, world)
         return DistEnv(
-            rank=int(env["SLURM_PROCID"]),
+            rank=rank,
             world_size=world,
             local_rank=int(env.get("SLURM_LOCALID", 0)),
-            local_world_size=_slurm_tasks_per_node(env, world),
+            local_world_size=local_world,
             master_addr=env.get("MASTER_ADDR") or first_host(nodelist),
             master_port=int(env.get("MASTER_PORT") or default_port(env.get("SLURM_JOB_ID"))),
             launcher="slurm",
+            node=int(env.get("SLURM_NODEID") or rank // max(local_world, 1)),
         )
     return DistEnv(0, 1, 0, 1, env.get("MASTER_ADDR", "127.0.0.1"),
                    int(env.get("MASTER_PORT", 29500)), "single")
@@ -117,28 +135,22 @@ def export_env(d: DistEnv) -> None:
     })
 
 
-def resolve_device(device: str = "auto", local_rank: int = 0, separate_generation: bool = False,
-                   generation_gpus: Optional[int] = None) -> torch.device:
-    """'auto' -> this rank's GPU when CUDA is there, else CPU. One GPU per local rank (a rank
-    beyond the node's training GPUs is an error, not a second tenant); with
-    `separate_generation` (pipeline mode with vLLM) ranks use only the split's training GPUs
-    (`generation_gpus`: split_gpus)."""
+def resolve_device(device: str = "auto") -> torch.device:
+    """'auto' -> the GPU this process sees when CUDA is there, else CPU. No index is computed
+    here: trainer/binding.py bind_devices left a bound process exactly one visible GPU (its
+    own), so a GPU process always uses cuda:0. A process that sees several GPUs was not bound
+    (its device would be a guess): an error, not a second tenant on someone's GPU."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cuda":
         if not torch.cuda.is_available():
             raise RuntimeError("engine.device is 'cuda' but torch sees no CUDA device")
-        gpus = list(range(torch.cuda.device_count()))
-        if separate_generation:
-            gpus = list(split_gpus(len(gpus), generation_gpus).training)
-        if local_rank >= len(gpus):  # one rank per GPU: never two ranks on one device
+        if torch.cuda.device_count() != 1:
             raise RuntimeError(
-                f"local rank {local_rank} has no GPU of its own: {len(gpus)} training GPUs on "
-                f"this node (see trainer/distributed.py plan_topology); launch one task per "
-                f"training GPU")
-        index = gpus[local_rank]
-        torch.cuda.set_device(index)
-        return torch.device("cuda", index)
+                f"this process sees {torch.cuda.device_count()} GPUs: trainer/binding.py "
+                f"bind_devices must run first (before CUDA starts) so it sees only its own")
+        torch.cuda.set_device(0)
+        return torch.device("cuda", 0)
     return torch.device(device)
 
 
@@ -151,16 +163,15 @@ def group_timeout_s(config) -> float:
 
 
 def gpu_split_args(config) -> dict:
-    """The GPU-split arguments of init_distributed / join_process_group for a TrainConfig:
-    pipeline mode with vllm keeps the node's generation GPUs out of the trainer ranks' choice."""
+    """A TrainConfig's GPU split (gpu_hours accounting, trainer/devices.py): pipeline mode with
+    vllm keeps the node's generation GPUs out of the training ranks (trainer/binding.py)."""
     return {"separate_generation": (config.off_policy.mode == "pipeline"
                                     and config.rollout.backend == "vllm"),
             "generation_gpus": config.rollout.vllm.generation_gpus}
 
 
 def init_distributed(device: str = "auto", backend: Optional[str] = None,
-                     timeout_s: float = 1800.0, separate_generation: bool = False,
-                     generation_gpus: Optional[int] = None) -> tuple[DistEnv, torch.device]:
+                     timeout_s: float = 1800.0) -> tuple[DistEnv, torch.device]:
     """Initialise the default process group once (gloo on CPU, nccl on GPU).
 
     Safe to call in a single process: it still creates a world of one so that DeepSpeed and
@@ -171,8 +182,9 @@ def init_distributed(device: str = "auto", backend: Optional[str] = None,
     import torch.distributed as dist
 
     d = read_env()
-    export_env(d)
-    dev = resolve_device(device, d.local_rank, separate_generation, generation_gpus)
+    if os.environ.get("ABLATE_BOUND_PID") != str(os.getpid()):  # not bound: as launched
+        export_env(d)
+    dev = resolve_device(device)
     if not dist.is_initialized():
         backend = backend or ("nccl" if dev.type == "cuda" else "gloo")
         dist.init_process_group(
@@ -180,39 +192,6 @@ def init_distributed(device: str = "auto", backend: Optional[str] = None,
             timeout=datetime.timedelta(seconds=timeout_s),
         )
     return d, dev
-
-
-@dataclass(frozen=True)
-class GpuSplit:
-    """Which local GPUs generate (vLLM) and which train, for pipeline mode on one node."""
-
-    generation: tuple[int, ...]
-    training: tuple[int, ...]
-
-    @property
-    def shared(self) -> bool:
-        """One GPU for both: vLLM gets a memory fraction of it, the trainer the rest."""
-        return bool(set(self.generation) & set(self.training))
-
-
-def split_gpus(num_gpus: int, generation_gpus: Optional[int] = None) -> GpuSplit:
-    """Split a node's GPUs between the generator and the trainer.
-
-    PipelineRL keeps the generator busy while the trainer steps, so they want disjoint devices;
-    the default gives generation half (rounded down, at least one), as PipelineRL's reference
-    setups do. One GPU is shared (vLLM then runs with a smaller gpu_memory_utilization).
-    `generation_gpus` (rollout.vllm.generation_gpus) overrides the count.
-    """
-    if num_gpus < 1:
-        raise ValueError("split_gpus needs at least one GPU")
-    if num_gpus == 1:
-        return GpuSplit((0,), (0,))
-    g = generation_gpus if generation_gpus is not None else max(1, num_gpus // 2)
-    if not 1 <= g < num_gpus:
-        raise ValueError(
-            f"generation GPUs must be between 1 and {num_gpus - 1} on a {num_gpus}-GPU node, got {g}"
-        )
-    return GpuSplit(tuple(range(g)), tuple(range(g, num_gpus)))
 
 
 Gpu = tuple[int, int]  # (node index in the job, local GPU index on that node)
@@ -290,8 +269,7 @@ def plan_topology(nodes: int, gpus_per_node: int, *, separate_generation: bool,
                     replicas=replicas)
 
 
-def join_process_group(device: str, separate_generation: bool = False,
-                       generation_gpus: Optional[int] = None, timeout_s: float = 1800.0) -> bool:
+def join_process_group(device: str, timeout_s: float = 1800.0) -> bool:
     """Join the launcher's process group when the job has more than one process (idempotent;
     a single process stays without a group); True on rank 0. `timeout_s`: how long a
     collective waits (trainer: group_timeout_s)."""
@@ -299,8 +277,7 @@ def join_process_group(device: str, separate_generation: bool = False,
 
     env = read_env()
     if env.world_size > 1 and not dist.is_initialized():
-        init_distributed(device, timeout_s=timeout_s, separate_generation=separate_generation,
-                         generation_gpus=generation_gpus)
+        init_distributed(device, timeout_s=timeout_s)
     return env.rank == 0
 
 

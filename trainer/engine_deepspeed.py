@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from trainer.config import TrainConfig
-from trainer.distributed import gpu_split_args, group_timeout_s, init_distributed
+from trainer.distributed import group_timeout_s, init_distributed
 from trainer.engine import constant_with_warmup
 from trainer.validate import validate
 
@@ -92,9 +92,13 @@ class DeepSpeedEngine:
         import deepspeed
 
         self.config = config
+        # The device is this process's one visible GPU (trainer/binding.py bind_devices), and
+        # LOCAL_RANK=0 there: DeepSpeed sets its device from LOCAL_RANK
+        # (deepspeed/runtime/engine.py DeepSpeedEngine._set_distributed_vars: device_rank =
+        # self.local_rank = int(os.environ["LOCAL_RANK"]); zero/partition_parameters.py
+        # Init.local_device likewise), so it lands on the same cuda:0 as the module.
         self.dist, self.device = init_distributed(config.engine.device,
-                                                  timeout_s=group_timeout_s(config),
-                                                  **gpu_split_args(config))
+                                                  timeout_s=group_timeout_s(config))
         if config.engine.threads:
             torch.set_num_threads(config.engine.threads)
         if config.model.gradient_checkpointing and not getattr(model, "is_gradient_checkpointing", True):

@@ -31,15 +31,18 @@ from trainer.accounting import Accounting, new_counters
 from trainer.chat import prompt_encoder
 from trainer.checkpointing import Checkpointing
 from trainer.config import TrainConfig
+from trainer.abort import FailFast, error_line, exit_soon
+from trainer.binding import bind_devices
 from trainer.distributed import (
     broadcast_object,
-    gpu_split_args,
     group_timeout_s,
     join_process_group,
     rank,
+    read_env,
     world_size,
 )
 from trainer.engine import make_engine
+from trainer.generation.vllm_args import check_vllm_version
 from trainer.eval_point import EvalPoint
 from trainer.evaluate import score
 from trainer.filters import zero_variance_keep
@@ -53,33 +56,58 @@ from trainer.update import Diverged, PolicyUpdate
 
 def run(config: TrainConfig, run_dir: Path) -> None:
     """Train (or resume) one run into `run_dir`. Returns when the budget is spent, or the run
-    diverged (status.json says so with the step); raises after marking status `failed`."""
+    diverged (status.json says so with the step); raises after marking status `failed`.
+
+    First of all this process is bound to its devices (trainer/binding.py: before anything
+    asks CUDA anything), and a vllm run refuses a vLLM other than the tested one. A rank that
+    raises ends every rank of the job within seconds (trainer/abort.py FailFast), and
+    status.json's `error` is the failing rank's root cause in one line."""
     run_dir = Path(run_dir)
-    main = _setup_distributed(config)
-    if main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        rundir.write_config(run_dir, config)
-    # A diverged run stays diverged (its last good checkpoint is kept for inspection). A done
-    # run resumes like any other: with an unchanged budget it finishes at once, with a larger
-    # one it continues from its checkpoint. Rank 0 decides for all.
-    if broadcast_object(rundir.read_status(run_dir).get("state") == "diverged"
-                        and rundir.checkpoint_dir(run_dir) is not None):
-        return
-    step = 0
     try:
+        bind_devices(config)
+        if config.rollout.backend == "vllm":
+            check_vllm_version()
+    except (RuntimeError, ValueError) as e:  # one line each: no GPU of its own, another vLLM
+        if read_env().rank == 0:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            rundir.write_status(run_dir, "failed", 0, error=error_line(e))
+        raise
+    main = _setup_distributed(config)
+    step = [0]
+
+    def record_abort(reason: str) -> None:  # rank 0's watchdog: a peer failed
+        if main:
+            rundir.write_status(run_dir, "failed", step[0], error=reason)
+
+    env = read_env()
+    guard = FailFast(env.rank, world_size(), env.master_addr, env.master_port, record_abort)
+    try:
+        if main:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            rundir.write_config(run_dir, config)
+        # A diverged run stays diverged (its last good checkpoint is kept for inspection). A
+        # done run resumes like any other: with an unchanged budget it finishes at once, with a
+        # larger one it continues from its checkpoint. Rank 0 decides for all.
+        if broadcast_object(rundir.read_status(run_dir).get("state") == "diverged"
+                            and rundir.checkpoint_dir(run_dir) is not None):
+            return
         state = _Run(config, run_dir)
-        step = state.step
+        step[0] = state.step
         state.train()
     except Diverged as e:  # every rank sees the same verdict (it is all-reduced)
         if main:
             rundir.write_status(run_dir, "diverged", e.step,
                                 reason="non-finite loss or grad")
     except BaseException as e:
+        line = guard.fail(e) if world_size() > 1 else error_line(e)
         if main:
-            rundir.write_status(run_dir, "failed", step, error=f"{type(e).__name__}: {e}",
+            rundir.write_status(run_dir, "failed", step[0], error=line,
                                 traceback=traceback.format_exc()[-4000:])
+        if world_size() > 1:
+            exit_soon()  # even if this process's own exit waits on peers that are gone
         raise
     finally:
+        guard.close()
         trackers.close()  # after the final status: trackers record done / failed / diverged
 
 
@@ -87,10 +115,9 @@ def _setup_distributed(config: TrainConfig) -> bool:
     """Join the launcher's process group (multi-process jobs only); True on rank 0. The torch
     engine is data parallel through its gradient all-reduce, the deepspeed engine through
     DeepSpeed; both need the group before the engine is built. Its collectives wait up to
-    engine.collective_timeout_minutes (rank 0's lone vllm eval keeps the others at a barrier)."""
-    return join_process_group(config.engine.device, timeout_s=group_timeout_s(config),
-                              **gpu_split_args(config))
-
+    engine.collective_timeout_minutes (rank 0's lone vllm eval keeps the others at a barrier).
+    The process's device was bound before (trainer/binding.py bind_devices)."""
+    return join_process_group(config.engine.device, timeout_s=group_timeout_s(config))
 
 
 class _Run(Checkpointing, Accounting, EvalPoint, PolicyUpdate):

@@ -9,19 +9,15 @@ from __future__ import annotations
 import torch
 
 from trainer.config import TrainConfig
-from trainer.distributed import read_env, resolve_device
+from trainer.distributed import resolve_device
 from trainer.hub import load_pretrained
 from trainer.proxy import proxy_path
 
 
 def pick_device(name: str) -> torch.device:
-    """engine.device -> this process's device: under a multi-process launcher each rank takes
-    the GPU of its LOCAL_RANK (cuda:LOCAL_RANK), never all of them cuda:0."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        return resolve_device("cuda", read_env().local_rank)
-    return torch.device(name)
+    """engine.device -> this process's device: the one GPU trainer/binding.py bind_devices
+    left it (cuda:0), or the CPU. No index from a rank here (see trainer/binding.py)."""
+    return resolve_device(name)
 
 
 def load_model(config: TrainConfig):

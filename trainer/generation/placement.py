@@ -4,11 +4,14 @@ Why a module of its own: the plan (trainer/resources.py) must size each engine's
 the sequences that engine really decodes, and count the generation GPUs the job holds but does
 not use. Both follow from where the trainer starts engines, which the plan must not guess:
 
-- trainer/generation/replicas.py replica_count -> trainer/distributed.py plan_topology(1 node, ...):
-  every engine runs on rank 0's node. On a node with >= 2 GPUs the engines sit on the first
-  rollout.vllm.generation_gpus (default half) GPUs, each tensor_parallel_size of them (default:
-  one engine over all of them), rollout.vllm.data_parallel_replicas of them (default: as many
-  as fit). On a one-GPU node (or CPU) data_parallel_replicas engines (default 1) share it.
+- trainer/generation/replicas.py node_engines -> trainer/binding.py plan_binding: each node's
+  local rank 0 is bound to its node's engines; the off-policy sources start them on rank 0
+  only (trainer/offpolicy.py), so every engine runs on rank 0's node. In pipeline mode on a
+  node with >= 2 GPUs the engines sit on the first rollout.vllm.generation_gpus (default half)
+  GPUs, each tensor_parallel_size of them (default: one engine over all of them),
+  rollout.vllm.data_parallel_replicas of them (default: as many as fit). Otherwise (other
+  modes, a one-GPU node, CPU) data_parallel_replicas engines (default 1) share local rank
+  0's GPU.
 - One engine set per job in every off-policy mode: pipeline feeds it from rank 0's generator
   thread, ppo_off_policy from rank 0 (trainer/offpolicy.py), eval goes through it
   (trainer/generation/eval_service.py).
@@ -16,7 +19,8 @@ So on a multi-node job in pipeline mode the other nodes' generation GPUs hold no
 they are allocated (and counted in gpu_hours, trainer/devices.py) but idle.
 
 Pure Python (no torch): `ablate sweep --dry-run` plans thousands of variants with it;
-tests/test_resources.py keeps it equal to replica_count / plan_topology.
+tests/test_resources.py keeps it equal to replica_count and the binding of every process
+(trainer/binding.py plan_binding).
 """
 
 from __future__ import annotations
@@ -39,9 +43,10 @@ class Engines:
 
 
 def engines(c: TrainConfig, shape: JobShape) -> Engines:
-    """vllm_replicas.replica_count / vllm_setup.generation_placement on this job's shape."""
+    """trainer/generation/replicas.py node_engines (trainer/binding.py plan_binding) on this
+    job's shape."""
     vc, gpus = c.rollout.vllm, shape.gpus_per_node or 0
-    if gpus < 2:  # CPU, or the one GPU shared with the trainer
+    if gpus < 2 or not separate_generation(c):  # CPU, or sharing the host rank's GPU
         n = vc.data_parallel_replicas or 1
         return Engines(replicas=n, tp=1, own_gpus=False, per_gpu=n)
     gen = generation_gpus_per_node(c, gpus)
@@ -76,13 +81,14 @@ def rows_per_engine(c: TrainConfig, e: Engines) -> int:
 
 
 def gpus_used(c: TrainConfig, shape: JobShape, e: Engines, rank0_node: bool) -> int:
-    """GPUs of one node that a training rank or an engine runs on (trainer/distributed.py
-    resolve_device: local rank r takes the r-th training GPU; pipeline mode keeps the first
-    generation GPUs out; the engines take the first of those, on rank 0's node only)."""
+    """GPUs of one node that a training rank or an engine runs on (trainer/binding.py
+    plan_binding: local rank r takes the r-th training GPU; pipeline mode keeps the first
+    generation GPUs out; the engines take the first of those, on rank 0's node only, or share
+    local rank 0's GPU without generation GPUs of their own)."""
     gpus = shape.gpus_per_node or 0
     first = generation_gpus_per_node(c, gpus) if separate_generation(c) else 0
     ranks = set(range(first, min(gpus, first + shape.ranks_per_node)))
-    engine = set(range(e.replicas * e.tp)) if rank0_node else set()
+    engine = set(range(e.replicas * e.tp)) if rank0_node and e.own_gpus else set()
     return len(ranks | engine)
 
 

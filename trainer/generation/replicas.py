@@ -8,9 +8,14 @@ pipeline source and eval (trainer/generation/eval_service.py) see one generator.
 
 How:
 - Each replica is a VLLMGenerator whose engine runs in its own process, started with its own
-  GPUs (CUDA_VISIBLE_DEVICES: its tensor-parallel group from plan_topology). Only rank 0's node
-  hosts replicas: rank 0 starts them as local child processes; generation GPUs on other nodes
-  are planned and counted (trainer/devices.py) but not started yet.
+  GPUs (CUDA_VISIBLE_DEVICES: its tensor-parallel group, from this process's binding,
+  trainer/binding.py). Every node's local rank 0 is bound to its node's engines, and this
+  factory starts them on whichever host calls it; today the off-policy sources call it on rank
+  0 only (trainer/offpolicy.py), so the other nodes' generation GPUs are planned and counted
+  (trainer/devices.py) but idle until the sources deal work across nodes. As vLLM's own
+  offline data parallelism does, each engine is one LLM in its own process group (vLLM 0.32
+  refuses LLM(data_parallel_size>1) in one process: vllm/entrypoints/llm.py LLM.__init__,
+  pointing to examples/features/data_parallel/data_parallel_offline.py).
 - A generate() call deals its prompts (each with its n samples) to the replicas by tokens:
   longest prompt first to the replica with the least outstanding work (tokens dealt and not yet
   returned, over every caller: eval and the rollout thread share the replicas), so equal
@@ -24,7 +29,6 @@ How:
 
 from __future__ import annotations
 
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Sequence
@@ -32,40 +36,40 @@ from typing import Optional, Sequence
 import torch
 
 from trainer.config import TrainConfig
-from trainer.distributed import plan_topology
+from trainer.binding import current_binding, plan_binding
+from trainer.validate import separate_generation
 from trainer.generation.rollout import Generation
 from trainer.generation.vllm_engine import VLLMGenerator
 from trainer.generation.push import named_weights, push_to_all, weight_specs
 
 
-def replica_count(config: TrainConfig, gpus: int) -> int:
-    """Engines serving the job: rollout.vllm.data_parallel_replicas, else what plan_topology
-    places on one node with `gpus` GPUs (generation GPUs / tensor_parallel_size); 1 on CPU or
-    on a node whose one GPU is shared."""
+def node_engines(config: TrainConfig, gpus: int) -> tuple[tuple[str, ...], ...]:
+    """The GPUs of each engine a node's local rank 0 starts on a node of `gpus` GPUs
+    (trainer/binding.py plan_binding, the one statement of it): tensor_parallel_size of the
+    node's generation GPUs each in pipeline mode; else data_parallel_replicas (default 1)
+    sharing the host rank's GPU (or the CPU)."""
     vc = config.rollout.vllm
-    if gpus < 2:
-        return vc.data_parallel_replicas or 1
-    plan = plan_topology(1, gpus, separate_generation=True, generation_gpus=vc.generation_gpus,
-                         tensor_parallel_size=vc.tensor_parallel_size,
-                         data_parallel_replicas=vc.data_parallel_replicas)
-    return len(plan.replicas)
+    return plan_binding(rank=0, world_size=1, node=0, local_rank=0, local_world_size=1,
+                        gpus=tuple(str(i) for i in range(gpus)),
+                        device="cuda" if gpus else "cpu", vllm=True,
+                        separate=separate_generation(config),
+                        generation_gpus=vc.generation_gpus,
+                        tensor_parallel_size=vc.tensor_parallel_size,
+                        data_parallel_replicas=vc.data_parallel_replicas).engines
+
+
+def replica_count(config: TrainConfig, gpus: int) -> int:
+    """Engines serving the job from a node of `gpus` GPUs (node_engines)."""
+    return len(node_engines(config, gpus))
 
 
 def replica_placements(config: TrainConfig, replicas: int) -> list[dict[str, str]]:
-    """Process environment of each replica's engine on this node: its own process, and on GPUs
-    its tensor-parallel group's devices (physical ids, through CUDA_VISIBLE_DEVICES)."""
+    """Process environment of each of this process's engines (its binding's engine_env: on
+    GPUs the engine's own devices through CUDA_VISIBLE_DEVICES, as the launcher named them);
+    always an engine process of its own."""
     own_process = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
-    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if n < 2:
-        return [dict(own_process) for _ in range(replicas)]
-    vc = config.rollout.vllm
-    plan = plan_topology(1, n, separate_generation=True, generation_gpus=vc.generation_gpus,
-                         tensor_parallel_size=vc.tensor_parallel_size,
-                         data_parallel_replicas=replicas)
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    physical = visible.split(",") if visible else [str(i) for i in range(n)]
-    return [{**own_process, "CUDA_VISIBLE_DEVICES": ",".join(physical[g] for _, g in rep)}
-            for rep in plan.replicas]
+    b = current_binding(config)
+    return [{**own_process, **b.engine_env(i)} for i in range(replicas)]
 
 
 def deal(lengths: Sequence[int], loads: Sequence[int]) -> list[list[int]]:
@@ -161,8 +165,7 @@ def make_vllm_generator(config: TrainConfig, model: torch.nn.Module, tokenizer):
     """Factory registered as rollout backend "vllm" (lazily, from trainer/generation/rollout.py): one
     engine (trainer/generation/vllm_engine.py), or data-parallel replicas of it (above). It lives here,
     above both, so that the engine module does not import the replicas that import it."""
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    replicas = replica_count(config, gpus)
+    replicas = len(current_binding(config).engines)
     if replicas > 1:
         return ReplicaGenerator(config, model, tokenizer, replicas)
     return VLLMGenerator(config, model, tokenizer)

@@ -48,7 +48,7 @@ import torch
 from trainer.config import TrainConfig
 from trainer.generation.rollout import Generation
 from trainer.generation.vllm_args import CPU_STEP_TOKENS  # noqa: F401  (gen_service's eval chunks)
-from trainer.generation.vllm_args import engine_args, environ, set_vllm_env, stop_signal_blocked
+from trainer.generation.vllm_args import engine_args, engine_start, set_vllm_env
 from trainer.generation.push import WeightBroadcast, named_weights, save_for_vllm, weight_specs
 
 # vLLM samples greedily below this temperature (vllm.sampling_params._SAMPLING_EPS) and then
@@ -134,7 +134,7 @@ class VLLMGenerator:
         kwargs, env = engine_args(config, str(path),
                                   getattr(model.config, "max_position_embeddings", None),
                                   placement)
-        with environ(env), stop_signal_blocked():
+        with engine_start(env):  # env, USR2 blocked, the engine's own error kept
             self.llm = LLM(**kwargs)
         # vLLM's CPU attention plans its work for the thread count seen at start-up and checks
         # it at run time; OpenMP settings are per thread, and pipeline mode generates from

@@ -1,0 +1,237 @@
+"""Which GPUs each process of a job sees and uses: decided once, by one function, before CUDA
+starts.
+
+Why: a node of the paper's recipe has 8 GPUs, 4 for vLLM and 4 for training ranks. Computing a
+device index from a rank in several places put the training ranks (cuda:LOCAL_RANK) and
+DeepSpeed (which sets its device from LOCAL_RANK: deepspeed/runtime/engine.py
+DeepSpeedEngine._set_distributed_vars, and zero/partition_parameters.py Init.local_device,
+zero/utils.py read os.environ["LOCAL_RANK"] as a device index) on the generation GPUs, and
+vLLM then refused to start. Instead every process is bound by construction:
+
+- `bind_devices` runs at the very top of the trainer (trainer/loop.py run), before anything
+  asks CUDA anything: the CUDA driver reads CUDA_VISIBLE_DEVICES once, at cuInit (which
+  torch.cuda.is_available() already triggers: torch/cuda/__init__.py is_available ->
+  _cuda_getDeviceCount), so narrowing it later has no effect.
+- A training rank sees exactly one GPU, its own: `cuda:0` is the only device it can name, and
+  LOCAL_RANK (what DeepSpeed reads as a device index) is 0. Its real local rank stays in
+  ABLATE_LOCAL_RANK (trainer/distributed.py read_env). NCCL between ranks that each see one
+  GPU is the usual `srun --gpus-per-task=1` setup: NCCL finds peers by PCI bus id, not by
+  CUDA ordinal (read, not run here).
+- Each node's local rank 0 is bound to that node's vLLM engines (every node, not only rank
+  0's; today the off-policy sources start engines on rank 0 only, trainer/offpolicy.py, so
+  the other nodes' bindings wait for cross-node dealing of the work): each engine process is
+  started with CUDA_VISIBLE_DEVICES = its own GPUs (the node's
+  generation GPUs, `tensor_parallel_size` per engine) and V1 multiprocessing, so the engine
+  core (a child process that inherits the environment: vllm/v1/engine/utils.py
+  launch_core_engines -> CoreEngineProcManager) and its workers never see a training GPU.
+  Without generation GPUs of their own (on-policy/ppo_off_policy modes, one-GPU nodes) the
+  engines share the host's training GPU with a smaller memory share.
+- The node's GPU list as the launcher gave it (Slurm's CUDA_VISIBLE_DEVICES: ordinals or UUIDs)
+  is kept in ABLATE_NODE_GPUS, so a second call (or an engine placement later) sees the node,
+  not the narrowed view.
+
+Pure Python (no torch import): the contract test (tests/test_binding.py) runs it for every
+process of a 2-node x 8-GPU job without CUDA, and `ablate` validation can use it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import Mapping, MutableMapping, Optional
+
+from trainer.gpu_split import GpuSplit, split_gpus  # noqa: F401
+
+NODE_GPUS = "ABLATE_NODE_GPUS"  # the node's GPUs as the launcher gave them (before narrowing)
+LOCAL_RANK = "ABLATE_LOCAL_RANK"  # the real local rank (LOCAL_RANK becomes the device index)
+NODE = "ABLATE_NODE"  # the node index of this process in the job
+BOUND_PID = "ABLATE_BOUND_PID"  # the process these describe: a child (an engine, a test's
+# subprocess) inherits them but is not that process, and reads its launcher's variables instead
+
+
+def bound_here(env: Mapping[str, str]) -> bool:
+    """`env` holds this process's own binding (not one inherited from a parent)."""
+    return env.get(BOUND_PID) == str(os.getpid())
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One process's devices. GPU ids are the node's own (as in `node_gpus`), never an index
+    computed from a rank elsewhere."""
+
+    rank: int
+    world_size: int
+    node: int
+    local_rank: int
+    local_world_size: int
+    node_gpus: tuple[str, ...]  # every GPU of the node, as the launcher gave them
+    training_gpus: tuple[str, ...]  # the node's GPUs that run training ranks
+    generation_gpus: tuple[str, ...]  # the node's GPUs of their own for vLLM (may be empty)
+    gpu: Optional[str]  # this rank's GPU (None: CPU)
+    engines: tuple[tuple[str, ...], ...]  # each engine this process starts: its GPUs
+    shared: bool  # the engines share this process's training GPU (no generation GPUs)
+
+    @property
+    def device(self) -> str:
+        """The torch device string this process uses: its one visible GPU, or the CPU."""
+        return "cuda:0" if self.gpu is not None else "cpu"
+
+    @property
+    def visible(self) -> Optional[str]:
+        """CUDA_VISIBLE_DEVICES of this process (None: left as it is, a CPU job)."""
+        return self.gpu
+
+    @property
+    def deepspeed_local_rank(self) -> int:
+        """LOCAL_RANK as DeepSpeed reads it (a device index): 0, the only visible GPU; on CPU
+        the real local rank (the CPU accelerator ignores it)."""
+        return 0 if self.gpu is not None else self.local_rank
+
+    @property
+    def hosts_engines(self) -> bool:
+        return bool(self.engines)
+
+    def engine_env(self, i: int) -> dict[str, str]:
+        """Environment of engine `i`'s process (vLLM's engine core and workers inherit it):
+        its own GPUs, and an engine process of its own (V1 multiprocessing) so that this
+        process keeps only its training GPU. {} on CPU (the engine may run in process)."""
+        gpus = self.engines[i]
+        if not gpus:
+            return {}
+        return {"CUDA_VISIBLE_DEVICES": ",".join(gpus), "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
+
+
+def node_gpus(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The node's GPUs without touching CUDA: what an earlier bind recorded, else the
+    launcher's CUDA_VISIBLE_DEVICES (Slurm sets it to the job's GPUs on the node), else one
+    per GPU the NVIDIA driver lists (/proc/driver/nvidia/gpus), else none."""
+    if NODE_GPUS in env and bound_here(env):
+        return tuple(g for g in env[NODE_GPUS].split(",") if g)
+    if "CUDA_VISIBLE_DEVICES" in env:
+        value = env["CUDA_VISIBLE_DEVICES"].strip()
+        if value in ("", "NoDevFiles") or value.startswith("-1"):
+            return ()
+        return tuple(g.strip() for g in value.split(",") if g.strip())
+    try:
+        return tuple(str(i) for i in range(len(os.listdir("/proc/driver/nvidia/gpus"))))
+    except OSError:
+        return ()
+
+
+def plan_binding(*, rank: int, world_size: int, node: int, local_rank: int,
+                 local_world_size: int, gpus: tuple[str, ...], device: str, vllm: bool,
+                 separate: bool, generation_gpus: Optional[int] = None,
+                 tensor_parallel_size: Optional[int] = None,
+                 data_parallel_replicas: Optional[int] = None) -> Binding:
+    """The binding of one process (pure; ValueError with one line when it cannot be bound).
+
+    `device`: engine.device ('auto', 'cuda', 'cpu'); `vllm`: rollout.backend is vllm;
+    `separate`: pipeline mode with vLLM (generation GPUs of their own on nodes of >= 2 GPUs,
+    trainer/validate.py separate_generation). The node's GPUs split as trainer/distributed.py
+    split_gpus says: the first `generation_gpus` (default half) generate, the rest train; the
+    engines are tensor_parallel_size of the generation GPUs each (default: all of them, one
+    engine), at most data_parallel_replicas of them."""
+    if device == "cpu" or (device == "auto" and not gpus):
+        gpus = ()
+    elif not gpus:
+        raise ValueError("engine.device is 'cuda' but this node has no GPUs (CUDA_VISIBLE_DEVICES "
+                         "empty and no NVIDIA driver); use engine.device: auto or cpu")
+    own = separate and len(gpus) >= 2
+    if own:
+        split = split_gpus(len(gpus), generation_gpus)
+        gen = tuple(gpus[i] for i in split.generation)
+        train = tuple(gpus[i] for i in split.training)
+    else:
+        gen, train = (), gpus
+    gpu = None
+    if gpus:
+        if local_rank >= len(train):  # one rank per GPU: never two ranks on one device
+            raise ValueError(
+                f"local rank {local_rank} has no GPU of its own: {len(train)} training GPUs on "
+                f"this node ({len(gpus)} GPUs, {len(gen)} for vLLM); launch one task per "
+                f"training GPU (slurm.tasks_per_node: {len(train)})")
+        gpu = train[local_rank]
+    engines: tuple[tuple[str, ...], ...] = ()
+    if vllm and local_rank == 0:  # each node's first rank hosts the node's engines
+        if own:
+            tp = tensor_parallel_size or len(gen)
+            if len(gen) % tp:
+                raise ValueError(f"rollout.vllm.tensor_parallel_size={tp} does not divide the "
+                                 f"{len(gen)} generation GPUs per node")
+            engines = tuple(gen[i:i + tp] for i in range(0, len(gen), tp))
+            if data_parallel_replicas is not None:
+                if not 1 <= data_parallel_replicas <= len(engines):
+                    raise ValueError(f"rollout.vllm.data_parallel_replicas="
+                                     f"{data_parallel_replicas}: valid 1..{len(engines)}")
+                engines = engines[:data_parallel_replicas]
+        else:  # no GPUs of their own: on this rank's GPU (shared), or the CPU
+            engines = tuple((gpu,) if gpu is not None else ()
+                            for _ in range(data_parallel_replicas or 1))
+    return Binding(rank=rank, world_size=world_size, node=node, local_rank=local_rank,
+                   local_world_size=local_world_size, node_gpus=tuple(gpus), training_gpus=train,
+                   generation_gpus=gen, gpu=gpu, engines=engines,
+                   shared=bool(engines) and not own and gpu is not None)
+
+
+def separate_generation(c) -> bool:
+    """Pipeline mode with vLLM: generation GPUs of their own (on nodes of >= 2 GPUs), which
+    the training ranks do not use. The one statement of it (trainer/validate.py re-exports)."""
+    return c.off_policy.mode == "pipeline" and c.rollout.backend == "vllm"
+
+
+def config_binding(config, env: Mapping[str, str]) -> Binding:
+    """plan_binding for a TrainConfig in the process described by `env` (no side effects)."""
+    from trainer.distributed import read_env  # torch import deferred: callers may be torch-free
+
+    d = read_env(env)
+    vc = config.rollout.vllm
+    return plan_binding(rank=d.rank, world_size=d.world_size, node=d.node,
+                        local_rank=d.local_rank, local_world_size=d.local_world_size,
+                        gpus=node_gpus(env), device=config.engine.device,
+                        vllm=config.rollout.backend == "vllm",
+                        separate=separate_generation(config),
+                        generation_gpus=vc.generation_gpus,
+                        tensor_parallel_size=vc.tensor_parallel_size,
+                        data_parallel_replicas=vc.data_parallel_replicas)
+
+
+def _cuda_started() -> bool:
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_initialized())
+
+
+def bind_devices(config, env: Optional[MutableMapping[str, str]] = None) -> Binding:
+    """Bind this process (the one function that decides its devices) and write the result to
+    `env` (default os.environ) before CUDA starts: CUDA_VISIBLE_DEVICES = this rank's GPU, the
+    torchrun-style variables torch.distributed and DeepSpeed read (LOCAL_RANK = 0, the index of
+    the one visible GPU), and the node's GPU list for later calls. Idempotent."""
+    env = os.environ if env is None else env
+    b = config_binding(config, env)
+    if env is os.environ and _cuda_started() and b.visible is not None \
+            and env.get("CUDA_VISIBLE_DEVICES") != b.visible:
+        raise RuntimeError("trainer/binding.py bind_devices ran after CUDA started in this "
+                           "process: its GPUs can no longer be narrowed; call it first")
+    from trainer.distributed import read_env
+
+    d = read_env(env)
+    if b.gpu is None and d.launcher == "single":
+        return b  # one CPU process: nothing to narrow, and its environment stays as it was
+    env.update({
+        "RANK": str(b.rank), "WORLD_SIZE": str(b.world_size),
+        "LOCAL_RANK": str(b.deepspeed_local_rank), "LOCAL_WORLD_SIZE": str(b.local_world_size),
+        "MASTER_ADDR": d.master_addr, "MASTER_PORT": str(d.master_port),
+        LOCAL_RANK: str(b.local_rank), NODE: str(b.node), NODE_GPUS: ",".join(b.node_gpus),
+        BOUND_PID: str(os.getpid()),
+    })
+    if b.visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = b.visible
+    elif b.node_gpus == () and config.engine.device == "cpu" and "CUDA_VISIBLE_DEVICES" in env:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU run touches no GPU of the node
+    return b
+
+
+def current_binding(config) -> Binding:
+    """This process's binding as bind_devices left it (recomputed from os.environ: the node's
+    GPU list it recorded makes the answer the same as at bind time)."""
+    return config_binding(config, os.environ)
