@@ -19,14 +19,19 @@ ranks go on to the checkpoint's barrier. The hf backend keeps its own path (eval
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
 
 import torch
 
 from trainer.config import TrainConfig
 from trainer.distributed import broadcast_object, rank
 from trainer.evaluate import pass_rate
-from trainer.generation.rollout import Generator
+from trainer.generation.rollout import Generation, Generator
+from trainer.rundir import PASS_RATE
 from trainer.tasks import Problem, Task
 
 
@@ -129,3 +134,118 @@ def eval_pass_rate(source, model: torch.nn.Module, step: int, zero3: bool, task:
         raise RuntimeError(f"eval through the generation service: the {type(source).__name__} "
                            "source holds no generator on rank 0")
     return service_pass_rate(gen, task, problems, prompts, config, tok, seed=seed)
+
+
+# -- eval beside training (issue 31 item 4) ----------------------------------------------------
+# Why a worker thread: the eval at the paper's scale (1,000 prompts x 16 samples, ~16k tokens)
+# decodes for hours; run in the loop it kept every training rank at a barrier (past the
+# collective timeout) and was redone from scratch after a preemption. Now the loop only
+# *launches* an eval at its step: the metrics row of that step (its counters, the window's
+# means) is taken at once, the step's weights are fixed (hf: a snapshot the eval's own model
+# copy loads; vllm: the engine is brought up to the step's weights), and rank 0's worker
+# thread decodes it beside the rollouts while training goes on; the row gets its pass rate
+# and is appended when the eval ends. One worker, first in first out: rows land in step
+# order. A stop signal ends the eval in flight (trainer/preempt.py); evals not written yet
+# are in the checkpoint (trainer/checkpointing.py) and are redone on resume.
+
+EVAL_SECONDS = "eval/seconds"  # the eval's own wall time: logged, never on a compute axis
+EVAL_WEIGHTS_STEP = "eval/weights_step"  # the weights' step when it is not the row's step
+EVAL_VERSIONS = ("eval/version_min", "eval/version_max")  # vllm: versions that decoded it
+
+
+@dataclass
+class EvalJob:
+    """One launched eval: the row of its step (pass rate still missing) and, on the hf path,
+    the step's weights (a state dict the worker's model copy loads)."""
+
+    step: int
+    row: dict
+    weights: Optional[dict] = None  # hf: the step's weights; None: the service's engine
+
+
+class VersionLog:
+    """A Generator that forwards to the engine and notes which policy versions decoded the
+    eval: with in-flight pushes (pipeline mode) the shared engine's weights move on while an
+    eval decodes, and the row says so (EVAL_VERSIONS)."""
+
+    def __init__(self, gen: Generator) -> None:
+        self.gen, self.lo, self.hi = gen, None, None
+
+    def generate(self, prompts, **kw) -> Generation:
+        g = self.gen.generate(prompts, **kw)
+        vs = [v for row in g.versions for v in row]
+        if vs:
+            self.lo = min(vs) if self.lo is None else min(self.lo, min(vs))
+            self.hi = max(vs) if self.hi is None else max(self.hi, max(vs))
+        return g
+
+    def sync_weights(self, model, version: int) -> None:  # the Generator protocol; unused
+        self.gen.sync_weights(model, version)
+
+
+class EvalWorker:
+    """Rank 0's eval thread: runs `evaluate(job) -> (pass rate, extra columns)` for each
+    submitted job in order and hands the finished row to `write`. The trainer thread never
+    waits for it except at the end of the run (`drain`)."""
+
+    def __init__(self, evaluate: Callable[[EvalJob], tuple[float, dict]],
+                 write: Callable[[dict], None]) -> None:
+        self.evaluate, self.write = evaluate, write
+        self.jobs: "queue.Queue[Optional[EvalJob]]" = queue.Queue()
+        self.open: list[EvalJob] = []  # submitted, row not written yet (the checkpoint's list)
+        self.lock = threading.Lock()
+        self.error: Optional[BaseException] = None
+        self.stopped = False  # a stop signal ended an eval: the rest wait for the resume
+        self.thread = threading.Thread(target=self._work, name="ablate-eval", daemon=True)
+        self.thread.start()
+
+    def submit(self, job: EvalJob) -> None:
+        with self.lock:
+            self.open.append(job)
+        self.jobs.put(job)
+
+    def pending(self) -> list[EvalJob]:
+        """Launched evals whose rows are not written yet, in step order."""
+        with self.lock:
+            return list(self.open)
+
+    def _work(self) -> None:
+        from trainer import preempt
+
+        while (job := self.jobs.get()) is not None:
+            try:
+                preempt.check()
+                t0 = time.perf_counter()
+                rate, extra = self.evaluate(job)
+                row = {**job.row, PASS_RATE: rate, EVAL_SECONDS: time.perf_counter() - t0,
+                       **extra}
+                self.write(row)
+                with self.lock:
+                    self.open.remove(job)
+            except preempt.Stopped:
+                self.stopped = True
+                return
+            except BaseException as e:  # surfaced in the trainer thread (failed())
+                self.error = e
+                return
+
+    def failed(self) -> Optional[BaseException]:
+        return self.error
+
+    def drain(self, poll_s: float = 0.2) -> None:
+        """Wait until every launched eval is written (end of the run); raises the worker's
+        error, or preempt.Stopped when a stop signal ended one (it stays pending)."""
+        from trainer import preempt
+
+        while self.pending():
+            if self.error is not None:
+                raise RuntimeError("eval worker failed") from self.error
+            if self.stopped or not self.thread.is_alive():
+                raise preempt.Stopped("stop signal during eval")
+            time.sleep(poll_s)
+
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Stop taking jobs; an eval in flight ends at its next decode step once the stop
+        flag is set (preemption), else it is waited for up to `timeout_s`."""
+        self.jobs.put(None)
+        self.thread.join(timeout=timeout_s)

@@ -45,6 +45,7 @@ from typing import Optional
 
 import torch
 
+from trainer import preempt
 from trainer.config import TrainConfig
 from trainer.generation.rollout import Generation
 from trainer.generation.vllm_args import CPU_STEP_TOKENS  # noqa: F401  (gen_service's eval chunks)
@@ -204,17 +205,29 @@ class VLLMGenerator:
             self._routes[rid] = (call, i)
             call.ids.append(rid)
             engine.add_request(rid, {"prompt_token_ids": list(p)}, params)
-        while call.open and engine.has_unfinished_requests():
-            self._step(engine)
-            self._yield_engine()  # in flight: the next decode step uses the pushed weights
-        for rid in call.ids:
-            self._routes.pop(rid, None)
+        try:
+            while call.open and engine.has_unfinished_requests():
+                preempt.check()  # a stop signal ends the call between engine steps
+                self._step(engine)
+                self._yield_engine()  # in flight: the next decode step uses the pushed weights
+        except preempt.Stopped:
+            # Drop this call's requests (external ids: vLLM's OutputProcessor.abort_requests
+            # aborts a parallel-sampling parent's children too, vllm/v1/engine/
+            # output_processor.py); another caller's requests keep running.
+            engine.abort_request(list(call.ids))
+            raise
+        finally:
+            for rid in call.ids:
+                self._routes.pop(rid, None)
         return call.generation()
 
     def _step(self, engine) -> None:
         """One engine step; each output goes to the call that asked for it (any caller's)."""
         for out in engine.step():
-            call, i = self._routes[out.request_id]
+            route = self._routes.get(out.request_id)
+            if route is None:  # a request its caller aborted (stop signal)
+                continue
+            call, i = route
             for c in out.outputs:
                 call.add(i * call.n + c.index, list(c.token_ids), c.logprobs, self.version,
                          c.finish_reason)
