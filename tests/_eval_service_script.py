@@ -123,10 +123,12 @@ def check_eval(work: Path, replicas: int) -> None:
         v1 = greedy_tokens(gen, run)
         report("step1", hf=hf1, mismatched=mismatched(v1, hf1_tokens), stale_version=stale_version,
                version=gen.version, moved=sum(a != b for a, b in zip(hf0_tokens, hf1_tokens)))
+        run.finish_evals()  # evals run beside the trainer: their rows land when done
         metrics = rundir.read_metrics(run.dir)
         report("metrics", steps=[m["step"] for m in metrics],
                pass_rates=[m["eval/pass_rate"] for m in metrics], seconds=time.time() - t0)
     finally:
+        run.close_evals()
         source.close()
 
 

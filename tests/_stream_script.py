@@ -43,7 +43,7 @@ def main(work: Path) -> None:
             "length.thinking_budget": 16, "length.budget_min_fraction": 0.25,
             "length.answer_budget": 6}
     config = tiny_config(**over)
-    plain = tiny_config(**{"rollout.max_new_tokens": 12})
+    plain = tiny_config(**{"rollout.max_new_tokens": 12, "length.control": "none"})
     model, tok = build_proxy(config)
     model.eval()
     gen = make_generator(config, model, tok)
@@ -67,17 +67,19 @@ def main(work: Path) -> None:
     n, seed = 4, 5
     svc.submit(Request("b", prompts, n, 1.0, seed))
     ro = collect(svc, {"b"})["b"].rollout
+    batched = generate_rollout(gen, prompts, config, tok, seed, n=n, temperature=1.0)
     L = config.length
     text = tok(L.interrupt_text, add_special_tokens=False).input_ids
     rng = random.Random(seed)
     budgets = [rng.randint(max(1, int(L.budget_min_fraction * 16)), 16) for _ in ro.tokens]
     rows = []
-    for t, m, b, intr, g, p in zip(ro.tokens, ro.loss_mask, budgets, ro.interrupted,
-                                   ro.gen_tokens, ro.prompts):
+    for t, m, b, intr, g, p, bt in zip(ro.tokens, ro.loss_mask, budgets, ro.interrupted,
+                                       ro.gen_tokens, ro.prompts, batched.tokens):
         think = m.index(0) if intr else len(t)
         answer = len(t) - think - len(text) if intr else 0
         rows.append({"think": think, "budget": b, "interrupted": intr, "answer": answer,
                      "masked": m.count(0), "gen_tokens": g,
+                     "thinking_as_batched": t[:think] == bt[:think],
                      "expect_gen": len(p) + think + ((len(p) + think + len(text) + answer)
                                                      if intr else 0)})
     report("interrupt", rows=rows, text=len(text), answer_budget=L.answer_budget,
@@ -87,7 +89,7 @@ def main(work: Path) -> None:
     svc.stop()
 
     # 3. a stop signal ends the stream's requests and leaves nothing running in the engine.
-    long = tiny_config(**{"rollout.max_new_tokens": 200})
+    long = tiny_config(**{"rollout.max_new_tokens": 200, "length.control": "none"})
     svc = make_service(gen, long, tok)
     svc.submit(Request("c", prompts * 4, 4, 1.0, 3))
     time.sleep(0.5)
