@@ -276,4 +276,5 @@ def service_eval(svc, step: int, chunks: list[tuple[int, int, int]], task: Task,
             hi = r.versions[1] if hi is None else max(hi, r.versions[1])
         if not ends:
             break
-    return correct / max(total, 1), {EVAL_VERSIONS[0]: lo, EVAL_VERSIONS[1]: hi}
+    versions = {} if lo is None else {EVAL_VERSIONS[0]: lo, EVAL_VERSIONS[1]: hi}
+    return correct / max(total, 1), versions
