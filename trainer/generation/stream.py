@@ -154,10 +154,14 @@ class StreamService:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        r = self.config.rollout
+        from trainer.generation.vllm_engine import GREEDY_BELOW
+
+        r, T = self.config.rollout, s.job.request.temperature
         params = SamplingParams(
-            n=1, max_tokens=max(1, max_tokens), temperature=s.job.request.temperature,
-            top_p=r.top_p, seed=seed, logprobs=0, detokenize=False,
+            n=1, max_tokens=max(1, max_tokens), temperature=T, top_p=r.top_p,
+            # greedy: no seed, as VLLMGenerator.generate_seeded sends it (a seeded request
+            # takes vLLM's random-sampling path, whose argmax can break near-ties otherwise)
+            seed=None if T < GREEDY_BELOW else seed, logprobs=0, detokenize=False,
             stop_token_ids=[self.gen.eos] if self.gen.eos is not None else None,
             output_kind=RequestOutputKind.DELTA)
         s.rid = self.gen.add_routed(s, prompt, params)
