@@ -13,6 +13,7 @@ trainer, and pushes the trainer's new weights into whatever samples them.
     eval_service.py held-out eval beside training: the eval worker, its requests
     service.py      the one interface the loop generates through (start, push_weights, submit,
                     results as they finish, stop); CallService drives any Generator call by call
+    requests.py     its Request / Result types
     stream.py       StreamService: a vLLM engine as a continuous stream (a request per sample,
                     thinking capped at its own budget, answer pass as its thinking ends)
 

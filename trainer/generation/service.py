@@ -25,38 +25,17 @@ from __future__ import annotations
 
 import queue
 import threading
-from dataclasses import dataclass, field
-from typing import Hashable, Iterator, Optional, Protocol, Union
+from typing import Iterator, Optional, Protocol, Union
 
 import torch
-from torch import nn
 
 from trainer import preempt
 from trainer.config import TrainConfig
+from trainer.generation.requests import Request, Result, Weights, version_range
 from trainer.generation.rollout import Generator
-from trainer.length import Rollout, generate_rollout
+from trainer.length import generate_rollout
 
-Weights = Union[nn.Module, dict]  # the trainer's module, or a snapshot of its state dict
-
-
-@dataclass
-class Request:
-    """Prompts (token ids), `n` samples each, drawn with the run's length control."""
-
-    tag: Hashable  # the caller's handle on the result
-    prompts: list[list[int]]
-    n: int
-    temperature: float
-    seed: int  # prompt i's samples use seed + i*n + j (vLLM's parallel-sampling children)
-
-
-@dataclass
-class Result:
-    tag: Hashable
-    rollout: Optional[Rollout] = None
-    error: Optional[BaseException] = None  # preempt.Stopped: a stop signal ended it
-    versions: tuple[Optional[int], Optional[int]] = (None, None)  # oldest, newest token version
-    extra: dict = field(default_factory=dict)
+__all__ = ["GenerationService", "CallService", "Request", "Result", "Weights", "make_service"]
 
 
 class GenerationService(Protocol):
@@ -69,11 +48,6 @@ class GenerationService(Protocol):
     def results(self, timeout: Optional[float] = None) -> Iterator[Result]: ...
 
     def stop(self) -> None: ...
-
-
-def version_range(ro: Rollout) -> tuple[Optional[int], Optional[int]]:
-    vs = [v for row in ro.versions for v in row]
-    return (min(vs), max(vs)) if vs else (None, None)
 
 
 def load_state(gen: Generator, state: dict, version: int) -> None:

@@ -34,7 +34,7 @@ from typing import Iterator, Optional
 
 from trainer import preempt
 from trainer.config import TrainConfig
-from trainer.generation.service import Request, Result, Weights, version_range
+from trainer.generation.requests import Request, Result, Weights, version_range
 from trainer.length import Rollout, closed_at, marker_ids, overlong
 
 
