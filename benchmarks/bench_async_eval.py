@@ -49,7 +49,7 @@ trainer.run(config(c), d)
 wall = time.perf_counter() - t0
 stop.set(); t.join()
 rows = rundir.read_metrics(d)
-print(json.dumps({"wall_s": wall, "loop_wall_s": rows[-1]["wall_s"],
+print(json.dumps({"wall_s": wall, "loop_wall_s": rows[-1]["time/wall_s"],
                   "eval_s": sum(r.get("eval/seconds", 0) for r in rows),
                   "pass_rates": [r["eval/pass_rate"] for r in rows],
                   "trainer_step_when_line_landed": {str(k): v for k, v in landed.items()}}))
