@@ -99,6 +99,27 @@ def main(work: Path) -> None:
     report("stop", error=type(r.error).__name__ if r.error else None,
            unfinished=gen.llm.llm_engine.has_unfinished_requests())
     preempt.reset()
+
+    # 4. the call-based path (VLLMGenerator.generate) ends at a stop signal too.
+    import threading
+
+    box = {}
+
+    def call():
+        try:
+            box["g"] = gen.generate(prompts * 4, n=4, max_new_tokens=200, temperature=1.0,
+                                    top_p=1.0, seed=3)
+        except BaseException as e:  # noqa: BLE001 - reported
+            box["error"] = type(e).__name__
+
+    t = threading.Thread(target=call)
+    t.start()
+    time.sleep(0.5)
+    preempt.request()
+    t.join(120)
+    report("stop_call", error=box.get("error"), alive=t.is_alive(),
+           unfinished=gen.llm.llm_engine.has_unfinished_requests(), routes=len(gen._routes))
+    preempt.reset()
     gen.close()
 
 

@@ -40,3 +40,8 @@ def test_thinking_stops_at_each_samples_own_budget_and_answers_start_early(resul
 
 def test_a_stop_signal_ends_the_streams_requests(results):
     assert results["stop"] == {"error": "Stopped", "unfinished": False}
+
+
+def test_a_stop_signal_ends_a_generate_call_between_engine_steps(results):
+    assert results["stop_call"] == {"error": "Stopped", "alive": False, "unfinished": False,
+                                    "routes": 0}
