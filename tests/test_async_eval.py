@@ -155,3 +155,22 @@ def test_pipeline_stop_inside_the_generator_thread_stops_the_step(tmp_path, monk
     trainer.run(config(tiny(**over)), d)
     assert status(d)["state"] == "done"
     assert [row["step"] for row in metrics(d)] == [0, 2, 4]
+
+
+def test_math_verify_scores_in_the_eval_workers_thread():
+    """The eval worker scores off the main thread, where math-verify's signal-based timeouts
+    raise (found by the dress rehearsal: the run failed at its first eval)."""
+    pytest.importorskip("math_verify")
+    from trainer.tasks import Problem, _math_verify
+
+    p, out = Problem(prompt="1+1?", answer="2"), {}
+
+    def score():
+        out["right"] = _math_verify(p, "<think>hmm</think> The answer is $\\boxed{2}$.")
+        out["wrong"] = _math_verify(p, "The answer is $\\boxed{3}$.")
+
+    t = threading.Thread(target=score)
+    t.start()
+    t.join(60)
+    assert out == {"right": True, "wrong": False}
+    assert _math_verify(p, "$\\boxed{2}$")  # the main thread keeps its timeouts
