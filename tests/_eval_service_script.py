@@ -106,7 +106,8 @@ def check_eval(work: Path, replicas: int) -> None:
     gen = source.gen
     try:
         hf0, hf0_tokens = hf_reference(run)
-        run.evaluate(source)  # step 0, as the loop's first eval
+        run.evaluate(source)  # step 0, as the loop's first eval (launched beside training)
+        run.finish_evals()  # alone on the engine, as the hf reference: same batch make-up
         v0 = greedy_tokens(gen, run)
         report("step0", hf=hf0, mismatched=mismatched(v0, hf0_tokens), rows=len(v0),
                version=gen.version,
@@ -120,13 +121,16 @@ def check_eval(work: Path, replicas: int) -> None:
         stale_version = gen.version
         hf1, hf1_tokens = hf_reference(run)
         run.evaluate(source)  # must push the step-1 weights first
+        run.finish_evals()
         v1 = greedy_tokens(gen, run)
         report("step1", hf=hf1, mismatched=mismatched(v1, hf1_tokens), stale_version=stale_version,
                version=gen.version, moved=sum(a != b for a, b in zip(hf0_tokens, hf1_tokens)))
+        run.finish_evals()  # evals run beside the trainer: their rows land when done
         metrics = rundir.read_metrics(run.dir)
         report("metrics", steps=[m["step"] for m in metrics],
                pass_rates=[m["eval/pass_rate"] for m in metrics], seconds=time.time() - t0)
     finally:
+        run.close_evals()
         source.close()
 
 

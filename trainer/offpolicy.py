@@ -289,8 +289,14 @@ class Pipeline:
 
     def _produce(self) -> None:
         """Generate admitted groups in calls of up to `groups_per_call` prompts; every group
-        enters the stream as soon as its call returns."""
+        enters the stream as soon as its call returns. A vLLM engine streams instead
+        (_produce_stream)."""
+        from trainer.generation.stream import stream_service
+
         G = self.ctx.config.rollout.generations_per_prompt
+        self.service = stream_service(self.gen, self.ctx.config, self.ctx.tokenizer)
+        if self.service is not None:
+            return self._produce_stream(self.service)
         try:
             while not self.stop.is_set():
                 n = self.stream.admit(self.per_call, self.stop)
@@ -300,6 +306,46 @@ class Pipeline:
                     self.stream.put(group)
         except BaseException as e:  # surfaced in the trainer thread by next()
             self.error = e
+
+    def _produce_stream(self, svc) -> None:
+        """vLLM: every admitted prompt group is its own request on the engine's stream
+        (trainer/generation/stream.py: no drain between groups, answer passes as thinking
+        ends) and enters the GroupStream the moment it completes. Admission is unchanged
+        (GroupStream.admit before submit), so the lag still binds at k."""
+        from trainer.generation.service import Request
+
+        c, ctx = self.ctx.config, self.ctx
+        G = c.rollout.generations_per_prompt
+        started: dict = {}
+        svc.start()
+        collector = threading.Thread(target=self._collect, args=(svc, started),
+                                     name="ablate-groups", daemon=True)
+        collector.start()
+        try:
+            while not self.stop.is_set() and self.error is None:
+                n = self.stream.admit(self.per_call, self.stop)
+                if n == 0:
+                    break
+                idx = ctx.pool.next_batch(n)
+                seed = c.seed * 1_000_003 + ctx.gen_counter  # sample()'s seeds
+                ctx.gen_counter += 1
+                for j, i in enumerate(idx):
+                    started[(seed, j)] = time.perf_counter()
+                    svc.submit(Request((seed, j, i), [ctx.prompts[i]], G, c.rollout.temperature,
+                                       seed + j * G))
+        except BaseException as e:  # surfaced in the trainer thread by next()
+            self.error = e
+        collector.join(timeout=60)
+
+    def _collect(self, svc, started: dict) -> None:
+        """Finished groups from the stream into the GroupStream, in the order they finish."""
+        while not self.stop.is_set():
+            for r in svc.results(timeout=0.2):
+                if r.error is not None:
+                    self.error = r.error
+                    return
+                seed, j, i = r.tag
+                self.stream.put(Batch([i], r.rollout, time.perf_counter() - started.pop((seed, j))))
 
     def next(self, version: int) -> Batch | None:
         if not self.feeds:
@@ -316,6 +362,8 @@ class Pipeline:
     def close(self) -> None:
         self.stop.set()
         if self.feeds:
+            if getattr(self, "service", None) is not None:
+                self.service.stop()  # its requests aborted before the engine goes
             self.thread.join(timeout=60)
             _close(self.gen)
 

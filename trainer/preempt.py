@@ -1,4 +1,4 @@
-"""Preemption: a signal asks the trainer to checkpoint at the next step boundary and stop.
+"""Preemption: a signal asks the trainer to checkpoint the last finished step and stop.
 
 Why a flag and not a save inside the handler: Slurm sends USR2 (`--signal=USR2@delay` before
 the time limit, or on preemption with `preempt_send_user_signal`) at an arbitrary moment, in
@@ -6,7 +6,12 @@ the middle of a forward pass or of a collective. A checkpoint must be taken betw
 steps, and under DeepSpeed every rank must enter the save together. So the handler only
 records the signal; at each step boundary the loop agrees on the flag across ranks (one
 all-reduce: a rank that got the signal a little later still stops at the same step), saves,
-and returns. Whoever launched the trainer then requeues the job (ablate/studies/launch/job.py
+and returns. A step can take longer than the signal's warning (the paper's: 15-20 min of
+generation against Slurm's `signal_delay_s` of 5 min), so the stop is also honoured inside
+generation and eval: the generators call `check()` between decode steps and raise `Stopped`;
+the loop then abandons the step in flight and checkpoints the last finished one
+(trainer/loop.py). The launcher still requeues if even that does not finish in time
+(ablate/studies/launch/job.py `Fallback`). Whoever launched the trainer then requeues the job (ablate/studies/launch/job.py
 hands over to submitit's own USR2 handler, which pickles the job and runs `scontrol requeue`).
 
 Nothing here imports ablate or submitit: the trainer only sets and reads flags.
@@ -16,20 +21,32 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from typing import Callable
 
 _requested = False  # a stop signal arrived (this process)
 _current: int | None = None  # the step this process is working towards (the loop sets it)
 _signal_step: int | None = None  # _current when the first stop signal arrived
 _stopped_at: int | None = None  # the step the trainer checkpointed at and stopped (this attempt)
+_signal_time: float | None = None  # time.monotonic() when the first stop signal arrived
+
+
+class Stopped(Exception):
+    """Raised inside generation or eval once a stop signal arrived: the work in flight is
+    abandoned (the loop checkpoints the last finished step; an eval in flight is redone on
+    resume, trainer/eval_point.py)."""
+
+
+STOP = "ablate-stop"  # what rank 0 broadcasts instead of a batch when it abandons a step
 
 
 def request(signum: int | None = None, frame=None) -> None:
     """The signal handler: record the request, nothing else (no I/O: a print here could
     re-enter a stderr write the signal interrupted). The loop logs it at the boundary."""
-    global _requested, _signal_step
+    global _requested, _signal_step, _signal_time
     if not _requested:
         _signal_step = _current
+        _signal_time = time.monotonic()
     _requested = True
 
 
@@ -57,6 +74,18 @@ def requested() -> bool:
     return _requested
 
 
+def check() -> None:
+    """Raise `Stopped` if a stop signal arrived: called by generation and eval between decode
+    steps (never inside a collective: a ZeRO-3 lockstep decode checks only between calls)."""
+    if _requested:
+        raise Stopped("stop signal")
+
+
+def signal_age() -> float | None:
+    """Seconds since the first stop signal arrived (None: none arrived)."""
+    return None if _signal_time is None else time.monotonic() - _signal_time
+
+
 def mark_stopped(step: int) -> None:
     """The trainer saved a checkpoint at `step` and returned because of the request."""
     global _stopped_at
@@ -70,5 +99,5 @@ def stopped_at() -> int | None:
 
 def reset() -> None:
     """Forget a request and a stop (a new process attempt, or tests)."""
-    global _requested, _stopped_at, _signal_step, _current
-    _requested, _stopped_at, _signal_step, _current = False, None, None, None
+    global _requested, _stopped_at, _signal_step, _current, _signal_time
+    _requested, _stopped_at, _signal_step, _current, _signal_time = False, None, None, None, None

@@ -9,6 +9,7 @@ math-verify). Training and held-out eval problems are disjoint by construction.
 from __future__ import annotations
 
 import random
+import threading
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -183,6 +184,10 @@ def _math_verify(p: Problem, text: str) -> bool:
         text = text.rsplit("</think>", 1)[1]
     # A bare answer is wrapped as LaTeX; a worked solution (answer column `solution`) is parsed
     # as written, so math-verify takes its \boxed{} answer.
-    gold = parse(p.answer if "\\boxed" in p.answer else f"${p.answer}$")
-    pred = parse(text)
-    return bool(pred) and bool(verify(gold, pred))
+    # The eval worker scores in its own thread (trainer/generation/eval_service.py), where
+    # math-verify's signal.alarm timeouts cannot be set (math_verify/utils.py `timeout`
+    # raises there): off the main thread it runs without them, as its error message advises.
+    t = 5 if threading.current_thread() is threading.main_thread() else None
+    gold = parse(p.answer if "\\boxed" in p.answer else f"${p.answer}$", parsing_timeout=t)
+    pred = parse(text, parsing_timeout=t)
+    return bool(pred) and bool(verify(gold, pred, timeout_seconds=t))

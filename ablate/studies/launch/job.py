@@ -10,8 +10,18 @@ preemption) would make submitit's own handler requeue at once, killing the train
 so the next attempt restarts from the last periodic checkpoint. So the job puts the trainer's
 flag handler (trainer/preempt.py) on USR2 and keeps submitit's: the trainer checkpoints at the
 next step boundary and returns, and only then is submitit's handler called (rank 0 pickles
-this object and runs `scontrol requeue`; other ranks log and return). `signal_delay_s` must
-cover one step plus a checkpoint.
+this object and runs `scontrol requeue`; other ranks log and return). The trainer honours the
+stop inside generation and eval too (trainer/preempt.py), so the wait is for the last finished
+step's checkpoint, not for a whole step. Whatever happens the job requeues: `Fallback` calls
+submitit's handler itself `requeue_within_s` after the signal if the trainer has not returned
+by then (the resume starts from the last checkpoint there is), and a job that ends without a
+requeue marks its run `failed` with the reason (never left `running`).
+
+submitit's handler (site-packages/submitit/core/job_environment.py,
+SignalHandler.checkpoint_and_try_requeue, installed by JobEnvironment._handle_signals): rank 0
+calls our `checkpoint()` (Checkpointable), pickles it, runs `env._requeue` (Slurm: `scontrol
+requeue <job>`; local: exit code 144) and `sys.exit(-1)`; no requeue (e.g. "timed-out too many
+times") raises UncompletedJobError; other ranks only log.
 """
 
 from __future__ import annotations
@@ -21,6 +31,8 @@ import importlib
 import os
 import signal
 import sys
+import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Callable
@@ -66,9 +78,13 @@ def stdout_to_stderr():
 class RunJob(submitit.helpers.Checkpointable):
     """Train `run_dirs` one after another; a failing run is recorded and the rest still run."""
 
-    def __init__(self, run_dirs: list[str], entry: str = "trainer:run") -> None:
+    def __init__(self, run_dirs: list[str], entry: str = "trainer:run",
+                 requeue_within_s: float | None = None) -> None:
+        """`requeue_within_s`: after a stop signal, requeue at the latest this many seconds
+        later (the Slurm profile's signal_delay_s less a margin); None: wait for the trainer."""
         self.run_dirs = [str(d) for d in run_dirs]
         self.entry = entry
+        self.requeue_within_s = requeue_within_s
 
     def __call__(self) -> list[str]:
         # A multi-task job's ranks find each other in the trainer (`trainer.distributed.read_env`
@@ -79,23 +95,30 @@ class RunJob(submitit.helpers.Checkpointable):
         # after rank 0 marks one done.
         todo = [d for d in map(Path, self.run_dirs) if read_status(d).get("state") not in FINAL_STATES]
         requeue = preempt.install(signal.SIGUSR2)  # submitit's handler, called after the save
+        fallback = Fallback(requeue, getattr(self, "requeue_within_s", None), env.global_rank,
+                            lambda: self.current)
+        self.current: Path | None = None
         try:
-            failed = self.train_all(todo, fn, env.global_rank)
+            failed = self.train_all(todo, fn, env.global_rank, self)
         finally:
+            fallback.cancel()
             if requeue is not None:
                 signal.signal(signal.SIGUSR2, requeue)
-        if preempt.stopped_at() is not None:
-            hand_over(requeue)  # rank 0: requeue and exit; other ranks return
+        if preempt.stopped_at() is not None and not fallback.fired:
+            # rank 0: requeue and exit; other ranks return
+            hand_over(requeue, self.current if env.global_rank == 0 else None)
         elif failed:
             raise RuntimeError("run(s) failed: " + "; ".join(failed))
         return self.run_dirs
 
     @staticmethod
-    def train_all(todo: list[Path], fn: Callable, global_rank: int) -> list[str]:
+    def train_all(todo: list[Path], fn: Callable, global_rank: int, job=None) -> list[str]:
         """Train each run in turn; returns the failures. Stops early when the trainer stopped
         a run for a preemption signal (checkpointed: the requeued job resumes it)."""
         failed: list[str] = []
         for d in todo:
+            if job is not None:
+                job.current = d
             raw = read_config(d)
             run, config = foreign_or(fn, raw)
             try:
@@ -125,9 +148,70 @@ def foreign_or(fn: Callable, raw: dict) -> tuple[Callable, object]:
     return fn, TrainConfig.model_validate(raw)
 
 
-def hand_over(handler) -> None:
-    """The trainer saved at a step boundary because of USR2: now let submitit's own handler
-    do what it does on that signal (rank 0: pickle the job, `scontrol requeue`, exit; other
-    ranks: log and return). Outside submitit (no callable handler) there is nothing to do."""
-    if callable(handler):
+def hand_over(handler, run_dir: Path | None) -> None:
+    """The trainer checkpointed because of USR2: now let submitit's own handler do what it
+    does on that signal (rank 0: pickle the job, `scontrol requeue`, exit; other ranks: log
+    and return). When that does not requeue (submitit gave up, or no submitit handler is
+    installed), rank 0 marks the run `failed` with why, so it is never left `running`."""
+    if not callable(handler):
+        _not_requeued(run_dir, "no submitit handler to requeue the job (not run by submitit)")
+        return
+    try:
         handler(signal.SIGUSR2, None)
+    except SystemExit:
+        raise  # requeued (submitit exits after `scontrol requeue`)
+    except BaseException as e:
+        _not_requeued(run_dir, f"{type(e).__name__}: {e}")
+        raise
+
+
+def _not_requeued(run_dir: Path | None, why: str) -> None:
+    """Rank 0 (run_dir given): the run stopped for a signal and the job is not requeued."""
+    if run_dir is not None and read_status(run_dir).get("state") not in FINAL_STATES:
+        set_state(run_dir, "failed", error=f"stopped by a stop signal; not requeued: {why}")
+
+
+class Fallback:
+    """Requeue even when the trainer misses the signal's window: `within_s` after the stop
+    signal (Slurm kills the job `signal_delay_s` after it), if the trainer has not returned,
+    call submitit's handler from this thread (it checkpoints the job object and requeues:
+    the resume starts from the last checkpoint there is), then end the process (the
+    requeue's kill would come anyway; a second requeue by the trainer's return must not).
+    Rank 0 only: submitit requeues from rank 0, the other ranks are killed with the job."""
+
+    def __init__(self, handler, within_s: float | None, global_rank: int,
+                 run_dir: Callable[[], Path | None]) -> None:
+        self.handler, self.within_s, self.run_dir = handler, within_s, run_dir
+        self.fired = False
+        self.done = threading.Event()
+        if within_s is not None and global_rank == 0 and callable(handler):
+            threading.Thread(target=self._watch, name="ablate-requeue-fallback",
+                             daemon=True).start()
+
+    def cancel(self) -> None:
+        """The trainer returned (in time): nothing to do."""
+        self.done.set()
+
+    def _watch(self) -> None:
+        while not self.done.wait(0.5):
+            age = preempt.signal_age()
+            if age is not None and age >= self.within_s:
+                self._fire(age)
+                return
+
+    def _fire(self, age: float) -> None:
+        self.fired = True
+        d = self.run_dir()
+        print(f"[ablate] stop signal {age:.0f} s ago and the trainer has not checkpointed: "
+              "requeueing from the last checkpoint", file=sys.stderr, flush=True)
+        code = 1
+        try:
+            self.handler(signal.SIGUSR2, None)
+        except SystemExit as e:  # requeued: submitit exits after the requeue
+            code = e.code if isinstance(e.code, int) else 1
+            if d is not None and read_status(d).get("state") not in FINAL_STATES:
+                set_state(d, "running", requeued="fallback: the trainer missed the signal window")
+        except BaseException as e:  # noqa: BLE001 - not requeued: say so, then end
+            _not_requeued(d, f"{type(e).__name__}: {e}")
+        sys.stderr.flush()
+        os._exit(code)

@@ -4,7 +4,9 @@ One array task per run, so a failing or preempted run touches nothing else. subm
 the sbatch script (profile values pass through as its parameters, `--signal=USR2@signal_delay_s`
 among them) and, because jobs are `Checkpointable`, answers a timeout/preemption signal by
 `scontrol requeue` — after the trainer has checkpointed at its next step boundary
-(ablate/studies/launch/job.py), so `signal_delay_s` must cover one step plus a checkpoint.
+(ablate/studies/launch/job.py; the trainer honours the stop inside generation and eval), so
+`signal_delay_s` must cover one checkpoint; the job requeues itself `requeue_within` seconds
+after the signal if the trainer has not returned by then.
 Preemption by a higher-priority job sends the same signal only with the cluster's
 `SlurmctldParameters=preempt_send_user_signal` (and a GraceTime that covers the same).
 """
@@ -88,7 +90,9 @@ def submit(run_dirs: list[Path], folder: Path, profile: Profile, *, entry: str,
         chunk = run_dirs[start:start + size]
         try:
             with _quiet_stderr(), ex.batch():
-                jobs = [ex.submit(RunJob([str(d)], entry=entry)) for d in chunk]
+                jobs = [ex.submit(RunJob([str(d)], entry=entry,
+                                         requeue_within_s=requeue_within(profile.slurm)))
+                        for d in chunk]
         except (submitit.core.utils.FailedSubmissionError, submitit.core.utils.FailedJobError) as e:
             # Almost always the profile (partition, account, GPUs...): say what sbatch said.
             lines = [x for x in str(e).splitlines() if "error" in x.lower()] or [str(e)]
@@ -97,6 +101,13 @@ def submit(run_dirs: list[Path], folder: Path, profile: Profile, *, entry: str,
         for d, job in zip(chunk, jobs):
             out[d.name] = f"slurm:{job.job_id}"
     return out
+
+
+def requeue_within(prof: SlurmProfile) -> float:
+    """Seconds after USR2 by which the job requeues itself even if the trainer has not
+    checkpointed (job.py Fallback): the signal's warning less a margin for submitit's pickle
+    and `scontrol requeue` (30 s, or a tenth of a long warning)."""
+    return max(1.0, prof.signal_delay_s - max(30.0, 0.1 * prof.signal_delay_s))
 
 
 @contextlib.contextmanager

@@ -1,0 +1,176 @@
+"""Eval beside training and stops inside generation and eval (issue 31 items 4 and 5).
+
+Real trainer, real signals, the hf backend on CPU. A stop is sent from inside a generate call
+(the test wraps HFGenerator.generate only to pick that moment; generation itself runs): the
+step in flight is abandoned and the last finished step checkpointed; an eval in flight is
+redone on resume; the resumed run's metrics lines equal an uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+import torch
+from _trainer_util import config, metrics, status, tiny
+
+import trainer
+from trainer import preempt, rundir
+from trainer.generation.rollout import HFGenerator
+
+KEYS = ["step", "samples", "tokens", "flops", "eval/pass_rate", "train/reward"]
+OVER = {"off_policy": {"mode": "ppo_off_policy", "k": 1}, "budget": {"steps": 4},
+        "eval": {"every_steps": 2}, "checkpoint": {"every_steps": 10_000}}
+
+
+@pytest.fixture(scope="module")
+def warm_proxy():
+    """The warmed proxy, built once (or loaded from the shared on-disk cache)."""
+    from trainer.model import load_model
+
+    torch.set_num_threads(1)
+    return load_model(config(tiny()))
+
+
+@pytest.fixture
+def usr2():
+    preempt.reset()
+    old = preempt.install(signal.SIGUSR2)
+    yield
+    signal.signal(signal.SIGUSR2, old)
+    preempt.reset()
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory, warm_proxy):
+    d = tmp_path_factory.mktemp("straight") / "run"
+    trainer.run(config(tiny(**OVER)), d)
+    return metrics(d)
+
+
+def _rows(rows: list[dict]) -> list[list]:
+    return [[r.get(k) for k in KEYS] for r in rows]
+
+
+def _signal_inside_generate(monkeypatch, when) -> list:
+    """Send this process USR2 from inside the first generate call for which `when(gen)` holds;
+    returns a list that gets (thread name, step in flight) of that call."""
+    real, fired = HFGenerator.generate, []
+
+    def generate(self, prompts, **kw):
+        if not fired and when(self):
+            fired.append((threading.current_thread().name, preempt._current))
+            os.kill(os.getpid(), signal.SIGUSR2)
+        return real(self, prompts, **kw)
+
+    monkeypatch.setattr(HFGenerator, "generate", generate)
+    return fired
+
+
+def test_training_goes_on_while_an_eval_decodes(tmp_path, monkeypatch, warm_proxy):
+    """Rows are written by the eval worker when each eval ends, carry their own step's
+    counters, land in step order, and the trainer was past a row's step when it landed."""
+    from trainer.loop import _Run
+
+    seen, real = [], _Run.write_row
+
+    def write_row(self, row):
+        seen.append((row["step"], self.step))
+        real(self, row)
+
+    monkeypatch.setattr(_Run, "write_row", write_row)
+    c = tiny(budget={"steps": 6}, eval={"every_steps": 3, "num_prompts": 64,
+                                        "samples_per_prompt": 8},
+             checkpoint={"every_steps": 10_000})
+    d = tmp_path / "run"
+    trainer.run(config(c), d)
+    rows = metrics(d)
+    assert [r["step"] for r in rows] == [0, 3, 6]
+    per_step = c["rollout"]["prompts_per_step"] * c["rollout"]["generations_per_prompt"]
+    assert [r["samples"] for r in rows] == [0, 3 * per_step, 6 * per_step]
+    assert all(r["eval/seconds"] > 0 for r in rows)
+    assert seen[0][1] > 0, seen  # step 0's eval ended after training had moved on
+    assert status(d)["state"] == "done"
+
+
+def test_stop_inside_generation_abandons_the_step_and_resume_is_exact(tmp_path, monkeypatch,
+                                                                      usr2, straight):
+    fired = _signal_inside_generate(
+        monkeypatch, lambda g: threading.current_thread() is threading.main_thread()
+        and preempt._current == 3)
+    d = tmp_path / "run"
+    trainer.run(config(tiny(**OVER)), d)
+    assert fired == [("MainThread", 3)]
+    # The step in flight (3) was abandoned: the checkpoint is the last finished step's.
+    assert preempt.stopped_at() == 2 and preempt.signal_step() == 3
+    st = status(d)
+    assert st["state"] == "running" and st["preemptions"] == [
+        {"signal_in_step": 3, "checkpoint_step": 2}]
+    ck = torch.load(rundir.checkpoint_dir(d) / "state.pt", weights_only=False)
+    assert ck["step"] == 2
+    monkeypatch.undo()
+    preempt.reset()
+    trainer.run(config(tiny(**OVER)), d)
+    assert status(d)["state"] == "done"
+    assert _rows(metrics(d)) == [[pytest.approx(v, rel=1e-4) for v in r] for r in _rows(straight)]
+
+
+def test_stop_inside_an_eval_redoes_it_on_resume(tmp_path, monkeypatch, usr2, straight):
+    fired = _signal_inside_generate(
+        monkeypatch, lambda g: threading.current_thread().name == "ablate-eval"
+        and g.version == 2)
+    d = tmp_path / "run"
+    trainer.run(config(tiny(**OVER)), d)
+    assert fired and fired[0][0] == "ablate-eval"
+    r = preempt.stopped_at()
+    assert r is not None and r >= 2
+    ck = torch.load(rundir.checkpoint_dir(d) / "state.pt", weights_only=False)
+    written = [row["step"] for row in metrics(d)]
+    assert 2 not in written  # ended by the stop ...
+    assert [e["step"] for e in ck["pending_evals"]] == [2]  # ... and kept for the resume
+    if r > 2:  # an earlier step's hf eval keeps its weights in the checkpoint
+        assert ck["pending_evals"][0]["weights"] is not None
+    monkeypatch.undo()
+    preempt.reset()
+    trainer.run(config(tiny(**OVER)), d)
+    assert status(d)["state"] == "done"
+    assert _rows(metrics(d)) == [[pytest.approx(v, rel=1e-4) for v in r] for r in _rows(straight)]
+
+
+def test_pipeline_stop_inside_the_generator_thread_stops_the_step(tmp_path, monkeypatch, usr2,
+                                                                  warm_proxy):
+    over = {**OVER, "off_policy": {"mode": "pipeline", "k": 2}}
+    fired = _signal_inside_generate(
+        monkeypatch, lambda g: threading.current_thread().name == "ablate-generator"
+        and g.version >= 2)
+    d = tmp_path / "run"
+    trainer.run(config(tiny(**over)), d)
+    assert fired
+    r, s = preempt.stopped_at(), preempt.signal_step()
+    assert r is not None and r in (s - 1, s)  # abandoned in generation, or at its boundary
+    monkeypatch.undo()
+    preempt.reset()
+    trainer.run(config(tiny(**over)), d)
+    assert status(d)["state"] == "done"
+    assert [row["step"] for row in metrics(d)] == [0, 2, 4]
+
+
+def test_math_verify_scores_in_the_eval_workers_thread():
+    """The eval worker scores off the main thread, where math-verify's signal-based timeouts
+    raise (found by the dress rehearsal: the run failed at its first eval)."""
+    pytest.importorskip("math_verify")
+    from trainer.tasks import Problem, _math_verify
+
+    p, out = Problem(prompt="1+1?", answer="2"), {}
+
+    def score():
+        out["right"] = _math_verify(p, "<think>hmm</think> The answer is $\\boxed{2}$.")
+        out["wrong"] = _math_verify(p, "The answer is $\\boxed{3}$.")
+
+    t = threading.Thread(target=score)
+    t.start()
+    t.join(60)
+    assert out == {"right": True, "wrong": False}
+    assert _math_verify(p, "$\\boxed{2}$")  # the main thread keeps its timeouts
