@@ -26,7 +26,7 @@ from trainer import rundir
 
 # Columns measured in seconds (gpu_hours is train-loop wall x devices): the only ones that
 # may differ between two runs of one config and seed.
-TIME_COLUMNS = {rundir.GPU_HOURS, rundir.WALL_S, rundir.GENERATION_S, rundir.WAIT_S}
+TIME_COLUMNS = rundir.TIME_COLUMNS
 STEPS = 12
 MODES = {
     # k=2 over 12 steps: the lag ramps 0, 1, 2 then stays at k; groups_per_call 3 does not

@@ -70,6 +70,9 @@ PADDING_FRAC, MICRO_BATCHES, RANK_TOKENS_MAX_OVER_MEAN = (
 LAG_MEAN, LAG_MAX = "pipeline/lag_mean", "pipeline/lag_max"
 STALENESS_MEAN, STALENESS_MAX = "pipeline/staleness_mean", "pipeline/staleness_max"  # old names
 STALE_DROPPED, WAIT_S = "pipeline/stale_dropped", "pipeline/wait_s"
+EVAL_S = "eval/seconds"  # the eval's own wall time (it runs beside training): on no compute axis
+# Columns measured by the clock: the only ones a replayed seed may change (issue 35).
+TIME_COLUMNS = frozenset({GPU_HOURS, WALL_S, GENERATION_S, WAIT_S, EVAL_S})
 
 
 class RunState(str, enum.Enum):

@@ -32,7 +32,7 @@ from trainer.config import TrainConfig
 from trainer.distributed import broadcast_object, rank
 from trainer.evaluate import pass_rate
 from trainer.generation.rollout import Generator
-from trainer.rundir import PASS_RATE
+from trainer.rundir import EVAL_S, PASS_RATE
 from trainer.tasks import Problem, Task
 
 
@@ -149,7 +149,7 @@ def eval_pass_rate(source, model: torch.nn.Module, step: int, zero3: bool, task:
 # order. A stop signal ends the eval in flight (trainer/preempt.py); evals not written yet
 # are in the checkpoint (trainer/checkpointing.py) and are redone on resume.
 
-EVAL_SECONDS = "eval/seconds"  # the eval's own wall time: logged, never on a compute axis
+EVAL_SECONDS = EVAL_S  # the eval's own wall time: logged, never on a compute axis
 EVAL_WEIGHTS_STEP = "eval/weights_step"  # the weights' step when it is not the row's step
 EVAL_VERSIONS = ("eval/version_min", "eval/version_max")  # vllm: versions that decoded it
 
