@@ -34,28 +34,32 @@ def config(mode: str = "pipeline", **vllm) -> TrainConfig:
                                        "rollout": {"backend": "vllm", "vllm": vllm}})
 
 
-def slurm_env(nodes: int, tasks: int, node: int, local: int, visible: str) -> dict[str, str]:
-    """One task's environment as `srun` gives it under --ntasks-per-node/--gpus-per-node."""
+def slurm_env(nodes: int, tasks: int, node: int, local: int, visible: str,
+              gib: str = "") -> dict[str, str]:
+    """One task's environment as `srun` gives it under --ntasks-per-node/--gpus-per-node, and
+    the GPU size the default engines are chosen for (ABLATE_GPU_MEMORY_GIB; "" = unknown, so
+    that no nvidia-smi of the machine running the test decides)."""
     return {"SLURM_PROCID": str(node * tasks + local), "SLURM_LOCALID": str(local),
             "SLURM_NODEID": str(node), "SLURM_NTASKS": str(nodes * tasks),
             "SLURM_TASKS_PER_NODE": f"{tasks}(x{nodes})" if nodes > 1 else str(tasks),
             "SLURM_JOB_NODELIST": f"gpu[01-{nodes:02d}]", "SLURM_JOB_ID": "4242",
-            "CUDA_VISIBLE_DEVICES": visible, "PATH": os.environ.get("PATH", "")}
+            "CUDA_VISIBLE_DEVICES": visible, "PATH": os.environ.get("PATH", ""),
+            "ABLATE_GPU_MEMORY_GIB": gib}
 
 
-def start_job(c: TrainConfig, nodes: int, tasks: int, visible: str):
+def start_job(c: TrainConfig, nodes: int, tasks: int, visible: str, gib: str = ""):
     """bind_devices for every task of the job: [(env after start-up, binding)]."""
     out = []
     for node in range(nodes):
         for local in range(tasks):
-            env = slurm_env(nodes, tasks, node, local, visible)
+            env = slurm_env(nodes, tasks, node, local, visible, gib)
             out.append((env, bind_devices(c, env)))
     return out
 
 
-def check_job(c: TrainConfig, nodes: int, tasks: int, visible: str) -> list:
+def check_job(c: TrainConfig, nodes: int, tasks: int, visible: str, gib: str = "") -> list:
     node_gpus = visible.split(",")
-    procs = start_job(c, nodes, tasks, visible)
+    procs = start_job(c, nodes, tasks, visible, gib)
     assert len(procs) == nodes * tasks
     own = separate_generation(c) and len(node_gpus) >= 2
     for node in range(nodes):
@@ -104,6 +108,9 @@ def test_paper_profile_2_nodes_x_8_gpus():
     reps = check_job(config(tensor_parallel_size=1), nodes, tasks, "0,1,2,3,4,5,6,7")
     assert [reps[0][1].engine_env(i)["CUDA_VISIBLE_DEVICES"] for i in range(4)] == \
         ["0", "1", "2", "3"]
+    # the default on the profile's 80 GiB GPUs: the model fits one GPU -> the same replicas
+    sized = check_job(config(), nodes, tasks, "0,1,2,3,4,5,6,7", gib="80")
+    assert [b.engines for _, b in sized] == [b.engines for _, b in reps]
 
 
 def test_slurm_gpu_ids_pass_through_unchanged():
@@ -131,7 +138,8 @@ def test_every_split_the_validation_accepts():
         tasks = gpus - (gen or max(1, gpus // 2)) if sep else gpus
         if tasks < 1 or problems(c, JobShape(nodes=2, ranks_per_node=tasks, gpus_per_node=gpus)):
             continue
-        check_job(c, 2, tasks, ",".join(map(str, range(gpus))))
+        for gib in ("", "80"):  # GPU size unknown (one engine), or the model fits one GPU
+            check_job(c, 2, tasks, ",".join(map(str, range(gpus))), gib)
         checked += 1
     assert checked >= 50, checked
 

@@ -140,7 +140,7 @@ def test_dry_run_text_names_terms_and_verdict():
     out = r.stdout
     for term in ("weights", "gradients", "optimizer states", "activation checkpoints",
                  "LM head logits chunk", "KV cache", "largest:", "-> fits",
-                 "1 vLLM engine of 4 GPUs (tensor parallel) on rank 0's node",
+                 "4 vLLM engines of 1 GPU each on rank 0's node",  # Qwen3-8B fits one GPU
                  "4 of the job's 16 GPUs are idle"):
         assert term in out, term
 
@@ -197,8 +197,13 @@ def test_kv_cache_is_sized_for_the_engines_on_rank0s_node_only():
     one, two = (plan(small(), JobShape(nodes=n, ranks_per_node=4, gpus_per_node=8, gpu_memory_gib=80))
                 for n in (1, 2))
     assert one.generation["KV cache"] == two.generation["KV cache"]
-    assert two.generation["KV cache"] == pytest.approx(128 * per_seq / 4 / GIB, abs=0.01)  # tp 4
-    assert "KV room for" in two.kv_sequences and " of 128 sequences" in two.kv_sequences
+    # the 0.5B model fits one GPU: 4 one-GPU replicas on rank 0's node, 128 / 4 sequences each
+    assert two.generation["KV cache"] == pytest.approx(32 * per_seq / GIB, abs=0.01)
+    assert "KV room for" in two.kv_sequences and " of 32 sequences" in two.kv_sequences
+    tp4 = plan(small(rollout__vllm__tensor_parallel_size=4),
+               JobShape(nodes=2, ranks_per_node=4, gpus_per_node=8, gpu_memory_gib=80))
+    assert tp4.generation["KV cache"] == pytest.approx(128 * per_seq / 4 / GIB, abs=0.01)
+    assert " of 128 sequences" in tp4.kv_sequences  # one engine of 4 GPUs: all of them
     # Two replicas of one GPU each split the sequences; ppo_off_policy sends k x the prompts,
     # and its eval runs between steps (the larger of the two calls, not their sum).
     reps = plan(small(rollout__vllm__tensor_parallel_size=1, rollout__vllm__data_parallel_replicas=2),
@@ -258,8 +263,8 @@ def test_dry_run_says_where_engines_run_and_which_gpus_idle():
     from trainer.resources import plan as plan_of
 
     shape = JobShape(nodes=2, ranks_per_node=4, gpus_per_node=8, gpu_memory_gib=80)
-    paper = plan_of(small(), shape).note  # pipeline: 4 generation GPUs per node, one engine
-    assert "1 vLLM engine of 4 GPUs (tensor parallel) on rank 0's node" in paper, paper
+    paper = plan_of(small(), shape).note  # pipeline: 4 generation GPUs per node, 4 replicas
+    assert "4 vLLM engines of 1 GPU each on rank 0's node" in paper, paper
     assert "4 of the job's 16 GPUs are idle (4 on the other node)" in paper, paper
     assert "counted in gpu_hours" in paper and "other nodes' generation GPUs hold none" in paper
     one_node = plan_of(small(), JobShape(nodes=1, ranks_per_node=4, gpus_per_node=8,

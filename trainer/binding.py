@@ -37,8 +37,10 @@ process of a 2-node x 8-GPU job without CUDA, and `ablate` validation can use it
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Mapping, MutableMapping, Optional
 
 from trainer.gpu_split import GpuSplit, split_gpus  # noqa: F401
@@ -46,6 +48,8 @@ from trainer.gpu_split import GpuSplit, split_gpus  # noqa: F401
 NODE_GPUS = "ABLATE_NODE_GPUS"  # the node's GPUs as the launcher gave them (before narrowing)
 LOCAL_RANK = "ABLATE_LOCAL_RANK"  # the real local rank (LOCAL_RANK becomes the device index)
 NODE = "ABLATE_NODE"  # the node index of this process in the job
+GPU_MEMORY = "ABLATE_GPU_MEMORY_GIB"  # the node's GPU size in GiB ("" = unknown): recorded at
+# bind time from nvidia-smi, or set by whoever starts the trainer; it sizes the default engines
 BOUND_PID = "ABLATE_BOUND_PID"  # the process these describe: a child (an engine, a test's
 # subprocess) inherits them but is not that process, and reads its launcher's variables instead
 
@@ -119,6 +123,36 @@ def node_gpus(env: Mapping[str, str]) -> tuple[str, ...]:
         return ()
 
 
+@lru_cache(maxsize=1)
+def _nvidia_smi_gib() -> Optional[float]:
+    """The smallest GPU the NVIDIA driver lists on this machine, in GiB (nvidia-smi's
+    memory.total is MiB); None without nvidia-smi. A separate process: the trainer's CUDA is
+    not initialised (bind_devices must run first)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                             timeout=30, check=True).stdout
+        sizes = [float(x) for x in out.split() if x.strip()]
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    return min(sizes) / 1024 if sizes else None
+
+
+def gpu_memory_gib(env: Mapping[str, str], gpus: tuple[str, ...]) -> Optional[float]:
+    """The size of this node's GPUs (GiB), as trainer/generation/engine_fit.py tensor_parallel
+    needs it to choose the default engines: GPU_MEMORY when set ("" = unknown), else
+    nvidia-smi's smallest GPU; None on CPU or when neither says."""
+    if not gpus:
+        return None
+    if GPU_MEMORY in env:
+        try:
+            return float(env[GPU_MEMORY]) if env[GPU_MEMORY].strip() else None
+        except ValueError:
+            raise ValueError(f"{GPU_MEMORY}={env[GPU_MEMORY]!r}: expected a GPU's memory in "
+                             f"GiB (e.g. 80) or empty") from None
+    return _nvidia_smi_gib()
+
+
 def plan_binding(*, rank: int, world_size: int, node: int, local_rank: int,
                  local_world_size: int, gpus: tuple[str, ...], device: str, vllm: bool,
                  separate: bool, generation_gpus: Optional[int] = None,
@@ -130,8 +164,9 @@ def plan_binding(*, rank: int, world_size: int, node: int, local_rank: int,
     `separate`: pipeline mode with vLLM (generation GPUs of their own on nodes of >= 2 GPUs,
     trainer/validate.py separate_generation). The node's GPUs split as trainer/distributed.py
     split_gpus says: the first `generation_gpus` (default half) generate, the rest train; the
-    engines are tensor_parallel_size of the generation GPUs each (default: all of them, one
-    engine), at most data_parallel_replicas of them."""
+    engines are tensor_parallel_size of the generation GPUs each (None: all of them, one
+    engine; config_binding passes the size trainer/generation/engine_fit.py tensor_parallel
+    chooses), at most data_parallel_replicas of them."""
     if device == "cpu" or (device == "auto" and not gpus):
         gpus = ()
     elif not gpus:
@@ -185,15 +220,29 @@ def config_binding(config, env: Mapping[str, str]) -> Binding:
     from trainer.distributed import read_env  # torch import deferred: callers may be torch-free
 
     d = read_env(env)
-    vc = config.rollout.vllm
+    gpus = node_gpus(env)
+    if config.engine.device == "cpu":
+        gpus = ()
     return plan_binding(rank=d.rank, world_size=d.world_size, node=d.node,
                         local_rank=d.local_rank, local_world_size=d.local_world_size,
-                        gpus=node_gpus(env), device=config.engine.device,
+                        gpus=gpus, device=config.engine.device,
                         vllm=config.rollout.backend == "vllm",
                         separate=separate_generation(config),
-                        generation_gpus=vc.generation_gpus,
-                        tensor_parallel_size=vc.tensor_parallel_size,
-                        data_parallel_replicas=vc.data_parallel_replicas)
+                        **engine_choice(config, gpus, gpu_memory_gib(env, gpus)))
+
+
+def engine_choice(config, gpus: tuple[str, ...], gpu_gib: Optional[float]) -> dict:
+    """plan_binding's engine arguments for a node of `gpus` of `gpu_gib` GiB each: the
+    configured generation split and replicas, and the tensor-parallel size
+    trainer/generation/engine_fit.py tensor_parallel chooses (the plan's own choice)."""
+    from trainer.generation.engine_fit import tensor_parallel  # pure; deferred: imports config
+
+    vc = config.rollout.vllm
+    gen = len(split_gpus(len(gpus), vc.generation_gpus).generation) \
+        if separate_generation(config) and len(gpus) >= 2 else 0
+    return {"generation_gpus": vc.generation_gpus,
+            "tensor_parallel_size": tensor_parallel(config, gen, gpu_gib),
+            "data_parallel_replicas": vc.data_parallel_replicas}
 
 
 def _cuda_started() -> bool:
@@ -224,6 +273,9 @@ def bind_devices(config, env: Optional[MutableMapping[str, str]] = None) -> Bind
         LOCAL_RANK: str(b.local_rank), NODE: str(b.node), NODE_GPUS: ",".join(b.node_gpus),
         BOUND_PID: str(os.getpid()),
     })
+    if b.node_gpus:  # the size the engines were chosen for: later calls choose the same
+        gib = gpu_memory_gib(env, b.node_gpus)
+        env[GPU_MEMORY] = "" if gib is None else f"{gib:g}"
     if b.visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = b.visible
     elif b.node_gpus == () and config.engine.device == "cpu" and "CUDA_VISIBLE_DEVICES" in env:

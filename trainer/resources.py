@@ -42,31 +42,18 @@ from typing import Optional
 from trainer.config import TrainConfig
 from trainer.model_shape import KNOWN, ModelShape, model_shape, proxy_shape, shape_from_hf  # noqa: F401
 from trainer.validate import JobShape, separate_generation, training_gpus_per_node
+from trainer.generation.engine_fit import (  # noqa: F401 - re-exported: the plan's terms
+    CUDA_OVERHEAD_GIB, GIB, PROMPT_TOKENS, VLLM_UTILIZATION, engine_gpu_bytes, kv_bytes_per_token,
+    kv_room, sequence_tokens)
 from trainer.generation.placement import Engines, engines, placement_note, rows_per_engine
 
-GIB = 2 ** 30
 # trainer/logprobs.py MAX_LOGITS_PER_CHUNK (kept equal by tests/test_resources.py; not imported,
 # as that module imports torch).
 MAX_LOGITS_PER_CHUNK = 2 ** 28
-# Prompt tokens assumed for a real model: the paper's prompt budget (ScaleRL: 2,048 of the
-# 16,384-token context). Prompts are data; this bounds them for planning.
-PROMPT_TOKENS = 2048
-VLLM_UTILIZATION = 0.9  # rollout.vllm.gpu_memory_utilization default on GPUs of its own
 VLLM_SHARED_UTILIZATION = 0.3  # ... when it shares the one GPU with the trainer
 VLLM_MAX_NUM_SEQS = 256  # vLLM's default cap on sequences decoded at once per engine
-CUDA_OVERHEAD_GIB = 1.0  # CUDA context, NCCL buffers, allocator slack, per process
 
 
-def sequence_tokens(c: TrainConfig) -> int:
-    """Longest prompt + completion a sample can reach (trainer/length.py's caps)."""
-    if c.length.control == "interrupt":
-        think = min(c.length.thinking_budget, c.rollout.max_new_tokens)
-        completion = think + 2 * len(c.length.interrupt_text.split()) + c.length.answer_budget
-    else:
-        completion = c.rollout.max_new_tokens
-    if c.model.name_or_path is None:
-        return min(c.model.proxy.max_position_embeddings, 64 + completion)
-    return PROMPT_TOKENS + completion
 
 
 @dataclass
@@ -166,26 +153,18 @@ def logits_bytes(c: TrainConfig, m: ModelShape, t: int) -> float:
     return chunk + (4 * m.vocab * m.hidden if c.precision.trainer_lm_head_fp32 else 0)
 
 
-def kv_bytes_per_token(c: TrainConfig, m: ModelShape) -> int:
-    b = 2 if c.precision.dtype == "bf16" else 4
-    return 2 * m.layers * m.kv_heads * m.head_dim * b
-
-
 def vllm_terms(c: TrainConfig, m: ModelShape, e: Engines, gpu_gib: Optional[float],
                util: float) -> tuple[dict[str, float], str]:
     """One vLLM GPU: its share of the weights (tensor parallel over `e.tp` GPUs) and the KV cache
     of the sequences its engine decodes at once: what fits in `util` of the GPU, at most what
     the engine is sent (trainer/generation/placement.py: every engine on rank 0's node) and vLLM's
     max_num_seqs. Returns (terms in bytes, what the KV cache holds)."""
-    b = 2 if c.precision.dtype == "bf16" else 4
-    head_extra = m.vocab * m.hidden * (4 - b) if c.precision.generator_lm_head_fp32 else 0
-    weights = (m.params * b + head_extra) / e.tp
-    per_seq = sequence_tokens(c) * kv_bytes_per_token(c, m) / e.tp
+    weights, per_seq = engine_gpu_bytes(c, m, e.tp)
     sent = rows_per_engine(c, e)
     held = min(sent, VLLM_MAX_NUM_SEQS)
     note = f"{held} sequences at full length"
     if gpu_gib is not None:
-        room = int(max(0.0, util * gpu_gib * GIB - weights - CUDA_OVERHEAD_GIB * GIB) // per_seq)
+        room = kv_room(c, m, e.tp, gpu_gib, util)
         note = f"KV room for {room} of {held} sequences at full length"
         held = min(held, room)
     if sent > VLLM_MAX_NUM_SEQS:

@@ -31,8 +31,17 @@ class VLLMConfig(Strict):
     tensor_parallel_size: Optional[int] = Field(
         None, gt=0,
         description="GPUs per vLLM replica (tensor parallel, inside one node); it must divide "
-        "generation_gpus. None = one replica over all of a node's generation GPUs. "
-        "trainer/binding.py plan_binding derives each node's engines from it.",
+        "generation_gpus. None = the smallest divisor of the node's generation GPUs whose "
+        "engine holds the model's weights (generation dtype), the CUDA context and the KV "
+        "cache of one full-length sequence (vLLM's start-up minimum) within "
+        "gpu_memory_utilization of a GPU: an 8B model on 80 GiB GPUs gets 1, so four one-GPU "
+        "replicas on 4 generation GPUs; a model too large for one GPU gets 2 or 4. Why: when "
+        "the model fits, replicas share nothing while decoding, where tensor parallelism "
+        "all-reduces twice per layer per step; but each replica holds a whole weight copy, "
+        "so at long contexts TP leaves more KV room (the dry run's time plan shows both). The "
+        "GPU size is the launch profile's gpu_memory_gib in the plan and nvidia-smi's (or "
+        "ABLATE_GPU_MEMORY_GIB) at start; unknown: one replica over all generation GPUs. "
+        "trainer/generation/engine_fit.py tensor_parallel chooses it for both.",
     )
     data_parallel_replicas: Optional[int] = Field(
         None, gt=0,

@@ -8,7 +8,8 @@ not use. Both follow from where the trainer starts engines, which the plan must 
   local rank 0 is bound to its node's engines; the off-policy sources start them on rank 0
   only (trainer/offpolicy.py), so every engine runs on rank 0's node. In pipeline mode on a
   node with >= 2 GPUs the engines sit on the first rollout.vllm.generation_gpus (default half)
-  GPUs, each tensor_parallel_size of them (default: one engine over all of them),
+  GPUs, each tensor_parallel_size of them (default: the fewest that hold the model,
+  tensor_parallel below),
   rollout.vllm.data_parallel_replicas of them (default: as many as fit). Otherwise (other
   modes, a one-GPU node, CPU) data_parallel_replicas engines (default 1) share local rank
   0's GPU.
@@ -29,6 +30,7 @@ import math
 from dataclasses import dataclass
 
 from trainer.config import TrainConfig
+from trainer.generation.engine_fit import tensor_parallel
 from trainer.validate import JobShape, generation_gpus_per_node, separate_generation
 
 
@@ -50,7 +52,7 @@ def engines(c: TrainConfig, shape: JobShape) -> Engines:
         n = vc.data_parallel_replicas or 1
         return Engines(replicas=n, tp=1, own_gpus=False, per_gpu=n)
     gen = generation_gpus_per_node(c, gpus)
-    tp = vc.tensor_parallel_size or gen
+    tp = tensor_parallel(c, gen, shape.gpu_memory_gib) or gen
     replicas = vc.data_parallel_replicas or max(1, gen // tp)
     return Engines(replicas=replicas, tp=tp, own_gpus=separate_generation(c))
 
