@@ -26,8 +26,8 @@ What the clock decided there, and what decides it here:
 Weights travel as snapshots: a push of v stores a copy of the trainer's weights (the trainer
 never waits for a call to push); the generator loads the version its plan names at a call's
 start and at each switch point (rollout.py HFGenerator.follow), blocking there until the
-trainer has pushed it. A snapshot is dropped once no unfinished or future call can need it;
-at most k + 1 are held (asserted): the oldest unfinished call c has V(c) >= step(last(c)) - k,
+trainer has pushed it. A snapshot is dropped once no unfinished call can load it (calls not
+scheduled yet start with versions not pushed yet); at most k + 1 are held (asserted): the oldest unfinished call c has V(c) >= step(last(c)) - k,
 and a push p > step(first(c)) would need c trained.
 
 Staleness is therefore exactly k for a call's first tokens in steady state (ramping 0, 1, ...,
@@ -165,16 +165,14 @@ class DataPipeline:
                     raise RuntimeError("generator thread failed") from self.error
                 self.cond.wait(timeout=0.1)
 
-    def _floor(self) -> int:
-        """Oldest version an unfinished or future call can need (under the lock)."""
-        pending = ([self.running] if self.running is not None else []) + list(self.calls)
-        if pending:
-            return min(call.version for call in pending)
-        return self.version_for(self.scheduled + self.per_call - 1)  # the next call's
-
     def _prune(self) -> None:
-        floor = self._floor()
-        for v in [v for v in self.snapshots if v < floor]:
+        """Drop the snapshots no unfinished call can load (under the lock). Calls not
+        scheduled yet need none of them: every call whose start version has been pushed is
+        scheduled, so later ones start with a version not pushed yet."""
+        pending = ([self.running] if self.running is not None else []) + list(self.calls)
+        keep = {v for call in pending
+                for v in (range(call.version, call.cap + 1) if call.switch else [call.version])}
+        for v in [v for v in self.snapshots if v not in keep]:
             del self.snapshots[v]
         assert len(self.snapshots) <= self.k + 1, (sorted(self.snapshots), self.k)
 
