@@ -12,6 +12,7 @@ is faster.
 
 from __future__ import annotations
 
+import pickle
 import threading
 import time
 
@@ -33,21 +34,25 @@ def proxy():
 
 
 def _stream(proxy, k: int, steps: int, train_seconds: float, timing: str,
-            gen_seconds: float = 0.0, **over) -> list[Batch]:
+            gen_seconds: float = 0.0, resume_at: int | None = None, **over) -> list[Batch]:
     """The batches the real pipeline source hands a trainer that takes `train_seconds` per
     step (the weights change at every push, as after a real step); `gen_seconds` slows each
-    generate call of the generator thread by that much."""
+    generate call of the generator thread by that much. `resume_at`: after that step's push,
+    save the source's state (state(), as a checkpoint does), close it (the crash) and go on
+    with a new source restored from that state, pool and seed counter, as a resumed run does.
+    `rollout` overrides go to the rollout section, the rest to off_policy."""
     model, tok = proxy
     model = __import__("copy").deepcopy(model)  # this test's pushes must not leak into others
-    c = config(tiny(off_policy={"mode": "pipeline", "k": k, **over},
-                    rollout={"prompts_per_step": 2, "generations_per_prompt": 2,
-                             "max_new_tokens": 6, "async_timing": timing}))
+    rollout = {"prompts_per_step": 2, "generations_per_prompt": 2, "max_new_tokens": 6,
+               "async_timing": timing, **over.pop("rollout", {})}
+    c = config(tiny(off_policy={"mode": "pipeline", "k": k, **over}, rollout=rollout))
     from trainer.tasks import build_task
 
     task = build_task(c.task, c.eval.split)
     prompts = [tok(p.prompt).input_ids for p in task.train]
     pool = PromptPool([p.difficulty for p in task.train], c.data, c.seed)
-    src = MODES.get("pipeline")(Context(c, model, tok, pool, prompts, 0))
+    ctx = Context(c, model, tok, pool, prompts, 0)
+    src = MODES.get("pipeline")(ctx)
     if gen_seconds:
         generate = src.gen.generate
 
@@ -68,6 +73,15 @@ def _stream(proxy, k: int, steps: int, train_seconds: float, timing: str,
             with torch.no_grad():
                 next(model.parameters()).add_(1e-4)
             src.after_step(model, step + 1)
+            if step + 1 == resume_at:
+                saved = pickle.dumps((ctx.source_state(), pool.state_dict(), ctx.gen_counter))
+                src.close()
+                state, pool_state, counter = pickle.loads(saved)
+                pool = PromptPool([p.difficulty for p in task.train], c.data, c.seed)
+                pool.load_state_dict(pool_state)
+                ctx = Context(c, model, tok, pool, prompts, counter, restored=state)
+                src = MODES.get("pipeline")(ctx)
+                src.after_step(model, step + 1)  # the resumed loop stamps the generator
     finally:
         src.close()
     return out
@@ -111,8 +125,58 @@ def test_data_timed_stream_does_not_depend_on_which_side_is_faster(proxy):
     lags = [s - min(v for vs in versions for v in vs)
             for s, (_, _, _, versions) in enumerate(fast_gen)]
     # call c holds groups 3c..3c+2 and takes the weights k=2 steps before its last group's
-    # step (group g trains at step g // 2): calls 0-4 take versions 0, 0, 2, 3, 5
+    # step (group g trains at step g // 2): calls 0-4 start with versions 0, 0, 2, 3, 5 (the
+    # max lag is the first token's; in-flight switches only make later tokens fresher)
     assert lags == [0, 1, 2, 1, 2, 2, 1], lags
+
+
+def _planned_version(step: int, row: int, token: int, k: int, per_call: int, switch: int) -> int:
+    """The rule of trainer/pipeline_data.py, derived here from the stream's position: step
+    `step`'s batch holds groups 2*step, 2*step + 1 (prompts_per_step 2, G 2 rows each); group g
+    is in call g // per_call; the call starts with the weights k steps before its last group's
+    step (never below 0) and takes the next version every `switch` tokens, up to its first
+    group's step (the newest the trainer can push before it needs the call)."""
+    g = 2 * step + row // 2
+    first = g // per_call * per_call
+    last = first + per_call - 1
+    start = max(0, last // 2 - k)
+    return min(start + token // switch, max(start, first // 2))
+
+
+@pytest.mark.parametrize("k,per_call,switch", [(2, 3, 2), (3, 2, 1)])
+def test_data_timed_inflight_switch_versions_follow_the_data(proxy, k, per_call, switch):
+    """Every token's recorded version is the one the data-determined switch points give, some
+    samples do change weights mid-sequence, and the stream (tokens included) is the same
+    whichever side is slower: the switch points wait for the pushes, not the clock."""
+    kw = dict(k=k, steps=8, timing="data", groups_per_call=per_call,
+              rollout={"inflight_switch_tokens": switch})
+    fast = _stream(proxy, train_seconds=0.05, **kw)
+    slow = _stream(proxy, train_seconds=0.0, gen_seconds=0.1, **kw)
+    assert ([(b.prompt_ids, b.rollout.tokens, b.rollout.versions) for b in fast]
+            == [(b.prompt_ids, b.rollout.tokens, b.rollout.versions) for b in slow])
+    switched = 0
+    for step, b in enumerate(fast):
+        for row, vs in enumerate(b.rollout.versions):
+            assert vs == [_planned_version(step, row, d, k, per_call, switch)
+                          for d in range(len(vs))], (step, row, vs)
+            assert all(0 <= step - v <= k for v in vs), (step, vs)
+            switched += len(set(vs)) > 1
+    assert switched > 0  # in-flight updates happen
+
+
+def test_data_timed_resume_mid_call_replays_the_stream(proxy):
+    """A checkpoint while calls are in flight (waiting at a switch point for a push that
+    comes after it) saves them with the snapshots they need; the resumed stream is the
+    uninterrupted one, token for token and version for version."""
+    kw = dict(k=2, steps=7, train_seconds=0.02, timing="data", groups_per_call=3,
+              rollout={"inflight_switch_tokens": 1})
+    whole = _stream(proxy, **kw)
+    resumed = _stream(proxy, resume_at=3, **kw)
+    assert ([(b.prompt_ids, b.rollout.tokens, b.rollout.logprobs, b.rollout.versions)
+             for b in whole]
+            == [(b.prompt_ids, b.rollout.tokens, b.rollout.logprobs, b.rollout.versions)
+                for b in resumed])
+    assert any(len(set(vs)) > 1 for b in whole for vs in b.rollout.versions)
 
 
 def _group(version: int, gen_tokens: int, pid: int) -> Batch:

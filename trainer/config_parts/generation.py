@@ -71,10 +71,11 @@ class RolloutConfig(Strict):
         description="off_policy.mode pipeline only: what decides where the generator's weights "
         "change. 'data' (reproducible; the CPU proxy's): every generate call is fixed in "
         "advance by the stream's position (which prompt groups, which seed, which weight "
-        "version: the oldest the k bound allows, so a step's groups are sampled by the weights "
-        "of k steps before), and weights change only between calls; the generator waits for a "
-        "version the trainer has not pushed yet and the trainer's push waits for the calls "
-        "that need older weights. Same config and seed -> identical metrics apart from the "
+        "version: the oldest the k bound allows, so a step's groups start with the weights "
+        "of k steps before), and the in-flight (mid-sequence) pushes land at decode steps "
+        "fixed by the data (rollout.inflight_switch_tokens); the generator waits for a "
+        "version the trainer has not pushed yet, the trainer never waits to push (the "
+        "generator keeps a copy per version). Same config and seed -> identical metrics apart from the "
         "time columns, under any machine load, and a resumed run matches an uninterrupted one "
         "(the stream's unconsumed groups are checkpointed). hf backend only. 'wall' "
         "(throughput, real clusters): the free-running PipelineRL generator: it starts a "
@@ -84,6 +85,19 @@ class RolloutConfig(Strict):
         "which weights depends on timing, so runs do not replay and a resume restarts the "
         "stream. Both log per-token versions (pipeline/lag_mean, lag_max <= k). None = 'data' "
         "with the hf backend, 'wall' with vllm. ppo_off_policy is reproducible in any case.",
+    )
+    inflight_switch_tokens: Optional[int] = Field(
+        None, ge=0,
+        description="async_timing data only: PipelineRL's in-flight weight update (Piche et "
+        "al. 2025, PipelineRL), placed by the data instead of the clock. A generate call "
+        "starts with the oldest weights the k bound allows and moves to the next version "
+        "every this many decode steps (token d of the call is sampled by version "
+        "start + d // this), up to the version its first prompt group is trained with; each "
+        "token records the version that sampled it. It stands for the trainer's step time "
+        "measured in decode steps: smaller -> fresher later tokens (lower lag_mean), but the "
+        "generator waits more often for a push. 0 = weights change only between calls. "
+        "None = max_new_tokens // (off_policy.k + 1), so a full-length call can cross k "
+        "versions. Ignored by async_timing wall (its pushes land whenever they arrive).",
     )
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
 

@@ -9,6 +9,8 @@ trainer, rewards and losses live outside the backends so every backend gets them
 with a KV cache and no per-token Python beyond sampling (HF generate() pays a lot of per-step
 overhead at proxy scale). Weights pushed with `sync_weights` are applied between decode steps,
 i.e. in flight, mid-sequence (PipelineRL), and each token records the version that sampled it.
+A `WeightPlan` (data-timed pipeline, trainer/pipeline_data.py) instead fixes which version
+samples each token of a call; the generator loads it at those decode-step boundaries.
 The decode loop itself is trainer/generation/sampler.py's (static KV cache, captured decode step on CUDA).
 """
 
@@ -47,6 +49,18 @@ class Generator(Protocol):
     def sync_weights(self, model: nn.Module, version: int) -> None: ...
 
 
+class WeightPlan(Protocol):
+    """Which weights sample each token of one rollout (data-timed in-flight updates)."""
+
+    def version_at(self, token: int) -> int:
+        """Version that samples token `token` (counted over the rollout's generate calls)."""
+        ...
+
+    def weights(self, version: int) -> dict[str, torch.Tensor]:
+        """That version's state dict; blocks until the trainer has pushed it."""
+        ...
+
+
 GeneratorFactory = Callable[..., Generator]  # (config, model, tokenizer) -> Generator
 BACKENDS: Registry[GeneratorFactory] = Registry("rollout.backend")
 BACKENDS.register_lazy("vllm", "trainer.generation.replicas:make_vllm_generator")
@@ -78,6 +92,8 @@ class HFGenerator:
         self.pad = tokenizer.pad_token_id
         self.version = 0
         self._pending: tuple[dict, int] | None = None
+        self.plan: WeightPlan | None = None  # set by follow(): data-timed weights per token
+        self._planned = 0  # tokens sampled so far under the plan (over generate calls)
         self._lock = threading.Lock()
         # ZeRO-3 partitions the weights: every forward all-gathers them, so all ranks must run
         # the same number of decode steps (transformers' `synced_gpus` idea): a rank whose
@@ -106,26 +122,61 @@ class HFGenerator:
             self.sampler.refresh()
             self.version = pending[1]
 
-    def _between_steps(self) -> None:
-        """Between decode steps: in-flight weights, then a stop signal ends the call
-        (trainer/preempt.py; not under ZeRO-3, whose lockstep decode would hang the others)."""
-        self._apply_pending()
-        if not self.synced:
-            preempt.check()
+    def _with_stop(self, weights: Callable[[], None]) -> Callable[[], None]:
+        """Between decode steps: in-flight weights (`weights`), then a stop signal ends the
+        call (trainer/preempt.py; not under ZeRO-3, whose lockstep decode would hang the others)."""
+        def between() -> None:
+            weights()
+            if not self.synced:
+                preempt.check()
+        return between
+
+    def follow(self, plan: WeightPlan | None) -> None:
+        """Sample the next rollout's tokens with the weights `plan` names (None: pushes
+        apply whenever they arrive, as above). Token counting restarts at 0."""
+        if plan is not None and not self._own_copy:
+            raise ValueError("a weight plan loads weights into the generator's model: it needs "
+                             "own_copy=True (the trainer's module must not be overwritten)")
+        self.plan, self._planned = plan, 0
+
+    def _load(self, version: int) -> None:
+        self.model.load_state_dict(self.plan.weights(version))  # copies: the snapshot stays
+        self.sampler.refresh()
+        self.version = version
+
+    def _planned_between(self, start: int) -> Callable[[], None]:
+        """between() for a planned call: before token start + m (m = 1, 2, ...) load the
+        version the plan names for it if it differs (may block for the trainer's push)."""
+        m = 0
+
+        def step() -> None:
+            nonlocal m
+            m += 1
+            v = self.plan.version_at(start + m)
+            if v != self.version:
+                self._load(v)
+        return step
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], *, n: int, max_new_tokens: int,
                  temperature: float, top_p: float, seed: int) -> Generation:
         """Prompts and versions here; the decode loop is trainer.generation.sampler's (static KV cache,
         captured decode step on CUDA)."""
-        self._apply_pending()
+        between = self._apply_pending
+        if self.plan is not None:  # load even if the label matches: a resumed copy is unlabelled
+            start = self._planned
+            self._load(self.plan.version_at(start))
+            between = self._planned_between(start)
+        else:
+            self._apply_pending()
         if not self._own_copy:
             self.sampler.refresh()  # the trainer's weights may have moved since the last call
         ids, attn = left_pad([p for p in prompts for _ in range(n)], self.pad)
         gen = torch.Generator(device=self.device).manual_seed(seed)
         d = self.sampler.decode(ids, attn, max_new_tokens=max_new_tokens, temperature=temperature,
                                 top_p=top_p, gen=gen, eos=self.eos, version=lambda: self.version,
-                                between=self._between_steps)
+                                between=self._with_stop(between))
+        self._planned += len(d.versions)  # decode iterations: one token position each
         lens, toks, lps, fin = d.length.tolist(), d.tokens.tolist(), d.logprobs.tolist(), d.done.tolist()
         return Generation(tokens=[t[:k] for t, k in zip(toks, lens)],
                           logprobs=[lp[:k] for lp, k in zip(lps, lens)],
