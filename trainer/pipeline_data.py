@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from trainer import preempt
 from trainer.distributed import rank
 from trainer.generation.rollout import make_generator
 from trainer.length import generate_rollout
@@ -190,8 +191,10 @@ class DataPipeline:
             if self.ctx.config.rollout.backend == "vllm":
                 _join_push(model)  # under ZeRO-3 rank 0's push gathers from all ranks' shards
             return
-        if self.error is not None:
+        if self.error is not None and not isinstance(self.error, preempt.Stopped):
             raise RuntimeError("generator thread failed") from self.error
+        # (A stop signal the generator thread took is the loop's to act on: next() hands it
+        # over as the cause of its failure, trainer/loop.py next_batch, after this push.)
         # A copy, never waiting for a call: the generator loads it where its plans say.
         snap = {n: t.detach().clone() for n, t in model.state_dict().items()}
         if self.base is None:
