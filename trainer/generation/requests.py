@@ -4,8 +4,9 @@ without importing each other."""
 
 from __future__ import annotations
 
+import queue
 from dataclasses import dataclass
-from typing import Hashable, Optional, Union
+from typing import Hashable, Iterator, Optional, Union
 
 from torch import nn
 
@@ -36,3 +37,13 @@ class Result:
 def version_range(ro: Rollout) -> tuple[Optional[int], Optional[int]]:
     vs = [v for row in ro.versions for v in row]
     return (min(vs), max(vs)) if vs else (None, None)
+
+
+def finished(done: "queue.Queue[Result]", timeout: Optional[float]) -> Iterator[Result]:
+    """A service's `results`: finished requests as they finish, from its `done` queue; ends when
+    none finishes within `timeout` s (every service implements results() this way)."""
+    while True:
+        try:
+            yield done.get(timeout=timeout)
+        except queue.Empty:
+            return

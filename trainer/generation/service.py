@@ -31,7 +31,7 @@ import torch
 
 from trainer import preempt
 from trainer.config import TrainConfig
-from trainer.generation.requests import Request, Result, Weights, version_range
+from trainer.generation.requests import Request, Result, Weights, finished, version_range
 from trainer.generation.rollout import Generator
 from trainer.length import generate_rollout
 
@@ -93,11 +93,7 @@ class CallService:
 
     def results(self, timeout: Optional[float] = None) -> Iterator[Result]:
         """Finished requests as they finish; ends when none finishes within `timeout` s."""
-        while True:
-            try:
-                yield self.done.get(timeout=timeout)
-            except queue.Empty:
-                return
+        return finished(self.done, timeout)
 
     def stop(self, timeout_s: float = 60.0) -> None:
         self.todo.put(None)

@@ -34,7 +34,7 @@ from typing import Iterator, Optional
 
 from trainer import preempt
 from trainer.config import TrainConfig
-from trainer.generation.requests import Request, Result, Weights, version_range
+from trainer.generation.requests import Request, Result, Weights, finished, version_range
 from trainer.length import Rollout, closed_at, marker_ids, overlong
 
 
@@ -135,11 +135,7 @@ class StreamService:
             self.wake.notify_all()
 
     def results(self, timeout: Optional[float] = None) -> Iterator[Result]:
-        while True:
-            try:
-                yield self.done.get(timeout=timeout)
-            except queue.Empty:
-                return
+        return finished(self.done, timeout)
 
     def stop(self, timeout_s: float = 60.0) -> None:
         with self.wake:
