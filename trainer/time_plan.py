@@ -543,7 +543,8 @@ def _jobs(c: TrainConfig, tp: TimePlan, limits: Limits, run_s: float, start: flo
     if limits.max_requeues is not None and tp.requeues > limits.max_requeues:
         tp.reaches_budget = False
         reach = (limits.max_requeues + 1) * fit
-        raise_ = (f"raise {limits.requeue_key} to {tp.requeues} or {limits.time_key}"
+        raise_ = (f"raise {limits.requeue_key} to {tp.requeues} (or set it to auto) or "
+                  f"{limits.time_key}"
                   if limits.requeue_key else f"raise {limits.time_key}")
         tp.problem = (f"needs {tp.jobs} jobs of {_dur(job_s)} ({tp.requeues} requeues) to reach "
                       f"{steps:,} steps, the profile allows {limits.max_requeues} requeues "

@@ -147,7 +147,8 @@ def eval_pass_rate(source, model: torch.nn.Module, step: int, zero3: bool, task:
 # thread decodes it beside the rollouts while training goes on; the row gets its pass rate
 # and is appended when the eval ends. One worker, first in first out: rows land in step
 # order. A stop signal ends the eval in flight (trainer/preempt.py); evals not written yet
-# are in the checkpoint (trainer/checkpointing.py) and are redone on resume.
+# are in the checkpoint (trainer/checkpointing.py) with the chunks they finished (EvalJob.done),
+# and on resume decode only the rest: an eval longer than a Slurm job ends over several.
 
 EVAL_SECONDS = "eval/seconds"  # the eval's own wall time: logged, never on a compute axis
 EVAL_WEIGHTS_STEP = "eval/weights_step"  # the weights' step when it is not the row's step
