@@ -174,3 +174,73 @@ def test_math_verify_scores_in_the_eval_workers_thread():
     t.join(60)
     assert out == {"right": True, "wrong": False}
     assert _math_verify(p, "$\\boxed{2}$")  # the main thread keeps its timeouts
+
+
+# An eval in chunks of 4 prompts (eval.batch_size 8 rows / 2 samples): 24 prompts, 6 chunks.
+CHUNKED = {**OVER, "eval": {"every_steps": 2, "batch_size": 8}}
+
+
+def _count_eval_calls(monkeypatch, version: int, stop_at_call: int | None = None) -> list:
+    """Count the eval thread's generate calls on `version`'s weights (one per chunk); with
+    `stop_at_call`, send USR2 from inside that call (the earlier chunks have finished)."""
+    real, calls = HFGenerator.generate, []
+
+    def generate(self, prompts, **kw):
+        if threading.current_thread().name == "ablate-eval" and self.version == version:
+            calls.append(len(prompts))
+            if stop_at_call is not None and len(calls) == stop_at_call:
+                os.kill(os.getpid(), signal.SIGUSR2)
+        return real(self, prompts, **kw)
+
+    monkeypatch.setattr(HFGenerator, "generate", generate)
+    return calls
+
+
+def test_an_interrupted_eval_resumes_from_its_finished_chunks(tmp_path, monkeypatch, usr2,
+                                                              capfd, warm_proxy):
+    """Issue 31: an eval longer than a job still ends. The checkpoint keeps the chunks an eval
+    in flight had finished; the resume decodes only the rest, and the row equals an
+    uninterrupted run's (chunks and seeds depend on the config alone)."""
+    whole = _count_eval_calls(monkeypatch, 2)
+    trainer.run(config(tiny(**CHUNKED)), tmp_path / "straight")
+    straight = metrics(tmp_path / "straight")
+    monkeypatch.undo()
+    assert len(whole) >= 6  # at least one call per chunk
+
+    first = _count_eval_calls(monkeypatch, 2, stop_at_call=3)  # in chunk 2 of 0..5
+    d = tmp_path / "run"
+    trainer.run(config(tiny(**CHUNKED)), d)
+    assert len(first) == 3 and preempt.stopped_at() is not None
+    ck = torch.load(rundir.checkpoint_dir(d) / "state.pt", weights_only=False)
+    # Step 2's eval is pending; the stop may have come as late as the last step, whose eval
+    # is then pending too (after it, in step order).
+    assert [e["step"] for e in ck["pending_evals"]] in ([2], [2, 4])
+    pending = ck["pending_evals"][0]
+    # The chunks finished by the stop: in state.pt if the checkpoint came after them, else
+    # in the checkpoint's eval-progress file (the step-2 save came as the eval began).
+    later = rundir.read_eval_progress(rundir.checkpoint_dir(d)).get(2, {})
+    done = sorted({**pending["done"], **later})
+    # Chunks 0 and 4 finished before the signal; the one it was sent in (8) may finish too:
+    # the handler runs in the main thread, the eval thread decodes on until it sees the flag.
+    assert pending["step"] == 2 and done in ([0, 4], [0, 4, 8]), done
+    assert 2 not in [row["step"] for row in metrics(d)]
+    monkeypatch.undo()
+    preempt.reset()
+
+    rest = _count_eval_calls(monkeypatch, 2)
+    trainer.run(config(tiny(**CHUNKED)), d)
+    assert status(d)["state"] == "done"
+    assert f"eval of step 2 resumes: {len(done)} of 6 chunks done" in capfd.readouterr().err
+    # Only the remaining chunks were decoded again: fewer prompts than a whole eval.
+    assert sum(rest) * 6 == sum(whole) * (6 - len(done)) and sum(rest) < sum(whole)
+    rows = metrics(d)
+    assert [r["step"] for r in rows] == [0, 2, 4]  # each row once, in step order
+    assert _rows(rows) == [[pytest.approx(v, rel=1e-4) for v in r] for r in _rows(straight)]
+    # Every column but the clocks' (time/*, eval/seconds, gpu_hours: wall x devices).
+    def same(r: dict) -> dict:
+        return {k: v for k, v in r.items()
+                if not k.startswith("time/") and k not in ("eval/seconds", "gpu_hours")}
+
+    assert [sorted(same(r)) for r in rows] == [sorted(same(r)) for r in straight]
+    assert [same(r) for r in rows] == [
+        {k: pytest.approx(v, rel=1e-4) for k, v in same(r).items()} for r in straight]

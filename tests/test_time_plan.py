@@ -17,7 +17,8 @@ from test_validate_all import ablate
 
 from trainer.config import TrainConfig
 from trainer.model_shape import KNOWN, ModelShape
-from trainer.time_plan import (DECODE_BW_EFFICIENCY, GPUS, TRAIN_MFU, Limits,
+from trainer.time_plan import (DECODE_BW_EFFICIENCY, GPUS, JOB_START_S_GPU, TRAIN_MFU, Limits,
+                               auto_max_num_timeout,
                                attention_flops_per_token, decode_rate, plan_time, train_flops,
                                trained_tokens)
 from trainer.validate import JobShape
@@ -64,6 +65,9 @@ def test_decode_is_memory_bound_one_sequence_reads_the_weights_each_token():
 
 
 def test_paper_recipe_plan_is_generation_bound_and_its_eval_outlasts_a_job():
+    """Issue 31: the paper's eval (11 h) outlasts a 4 h job, but it keeps its finished chunks
+    at each requeue, so it ends over a few jobs beside training; what stops the run under
+    `max_num_timeout: 50` is the requeues, and under `auto` nothing."""
     t = plan_time(paper(), PAPER_SHAPE, PAPER_LIMITS)
     assert t.steps == 2000 and t.devices == 16 and t.evals == 21  # step 0, every 100, the last
     assert t.generation_s > t.train_s and t.step_s == t.generation_s  # pipeline: the slower
@@ -73,10 +77,29 @@ def test_paper_recipe_plan_is_generation_bound_and_its_eval_outlasts_a_job():
     prompt, completion = lengths(paper())
     flops = train_flops(paper(), QWEN3_8B, 768 * (prompt + completion), (prompt + completion) / 2)
     assert t.train_s == pytest.approx(flops / (8 * 989e12 * TRAIN_MFU))
-    assert t.eval_s > 4 * 3600 and t.eval_blocks_training
-    assert t.reaches_budget is False and "step-0 eval never finishes" in t.problem
+    assert t.eval_s > 4 * 3600 and not t.eval_blocks_training
+    usable = 4 * 3600 - JOB_START_S_GPU - 300
+    assert t.eval_jobs == math.ceil(t.eval_s / usable) and t.eval_s < t.eval_interval_s
+    assert any(f"ends over {t.eval_jobs} jobs" in w for w in t.warnings), t.warnings
+    assert t.reaches_budget is False and "no eval ever finishes" not in t.problem
+    assert f"raise slurm.max_num_timeout to {t.requeues}" in t.problem
     assert t.gpu_hours == pytest.approx(t.wall_h * 16)
     assert t.wall_h > 200  # more than 50 requeues x 4 h could give, whatever else is fixed
+    auto = plan_time(paper(), PAPER_SHAPE, Limits(time_min=240, signal_delay_s=300,
+                                                  gpu_model="h100", auto_requeues=True))
+    assert auto.reaches_budget is True and auto.problem == ""
+    assert auto.requeues == t.requeues and auto.max_num_timeout == auto_max_num_timeout(
+        t.requeues) > t.requeues
+
+
+def test_an_eval_longer_than_the_gap_between_evals_is_refused():
+    """Evals beside training that take longer than the steps between two evals pile up:
+    refused, with what to change (one line)."""
+    t = plan_time(paper(eval={"every_steps": 10}), PAPER_SHAPE,
+                  Limits(time_min=240, signal_delay_s=300, gpu_model="h100", auto_requeues=True))
+    assert t.eval_s > t.eval_interval_s and t.reaches_budget is False
+    assert "evals pile up" in t.problem and "raise eval.every_steps" in t.problem
+    assert "\n" not in t.problem
 
 
 def test_requeues_are_derived_from_the_time_limit_not_a_constant():
@@ -95,10 +118,14 @@ def test_requeues_are_derived_from_the_time_limit_not_a_constant():
     assert roomy.reaches_budget is True and roomy.problem == ""
 
 
-def test_a_job_that_cannot_checkpoint_keeps_no_step():
-    """The stop signal saves at the next step boundary only if a step and a checkpoint fit
-    in signal_delay_s; otherwise only scheduled checkpoints survive a requeue, and with
-    checkpoint.every_steps 50 a 4-hour job (a handful of 30-minute steps) keeps none."""
+def test_a_job_that_cannot_checkpoint_keeps_no_step(monkeypatch):
+    """The trainer before the generation service: the stop signal saves at the next step
+    boundary only if a step and a checkpoint fit in signal_delay_s; otherwise only scheduled
+    checkpoints survive a requeue, and with checkpoint.every_steps 50 a 4-hour job (a handful
+    of 30-minute steps) keeps none."""
+    import trainer.time_plan as time_plan
+
+    monkeypatch.setattr(time_plan, "EVAL_SERVICE", False)
     t = plan_time(paper(eval={"num_prompts": 50}), PAPER_SHAPE, PAPER_LIMITS)
     assert any("signal_delay_s 300 is less than a step plus a checkpoint" in w for w in t.warnings)
     assert t.reaches_budget is False and t.steps_per_job == 0 and "keeps no step" in t.problem
@@ -153,6 +180,8 @@ def test_sweep_refuses_a_study_that_cannot_reach_its_budget_and_force_overrides(
 
 
 def test_dry_run_json_carries_the_time_plan_and_where_jobs_go():
+    """The paper study under slurm_gpu (`max_num_timeout: auto`): each run's requeues needed
+    and the max_num_timeout its jobs would get (derived, with headroom); it reaches."""
     r = ablate("sweep", "recipes/loss_agg.yaml", "--profile", "slurm_gpu", "--dry-run", "--json")
     assert r.returncode == 0, r.stderr
     runs = json.loads(r.stdout)
@@ -160,8 +189,10 @@ def test_dry_run_json_carries_the_time_plan_and_where_jobs_go():
         res, where = run["resources"], run["launch"]
         assert res["step_s"] > 0 and res["eval_s"] > res["step_s"] and res["wall_h"] > 0
         assert res["gpu_hours"] == pytest.approx(res["wall_h"] * 16)
-        assert res["reaches_budget"] is False and res["time"]["problem"]
-        assert res["max_requeues"] == 50
+        assert res["reaches_budget"] is True and not res["time"]["problem"]
+        assert res["max_requeues"] is None and res["requeues_needed"] > 50
+        assert res["max_num_timeout"] == auto_max_num_timeout(res["requeues_needed"])
+        assert res["time"]["eval_jobs"] > 1 and where["max_num_timeout"] == "auto"
         assert where["executor"] == "slurm" and where["partition"] == "gpu"
         assert where["time_min"] == 240 and where["gpus_per_node"] == 8
 
@@ -171,9 +202,10 @@ def test_dry_run_text_says_where_warns_without_gpu_size_and_cuts_no_name():
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "where: executor slurm (the profile's executor" in out
-    assert "partition gpu" in out and "time limit 240 min per job, up to 50 requeues" in out
-    assert "CANNOT REACH THE BUDGET: one eval (1,000 prompts x 16)" in out
-    assert "time on H100 SXM" in out and "eval " in out and "blocks training" in out
+    assert "partition gpu" in out and "time limit 240 min per job, requeues as each run's " \
+        "plan derives (max_num_timeout auto)" in out
+    assert "CANNOT REACH THE BUDGET" not in out and "requeues needed (max_num_timeout auto: " in out
+    assert "time on H100 SXM" in out and "eval " in out and "beside training" in out
     # Piped (a subprocess): every variant name whole, on one line with its run id.
     for name in ("loss.aggregation=sample", "loss.aggregation=prompt", "loss.aggregation=token"):
         assert any(line.rstrip().endswith(name) for line in out.splitlines()), name
@@ -209,11 +241,13 @@ def test_dry_run_shows_a_command_trainers_command(tmp_path):
 
 def test_with_the_eval_service_eval_runs_beside_training_and_a_stop_saves_at_once(monkeypatch):
     """With trainer/generation/service.py (eval beside training, a stop saving the last
-    finished step at once): eval no longer blocks the steps, but an eval longer than a job
-    still never finishes; and a job keeps its steps without a 35-minute signal_delay_s."""
+    finished step at once): eval no longer blocks the steps, an eval longer than a job ends
+    over several (its chunks kept), and a job keeps its steps without a 35-minute
+    signal_delay_s: the warning needs only a checkpoint plus the stop's margin."""
     import trainer.time_plan as time_plan
 
     c = paper(eval={"num_prompts": 50})
+    monkeypatch.setattr(time_plan, "EVAL_SERVICE", False)
     before = plan_time(c, PAPER_SHAPE, PAPER_LIMITS)
     monkeypatch.setattr(time_plan, "EVAL_SERVICE", True)
     after = plan_time(c, PAPER_SHAPE, PAPER_LIMITS)
@@ -223,7 +257,16 @@ def test_with_the_eval_service_eval_runs_beside_training_and_a_stop_saves_at_onc
     # Generation-bound pipeline: an eval beside training takes the engines' time all the same.
     assert after.wall_h == pytest.approx(before.wall_h, rel=0.5)
     long_eval = plan_time(paper(), PAPER_SHAPE, PAPER_LIMITS)
-    assert long_eval.reaches_budget is False and "no eval ever finishes" in long_eval.problem
+    assert long_eval.eval_jobs > 1 and "eval" not in long_eval.problem
+    # The signal window: a checkpoint (57 s at 8B) plus 60 s of margin, not a step.
+    ck = after.checkpoint_s
+    short = plan_time(c, PAPER_SHAPE, Limits(time_min=240, max_requeues=10_000,
+                                             signal_delay_s=int(ck + 40), gpu_model="h100"))
+    warned = [w for w in short.warnings if "signal_delay_s" in w]
+    assert warned and "less than a checkpoint" in warned[0] and "a step plus" not in warned[0]
+    ok = plan_time(c, PAPER_SHAPE, Limits(time_min=240, max_requeues=10_000,
+                                          signal_delay_s=int(ck + 61), gpu_model="h100"))
+    assert not any("signal_delay_s" in w for w in ok.warnings)
     # An eval due every step that takes longer than a step: evals queue up (said, not refused).
     often = plan_time(paper(eval={"num_prompts": 50, "every_steps": 1}), PAPER_SHAPE, PAPER_LIMITS)
     assert any("evals queue up" in w for w in often.warnings), often.warnings
@@ -257,3 +300,39 @@ def test_eval_count_is_the_trainers_eval_due_walk(per_decade):
         for steps in (1, 2, 10, 100, 101, 781, 2000):
             walk = 1 + sum(1 for s in range(1, steps) if c.eval.due(s)) + 1
             assert count_evals(c, steps) == walk, (every, steps)
+
+
+def test_slurm_executor_gets_the_requeues_the_plan_derives(tmp_path):
+    """`max_num_timeout: auto` (sweeps/slurm_gpu.yaml): the executor `ablate sweep` submits
+    through is built with the most requeues its runs' plans derive (with headroom); an
+    integer in the profile is passed as it is. Built, not submitted (no sbatch needed)."""
+    from ablate.studies.launch import slurm
+    from ablate.studies.launch.profile import Profile, load_profile
+    from trainer import rundir
+
+    prof = load_profile(Path("sweeps/slurm_gpu.yaml"))
+    assert prof.slurm.max_num_timeout == "auto"
+    small, big = tmp_path / "small", tmp_path / "big"
+    for d, c in ((small, paper(budget={"steps": 200})), (big, paper())):
+        d.mkdir()
+        rundir.write_config(d, c)
+    shape, limits = prof.job_shape("slurm"), prof.limits("slurm")
+    need = plan_time(paper(), shape, limits).requeues
+    assert need > plan_time(paper(budget={"steps": 200}), shape, limits).requeues
+    n = slurm.max_num_timeout([small, big], prof)
+    assert n == auto_max_num_timeout(need) and n > need
+    ex = slurm.executor(tmp_path / "submitit", prof.slurm, "ablate-test", n)
+    assert ex.max_num_timeout == n  # what submitit puts in each job's countdown
+    capped = Profile.model_validate({**prof.model_dump(), "slurm": {
+        **prof.slurm.model_dump(), "max_num_timeout": 7}})
+    assert slurm.max_num_timeout([small, big], capped) == 7
+    assert capped.limits("slurm").max_requeues == 7
+
+
+def test_max_num_timeout_that_is_neither_auto_nor_a_count_is_one_line(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("executor: slurm\nslurm:\n  max_num_timeout: lots\n")
+    r = ablate("sweep", "recipes/loss_agg.yaml", "--profile", str(f), "--dry-run")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    line = r.stderr.strip()
+    assert len(line.splitlines()) == 1 and "max_num_timeout" in line, line

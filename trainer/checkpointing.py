@@ -56,20 +56,24 @@ class Checkpointing:
             rundir.truncate_metrics(self.dir, self.step)
         self.resume_evals = broadcast_object(evals)
 
-    def _unwritten_evals(self, ck, pending: list[dict]) -> list[tuple[int, dict, dict | None]]:
+    def _unwritten_evals(self, ck, pending: list[dict]
+                         ) -> list[tuple[int, dict, dict | None, dict]]:
         """Rank 0: the checkpoint's launched evals whose lines are not in metrics.jsonl (an eval
         that finished after the save wrote its line, and is not redone: no line is written
-        twice), with the step's weights where the checkpoint kept them (hf, an earlier step)."""
+        twice), with the step's weights where the checkpoint kept them (hf, an earlier step)
+        and the chunks already done (EvalJob.done: only the rest is decoded again)."""
         if not self.main:
             return []
         written = {r[rundir.STEP] for r in rundir.read_metrics(self.dir)}
+        later = rundir.read_eval_progress(ck)  # chunks finished after the save, if any
         out = []
         for e in pending:
             if e["step"] in written:
                 continue
             f = e.get("weights")
+            done = {**e.get("done", {}), **later.get(e["step"], {})}
             out.append((e["step"], e["row"],
-                        torch.load(ck / f, weights_only=True) if f else None))
+                        torch.load(ck / f, weights_only=True) if f else None, done))
         return out
 
     def checkpoint(self) -> None:
@@ -100,11 +104,13 @@ class Checkpointing:
     def _save_pending_evals(self, tmp) -> list[dict]:
         """The launched evals whose lines are not written yet (rank 0's eval worker), for the
         resume to redo: each with its row (its step's counters) and, for an earlier step's
-        hf eval, that step's weights (this checkpoint holds only this step's)."""
+        hf eval, that step's weights (this checkpoint holds only this step's), and the chunks
+        it has finished (EvalJob.done): an eval longer than a job still ends, over several."""
         worker = getattr(self, "evals", None)
         out = []
         for job in worker.pending() if worker is not None else []:
-            e = {"step": job.step, "row": job.row, "weights": None}
+            # dict(): one C-level copy under the GIL while the worker may add a chunk
+            e = {"step": job.step, "row": job.row, "weights": None, "done": dict(job.done)}
             if job.weights is not None and job.step != self.step:
                 e["weights"] = f"eval-weights-{job.step}.pt"
                 torch.save(job.weights, tmp / e["weights"])
@@ -139,8 +145,23 @@ class Checkpointing:
             raise RuntimeError("the eval worker failed") from (worker.failed() if worker else None)
         return bool(stop), bool(due)
 
+    def save_eval_progress(self) -> None:
+        """Rank 0, at a stop, after the checkpoint: end the eval worker (the stop flag ends
+        its decode at the next step) and record the chunks its pending evals finished since
+        the checkpoint was written (that save may be this step's eval-point save, taken
+        while the eval had just begun): an eval longer than a job goes on from there."""
+        worker = getattr(self, "evals", None)
+        if not self.main or worker is None:
+            return
+        worker.close()
+        progress = {job.step: dict(job.done) for job in worker.pending() if job.done}
+        if progress:
+            rundir.write_eval_progress(self.dir, progress)
+
     def stop_for_preemption(self) -> None:
-        """Record the stop (status.json, stderr, trainer.preempt) after the boundary's save."""
+        """Record the stop (status.json, stderr, trainer.preempt) after the boundary's save,
+        with the eval progress made since it (save_eval_progress)."""
+        self.save_eval_progress()
         self.notes["preemptions"].append({"signal_in_step": preempt.signal_step(),
                                           "checkpoint_step": self.step})
         preempt.mark_stopped(self.step)

@@ -11,6 +11,7 @@ and `acc` (running sums of step statistics, with "n/<key>" counts), and keep
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Callable, Optional
 
@@ -80,9 +81,10 @@ class EvalPoint:
             return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         return None
 
-    def launch_eval(self, step: int, row: dict, source, weights: Optional[dict]) -> None:
-        """Hand the eval of `step` (its row, its weights) to rank 0's worker; hf under ZeRO-3
-        evaluates now, on every rank."""
+    def launch_eval(self, step: int, row: dict, source, weights: Optional[dict],
+                    done: Optional[dict] = None) -> None:
+        """Hand the eval of `step` (its row, its weights, the chunks a checkpoint says are
+        done) to rank 0's worker; hf under ZeRO-3 evaluates now, on every rank."""
         if self.c.rollout.backend == "hf" and self.zero3:
             gen = HFGenerator(self.c, self.model, self.tok)  # the trainer's current weights
             t0 = time.perf_counter()
@@ -95,7 +97,7 @@ class EvalPoint:
             return
         if getattr(self, "evals", None) is None:
             self.evals = eval_service.EvalWorker(self._make_eval(source), self.write_row)
-        self.evals.submit(eval_service.EvalJob(step, row, weights))
+        self.evals.submit(eval_service.EvalJob(step, row, weights, dict(done or {})))
 
     def _make_eval(self, source) -> Callable:
         """The worker's job runner (rank 0), on a generation service of its own
@@ -112,6 +114,7 @@ class EvalPoint:
 
             def chunks(job):
                 return eval_service.engine_chunks(self.eval_prompts, c, self.tok, self.eval_seed)
+            all_at_once = eval_service.cpu_queue_limit() is None
         else:
             svc = make_service(HFGenerator(c, self.model, self.tok, own_copy=True), c, self.tok,
                                name="ablate-eval")
@@ -119,11 +122,17 @@ class EvalPoint:
             def chunks(job):
                 svc.push_weights(job.weights, job.step)  # ordered before this job's requests
                 return eval_service.hf_chunks(len(self.eval_prompts), c, self.eval_seed)
+            all_at_once = False
         self.eval_services = getattr(self, "eval_services", []) + [svc]
 
         def run(job) -> tuple[float, dict]:
-            return eval_service.service_eval(svc, job.step, chunks(job), self.task,
-                                             self.eval_problems, self.eval_prompts, c, self.tok)
+            todo = chunks(job)
+            if job.done:
+                print(f"[trainer] eval of step {job.step} resumes: {len(job.done)} of "
+                      f"{len(todo)} chunks done", file=sys.stderr, flush=True)
+            return eval_service.service_eval(svc, job.step, todo, self.task,
+                                             self.eval_problems, self.eval_prompts, c, self.tok,
+                                             done=job.done, all_at_once=all_at_once)
         return run
 
     @property
@@ -147,13 +156,14 @@ class EvalPoint:
         kill ended them), in step order, on their step's weights: the resumed model's for the
         checkpoint's own step, the snapshot the checkpoint kept for an earlier one (hf). The
         vllm engine holds one set of weights: an earlier step's eval is redone on the
-        resumed weights, and its row says so (eval/weights_step)."""
-        for step, row, weights in self.resume_evals:
+        resumed weights, and its row says so (eval/weights_step). An eval the checkpoint
+        saved progress for decodes only its remaining chunks (EvalJob.done)."""
+        for step, row, weights, done in self.resume_evals:
             if weights is None:  # every rank alike (the list is rank 0's, broadcast)
                 if step != self.step:
                     row = {**row, eval_service.EVAL_WEIGHTS_STEP: self.step}
                 weights = self.step_weights(source)
-            self.launch_eval(step, row, source, weights)
+            self.launch_eval(step, row, source, weights, done)
         self.resume_evals = []
 
     def finish_evals(self) -> None:

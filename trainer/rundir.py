@@ -322,3 +322,26 @@ def commit_checkpoint(run_dir: Path, tmp: Path) -> None:
         os.rename(final, old)
     os.rename(tmp, final)
     shutil.rmtree(old, ignore_errors=True)
+
+
+EVAL_PROGRESS = "eval-progress.json"
+
+
+def write_eval_progress(run_dir: Path, progress: dict[int, dict]) -> None:
+    """Record, in the latest checkpoint, the chunks its pending evals have finished since it
+    was written (step -> {chunk start: [correct, samples, version_min, version_max]}): a stop
+    after that save keeps an eval's later chunks too. The next checkpoint replaces the dir,
+    and with it this file (its own state.pt then holds the progress)."""
+    ck = checkpoint_dir(run_dir)
+    if ck is not None:
+        doc = {str(s): {str(a): v for a, v in done.items()} for s, done in progress.items()}
+        atomic_write(ck / EVAL_PROGRESS, json.dumps(doc))
+
+
+def read_eval_progress(ck: Path) -> dict[int, dict[int, list]]:
+    """The checkpoint's eval progress written after it (write_eval_progress); {} if none."""
+    f = Path(ck) / EVAL_PROGRESS
+    if not f.exists():
+        return {}
+    doc = json.loads(f.read_text())
+    return {int(s): {int(a): v for a, v in done.items()} for s, done in doc.items()}

@@ -141,6 +141,10 @@ class TimePlan:
     jobs: Optional[int] = None  # jobs to the budget (1 + requeues)
     requeues: Optional[int] = None
     max_requeues: Optional[int] = None  # the profile's max_num_timeout (None: no limit known)
+    # What submitit's max_num_timeout is set to for this run: the profile's integer, or under
+    # `max_num_timeout: auto` the requeues derived here with headroom (auto_max_num_timeout)
+    max_num_timeout: Optional[int] = None
+    eval_jobs: Optional[int] = None  # jobs an eval's progress spans (chunks kept at requeues)
     steps_per_job: Optional[int] = None
     reaches_budget: Optional[bool] = None
     problem: str = ""  # why it cannot reach the budget, and what to change (one line)
@@ -163,6 +167,21 @@ class Limits:
     gpu_model: Optional[str] = None
     time_key: str = "slurm.time_min"  # the profile key a message tells to raise
     requeue_key: Optional[str] = "slurm.max_num_timeout"  # None: not settable in the profile
+    auto_requeues: bool = False  # max_num_timeout: auto (the job gets the derived requeues)
+
+
+# `max_num_timeout: auto`: the requeues the plan derives, plus this share and AUTO_EXTRA more.
+# Why headroom: the plan is an estimate (COMPLETION_SHARE, MFUs are assumptions), and a cap
+# one short ends a run just before its budget; submitit counts only time-limit requeues
+# against it (submitit/core/job_environment.py checkpoint_and_try_requeue: countdown =
+# _timeout_countdown - timed_out), so preemptions take none of it.
+AUTO_HEADROOM = 0.1
+AUTO_EXTRA = 2
+
+
+def auto_max_num_timeout(requeues: int) -> int:
+    """submitit's max_num_timeout for a run whose plan needs `requeues` time-limit requeues."""
+    return math.ceil(requeues * (1 + AUTO_HEADROOM)) + AUTO_EXTRA
 
 
 def lengths(c: TrainConfig) -> tuple[float, float]:
@@ -267,6 +286,18 @@ EVAL_SERVICE = (Path(__file__).parent / "generation" / "service.py").is_file()
 def eval_overlaps_training(c: TrainConfig) -> bool:
     """Whether an evaluation runs beside training instead of stopping it (see EVAL_SERVICE)."""
     return EVAL_SERVICE
+
+
+# A stop's margin besides the checkpoint: the job requeues itself max(30 s, a tenth of the
+# warning) before the limit whatever the trainer does (ablate/studies/launch/slurm.py
+# requeue_within), and the stop reaches generation and eval at their next decode step and the
+# trainer at its next all-reduce (seconds; trainer/preempt.py): STOP_REACH_S, an assumption.
+STOP_REACH_S = 30.0
+
+
+def stop_margin_s(signal_delay_s: float) -> float:
+    """Seconds of the stop signal's warning that the checkpoint cannot use."""
+    return max(30.0, 0.1 * signal_delay_s) + STOP_REACH_S
 
 
 def stop_saves_at_once() -> bool:
@@ -471,14 +502,16 @@ def _jobs(c: TrainConfig, tp: TimePlan, limits: Limits, run_s: float, start: flo
     fit = int(max(0.0, usable) // per_step)
     warning = limits.signal_delay_s
     ckpt = tp.checkpoint_s or 0.0
-    need = ckpt if stop_saves_at_once() else tp.step_s + ckpt
+    margin = stop_margin_s(warning or 0.0)
+    need = ckpt + margin if stop_saves_at_once() else tp.step_s + ckpt
     if warning is not None and warning < need and stop_saves_at_once():
         every = c.checkpoint.every_steps
         tp.warnings.append(
-            f"signal_delay_s {warning:g} is less than a checkpoint ({_dur(ckpt)}): the save the "
-            "stop signal starts may not finish before the job requeues, so a requeue can lose "
-            f"the work since the last scheduled checkpoint; raise slurm.signal_delay_s to "
-            f"{math.ceil(ckpt * 1.5) + 60}")
+            f"signal_delay_s {warning:g} is less than a checkpoint ({_dur(ckpt)}) plus "
+            f"{margin:.0f} s (the requeue's hold-back, the stop reaching a decode step): the "
+            "save of the last finished step may not finish before the job requeues, so a "
+            "requeue can lose the work since the last scheduled checkpoint; raise "
+            f"slurm.signal_delay_s to {math.ceil((ckpt + STOP_REACH_S) * 1.5) + 60}")
         fit = (fit // every) * every
     elif warning is not None and warning < need:
         every = c.checkpoint.every_steps
@@ -505,10 +538,13 @@ def _jobs(c: TrainConfig, tp: TimePlan, limits: Limits, run_s: float, start: flo
         return
     tp.jobs = math.ceil(steps / fit)
     tp.requeues = tp.jobs - 1
+    tp.max_num_timeout = (auto_max_num_timeout(tp.requeues) if limits.auto_requeues
+                          else limits.max_requeues)
     if limits.max_requeues is not None and tp.requeues > limits.max_requeues:
         tp.reaches_budget = False
         reach = (limits.max_requeues + 1) * fit
-        raise_ = (f"raise {limits.requeue_key} to {tp.requeues} or {limits.time_key}"
+        raise_ = (f"raise {limits.requeue_key} to {tp.requeues} (or set it to auto) or "
+                  f"{limits.time_key}"
                   if limits.requeue_key else f"raise {limits.time_key}")
         tp.problem = (f"needs {tp.jobs} jobs of {_dur(job_s)} ({tp.requeues} requeues) to reach "
                       f"{steps:,} steps, the profile allows {limits.max_requeues} requeues "
@@ -529,15 +565,29 @@ def _eval_checks(c: TrainConfig, tp: TimePlan, limits: Limits) -> None:
     job_s = limits.time_min * 60 if limits.time_min else None
     barrier = c.engine.collective_timeout_minutes * 60
     found = []
-    if job_s is not None and ev > job_s - start - (limits.signal_delay_s or 0):
-        room = (job_s - start - (limits.signal_delay_s or 0)) / 2
-        never = ("the step-0 eval never finishes" if tp.eval_blocks_training else
-                 "no eval ever finishes (one in flight is redone after each requeue), so the "
-                 "run writes no curve point")
+    usable = job_s - start - (limits.signal_delay_s or 0) if job_s is not None else None
+    if usable is not None and ev > usable and tp.eval_blocks_training:
         found.append(f"one eval ({_eval_size(c)}) takes {_dur(ev)}, longer than a {_dur(job_s)} "
-                     f"job: {never}; lower eval.num_prompts (about "
-                     f"{_fewer(n, room, ev)} evaluate in half a job) or eval.samples_per_prompt, "
-                     f"or raise {limits.time_key}")
+                     f"job: the step-0 eval never finishes; lower eval.num_prompts (about "
+                     f"{_fewer(n, usable / 2, ev)} evaluate in half a job) or "
+                     f"eval.samples_per_prompt, or raise {limits.time_key}")
+    elif usable is not None and ev > usable:
+        # Beside training, an eval keeps its finished chunks at each requeue (trainer/
+        # checkpointing.py, EvalJob.done): it ends after ceil(eval / usable) jobs of progress.
+        # It fails only when the next eval is due before it ends: evals would pile up.
+        tp.eval_jobs = math.ceil(ev / max(usable, 1.0))
+        if tp.eval_interval_s is not None and ev > tp.eval_interval_s:
+            found.append(f"one eval ({_eval_size(c)}) takes {_dur(ev)} ({tp.eval_jobs} jobs of "
+                         f"{_dur(job_s)}), longer than the {_dur(tp.eval_interval_s)} between "
+                         f"evals (eval.every_steps {c.eval.every_steps}): evals pile up and the "
+                         f"run never catches up; lower eval.num_prompts (about "
+                         f"{_fewer(n, tp.eval_interval_s / 2, ev)} evaluate in half that) or "
+                         "eval.samples_per_prompt, or raise eval.every_steps")
+        else:
+            tp.warnings.append(f"one eval takes {_dur(ev)}, longer than a {_dur(job_s)} job: "
+                               f"its finished chunks are kept at each requeue, so it ends over "
+                               f"{tp.eval_jobs} jobs beside training (each requeue redoes at "
+                               "most the chunks in flight)")
     if tp.eval_blocks_training and ev > barrier and (tp.devices or 1) > 1 and gpu \
             and c.rollout.backend == "vllm":
         found.append(f"one eval ({_eval_size(c)}) takes {_dur(ev)} while the other training ranks "
@@ -548,7 +598,8 @@ def _eval_checks(c: TrainConfig, tp: TimePlan, limits: Limits) -> None:
     if found:
         tp.reaches_budget = False
         tp.problem = found[0]
-    if not tp.eval_blocks_training and tp.eval_interval_s and ev > tp.eval_interval_s:
+    if not tp.eval_blocks_training and tp.eval_interval_s and ev > tp.eval_interval_s \
+            and not tp.eval_jobs:
         tp.warnings.append(f"an eval takes {_dur(ev)}, longer than the {_dur(tp.eval_interval_s)} "
                            f"between evals (eval.every_steps {c.eval.every_steps}): evals queue up")
     if tp.eval_blocks_training and tp.evals and tp.wall_h:

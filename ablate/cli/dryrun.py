@@ -68,7 +68,9 @@ def time_lines(t: Optional[TimePlan]) -> list[str]:
     to = (f"  to the budget: {t.steps:,} steps, {t.evals} evals: {_hours(t.wall_h)} h wall, "
           f"{_hours(t.gpu_hours)} device-hours ({t.devices} device(s) held)")
     if t.job_h is not None:
-        limit = ("no limit" if t.max_requeues is None else f"max {t.max_requeues}")
+        limit = (f"max {t.max_requeues}" if t.max_requeues is not None else
+                 f"max_num_timeout auto: {t.max_num_timeout}" if t.max_num_timeout is not None
+                 else "no limit")
         jobs = ("no job keeps a step" if t.jobs is None else
                 f"{t.steps_per_job:,} steps kept per job -> {t.jobs} jobs, {t.requeues} "
                 f"requeues needed ({limit})")
@@ -96,7 +98,8 @@ def resources_json(p: Any, t: Optional[TimePlan] = None) -> dict[str, Any]:
     out.update({"step_s": tj.get("step_s"), "eval_s": tj.get("eval_s"),
                 "wall_h": tj.get("wall_h"), "gpu_hours": tj.get("gpu_hours"),
                 "jobs": tj.get("jobs"), "requeues_needed": tj.get("requeues"),
-                "max_requeues": tj.get("max_requeues"), "reaches_budget": tj.get("reaches_budget"),
+                "max_requeues": tj.get("max_requeues"),
+                "max_num_timeout": tj.get("max_num_timeout"), "reaches_budget": tj.get("reaches_budget"),
                 "time": tj or None})
     return out
 
@@ -119,6 +122,11 @@ def launch_info(executor: str, why: str, prof: Profile) -> dict[str, Any]:
     return out
 
 
+def _requeue_cap(cap: Any) -> str:
+    return ("requeues as each run's plan derives (max_num_timeout auto)" if cap == "auto"
+            else f"up to {cap} requeues")
+
+
 def launch_text(info: dict[str, Any]) -> str:
     ex = info["executor"]
     head = f"where: executor {ex} ({info['executor_from']})"
@@ -130,7 +138,7 @@ def launch_text(info: dict[str, Any]) -> str:
         extra = "".join(f", {k} {info[k]}" for k in ("account", "qos") if info[k])
         return (f"{head}, partition {part}{extra}; {info['nodes']} node(s) x {gpus} GPUs{mem}, "
                 f"{info['tasks_per_node']} task(s) per node; time limit {info['time_min']} min "
-                f"per job, up to {info['max_num_timeout']} requeues, stop signal "
+                f"per job, {_requeue_cap(info['max_num_timeout'])}, stop signal "
                 f"{info['signal_delay_s']} s before; {info['runs_at_once']} runs at once")
     if ex == "local":
         return (f"{head}: background jobs on this machine, {info['runs_at_once']} at once, "
@@ -228,7 +236,7 @@ def table(variants: list[Variant], plans: dict[str, Any], times: dict[str, Any])
         req = reach = ""
         if tt is not None and tt.wall_h is not None:
             req = ("-" if tt.jobs is None else f"{tt.requeues}") + (
-                "" if tt.max_requeues is None else f"/{tt.max_requeues}")
+                "" if tt.max_num_timeout is None else f"/{tt.max_num_timeout}")
             reach = {True: "yes", False: "NO", None: ""}[tt.reaches_budget]
         rows.append((v.run_id, str(v.seed), _num(p.train_gib_per_gpu),
                      _num(p.generation_gib_per_gpu), fits,

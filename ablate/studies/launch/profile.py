@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Optional, Union
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from ablate import shipped
 from ablate.errors import InputError
@@ -56,7 +56,18 @@ class SlurmProfile(Strict):
         90, ge=1, description="Seconds before the time limit at which Slurm signals the job to "
         "checkpoint and requeue."
     )
-    max_num_timeout: int = Field(20, ge=0, description="Requeues allowed after timeouts.")
+    max_num_timeout: Union[Literal["auto"], int] = Field(
+        "auto", description="Requeues allowed after time limits: `auto` gives each job the "
+        "requeues its time plan derives (trainer/time_plan.py auto_max_num_timeout); an "
+        "integer caps them (the plan refuses a run that needs more).")
+
+    @field_validator("max_num_timeout", mode="before")
+    @classmethod
+    def _auto_or_count(cls, v: object) -> object:
+        if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            return v
+        raise ValueError("must be auto or a whole number >= 0")
+
     array_parallelism: int = Field(64, ge=1, description="Array tasks running at once.")
     sbatch: dict[str, Union[str, int, float, bool]] = Field(
         default_factory=dict,
@@ -107,8 +118,10 @@ class Profile(Strict):
         name = executor or self.executor
         if name == "slurm":
             s = self.slurm
-            return Limits(time_min=s.time_min, max_requeues=s.max_num_timeout,
-                          signal_delay_s=s.signal_delay_s, gpu_model=self.gpu_model)
+            auto = s.max_num_timeout == "auto"
+            return Limits(time_min=s.time_min, max_requeues=None if auto else s.max_num_timeout,
+                          signal_delay_s=s.signal_delay_s, gpu_model=self.gpu_model,
+                          auto_requeues=auto)
         if name == "local":
             return Limits(time_min=self.local.timeout_min, max_requeues=LOCAL_MAX_NUM_TIMEOUT,
                           gpu_model=self.gpu_model, time_key="local.timeout_min",

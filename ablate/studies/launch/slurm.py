@@ -56,8 +56,40 @@ def max_array_size() -> int:
     return int(m.group(1)) if m else DEFAULT_MAX_ARRAY_SIZE
 
 
-def executor(folder: Path, prof: SlurmProfile, job_name: str) -> submitit.SlurmExecutor:
-    ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=prof.max_num_timeout,
+# `max_num_timeout: auto` for a run the plan cannot derive requeues for (another trainer's
+# config, an unknown model shape, no budget): the old fixed default.
+AUTO_FALLBACK = 20
+
+
+def max_num_timeout(run_dirs: list[Path], profile: Profile) -> int:
+    """submitit's max_num_timeout for these runs: the profile's integer, or under `auto` the
+    most any of them needs by its time plan (trainer/time_plan.py auto_max_num_timeout). One
+    array shares one executor, so every task gets the largest: it is a cap, not a target.
+    submitit stores it in each job's pickle (slurm/slurm.py _internal_process_submissions:
+    d.set_timeout(timeout_min, self.max_num_timeout)) and requeues after a time limit while
+    that countdown lasts (core/job_environment.py checkpoint_and_try_requeue)."""
+    cap = profile.slurm.max_num_timeout
+    if cap != "auto":
+        return int(cap)
+    from trainer import rundir
+    from trainer.config import TrainConfig
+    from trainer.time_plan import plan_time
+
+    shape, limits, need = profile.job_shape("slurm"), profile.limits("slurm"), []
+    for d in run_dirs:
+        try:
+            c = TrainConfig.model_validate(rundir.read_config(Path(d)))
+        except Exception:  # noqa: BLE001 - another trainer's config: no plan, the fallback
+            need.append(AUTO_FALLBACK)
+            continue
+        n = plan_time(c, shape, limits).max_num_timeout
+        need.append(AUTO_FALLBACK if n is None else n)
+    return max(need, default=AUTO_FALLBACK)
+
+
+def executor(folder: Path, prof: SlurmProfile, job_name: str,
+             max_num_timeout: int) -> submitit.SlurmExecutor:
+    ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=max_num_timeout,
                                 python=prof.python)
     params = dict(
         job_name=job_name, nodes=prof.nodes, ntasks_per_node=prof.tasks_per_node,
@@ -81,7 +113,7 @@ def submit(run_dirs: list[Path], folder: Path, profile: Profile, *, entry: str,
     """Submit one array task per run (several arrays if above MaxArraySize), per profile.slurm."""
     if not run_dirs:
         return {}
-    ex = executor(folder, profile.slurm, job_name)
+    ex = executor(folder, profile.slurm, job_name, max_num_timeout(run_dirs, profile))
     # Balanced chunks (not limit + remainder) so no run is left alone outside an array.
     n_arrays = -(-len(run_dirs) // max(1, max_array_size()))  # indices 0..MaxArraySize-1
     size = -(-len(run_dirs) // n_arrays)
