@@ -118,19 +118,26 @@ def test_requeues_are_derived_from_the_time_limit_not_a_constant():
     assert roomy.reaches_budget is True and roomy.problem == ""
 
 
-def test_a_job_that_cannot_checkpoint_keeps_no_step(monkeypatch):
-    """The trainer before the generation service: the stop signal saves at the next step
-    boundary only if a step and a checkpoint fit in signal_delay_s; otherwise only scheduled
-    checkpoints survive a requeue, and with checkpoint.every_steps 50 a 4-hour job (a handful
-    of 30-minute steps) keeps none."""
-    import trainer.time_plan as time_plan
+# The lockstep case (hf generation under ZeRO-3: every rank decodes, eval on every rank, a stop
+# only between generate calls): the one configuration where eval blocks the steps and a stop
+# saves at the next step boundary (trainer/time_plan.py _lockstep).
+LOCKSTEP = {"rollout": {"backend": "hf"}, "off_policy": {"mode": "ppo_off_policy", "k": 1}}
 
-    monkeypatch.setattr(time_plan, "EVAL_SERVICE", False)
-    t = plan_time(paper(eval={"num_prompts": 50}), PAPER_SHAPE, PAPER_LIMITS)
+
+def test_a_job_that_cannot_checkpoint_keeps_no_step():
+    """Lockstep: the stop signal saves at the next step boundary only if a step and a
+    checkpoint fit in signal_delay_s; otherwise only scheduled checkpoints survive a requeue,
+    and with checkpoint.every_steps 50 a 4-hour job (a handful of long steps) keeps none."""
+    # hf decodes slowly (a few prompts' eval already takes most of an hour): a tiny eval, so
+    # what ends the job is the signal window, not the eval.
+    lockstep = paper(eval={"num_prompts": 2}, **LOCKSTEP)
+    t = plan_time(lockstep, PAPER_SHAPE, PAPER_LIMITS)
     assert any("signal_delay_s 300 is less than a step plus a checkpoint" in w for w in t.warnings)
     assert t.reaches_budget is False and t.steps_per_job == 0 and "keeps no step" in t.problem
-    ok = plan_time(paper(eval={"num_prompts": 50}), PAPER_SHAPE,
-                   Limits(time_min=240, max_requeues=10_000, signal_delay_s=4000))
+    assert t.eval_blocks_training
+    ok = plan_time(lockstep, PAPER_SHAPE,
+                   Limits(time_min=24 * 60, max_requeues=10_000,
+                          signal_delay_s=math.ceil(t.step_s + t.checkpoint_s) + 60))
     assert ok.steps_per_job > 0 and not any("signal_delay_s" in w for w in ok.warnings)
 
 
@@ -239,7 +246,7 @@ def test_dry_run_shows_a_command_trainers_command(tmp_path):
     assert not results.exists()  # the dry run wrote nothing
 
 
-def test_with_the_eval_service_eval_runs_beside_training_and_a_stop_saves_at_once(monkeypatch):
+def test_with_the_eval_service_eval_runs_beside_training_and_a_stop_saves_at_once():
     """With trainer/generation/service.py (eval beside training, a stop saving the last
     finished step at once): eval no longer blocks the steps, an eval longer than a job ends
     over several (its chunks kept), and a job keeps its steps without a 35-minute
@@ -247,15 +254,13 @@ def test_with_the_eval_service_eval_runs_beside_training_and_a_stop_saves_at_onc
     import trainer.time_plan as time_plan
 
     c = paper(eval={"num_prompts": 50})
-    monkeypatch.setattr(time_plan, "EVAL_SERVICE", False)
-    before = plan_time(c, PAPER_SHAPE, PAPER_LIMITS)
-    monkeypatch.setattr(time_plan, "EVAL_SERVICE", True)
+    before = plan_time(paper(eval={"num_prompts": 2}, **LOCKSTEP), PAPER_SHAPE, PAPER_LIMITS)
     after = plan_time(c, PAPER_SHAPE, PAPER_LIMITS)
     assert before.eval_blocks_training and not after.eval_blocks_training
+    assert not time_plan.stop_saves_at_once(paper(**LOCKSTEP))
+    assert time_plan.stop_saves_at_once(c)
     assert before.steps_per_job == 0 and after.steps_per_job > 0
     assert not any("signal_delay_s" in w for w in after.warnings)
-    # Generation-bound pipeline: an eval beside training takes the engines' time all the same.
-    assert after.wall_h == pytest.approx(before.wall_h, rel=0.5)
     long_eval = plan_time(paper(), PAPER_SHAPE, PAPER_LIMITS)
     assert long_eval.eval_jobs > 1 and "eval" not in long_eval.problem
     # The signal window: a checkpoint (57 s at 8B) plus 60 s of margin, not a step.

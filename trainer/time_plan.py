@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Optional
 
 from trainer.config import TrainConfig
@@ -274,18 +273,18 @@ def count_evals(c: TrainConfig, steps: int) -> int:
     return 1 + due + 1
 
 
-# The generation service (trainer/generation/service.py, branch "service"): eval decodes beside
-# training (rank 0's eval worker through the service), and a stop signal that arrives inside
-# generation or eval saves at once with the last finished step (trainer/config_parts/
-# schedule.py EvalConfig, CheckpointConfig.every_minutes). Without it (the trainer before that
-# change) eval blocks the training ranks and a stop saves only at the next step boundary. The
-# file's presence says which trainer this is; a file check keeps this module free of imports.
-EVAL_SERVICE = (Path(__file__).parent / "generation" / "service.py").is_file()
+def _lockstep(c: TrainConfig) -> bool:
+    """hf generation under ZeRO-3: every rank holds a shard and decodes in lockstep, so eval
+    runs on every rank at once (trainer/eval_point.py launch_eval) and a stop is taken only
+    between generate calls (trainer/generation/rollout.py `synced`), not between decode steps."""
+    return (c.rollout.backend == "hf" and c.engine.type == "deepspeed"
+            and c.engine.zero_stage == 3)
 
 
 def eval_overlaps_training(c: TrainConfig) -> bool:
-    """Whether an evaluation runs beside training instead of stopping it (see EVAL_SERVICE)."""
-    return EVAL_SERVICE
+    """Whether an evaluation runs beside training instead of stopping it: everywhere but the
+    lockstep case (rank 0's eval worker, trainer/generation/eval_service.py)."""
+    return not _lockstep(c)
 
 
 # A stop's margin besides the checkpoint: the job requeues itself max(30 s, a tenth of the
@@ -300,10 +299,11 @@ def stop_margin_s(signal_delay_s: float) -> float:
     return max(30.0, 0.1 * signal_delay_s) + STOP_REACH_S
 
 
-def stop_saves_at_once() -> bool:
-    """Whether a stop signal inside a step saves the last finished step at once (see
-    EVAL_SERVICE), or only at the next step boundary."""
-    return EVAL_SERVICE
+def stop_saves_at_once(c: TrainConfig) -> bool:
+    """Whether a stop signal inside a step saves the last finished step at once (the stop is
+    checked between decode steps and engine steps: trainer/preempt.py check), or only at the
+    next step boundary (the lockstep case)."""
+    return not _lockstep(c)
 
 
 def budget_steps(c: TrainConfig, step_s: float, flops_per_step: float,
@@ -503,8 +503,9 @@ def _jobs(c: TrainConfig, tp: TimePlan, limits: Limits, run_s: float, start: flo
     warning = limits.signal_delay_s
     ckpt = tp.checkpoint_s or 0.0
     margin = stop_margin_s(warning or 0.0)
-    need = ckpt + margin if stop_saves_at_once() else tp.step_s + ckpt
-    if warning is not None and warning < need and stop_saves_at_once():
+    at_once = stop_saves_at_once(c)
+    need = ckpt + margin if at_once else tp.step_s + ckpt
+    if warning is not None and warning < need and at_once:
         every = c.checkpoint.every_steps
         tp.warnings.append(
             f"signal_delay_s {warning:g} is less than a checkpoint ({_dur(ckpt)}) plus "
