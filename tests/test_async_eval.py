@@ -34,15 +34,6 @@ def warm_proxy():
     return load_model(config(tiny()))
 
 
-@pytest.fixture
-def usr2():
-    preempt.reset()
-    old = preempt.install(signal.SIGUSR2)
-    yield
-    signal.signal(signal.SIGUSR2, old)
-    preempt.reset()
-
-
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory, warm_proxy):
     d = tmp_path_factory.mktemp("straight") / "run"
@@ -149,7 +140,10 @@ def test_pipeline_stop_inside_the_generator_thread_stops_the_step(tmp_path, monk
     trainer.run(config(tiny(**over)), d)
     assert fired
     r, s = preempt.stopped_at(), preempt.signal_step()
-    assert r is not None and r in (s - 1, s)  # abandoned in generation, or at its boundary
+    # abandoned in generation (s - 1), at its boundary (s), or, when the signal lands after
+    # step s's boundary check but before step s + 1 starts (its batch is already generated,
+    # k ahead), at the next boundary: within one step of the signal either way
+    assert r is not None and r in (s - 1, s, s + 1)
     monkeypatch.undo()
     preempt.reset()
     trainer.run(config(tiny(**over)), d)

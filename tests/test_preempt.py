@@ -46,16 +46,6 @@ def _signal_when(run_dir: Path, step: int) -> threading.Thread:
     return t
 
 
-@pytest.fixture
-def usr2():
-    """The trainer's flag handler on USR2 for the test, restored afterwards."""
-    preempt.reset()
-    old = preempt.install(signal.SIGUSR2)
-    yield
-    signal.signal(signal.SIGUSR2, old)
-    preempt.reset()
-
-
 def test_signal_checkpoints_at_the_next_boundary_and_the_rerun_resumes_there(tmp_path, usr2):
     c, d = _cfg(steps=16, every_eval=8), tmp_path / "run"
     t = _signal_when(d, 3)
