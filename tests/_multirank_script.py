@@ -27,7 +27,10 @@ def config(engine: str, stage: int, steps: int, prompts: int = 5):
         "precision": {"dtype": "fp32"},  # engines compare exactly (DeepSpeed casts for bf16)
         # Enough data for the warm-up to reach a held-out pass rate above 0.02 (~200 steps).
         "task": {"num_train_prompts": 2000, "num_eval_prompts": 64},
-        "data": {"zero_variance_filter": prompts > 1},
+        # No zero-variance filter: every group trains, so step 1 always has an update to
+        # compare whatever the sampled rewards are (with it, a step-1 batch whose 5 groups all
+        # got one reward each had no loss at all: seen after eval got its own seed stream).
+        "data": {"zero_variance_filter": False},
         "rollout": {"prompts_per_step": prompts, "generations_per_prompt": 4, "max_new_tokens": 6},
         "length": {"control": "none"},
         "off_policy": {"mode": "ppo_off_policy", "k": 1},
