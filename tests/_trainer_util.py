@@ -53,3 +53,14 @@ def metrics(run_dir: Path) -> list[dict]:
 
 def status(run_dir: Path) -> dict:
     return json.loads((run_dir / "status.json").read_text())
+
+
+def set_dotted(tree: dict, over: dict) -> dict:
+    """`tree` with each `a__b__c=value` of `over` set at tree[a][b][c] (tests' config edits)."""
+    for dotted, value in over.items():
+        *path, key = dotted.split("__")
+        node = tree
+        for p in path:
+            node = node.setdefault(p, {})
+        node[key] = value
+    return tree

@@ -14,6 +14,8 @@ import pytest
 import yaml
 
 from trainer.binding import GPU_MEMORY, bind_devices, gpu_memory_gib
+from _trainer_util import set_dotted
+
 from trainer.config import TrainConfig
 from trainer.generation.engine_fit import tensor_parallel
 from trainer.generation.placement import engines
@@ -32,13 +34,7 @@ BIG = {"num_hidden_layers": 80, "hidden_size": 8192, "num_attention_heads": 64,
 def paper(**over) -> TrainConfig:
     """recipes/scalerl.yaml as written (Qwen/Qwen3-8B, pipeline mode, vLLM), with `over`."""
     tree = yaml.safe_load((ROOT / "recipes" / "scalerl.yaml").read_text())
-    for dotted, value in over.items():
-        *path, key = dotted.split("__")
-        node = tree
-        for p in path:
-            node = node.setdefault(p, {})
-        node[key] = value
-    return TrainConfig.model_validate(tree)
+    return TrainConfig.model_validate(set_dotted(tree, over))
 
 
 def big_model(tmp_path) -> str:

@@ -9,6 +9,8 @@ import json
 import pytest
 from test_validate_all import ablate
 
+from _trainer_util import set_dotted
+
 from trainer.config import TrainConfig
 from trainer.resources import (GIB, MAX_LOGITS_PER_CHUNK, KNOWN, ModelShape, activation_terms,
                                model_shape, model_state_terms, plan, tokens_per_forward)
@@ -178,13 +180,7 @@ SMALL = {"model": {"name_or_path": "Qwen/Qwen2.5-0.5B"}, "length": {"control": "
 
 def small(**over) -> TrainConfig:
     tree = json.loads(json.dumps(SMALL))
-    for dotted, value in over.items():
-        *path, key = dotted.split("__")
-        node = tree
-        for p in path:
-            node = node.setdefault(p, {})
-        node[key] = value
-    return TrainConfig.model_validate(tree)
+    return TrainConfig.model_validate(set_dotted(tree, over))
 
 
 def test_kv_cache_is_sized_for_the_engines_on_rank0s_node_only():
