@@ -11,7 +11,8 @@ the job's python is the vllm venv's (profile `python:`). One seed (`--override s
 Slurm's USR2 mid-run, while one of its evals decodes when that moment is seen (the stop is
 honoured inside the eval and the generation: the last finished step is checkpointed, the eval
 redone on resume), is requeued and resumes. Then every run has trained to its last step, every eval step is in metrics.jsonl
-once, and `ablate compare` fits a sigmoid to every variant and prints its answer.
+once, and `ablate compare` fits a sigmoid to every variant (or, for a curve still rising straight
+after 16 steps, says its ceiling is not identified) and prints its answer.
 
 Why the curves rise within CI's budget: the warm-up leaves the answer inside the thinking in
 3 of 4 completions (scored wrong), so RL has a lesson every prompt shares (answer after
@@ -159,25 +160,44 @@ def _release_requeued(job: str) -> None:
         subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True)
 
 
+def _curves(sdir: Path) -> dict[str, list[float]]:
+    """Each run's eval pass rates in step order (for failure messages and the printed summary)."""
+    return {r.name: [round(json.loads(x)["eval/pass_rate"], 3)
+                     for x in (r / "metrics.jsonl").read_text().splitlines()]
+            for r in sorted(sdir.iterdir()) if (r / "metrics.jsonl").exists()}
+
+
 def _check_compare(sdir: Path, variants: set[str]) -> list[dict]:
     """`ablate compare` (fit window from 0: the recipe's fit.min_compute of 1,500 GPU-hours is
-    the 8B run's scale) fits every variant: finite A and B inside their intervals, exit 0, and
-    the text form prints the answer sentence above the ranking."""
+    the 8B run's scale) answers for every variant, exit 0, and the text form prints the answer
+    sentence above the ranking.
+
+    Every variant gets a fit (finite A and B inside their intervals, A above R0) or the one
+    refusal a 16-step curve can honestly earn: A not identified (the curve still rises nearly
+    straight in log compute, so A runs to its bound 1.0). The runs are not replayable (vLLM
+    decodes on wall-clock timing), and refitting such curves with their eval noise (sd 0.04)
+    refused 14 of 180 that way; CI once saw it. At least one variant must fit: all three
+    refusing has odds of about 1 in 2,000. Returns the fitted rows."""
     r = cli("compare", str(sdir), "--json", "--min-compute", "0", timeout=300)
     assert r.returncode == 0 and "Traceback" not in r.stderr, (r.stdout[-3000:], r.stderr[-3000:])
     groups = json.loads(r.stdout)["rows"]
     assert {g["variant"] for g in groups} == variants, groups
+    fitted = [g for g in groups if g.get("A") is not None]
     for g in groups:
-        assert g.get("A") is not None, g  # a fit, not a refusal
+        if g.get("A") is None:
+            assert "not identified" in (g.get("error") or ""), (g["variant"], g.get("error"),
+                                                                 _curves(sdir))
+            continue
         for key in ("A", "B"):
             lo, hi = g[f"{key}_ci"]
             assert all(map(math.isfinite, (g[key], lo, hi))) and lo <= g[key] <= hi, (key, g)
         assert g["A"] > g["R0"], g  # a rising curve
+    assert fitted, ([(g["variant"], g.get("error")) for g in groups], _curves(sdir))
     text = cli("compare", str(sdir), "--min-compute", "0", timeout=300)
     assert text.returncode == 0, text.stderr[-3000:]
     sentence = [x for x in text.stdout.splitlines() if x.startswith("loss.aggregation: ")]
-    assert sentence and "could be fit" not in text.stdout, text.stdout[-3000:]
-    return groups
+    assert sentence and "No variant could be fit" not in text.stdout, text.stdout[-3000:]
+    return fitted
 
 
 def test_loss_agg_dress_rehearsal_on_slurm_with_vllm_zero3_and_preemption(tmp_path):
@@ -231,5 +251,4 @@ def test_loss_agg_dress_rehearsal_on_slurm_with_vllm_zero3_and_preemption(tmp_pa
         "signal_in_step": s, "checkpoint_step": ck, "step_seen": seen,
         "eval_in_flight": in_eval},
         "fits": {g["variant"]: [round(g["A"], 3), round(g["B"], 3)] for g in groups},
-        "curves": {r: [round(json.loads(x)["eval/pass_rate"], 3) for x in
-                       (sdir / r / "metrics.jsonl").read_text().splitlines()] for r in final}}))
+        "curves": _curves(sdir)}))
