@@ -26,28 +26,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def rank_env(cache: Path, rank: int | None, world: int, port: int) -> dict[str, str]:
+def rank_env(cache: Path, rank: int | None, world: int, port: int,
+             nodes: int = 1) -> dict[str, str]:
     """This test process's environment minus any launcher variables, plus one Slurm task's
-    (rank None: a plain single process)."""
+    (rank None: a plain single process). `nodes`: the tasks split over that many "nodes"
+    (SLURM_NODEID / SLURM_LOCALID as srun sets them on a multi-node job; all on this host)."""
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS and not k.startswith("SLURM_")}
     env.update(ABLATE_CACHE=str(cache), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1",
                DS_ACCELERATOR="cpu", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     if rank is not None:
-        env.update(SLURM_PROCID=str(rank), SLURM_NTASKS=str(world), SLURM_LOCALID=str(rank),
-                   SLURM_TASKS_PER_NODE=str(world), SLURM_JOB_NODELIST="127.0.0.1",
+        per = world // nodes
+        env.update(SLURM_PROCID=str(rank), SLURM_NTASKS=str(world), SLURM_LOCALID=str(rank % per),
+                   SLURM_NODEID=str(rank // per), SLURM_TASKS_PER_NODE=f"{per}(x{nodes})",
+                   SLURM_JOB_NODELIST="127.0.0.1",
                    MASTER_PORT=str(port), SLURM_JOB_ID="4242")
     return env
 
 
 def launch_ranks(script: Path, args: list[str], cache: Path, world: int = 2,
                  timeout: float = 300, python: str = sys.executable,
-                 extra_env: dict[str, str] | None = None) -> None:
+                 extra_env: dict[str, str] | None = None, nodes: int = 1) -> None:
     """Run `world` ranks of `script` to completion; fail with the log of a rank that failed.
     `python`: another interpreter (the vllm venv's) for the ranks."""
     port = free_port()
     ranks = list(range(world)) if world > 1 else [None]
     procs = [subprocess.Popen([python, str(script), *args], cwd=ROOT,
-                              env={**rank_env(cache, r, world, port), **(extra_env or {})},
+                              env={**rank_env(cache, r, world, port, nodes), **(extra_env or {})},
                               stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for r in ranks]
     logs = []

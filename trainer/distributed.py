@@ -355,3 +355,15 @@ def broadcast_object(obj, src: int = 0):
     box = [obj if rank() == src else None]
     dist.broadcast_object_list(box, src=src)
     return box[0]
+
+
+def all_gather_objects(obj) -> list:
+    """Every rank's Python object, in rank order, on every rank (e.g. each node's share of a
+    step's rollouts, made by that node's engines: trainer/generation/feeders.py)."""
+    import torch.distributed as dist
+
+    if world_size() == 1:
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out

@@ -42,6 +42,7 @@ from trainer.distributed import (
     world_size,
 )
 from trainer.engine import make_engine
+from trainer.generation.feeders import step_batch
 from trainer.generation.vllm_args import check_vllm_version
 from trainer.eval_point import EvalPoint
 from trainer.evaluate import score
@@ -244,9 +245,10 @@ class _Run(Checkpointing, Accounting, EvalPoint, PolicyUpdate):
         return mark is not None and mark[0] == self.step
 
     def next_batch(self, source):
-        """The step's batch: rank 0's, broadcast. A stop signal inside rank 0's generation
-        (trainer/preempt.py Stopped; from the pipeline's generator thread it arrives as the
-        cause of its failure) is broadcast instead, and every rank raises Stopped."""
+        """The step's batch: rank 0's, broadcast, or each node's share joined (pipeline mode
+        with vLLM on several nodes: trainer/generation/feeders.py). A stop signal inside a
+        feeder's generation (trainer/preempt.py Stopped; from the pipeline's generator thread
+        it arrives as the cause of its failure) is sent instead, and every rank raises Stopped."""
         try:
             mine = source.next(self.step)
         except preempt.Stopped:
@@ -255,7 +257,8 @@ class _Run(Checkpointing, Accounting, EvalPoint, PolicyUpdate):
             if not isinstance(e.__cause__, preempt.Stopped):
                 raise
             mine = preempt.STOP
-        got = broadcast_object(mine)
+        feeders = getattr(source, "feeders", None)
+        got = step_batch(mine, feeders.ranks if feeders else (0,), preempt.STOP)
         if isinstance(got, str) and got == preempt.STOP:
             raise preempt.Stopped("stop signal inside generation")
         return got

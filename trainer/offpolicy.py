@@ -28,6 +28,7 @@ from trainer.length import Rollout, generate_rollout
 from trainer.pool import PromptPool
 from trainer.registry import Registry
 from trainer.generation.rollout import Generator, make_generator
+from trainer.generation.feeders import feeders, strided
 from trainer.generation.push import join_weight_gathers
 
 
@@ -252,10 +253,12 @@ MODES.register_lazy("pipeline", "trainer.pipeline_data:pipeline")
 
 
 class Pipeline:
-    """PipelineRL-k, free-running (`rollout.async_timing: wall`): a generator thread (rank 0
-    only) streams finished prompt groups while the trainer updates; weights are pushed in
-    flight after every optimizer step and land between decode steps whenever they arrive; each
-    step's batch is built from finished groups; staleness is bounded by k (GroupStream). Not
+    """PipelineRL-k, free-running (`rollout.async_timing: wall`): a generator thread streams
+    finished prompt groups while the trainer updates; weights are pushed in flight after every
+    optimizer step and land between decode steps whenever they arrive; each step's batch is
+    built from finished groups; staleness is bounded by k (GroupStream). The generator runs on
+    rank 0, or with vLLM on every node's local rank 0 over that node's engines, each making
+    its node's share of the step (trainer/generation/feeders.py; the loop joins the shares). Not
     reproducible run to run (which tokens see which weights, call sizes, and when the pool is
     drawn against the pass rates recorded depend on timing), and a resume restarts the stream:
     its in-flight groups were sampled by weights the checkpoint no longer holds."""
@@ -263,13 +266,17 @@ class Pipeline:
     def __init__(self, ctx: Context) -> None:
         c = ctx.config
         self.ctx = ctx
-        self.stream = GroupStream(c.off_policy.k, c.rollout.prompts_per_step)
-        self.per_call = c.off_policy.groups_per_call or c.rollout.prompts_per_step
+        # Rank 0 feeds the stream (with vLLM: every node's local rank 0, its node's share);
+        # the loop joins the feeders' shares on every rank, so other ranks neither hold a
+        # generator nor generate (next() returns None there).
+        self.feeders = feeders(c)
+        self.share = self.feeders.share
+        per_step = c.rollout.prompts_per_step // self.feeders.count
+        self.stream = GroupStream(c.off_policy.k, per_step)
+        self.per_call = min(c.off_policy.groups_per_call or per_step, per_step)
         self.stop = threading.Event()
         self.error: BaseException | None = None
-        # Rank 0 feeds the stream; the loop broadcasts its batch, so other ranks neither
-        # hold a generator nor generate (next() returns None there).
-        self.feeds = rank() == 0
+        self.feeds = self.share is not None
         self.gen = make_generator(c, ctx.model, ctx.tokenizer, own_copy=True) if self.feeds else None
         if not self.feeds and c.rollout.backend == "vllm":
             # The vllm generator pushes the trainer's weights once at start-up (ZeRO-3: a
@@ -302,7 +309,7 @@ class Pipeline:
                 n = self.stream.admit(self.per_call, self.stop)
                 if n == 0:
                     break
-                for group in split(sample(self.gen, self.ctx, n), n, G):
+                for group in split(self._sample(n), n, G):
                     self.stream.put(group)
         except BaseException as e:  # surfaced in the trainer thread by next()
             self.error = e
@@ -326,16 +333,39 @@ class Pipeline:
                 n = self.stream.admit(self.per_call, self.stop)
                 if n == 0:
                     break
-                idx = ctx.pool.next_batch(n)
+                idx, pos = self._draw(n)
                 seed = c.seed * 1_000_003 + ctx.gen_counter  # sample()'s seeds
                 ctx.gen_counter += 1
                 for j, i in enumerate(idx):
                     started[(seed, j)] = time.perf_counter()
                     svc.submit(Request((seed, j, i), [ctx.prompts[i]], G, c.rollout.temperature,
-                                       seed + j * G))
+                                       seed + pos[j] * G))
         except BaseException as e:  # surfaced in the trainer thread by next()
             self.error = e
         collector.join(timeout=60)
+
+    def _draw(self, n: int) -> tuple[list[int], list[int]]:
+        """This feeder's n prompts (its stride of a draw for every feeder) and their places in
+        that draw (which fix their seeds: no two nodes sample with the same seed)."""
+        count = self.feeders.count
+        draw = self.ctx.pool.next_batch(n * count)
+        return strided(draw, self.share, count), strided(list(range(len(draw))), self.share, count)
+
+    def _sample(self, n: int) -> Batch:
+        """sample() for this feeder's share (one feeder: sample() itself)."""
+        if self.feeders.count == 1:
+            return sample(self.gen, self.ctx, n)
+        c, ctx = self.ctx.config, self.ctx
+        idx, pos = self._draw(n)
+        seed = c.seed * 1_000_003 + ctx.gen_counter
+        ctx.gen_counter += 1
+        t0 = time.perf_counter()
+        # generate_rollout seeds prompt j with seed + j * G: offset the call by this share so
+        # no two nodes' prompts share a seed (places pos[j] = j * count + share)
+        ro = generate_rollout(self.gen, [ctx.prompts[i] for i in idx], c, ctx.tokenizer,
+                              seed + self.share * c.rollout.generations_per_prompt * len(idx),
+                              n=c.rollout.generations_per_prompt, temperature=c.rollout.temperature)
+        return Batch(idx, ro, time.perf_counter() - t0)
 
     def _collect(self, svc, started: dict) -> None:
         """Finished groups from the stream into the GroupStream, in the order they finish."""
@@ -357,7 +387,7 @@ class Pipeline:
             self.gen.sync_weights(model, version)
             self.stream.push(version)
         elif self.ctx.config.rollout.backend == "vllm":
-            _join_push(model)  # under ZeRO-3 rank 0's push gathers from all ranks' shards
+            _join_push(model)  # under ZeRO-3 the feeders' pushes gather from all ranks' shards
 
     def close(self) -> None:
         self.stop.set()

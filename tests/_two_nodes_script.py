@@ -1,0 +1,69 @@
+"""One rank of a 2-"node" pipeline-mode job on the vllm backend (tests/test_two_nodes.py):
+two Slurm-style tasks, each node's local rank 0 (SLURM_NODEID 0 and 1, SLURM_LOCALID 0), in
+the vllm venv, on one host. Runs `trainer.loop.run` as a study job does and writes what this
+rank saw: whether it ran a generator and which engine, its own share of each step (prompt
+ids, the versions its tokens were sampled with), each step's joined batch, its weights.
+Usage: .venv-vllm/bin/python tests/_two_nodes_script.py STEPS WORKDIR
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import torch.distributed as dist
+    from _trainer_util import config, tiny
+
+    from trainer import loop, offpolicy
+
+    steps, work = int(sys.argv[1]), Path(sys.argv[2])
+    rank = int(os.environ["SLURM_PROCID"])
+    cfg = config(tiny(
+        rollout={"backend": "vllm", "prompts_per_step": 4, "generations_per_prompt": 2,
+                 "max_new_tokens": 8},
+        off_policy={"mode": "pipeline", "k": 1},
+        data={"zero_variance_filter": False},  # every step trains: the weights move
+        eval={"every_steps": steps, "num_prompts": 8, "samples_per_prompt": 2},
+        budget={"steps": steps}, checkpoint={"every_steps": steps}))
+    built, threads, shares, batches = {}, [], [], []
+    orig_init, orig_start = loop._Run.__init__, threading.Thread.start
+    orig_next, orig_batch = offpolicy.Pipeline.next, loop._Run.next_batch
+
+    def keep(self, *a, **k):  # the run state, to read its final weights
+        orig_init(self, *a, **k)
+        built["run"] = self
+
+    def start(self):  # which threads this rank starts
+        threads.append(self.name)
+        orig_start(self)
+
+    def share(self, version):  # this rank's own part of the step (None: not a feeder)
+        b = orig_next(self, version)
+        built["source"] = self
+        if b is not None:
+            shares.append({"step": version, "prompts": b.prompt_ids,
+                           "versions": sorted({v for vs in b.rollout.versions for v in vs})})
+        return b
+
+    def joined(self, source):  # the step's batch as every rank trains on it
+        b = orig_batch(self, source)
+        batches.append(b.prompt_ids)
+        return b
+
+    loop._Run.__init__, threading.Thread.start = keep, start
+    offpolicy.Pipeline.next, loop._Run.next_batch = share, joined
+    loop.run(cfg, work / "run")
+    run, src = built["run"], built["source"]
+    params = [float(x) for p in run.engine.model.parameters() for x in p.detach().flatten()[:20]]
+    out = {"rank": rank, "step": run.step, "generators": threads.count("ablate-generator"),
+           "engine": type(src.gen).__name__ if src.gen is not None else None,
+           "feeders": list(src.feeders.ranks), "shares": shares, "batches": batches,
+           "params": params}
+    (work / f"rank{rank}.json").write_text(json.dumps(out))
+    dist.barrier()
+    dist.destroy_process_group()

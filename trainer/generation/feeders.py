@@ -1,0 +1,79 @@
+"""Which ranks generate a step's rollouts, and how a step's batch is put together from them.
+
+Why: in pipeline mode with vLLM (trainer/binding.py separate_generation) each node's local
+rank 0 is bound to its own node's engines (binding.py plan_binding). If only rank 0 fed the
+trainer, every other node's generation GPUs would be held and idle: half the generation of a
+2-node job. So every node's local rank 0 is a *feeder*: it runs the pipeline's generator over
+its node's engines and makes `prompts_per_step / nodes` prompt groups of each step; the step's
+batch is the feeders' shares joined in node order, the same on every rank (an all-gather).
+Each feeder draws its prompts from the shared pool as a stride (share j keeps every nodes-th
+prompt of a draw of nodes x n, starting at j), so the shares never overlap and, together, take
+the pool's order as one feeder would, with no messages between feeders. Every feeder pushes
+the trainer's weights into its own engines after each step (one ZeRO-3 gather per parameter on
+every rank, as before: trainer/generation/push.py). Eval stays on rank 0's node's engines.
+
+In every other case (hf, ppo_off_policy, one node) rank 0 alone feeds, as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainer.binding import current_binding, separate_generation
+from trainer.distributed import all_gather_objects, rank
+
+
+@dataclass(frozen=True)
+class Feeders:
+    """The ranks that generate (node order) and this rank's place among them."""
+
+    ranks: tuple[int, ...]
+    me: int  # this rank
+
+    @property
+    def share(self) -> int | None:
+        """This rank's share index (its node's), None on a rank that does not generate."""
+        return self.ranks.index(self.me) if self.me in self.ranks else None
+
+    @property
+    def count(self) -> int:
+        return len(self.ranks)
+
+
+def feeders(config) -> Feeders:
+    """Every node's local rank 0 in pipeline mode with vLLM, else rank 0 alone. Collective
+    (every rank must call it, in the same place): the ranks' own bindings are gathered, so
+    the answer never rests on assuming equal node sizes."""
+    if not separate_generation(config):
+        return Feeders((0,), rank())
+    leader = current_binding(config).local_rank == 0
+    flags = all_gather_objects(leader)
+    ranks = tuple(r for r, f in enumerate(flags) if f) or (0,)
+    n = config.rollout.prompts_per_step
+    if n % len(ranks):
+        raise ValueError(f"rollout.prompts_per_step={n} does not split over the job's "
+                         f"{len(ranks)} nodes (each node's engines generate prompts_per_step / "
+                         f"nodes groups a step); valid: a multiple of {len(ranks)}")
+    return Feeders(ranks, rank())
+
+
+def strided(draw: list[int], share: int, count: int) -> list[int]:
+    """This share's prompts of a draw of count x n from the pool (every count-th, from share)."""
+    return draw[share::count]
+
+
+def step_batch(mine, ranks: tuple[int, ...], stop: str):
+    """The step's batch on every rank: rank 0's, broadcast, or with several feeders their
+    shares joined in node order (an all-gather). `mine` is this rank's share (None on a rank
+    that does not feed) or `stop` (a stop signal inside its generation); if any feeder
+    stopped, every rank gets `stop`."""
+    from trainer.distributed import broadcast_object
+    from trainer.offpolicy import concat  # deferred: offpolicy imports this module
+
+    if ranks == (0,):
+        return broadcast_object(mine)
+    every = all_gather_objects(mine)
+    parts = [every[r] for r in ranks]
+    if any(isinstance(p, str) and p == stop for p in parts):
+        return stop
+    return concat(parts)
