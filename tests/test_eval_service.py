@@ -129,7 +129,8 @@ def test_replica_count_from_the_plan_and_its_limits():
     assert replica_count(cfg(tensor_parallel_size=2, data_parallel_replicas=1), 8) == 1
     t = plan_topology(2, 8, separate_generation=True, tensor_parallel_size=1,
                       data_parallel_replicas=3)
-    assert t.replicas == (((0, 0),), ((0, 1),), ((0, 2),))  # rank 0's node first
+    # 3 on each node (every node's local rank 0 starts its own: trainer/generation/feeders.py)
+    assert t.replicas == (((0, 0),), ((0, 1),), ((0, 2),), ((1, 0),), ((1, 1),), ((1, 2),))
     with pytest.raises(ValueError, match=r"data_parallel_replicas=3 .* valid: 1..2"):
         plan_topology(2, 8, separate_generation=True, tensor_parallel_size=2,
                       data_parallel_replicas=3)

@@ -18,8 +18,8 @@ vLLM then refused to start. Instead every process is bound by construction:
   GPU is the usual `srun --gpus-per-task=1` setup: NCCL finds peers by PCI bus id, not by
   CUDA ordinal (read, not run here).
 - Each node's local rank 0 is bound to that node's vLLM engines (every node, not only rank
-  0's; today the off-policy sources start engines on rank 0 only, trainer/offpolicy.py, so
-  the other nodes' bindings wait for cross-node dealing of the work): each engine process is
+  0's; in pipeline mode each starts them and generates its node's share of every step,
+  trainer/generation/feeders.py; ppo_off_policy starts rank 0's only): each engine process is
   started with CUDA_VISIBLE_DEVICES = its own GPUs (the node's
   generation GPUs, `tensor_parallel_size` per engine) and V1 multiprocessing, so the engine
   core (a child process that inherits the environment: vllm/v1/engine/utils.py

@@ -227,8 +227,9 @@ def plan_topology(nodes: int, gpus_per_node: int, *, separate_generation: bool,
     generation GPUs. One rank per GPU: `ranks_per_node` (the launcher's tasks per node),
     when given, must equal the training GPUs per node; more would put two ranks on one GPU.
     `data_parallel_replicas` (rollout.vllm.data_parallel_replicas), when given, keeps that many
-    replicas, the first node's first: they are started on rank 0's node only
-    (trainer/generation/replicas.py), so at most one node's generation GPUs / tensor_parallel_size."""
+    replicas on each node, its first: every node's local rank 0 starts its node's
+    (trainer/binding.py plan_binding; trainer/generation/feeders.py), so at most a node's
+    generation GPUs / tensor_parallel_size."""
     if nodes < 1 or gpus_per_node < 1:
         raise ValueError(f"a GPU job needs nodes >= 1 and gpus_per_node >= 1, got {nodes} x "
                          f"{gpus_per_node}")
@@ -260,10 +261,11 @@ def plan_topology(nodes: int, gpus_per_node: int, *, separate_generation: bool,
             raise ValueError(
                 f"rollout.vllm.data_parallel_replicas={data_parallel_replicas} with "
                 f"tensor_parallel_size={tp} on {len(gen_local)} generation GPUs per node: "
-                f"replicas run on rank 0's node; valid: 1..{per_node}" if per_node else
+                f"that many replicas run on each node; valid: 1..{per_node}" if per_node else
                 f"rollout.vllm.data_parallel_replicas={data_parallel_replicas}: no generation "
                 f"GPUs of their own on {gpus_per_node}-GPU nodes; valid: null")
-        replicas = replicas[:data_parallel_replicas]
+        replicas = tuple(r for n in range(nodes)
+                         for r in [x for x in replicas if x[0][0] == n][:data_parallel_replicas])
     return Topology(training=tuple((n, g) for n in range(nodes) for g in train_local),
                     generation=tuple((n, g) for n in range(nodes) for g in gen_local),
                     replicas=replicas)

@@ -100,8 +100,8 @@ class Plan:
 
 
 class DataPipeline:
-    """PipelineRL-k, data-timed (see the module doc). Rank 0 feeds; other ranks get None from
-    next() and join the vllm push's ZeRO-3 gathers, as with the free-running pipeline."""
+    """PipelineRL-k, data-timed (see the module doc; hf only). Rank 0 feeds; other ranks get
+    None from next()."""
 
     def __init__(self, ctx: Context) -> None:
         c = ctx.config

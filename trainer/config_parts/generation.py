@@ -48,8 +48,9 @@ class VLLMConfig(Strict):
         description="vLLM engines (data-parallel replicas, each tensor_parallel_size GPUs, each "
         "its own process) that serve one job's generation and eval: a call's prompt groups are "
         "dealt to them by tokens, results merged in order, weights pushed to all. They run on "
-        "rank 0's node: at most its generation GPUs / tensor_parallel_size. None = that many "
-        "on GPUs, 1 on CPU.",
+        "each node (pipeline mode: every node's local rank 0 starts its node's and generates its "
+        "share of each step; eval uses rank 0's node's): at most a node's generation GPUs / "
+        "tensor_parallel_size. None = that many on GPUs, 1 on CPU.",
     )
 
 

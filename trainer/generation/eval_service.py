@@ -44,7 +44,7 @@ def uses_service(config: TrainConfig, source) -> bool:
 
 def service_generator(source) -> Optional[Generator]:
     """The rollout source's generator on this rank (PPOOffPolicy / Pipeline `.gen`); None on
-    ranks that hold none (pipeline mode: only rank 0 feeds)."""
+    ranks that hold none (pipeline mode: only each node's local rank 0 feeds; eval uses rank 0's)."""
     return getattr(source, "gen", None)
 
 
