@@ -67,13 +67,13 @@ def shape(gib) -> JobShape:
 def test_paper_recipe_on_80_gib_gpus_is_four_one_gpu_replicas_in_plan_and_start_up():
     c = paper()
     e = engines(c, shape(80))
-    assert (e.tp, e.replicas, e.own_gpus) == (1, 4, True)
+    assert (e.tp, e.replicas, e.own_gpus, e.nodes) == (1, 4, True, 2)  # each node its own
     started = started_engines(c, 80)
     assert started == [(("0",), ("1",), ("2",), ("3",)), (), (), ()] * 2
     assert len(started[0]) == e.replicas and len(started[0][0]) == e.tp
     p = memory_plan(c, shape(80))
-    assert p.fits and "4 vLLM engines of 1 GPU each on rank 0's node" in p.note, p.note
-    assert "the other nodes' generation GPUs hold none" in p.note  # still honest
+    assert p.fits and "4 vLLM engines of 1 GPU each on every node (2 nodes, 8 in all)" in p.note
+    assert "idle" not in p.note, p.note  # every node's generation GPUs run its engines
 
 
 def test_a_model_too_large_for_one_gpu_gets_the_smallest_tp_that_holds_it(tmp_path):

@@ -142,9 +142,9 @@ def test_dry_run_text_names_terms_and_verdict():
     out = r.stdout
     for term in ("weights", "gradients", "optimizer states", "activation checkpoints",
                  "LM head logits chunk", "KV cache", "largest:", "-> fits",
-                 "4 vLLM engines of 1 GPU each on rank 0's node",  # Qwen3-8B fits one GPU
-                 "4 of the job's 16 GPUs are idle"):
+                 "4 vLLM engines of 1 GPU each on every node (2 nodes, 8 in all)"):  # 8B: 1 GPU
         assert term in out, term
+    assert "idle" not in out  # pipeline: every node's generation GPUs run its engines
 
 
 def test_eval_kv_cache_is_planned_and_bounded_by_eval_batch_size():
@@ -183,28 +183,31 @@ def small(**over) -> TrainConfig:
     return TrainConfig.model_validate(set_dotted(tree, over))
 
 
-def test_kv_cache_is_sized_for_the_engines_on_rank0s_node_only():
-    """Every engine runs on rank 0's node (trainer/generation/replicas.py), so a second node adds no
-    engine: each engine still decodes the whole rollout call plus eval (pipeline mode: 64 + 64
-    sequences), not half of it. The plan used to halve it per node (nodes x engines)."""
+def test_kv_cache_is_sized_for_each_nodes_share_and_eval_on_rank0s_node():
+    """In pipeline mode every node's engines generate prompts_per_step / nodes groups
+    (trainer/offpolicy.py), and eval goes to rank 0's node's engines only: the busiest engine,
+    on rank 0's node, decodes its node's share of the rollout call plus eval (2 nodes: 32 + 64
+    sequences over 4 engines), not the whole call plus eval (the rule when only rank 0's node
+    ran engines: 64 + 64) nor half of both (nodes x engines)."""
     from trainer.resources import kv_bytes_per_token, sequence_tokens
 
     per_seq = sequence_tokens(small()) * kv_bytes_per_token(small(), model_shape("Qwen/Qwen2.5-0.5B")[0])
     one, two = (plan(small(), JobShape(nodes=n, ranks_per_node=4, gpus_per_node=8, gpu_memory_gib=80))
                 for n in (1, 2))
-    assert one.generation["KV cache"] == two.generation["KV cache"]
-    # the 0.5B model fits one GPU: 4 one-GPU replicas on rank 0's node, 128 / 4 sequences each
-    assert two.generation["KV cache"] == pytest.approx(32 * per_seq / GIB, abs=0.01)
-    assert "KV room for" in two.kv_sequences and " of 32 sequences" in two.kv_sequences
+    # the 0.5B model fits one GPU: 4 one-GPU replicas a node; 1 node: (64 + 64) / 4 each
+    assert one.generation["KV cache"] == pytest.approx(32 * per_seq / GIB, abs=0.01)
+    assert two.generation["KV cache"] == pytest.approx(24 * per_seq / GIB, abs=0.01)
+    assert "KV room for" in two.kv_sequences and " of 24 sequences" in two.kv_sequences
     tp4 = plan(small(rollout__vllm__tensor_parallel_size=4),
                JobShape(nodes=2, ranks_per_node=4, gpus_per_node=8, gpu_memory_gib=80))
-    assert tp4.generation["KV cache"] == pytest.approx(128 * per_seq / 4 / GIB, abs=0.01)
-    assert " of 128 sequences" in tp4.kv_sequences  # one engine of 4 GPUs: all of them
-    # Two replicas of one GPU each split the sequences; ppo_off_policy sends k x the prompts,
-    # and its eval runs between steps (the larger of the two calls, not their sum).
+    assert tp4.generation["KV cache"] == pytest.approx(96 * per_seq / 4 / GIB, abs=0.01)
+    assert " of 96 sequences" in tp4.kv_sequences  # one engine of 4 GPUs a node: 32 + 64
+    # Two replicas a node split their node's sequences; ppo_off_policy starts engines on rank
+    # 0's node only and sends them k x the prompts, and its eval runs between steps (the
+    # larger of the two calls, not their sum), whatever the nodes.
     reps = plan(small(rollout__vllm__tensor_parallel_size=1, rollout__vllm__data_parallel_replicas=2),
                 JobShape(nodes=2, ranks_per_node=4, gpus_per_node=8, gpu_memory_gib=80))
-    assert " of 64 sequences" in reps.kv_sequences
+    assert " of 48 sequences" in reps.kv_sequences
     ppo = plan(small(off_policy__mode="ppo_off_policy", off_policy__k=2),
                JobShape(nodes=2, ranks_per_node=8, gpus_per_node=8, gpu_memory_gib=80))
     assert " of 128 sequences" in ppo.kv_sequences  # max(2 x 4 x 16, 4 x 16)
@@ -219,8 +222,9 @@ def test_engine_placement_is_the_trainers():
     """trainer/generation/placement.py (pure Python, for the plan) against what the trainer
     binds at start (trainer/binding.py plan_binding, run for every process of a 2-node job):
     the engines and their GPUs, and the GPUs each node leaves without a rank or an engine,
-    over every split the validation accepts. Engines are started by rank 0 only
-    (trainer/offpolicy.py), so only rank 0's node's engines count as running."""
+    over every split the validation accepts. In pipeline mode with vLLM every node's local rank
+    0 starts its node's engines; otherwise rank 0 alone (trainer/offpolicy.py), so only rank
+    0's node's engines count as running."""
     from trainer.binding import plan_binding
     from trainer.generation.placement import engines, idle_gpus
     from trainer.generation.replicas import replica_count
@@ -246,9 +250,13 @@ def test_engine_placement_is_the_trainers():
         assert e.replicas == len(rank0.engines) == replica_count(c, gpus), (mode, gpus, gen, tp, dp)
         assert e.tp == len(rank0.engines[0]) and e.own_gpus == (sep and gpus >= 2)
         assert e.per_gpu == (1 if e.own_gpus else e.replicas)
+        started = [b for b in binds if b.engines and (sep or b.rank == 0)]
+        assert e.nodes == len(started) == (2 if sep else 1), (mode, gpus, gen, tp, dp)
+        assert all(len(b.engines) == e.replicas for b in started)
         if gpus >= 2:
             used = [{b.gpu for b in binds if b.node == n} for n in range(2)]
-            used[0] |= {g for eng in rank0.engines for g in eng}
+            for b in started:
+                used[b.node] |= {g for eng in b.engines for g in eng}
             assert idle_gpus(c, shape, e) == (gpus - len(used[0]), gpus - len(used[1])), \
                 (mode, gpus, gen, tp, dp)
         checked += 1
@@ -260,12 +268,16 @@ def test_dry_run_says_where_engines_run_and_which_gpus_idle():
 
     shape = JobShape(nodes=2, ranks_per_node=4, gpus_per_node=8, gpu_memory_gib=80)
     paper = plan_of(small(), shape).note  # pipeline: 4 generation GPUs per node, 4 replicas
-    assert "4 vLLM engines of 1 GPU each on rank 0's node" in paper, paper
-    assert "4 of the job's 16 GPUs are idle (4 on the other node)" in paper, paper
-    assert "counted in gpu_hours" in paper and "other nodes' generation GPUs hold none" in paper
+    assert "4 vLLM engines of 1 GPU each on every node (2 nodes, 8 in all)" in paper, paper
+    assert "each node 2 of a step's 4 prompt groups; rank 0's node's also serve eval" in paper
+    assert "idle" not in paper and "rank 0's node only" not in paper, paper  # every node's run
     one_node = plan_of(small(), JobShape(nodes=1, ranks_per_node=4, gpus_per_node=8,
                                          gpu_memory_gib=80)).note
-    assert "idle" not in one_node, one_node
+    assert "idle" not in one_node and "4 vLLM engines of 1 GPU each on rank 0's node" in one_node
+    # Fewer engines than generation GPUs leave the rest idle on every node, and say so.
+    two = plan_of(small(rollout__vllm__data_parallel_replicas=2), shape).note
+    assert "4 of the job's 16 GPUs are idle (2 on rank 0's node, 2 on the other node)" in two, two
+    assert "2 engine(s) x tensor_parallel_size 1 use 2 of each node's 4 generation GPUs" in two
     # ppo_off_policy: every GPU may train, but 4 tasks per node leave 4 GPUs a node unused.
     ppo = plan_of(small(off_policy__mode="ppo_off_policy"), shape).note
     assert "8 of the job's 16 GPUs are idle (4 on rank 0's node, 4 on the other node)" in ppo, ppo

@@ -92,6 +92,28 @@ def test_paper_recipe_plan_is_generation_bound_and_its_eval_outlasts_a_job():
         t.requeues) > t.requeues
 
 
+def test_every_nodes_engines_generate_in_pipeline_mode_and_eval_stays_on_rank0s_node():
+    """Pipeline mode with vLLM: each node's local rank 0 starts its node's engines and
+    generates prompts_per_step / nodes groups a step, so a second node doubles the rollouts'
+    decode rate (the rule when only rank 0's node ran engines kept it equal); eval still goes
+    to rank 0's node's engines only, so its time does not change. ppo_off_policy keeps one
+    engine set on rank 0's node: a second node adds none."""
+    from dataclasses import replace
+
+    c = paper(eval={"num_prompts": 50})
+    one, two = (plan_time(c, replace(PAPER_SHAPE, nodes=n), PAPER_LIMITS) for n in (1, 2))
+    # 4 one-GPU engines a node, each decoding as many sequences at once either way (the KV
+    # room binds): twice the engines, twice the tokens/s.
+    assert two.generation_tokens_per_s == pytest.approx(2 * one.generation_tokens_per_s, rel=1e-3)
+    assert two.generation_s == pytest.approx(one.generation_s / 2, rel=1e-3)
+    assert two.eval_s == pytest.approx(one.eval_s)  # rank 0's node's 4 engines, both times
+    assert any("4 engine(s) of 1 GPU(s) on each of 2 nodes" in a for a in two.assumptions)
+    ppo = paper(off_policy={"mode": "ppo_off_policy", "k": 1}, eval={"num_prompts": 50})
+    p1, p2 = (plan_time(ppo, replace(PAPER_SHAPE, ranks_per_node=8, nodes=n), PAPER_LIMITS)
+              for n in (1, 2))
+    assert p2.generation_tokens_per_s == pytest.approx(p1.generation_tokens_per_s)
+
+
 def test_an_eval_longer_than_the_gap_between_evals_is_refused():
     """Evals beside training that take longer than the steps between two evals pile up:
     refused, with what to change (one line)."""

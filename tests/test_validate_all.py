@@ -90,6 +90,12 @@ REFUSED = [
     ({"rollout": {"backend": "vllm", "vllm": {"generation_gpus": 3, "tensor_parallel_size": 2}}},
      JobShape(ranks_per_node=5, gpus_per_node=8),
      ["rollout.vllm.tensor_parallel_size=2", "3 generation GPUs"], "valid: 1, 3"),
+    # trainer/offpolicy.py: in pipeline mode with vLLM each node generates prompts_per_step /
+    # nodes groups a step.
+    ({"off_policy": {"mode": "pipeline"}, "rollout": {"backend": "vllm", "prompts_per_step": 50}},
+     JobShape(nodes=4, ranks_per_node=4, gpus_per_node=8),
+     ["rollout.prompts_per_step=50 does not split over 4 nodes", "prompts_per_step / nodes"],
+     "valid: a multiple of 4"),
 ]
 
 
@@ -118,6 +124,13 @@ def test_neighbours_of_each_refused_combination_pass():
         assert problems(TrainConfig.model_validate(tree), JobShape(gpus_per_node=8)) == [], tree
     pipeline = TrainConfig.model_validate({"rollout": {"backend": "vllm"}})
     assert problems(pipeline, JobShape(ranks_per_node=4, gpus_per_node=8)) == []
+    # prompts_per_step over the nodes: one node, a multiple, or one engine set (ppo_off_policy)
+    odd = {"rollout": {"backend": "vllm", "prompts_per_step": 50}}
+    for tree, nodes in ((odd, 1), ({"rollout": {**odd["rollout"], "prompts_per_step": 52}}, 4),
+                        ({**odd, "off_policy": {"mode": "ppo_off_policy"}}, 4)):
+        ranks = 4 if "off_policy" not in tree else 8
+        assert problems(TrainConfig.model_validate(tree),
+                        JobShape(nodes=nodes, ranks_per_node=ranks, gpus_per_node=8)) == [], tree
     assert problems(pipeline.model_copy(update={"rollout": pipeline.rollout.model_copy(
         update={"backend": "hf"})}), JobShape(ranks_per_node=8, gpus_per_node=8)) == []
     # Unknown GPU count (local executor): the GPU checks wait for the trainer's own start.

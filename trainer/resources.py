@@ -28,9 +28,11 @@ Sources of the formulas (bytes; Psi = parameters, d = data-parallel degree):
   bytes per logit), plus the fp32 copy of the head weight (precision.trainer_lm_head_fp32).
 - KV cache (vLLM's PagedAttention, Kwon et al. 2023, and HF's DynamicCache alike):
   2 (K and V) x layers x kv_heads x head_dim x bytes per token of every sequence in flight.
-  Which sequences an engine holds follows from where the trainer starts its engines (all on
-  rank 0's node) and what each is sent (rollouts, and eval through the service):
-  trainer/generation/placement.py, which also names the GPUs a job holds but leaves idle.
+  Which sequences an engine holds follows from where the trainer starts its engines (pipeline
+  mode with vLLM: on every node, each node's its share of a step's prompts; otherwise on rank
+  0's node) and what each is sent (rollouts, and eval through rank 0's service, to rank 0's
+  node's engines): trainer/generation/placement.py, which also names the GPUs a job holds but
+  leaves idle.
 """
 
 from __future__ import annotations
@@ -157,8 +159,9 @@ def vllm_terms(c: TrainConfig, m: ModelShape, e: Engines, gpu_gib: Optional[floa
                util: float) -> tuple[dict[str, float], str]:
     """One vLLM GPU: its share of the weights (tensor parallel over `e.tp` GPUs) and the KV cache
     of the sequences its engine decodes at once: what fits in `util` of the GPU, at most what
-    the engine is sent (trainer/generation/placement.py: every engine on rank 0's node) and vLLM's
-    max_num_seqs. Returns (terms in bytes, what the KV cache holds)."""
+    the busiest engine is sent (trainer/generation/placement.py: its node's rollouts, plus eval
+    on rank 0's node) and vLLM's max_num_seqs. Returns (terms in bytes, what the KV cache
+    holds)."""
     weights, per_seq = engine_gpu_bytes(c, m, e.tp)
     sent = rows_per_engine(c, e)
     held = min(sent, VLLM_MAX_NUM_SEQS)

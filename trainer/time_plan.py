@@ -22,7 +22,10 @@ The model (per step, B = sequences an engine decodes at once, ctx = their mean c
   so an engine makes B / t_iter tokens/s; prompts are prefilled once per group (vLLM's prefix
   cache shares the G samples' prompt) at PREFILL_MFU. B is the fewest of vLLM's max_num_seqs,
   the sequences the engine is sent (trainer/generation/placement.py) and what its KV room
-  holds at the mean context (PagedAttention allocates blocks as sequences grow).
+  holds at the mean context (PagedAttention allocates blocks as sequences grow). Where the
+  engines run (placement.py): in pipeline mode with vLLM every node's engines decode their
+  node's prompts_per_step / nodes groups, so the rollouts' rate is nodes x replicas engines;
+  eval goes to rank 0's node's replicas only. Otherwise one engine set, on rank 0's node.
 - Training on GPUs: 6N FLOPs per token (forward 2N + backward 4N; Kaplan et al. 2020 sec. 2.1)
   + 2N more with activation checkpointing (one forward recomputed) + causal attention
   (Narayanan et al. 2021 eq. 3's attention term), over the data-parallel ranks at TRAIN_MFU.
@@ -40,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from trainer.config import TrainConfig
-from trainer.generation.placement import Engines, engines, eval_rows, rows_per_engine
+from trainer.generation.placement import Engines, engines, eval_rows, rollout_rows
 from trainer.model_shape import ModelShape, model_shape, proxy_shape
 from trainer.resources import (CUDA_OVERHEAD_GIB, PROMPT_TOKENS, VLLM_SHARED_UTILIZATION,
                                VLLM_UTILIZATION, kv_bytes_per_token, sequence_tokens, training_dp)
@@ -366,12 +369,17 @@ def _gpu_step(c: TrainConfig, m: ModelShape, shape: JobShape, limits: Limits,
     gen_tokens = samples * completion
     prefill = c.rollout.prompts_per_step * prompt
     if c.rollout.backend == "vllm":
+        # Rollouts: every node's engines, each its node's call over its replicas (in pipeline
+        # mode every node generates prompts_per_step / nodes groups; otherwise one node);
+        # eval: rank 0's node's engines only (trainer/generation/placement.py).
         e = engines(c, shape)
-        b = engine_concurrency(c, m, e, shape, rows_per_engine(c, e), ctx)
-        rate = e.replicas * decode_rate(m, c, gpu, tp=e.tp, concurrent=b, ctx=ctx,
-                                        bw_eff=DECODE_BW_EFFICIENCY)
-        gen_gpus = e.replicas * e.tp
-        tp.assumptions.append(f"{e.replicas} engine(s) of {e.tp} GPU(s), {b:.0f} sequences "
+        b = engine_concurrency(c, m, e, shape,
+                               math.ceil(rollout_rows(c, e.nodes) / e.replicas), ctx)
+        rate = e.nodes * e.replicas * decode_rate(m, c, gpu, tp=e.tp, concurrent=b, ctx=ctx,
+                                                  bw_eff=DECODE_BW_EFFICIENCY)
+        gen_gpus, eval_gpus = e.nodes * e.replicas * e.tp, e.replicas * e.tp
+        on = f" on each of {e.nodes} nodes" if e.nodes > 1 else ""
+        tp.assumptions.append(f"{e.replicas} engine(s) of {e.tp} GPU(s){on}, {b:.0f} sequences "
                               "decoding at once each")
         eval_b = engine_concurrency(c, m, e, shape,
                                     math.ceil(eval_rows(c) / e.replicas), ctx)
@@ -381,7 +389,7 @@ def _gpu_step(c: TrainConfig, m: ModelShape, shape: JobShape, limits: Limits,
         dp = training_dp(c, shape)
         rows = math.ceil(samples / dp)
         rate = dp * hf_rate(m, c, gpu, rows, ctx)
-        gen_gpus = dp
+        gen_gpus = eval_gpus = dp
         eval_k = c.eval.samples_per_prompt
         eval_batch = max(eval_k, (c.eval.batch_size or 64 * eval_k) // eval_k * eval_k)
         eval_rate = hf_rate(m, c, gpu, eval_batch, ctx)  # rank 0 alone (or ranks in lockstep)
@@ -396,7 +404,7 @@ def _gpu_step(c: TrainConfig, m: ModelShape, shape: JobShape, limits: Limits,
     tp.train_s = flops / (dp * gpu.peak_flops * TRAIN_MFU)
     n_eval = (c.eval.num_prompts or c.task.num_eval_prompts)
     tp.eval_s = (n_eval * c.eval.samples_per_prompt * completion / eval_rate
-                 + n_eval * prompt * 2.0 * m.params / (gpu.peak_flops * PREFILL_MFU * gen_gpus))
+                 + n_eval * prompt * 2.0 * m.params / (gpu.peak_flops * PREFILL_MFU * eval_gpus))
     _combine(c, tp)
     mixed = c.engine.type == "deepspeed" and c.precision.dtype == "bf16"
     tp.checkpoint_s = m.params * (14 if mixed else 16) / CHECKPOINT_BYTES_PER_S

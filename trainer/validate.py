@@ -143,14 +143,26 @@ def _data_parallel_replicas(c: TrainConfig, shape: JobShape) -> Optional[str]:
     if dp <= per_node:
         return None
     return (f"rollout.vllm.data_parallel_replicas={dp} needs {dp} x tensor_parallel_size GPUs "
-            f"on rank 0's node, which has {gen} generation GPUs ({n}-GPU nodes); valid: "
-            f"1..{per_node}, or a smaller rollout.vllm.tensor_parallel_size")
+            f"on every node (it counts engines per node), which has {gen} generation GPUs "
+            f"({n}-GPU nodes); valid: 1..{per_node}, or a smaller "
+            f"rollout.vllm.tensor_parallel_size")
+
+
+def _prompts_per_node(c: TrainConfig, shape: JobShape) -> Optional[str]:
+    # trainer/offpolicy.py: in pipeline mode with vLLM every node's local rank 0 starts its
+    # node's engines and generates prompts_per_step / nodes groups of each step.
+    n, per_step = shape.nodes, c.rollout.prompts_per_step
+    if not separate_generation(c) or n <= 1 or per_step % n == 0:
+        return None
+    return (f"rollout.prompts_per_step={per_step} does not split over {n} nodes (off_policy."
+            f"mode=pipeline, rollout.backend=vllm: each node's engines generate prompts_per_step "
+            f"/ nodes groups per step); valid: a multiple of {n}")
 
 
 # Each returns the one-line problem, or None. Order: the most fundamental first.
 CHECKS: tuple[Callable[[TrainConfig, JobShape], Optional[str]], ...] = (
     _zero3_pipeline_hf, _chat_template_proxy, _cuda_without_gpus, _generation_split,
-    _ranks_per_gpu, _tensor_parallel, _data_parallel_replicas,
+    _ranks_per_gpu, _tensor_parallel, _data_parallel_replicas, _prompts_per_node,
 )
 
 
