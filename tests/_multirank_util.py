@@ -67,10 +67,11 @@ def launch_ranks(script: Path, args: list[str], cache: Path, world: int = 2,
     assert not failed, f"{script.name} {' '.join(args)} failed:\n" + "\n".join(failed)
 
 
-def warm_proxy(cache: Path, config_expr: str) -> None:
+def warm_proxy(cache: Path, config_expr: str, python: str = sys.executable) -> None:
     """Build the warmed proxy of `config_expr` (a TrainConfig expression evaluated inside
-    tests/) into `cache` once, before ranks start, so they only load it."""
+    tests/) into `cache` once, before ranks start, so they only load it. `python`: the ranks'
+    interpreter (its torch and transformers versions are part of the proxy's cache key)."""
     env = dict(os.environ, ABLATE_CACHE=str(cache), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="2")
     code = ("import sys; sys.path.insert(0, 'tests'); from trainer.proxy import proxy_path; "
             f"print(proxy_path({config_expr}))")
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, timeout=300)
+    subprocess.run([python, "-c", code], cwd=ROOT, env=env, check=True, timeout=300)

@@ -68,3 +68,16 @@ def wait_until(pred, timeout: float, poll: float = 1.0, what: str = "condition")
 def metric_steps(run_dir: Path) -> list[int]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return [json.loads(x)["step"] for x in lines if x.strip()]
+
+
+def release_requeued(job: str, signalled_at: float) -> None:
+    """Slurm holds a requeued job back a while (BeginTime): start it now, but not within 3 s
+    of the signal. slurmd refuses a job started within the second its previous attempt was
+    killed in (slurmctld.log: "Killing non-startable batch JobId=65: Job credential revoked":
+    the revocation and the new credential carry one-second timestamps); the job then ends
+    failed without running, and a CI run once lost a test to it."""
+    if time.time() - signalled_at < 3.0:
+        return
+    q = subprocess.run(["squeue", "-h", "-o", "%T", "-j", job], capture_output=True, text=True)
+    if "PENDING" in q.stdout:
+        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True)

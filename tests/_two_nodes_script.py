@@ -14,22 +14,29 @@ import sys
 import threading
 from pathlib import Path
 
-if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import torch.distributed as dist
-    from _trainer_util import config, tiny
+def config(steps: int):
+    """The job's config: the proxy, vLLM, PipelineRL-1, eval at 0 and at the end."""
+    from _trainer_util import config as train_config
+    from _trainer_util import tiny
 
-    from trainer import loop, offpolicy
-
-    steps, work = int(sys.argv[1]), Path(sys.argv[2])
-    rank = int(os.environ["SLURM_PROCID"])
-    cfg = config(tiny(
+    return train_config(tiny(
         rollout={"backend": "vllm", "prompts_per_step": 4, "generations_per_prompt": 2,
                  "max_new_tokens": 8},
         off_policy={"mode": "pipeline", "k": 1},
         data={"zero_variance_filter": False},  # every step trains: the weights move
         eval={"every_steps": steps, "num_prompts": 8, "samples_per_prompt": 2},
         budget={"steps": steps}, checkpoint={"every_steps": steps}))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import torch.distributed as dist
+
+    from trainer import loop, offpolicy
+
+    steps, work = int(sys.argv[1]), Path(sys.argv[2])
+    rank = int(os.environ["SLURM_PROCID"])
+    cfg = config(steps)
     built, threads, shares, batches = {}, [], [], []
     orig_init, orig_start = loop._Run.__init__, threading.Thread.start
     orig_next, orig_batch = offpolicy.Pipeline.next, loop._Run.next_batch

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from _study_util import ROOT, states, wait_until
+from _study_util import ROOT, release_requeued, states, wait_until
 from _study_util import cli as study_cli
 from ablate.errors import InputError
 
@@ -367,10 +367,10 @@ def test_command_run_preempted_on_slurm_is_requeued_and_resumes(tmp_path):
     wait_until(lambda: (d / "ckpt.json").exists() and
                json.loads((d / "ckpt.json").read_text())["step"] >= 5, 120, 0.05, "step 5")
     subprocess.run(["scancel", "--signal=USR2", job], check=True)
+    signalled = time.time()
 
     def finished():  # Slurm holds a requeued job back a while: release it now
-        if "PENDING" in _sh("squeue", "-h", "-o", "%T", "-j", job):
-            _sh("scontrol", "update", f"JobId={job}", "StartTime=now")
+        release_requeued(job, signalled)
         st = json.loads((d / "status.json").read_text())
         return st if st["state"] in ("done", "failed") else None
 

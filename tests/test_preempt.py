@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from _study_util import ROOT, cli_json, metric_steps, states, wait_until
+from _study_util import ROOT, cli_json, metric_steps, release_requeued, states, wait_until
 from _trainer_util import config, tiny
 
 import trainer
@@ -148,10 +148,10 @@ def test_two_rank_slurm_job_preempted_resumes_from_the_signal_checkpoint(tmp_pat
     seen = wait_until(lambda: (x := rundir.read_status(run_dir).get("step") or 0) >= 50 and x,
                       300, 0.02, "step 50 (past the step-40 eval)")
     subprocess.run(["scancel", "--signal=USR2", job], check=True)
+    signalled = time.time()
 
     def requeued() -> bool:  # Slurm holds a requeued job back a while: release it now
-        if "PENDING" in _sh("squeue", "-h", "-o", "%T", "-j", job):
-            _sh("scontrol", "update", f"JobId={job}", "StartTime=now")
+        release_requeued(job, signalled)
         return (rundir.read_status(run_dir).get("resumed_from") is not None
                 or rundir.read_status(run_dir).get("state") == "done")
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pytest
 from _rehearsal_util import math_rows, tiny_qwen3_chat_model, write_math_jsonl
-from _study_util import ROOT, cli, metric_steps, states, wait_until
+from _study_util import ROOT, cli, metric_steps, release_requeued, states, wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.vllm, pytest.mark.slow]
 
@@ -123,11 +123,11 @@ def _eval_in_flight(run_dir: Path, step: int) -> bool:
 
 
 def _preempt_one(sdir: Path, deadline: float, sweep: subprocess.Popen
-                 ) -> tuple[str, str, int, bool]:
+                 ) -> tuple[str, str, int, bool, float]:
     """USR2 to the first job seen past its step-2 eval (Slurm's preemption signal, as
     test_preempt.py sends it), at a moment its eval is decoding beside the training if one is
     seen within 60 s (the stop then lands inside an eval and, mostly, inside generation);
-    returns (run id, job id, step seen before the signal, eval in flight when sent)."""
+    returns (run id, job id, step seen before the signal, eval in flight when sent, when sent)."""
     def running_past_first_eval(want_eval: bool):
         now = states(sdir)
         broken = {r: s for r, s in now.items() if s["state"] == "failed"}
@@ -150,14 +150,7 @@ def _preempt_one(sdir: Path, deadline: float, sweep: subprocess.Popen
     # Not check=True: scancel may report an error for a step that is already completing
     # (exit 228) although the batch step got the signal; the status asserts below decide.
     subprocess.run(["scancel", "--signal=USR2", job])
-    return rid, job, s["step"], in_eval
-
-
-def _release_requeued(job: str) -> None:
-    """Slurm holds a requeued job back a while (BeginTime): release it now."""
-    q = subprocess.run(["squeue", "-h", "-o", "%T", "-j", job], capture_output=True, text=True)
-    if "PENDING" in q.stdout:
-        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True)
+    return rid, job, s["step"], in_eval, time.time()
 
 
 def _curves(sdir: Path) -> dict[str, list[float]]:
@@ -218,8 +211,8 @@ def test_loss_agg_dress_rehearsal_on_slurm_with_vllm_zero3_and_preemption(tmp_pa
     deadline = t0 + 900
     try:
         wait_until(lambda: (sdir / "submissions.json").exists(), 120, 0.5, "the submission")
-        rid, job, seen, in_eval = _preempt_one(sdir, deadline, sweep)
-        wait_until(lambda: _release_requeued(job) or
+        rid, job, seen, in_eval, signalled = _preempt_one(sdir, deadline, sweep)
+        wait_until(lambda: release_requeued(job, signalled) or
                    ((sdir / rid / "status.json").exists()
                     and json.loads((sdir / rid / "status.json").read_text()).get("resumed_from")
                     is not None),

@@ -10,12 +10,13 @@ import json
 import math
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from _stage_entry import truth_A
-from _study_util import cli, cli_json, metric_steps, states, tiny_study, wait_until
+from _study_util import cli, cli_json, metric_steps, release_requeued, states, tiny_study, wait_until
 from ablate.studies.launch import slurm
 
 pytestmark = pytest.mark.slurm
@@ -175,10 +176,11 @@ def _preempt_once_then_finish(sdir: Path, rid: str, steps: int, every: int, afte
     # What Slurm sends on preemption (SlurmctldParameters=preempt_send_user_signal): submitit
     # checkpoints the job object and requeues it with `scontrol requeue`.
     subprocess.run(["scancel", "--signal=USR2", job], check=True)
+    signalled = time.time()
 
     def started_again() -> bool:  # Slurm holds a requeued job back a while: release it now
         if "PENDING" in _squeue_state(job):
-            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True)
+            release_requeued(job, signalled)
             return False
         return "REQUEUED" in _sacct_states(job) and "RUNNING" in _squeue_state(job) or \
             states(sdir)[rid]["state"] == "done"

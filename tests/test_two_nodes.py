@@ -15,7 +15,7 @@ import json
 import os
 
 import pytest
-from _multirank_util import ROOT, launch_ranks
+from _multirank_util import ROOT, launch_ranks, warm_proxy
 from test_vllm import _venv_python
 
 STEPS = 3
@@ -23,6 +23,10 @@ STEPS = 3
 
 @pytest.mark.vllm
 def test_each_nodes_engine_makes_its_share_of_every_step(tmp_path):
+    # The model once, before the ranks (as every multi-rank test does): with an empty cache
+    # the two "nodes" once raced on building it here (a model dir holding only the tokenizer)
+    warm_proxy(os.environ["ABLATE_CACHE"], f"__import__('_two_nodes_script').config({STEPS})",
+               python=_venv_python())
     launch_ranks(ROOT / "tests" / "_two_nodes_script.py", [str(STEPS), str(tmp_path)],
                  cache=os.environ["ABLATE_CACHE"], world=2, timeout=500, python=_venv_python(),
                  extra_env={"VLLM_CPU_KVCACHE_SPACE": "1"}, nodes=2)

@@ -48,7 +48,7 @@ from trainer.eval_point import EvalPoint
 from trainer.evaluate import score
 from trainer.filters import zero_variance_keep
 from trainer.model import load_model, pick_device
-from trainer.offpolicy import MODES, Context
+from trainer.offpolicy import MODES, Context, concat
 from trainer.pool import PromptPool
 from trainer.precision import LMHead
 from trainer.tasks import build_task
@@ -258,7 +258,7 @@ class _Run(Checkpointing, Accounting, EvalPoint, PolicyUpdate):
                 raise
             mine = preempt.STOP
         feeders = getattr(source, "feeders", None)
-        got = step_batch(mine, feeders.ranks if feeders else (0,), preempt.STOP)
+        got = step_batch(mine, feeders.ranks if feeders else (0,), preempt.STOP, concat)
         if isinstance(got, str) and got == preempt.STOP:
             raise preempt.Stopped("stop signal inside generation")
         return got

@@ -18,9 +18,10 @@ In every other case (hf, ppo_off_policy, one node) rank 0 alone feeds, as before
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from trainer.binding import current_binding, separate_generation
-from trainer.distributed import all_gather_objects, rank
+from trainer.distributed import all_gather_objects, broadcast_object, rank
 
 
 @dataclass(frozen=True)
@@ -62,18 +63,15 @@ def strided(draw: list[int], share: int, count: int) -> list[int]:
     return draw[share::count]
 
 
-def step_batch(mine, ranks: tuple[int, ...], stop: str):
+def step_batch(mine, ranks: tuple[int, ...], stop: str, join: Callable[[list], object]):
     """The step's batch on every rank: rank 0's, broadcast, or with several feeders their
-    shares joined in node order (an all-gather). `mine` is this rank's share (None on a rank
-    that does not feed) or `stop` (a stop signal inside its generation); if any feeder
-    stopped, every rank gets `stop`."""
-    from trainer.distributed import broadcast_object
-    from trainer.offpolicy import concat  # deferred: offpolicy imports this module
-
+    shares joined in node order by `join` (trainer/offpolicy.py concat) after an all-gather.
+    `mine` is this rank's share (None on a rank that does not feed) or `stop` (a stop signal
+    inside its generation); if any feeder stopped, every rank gets `stop`."""
     if ranks == (0,):
         return broadcast_object(mine)
     every = all_gather_objects(mine)
     parts = [every[r] for r in ranks]
     if any(isinstance(p, str) and p == stop for p in parts):
         return stop
-    return concat(parts)
+    return join(parts)
