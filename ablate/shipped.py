@@ -38,10 +38,10 @@ def shipped_dir(kind: Kind) -> Optional[Path]:
     return None
 
 
-def shipped_names(kind: Kind) -> list[str]:
+def shipped_names(kind: Kind, studies: bool = False) -> list[str]:
     """The shipped files of `kind` a study can name there, by name: recipes a `base:` can be
     (`scalerl.yaml`; not the example studies), profiles a `profile:` can be (`slurm_gpu.yaml`;
-    not the tune spaces)."""
+    not the tune spaces). `studies`: the example studies instead (`ablate sweep NAME`)."""
     d = shipped_dir(kind)
     if d is None:
         return []
@@ -52,7 +52,7 @@ def shipped_names(kind: Kind) -> list[str]:
             data = yaml.safe_load(p.read_text())
         except (OSError, yaml.YAMLError):
             continue
-        if isinstance(data, dict) and not any(k in data for k in skip):
+        if isinstance(data, dict) and (not any(k in data for k in skip)) != studies:
             out.append(str(p.relative_to(d)))
     return out
 
@@ -90,7 +90,7 @@ def candidates(ref: str, kind: Kind, near: Optional[Path] = None,
 
 def find(ref: str, kind: Kind, near: Optional[Path] = None, folders: Sequence[str] = ("",),
          cwd_folders: Sequence[str] = ("",), what: str = "file", where: str = "",
-         shown: Optional[str] = None) -> Path:
+         shown: Optional[str] = None, studies: bool = False) -> Path:
     """The first existing file among `candidates`; InputError listing them (and the shipped
     names) when none exists. `where` prefixes the message (`study.yaml:3`); `shown` is the name
     as the user wrote it (a profile's bare NAME) when `ref` is not."""
@@ -98,7 +98,7 @@ def find(ref: str, kind: Kind, near: Optional[Path] = None, folders: Sequence[st
     for c in looked:
         if c.is_file():
             return Path(_short(c))  # as error messages then name it: relative when under here
-    names = shipped_names(kind)
+    names = shipped_names(kind, studies)
     if kind == "sweeps":
         names = [n[:-5] for n in names if n.endswith(".yaml")]
     shipped = f"; shipped: {', '.join(names)}" if names else ""
@@ -113,3 +113,11 @@ def _short(p: Path) -> str:
         return str(p.relative_to(Path.cwd()))
     except ValueError:
         return str(p)
+
+
+def recipe_arg(path: Path, what: str, studies: bool = False) -> Path:
+    """A command's recipe or study argument: the file as given when it exists, else a shipped
+    recipe of that name (`ablate sweep loss_agg.yaml` or `recipes/loss_agg.yaml` from the
+    user's own folder), else one line naming every place looked and the shipped names (the
+    example studies when `studies`)."""
+    return path if path.is_file() else find(str(path), "recipes", what=what, studies=studies)

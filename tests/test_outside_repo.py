@@ -278,3 +278,18 @@ def test_run_takes_a_shipped_recipe_by_name_and_says_where_it_looked(tmp_path):
     err = one_error_line(ablate("run", "proxy.yaml", "--out", "r", cwd=tmp_path))
     assert "lrr" in err and "proxy.yaml:2" in err, err
     assert not (tmp_path / "r").exists()
+
+
+@needs_script
+def test_sweep_takes_a_shipped_study_by_name(tmp_path):
+    """`ablate sweep loss_agg.yaml` (or `recipes/loss_agg.yaml`, as the README writes it) from a
+    user's folder finds the shipped study; a missing name is one line listing where it looked
+    and the shipped studies (not the base recipes), exit 2, nothing written."""
+    for name in ("loss_agg.yaml", "recipes/loss_agg.yaml"):
+        r = ablate("sweep", name, "--dry-run", "--json", "--executor", "local", cwd=tmp_path)
+        assert r.returncode == 0, (name, r.stderr)
+        assert len(json.loads(r.stdout)) == 6, r.stdout[:500]  # 3 aggregations x 2 seeds
+    err = one_error_line(ablate("sweep", "nosuch.yaml", "--dry-run", cwd=tmp_path))
+    assert "nosuch.yaml" in looked_for(err)[0] and "loss_agg.yaml" in err, err
+    assert "scalerl.yaml" not in err.split("shipped: ")[1], err  # a base recipe, not a study
+    assert list(tmp_path.iterdir()) == []

@@ -24,12 +24,11 @@ def load_train_config(path: Path):
     from ablate.studies.provenance import load_recipe, validate_config
     from ablate.yamlio import load_yaml
 
-    if not path.is_file():
-        # A shipped recipe by name (`ablate run proxy.yaml` from the user's own folder): the same
-        # lookup as a study's `base:` (ablate/shipped.py); a user's file of that name wins.
-        from ablate.shipped import find
+    # A shipped recipe by name (`ablate run proxy.yaml` from the user's own folder): the same
+    # lookup as a study's `base:` (ablate/shipped.py); a user's file of that name wins.
+    from ablate.shipped import recipe_arg
 
-        path = find(str(path), "recipes", what="TrainConfig YAML")
+    path = recipe_arg(path, "TrainConfig YAML")
     data = load_yaml(path).data
     if isinstance(data, dict) and ("axes" in data or "seeds" in data or "name" in data):
         raise InputError(f"{path}: this is a study (has name/axes/seeds); run it with "

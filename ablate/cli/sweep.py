@@ -56,8 +56,11 @@ def sweep(
     Safe to re-run after anything breaks: finished runs are skipped, failed ones are resubmitted
     up to the study's max_attempts, and adding a value to an axis adds only the new runs.
     """
+    from ablate.shipped import recipe_arg
     from ablate.studies.adaptive import has_stages
     from ablate.studies.sweep import plan_sweep, run_sweep
+
+    study = recipe_arg(study, "study", studies=True)  # a shipped study by name, from any folder
 
     if dry_run:
         from ablate.cli.dryrun import dry_run as print_dry_run
