@@ -361,7 +361,11 @@ def broadcast_object(obj, src: int = 0):
 
 def all_gather_objects(obj) -> list:
     """Every rank's Python object, in rank order, on every rank (e.g. each node's share of a
-    step's rollouts, made by that node's engines: trainer/generation/feeders.py)."""
+    step's rollouts, made by that node's engines: trainer/generation/feeders.py). Pickled and
+    sent as tensors on the current CUDA device under NCCL (torch 2.13
+    torch/distributed/distributed_c10d.py all_gather_object: "the user's responsibility to
+    ensure ... torch.cuda.set_device()"): resolve_device sets cuda:0, the one GPU each rank
+    sees (trainer/binding.py), as broadcast_object already needs."""
     import torch.distributed as dist
 
     if world_size() == 1:
