@@ -71,12 +71,25 @@ class Source(Protocol):
 MODES: Registry[Callable[[Context], Source]] = Registry("off_policy.mode")
 
 
-def sample(gen: Generator, ctx: Context, n_prompts: int) -> Batch:
-    """Draw prompts from the pool and generate G samples each (with length control)."""
+def draw(ctx: Context, n_prompts: int, share: int = 0, count: int = 1) -> tuple[list[int], int]:
+    """A generate call's prompts from the pool and its seed (prompt j samples with seed + j*G).
+    With `count` feeders (trainer/generation/feeders.py), feeder `share` keeps its stride of a
+    draw for all of them, and its seeds start past the shares before it: no two nodes' prompts
+    share a seed. One feeder: the pool's next n prompts, as always."""
     c = ctx.config
-    idx = ctx.pool.next_batch(n_prompts)
-    seed = c.seed * 1_000_003 + ctx.gen_counter
+    idx = strided(ctx.pool.next_batch(n_prompts * count), share, count)
+    seed = (c.seed * 1_000_003 + ctx.gen_counter
+            + share * n_prompts * c.rollout.generations_per_prompt)
     ctx.gen_counter += 1
+    return idx, seed
+
+
+def sample(gen: Generator, ctx: Context, n_prompts: int, share: int = 0,
+           count: int = 1) -> Batch:
+    """Draw prompts from the pool (this feeder's share) and generate G samples each (with
+    length control)."""
+    c = ctx.config
+    idx, seed = draw(ctx, n_prompts, share, count)
     t0 = time.perf_counter()
     ro = generate_rollout(gen, [ctx.prompts[i] for i in idx], c, ctx.tokenizer, seed,
                           n=c.rollout.generations_per_prompt, temperature=c.rollout.temperature)
@@ -309,7 +322,8 @@ class Pipeline:
                 n = self.stream.admit(self.per_call, self.stop)
                 if n == 0:
                     break
-                for group in split(self._sample(n), n, G):
+                for group in split(sample(self.gen, self.ctx, n, self.share,
+                                          self.feeders.count), n, G):
                     self.stream.put(group)
         except BaseException as e:  # surfaced in the trainer thread by next()
             self.error = e
@@ -333,39 +347,14 @@ class Pipeline:
                 n = self.stream.admit(self.per_call, self.stop)
                 if n == 0:
                     break
-                idx, pos = self._draw(n)
-                seed = c.seed * 1_000_003 + ctx.gen_counter  # sample()'s seeds
-                ctx.gen_counter += 1
+                idx, seed = draw(ctx, n, self.share, self.feeders.count)  # sample()'s seeds
                 for j, i in enumerate(idx):
                     started[(seed, j)] = time.perf_counter()
                     svc.submit(Request((seed, j, i), [ctx.prompts[i]], G, c.rollout.temperature,
-                                       seed + pos[j] * G))
+                                       seed + j * G))
         except BaseException as e:  # surfaced in the trainer thread by next()
             self.error = e
         collector.join(timeout=60)
-
-    def _draw(self, n: int) -> tuple[list[int], list[int]]:
-        """This feeder's n prompts (its stride of a draw for every feeder) and their places in
-        that draw (which fix their seeds: no two nodes sample with the same seed)."""
-        count = self.feeders.count
-        draw = self.ctx.pool.next_batch(n * count)
-        return strided(draw, self.share, count), strided(list(range(len(draw))), self.share, count)
-
-    def _sample(self, n: int) -> Batch:
-        """sample() for this feeder's share (one feeder: sample() itself)."""
-        if self.feeders.count == 1:
-            return sample(self.gen, self.ctx, n)
-        c, ctx = self.ctx.config, self.ctx
-        idx, pos = self._draw(n)
-        seed = c.seed * 1_000_003 + ctx.gen_counter
-        ctx.gen_counter += 1
-        t0 = time.perf_counter()
-        # generate_rollout seeds prompt j with seed + j * G: offset the call by this share so
-        # no two nodes' prompts share a seed (places pos[j] = j * count + share)
-        ro = generate_rollout(self.gen, [ctx.prompts[i] for i in idx], c, ctx.tokenizer,
-                              seed + self.share * c.rollout.generations_per_prompt * len(idx),
-                              n=c.rollout.generations_per_prompt, temperature=c.rollout.temperature)
-        return Batch(idx, ro, time.perf_counter() - t0)
 
     def _collect(self, svc, started: dict) -> None:
         """Finished groups from the stream into the GroupStream, in the order they finish."""

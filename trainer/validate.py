@@ -148,9 +148,10 @@ def _data_parallel_replicas(c: TrainConfig, shape: JobShape) -> Optional[str]:
             f"rollout.vllm.tensor_parallel_size")
 
 
-def _prompts_per_node(c: TrainConfig, shape: JobShape) -> Optional[str]:
-    # trainer/offpolicy.py: in pipeline mode with vLLM every node's local rank 0 starts its
-    # node's engines and generates prompts_per_step / nodes groups of each step.
+def prompts_per_node(c: TrainConfig, shape: JobShape) -> Optional[str]:
+    """In pipeline mode with vLLM every node's local rank 0 starts its node's engines and
+    generates prompts_per_step / nodes groups of each step (trainer/generation/feeders.py,
+    which also holds the feeders it finds at start to this rule)."""
     n, per_step = shape.nodes, c.rollout.prompts_per_step
     if not separate_generation(c) or n <= 1 or per_step % n == 0:
         return None
@@ -162,7 +163,7 @@ def _prompts_per_node(c: TrainConfig, shape: JobShape) -> Optional[str]:
 # Each returns the one-line problem, or None. Order: the most fundamental first.
 CHECKS: tuple[Callable[[TrainConfig, JobShape], Optional[str]], ...] = (
     _zero3_pipeline_hf, _chat_template_proxy, _cuda_without_gpus, _generation_split,
-    _ranks_per_gpu, _tensor_parallel, _data_parallel_replicas, _prompts_per_node,
+    _ranks_per_gpu, _tensor_parallel, _data_parallel_replicas, prompts_per_node,
 )
 
 

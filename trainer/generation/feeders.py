@@ -22,6 +22,7 @@ from typing import Callable
 
 from trainer.binding import current_binding, separate_generation
 from trainer.distributed import all_gather_objects, broadcast_object, rank
+from trainer.validate import ConfigConflict, JobShape, prompts_per_node
 
 
 @dataclass(frozen=True)
@@ -50,11 +51,11 @@ def feeders(config) -> Feeders:
     leader = current_binding(config).local_rank == 0
     flags = all_gather_objects(leader)
     ranks = tuple(r for r, f in enumerate(flags) if f) or (0,)
-    n = config.rollout.prompts_per_step
-    if n % len(ranks):
-        raise ValueError(f"rollout.prompts_per_step={n} does not split over the job's "
-                         f"{len(ranks)} nodes (each node's engines generate prompts_per_step / "
-                         f"nodes groups a step); valid: a multiple of {len(ranks)}")
+    # The start-up check (trainer/validate.py) counts nodes from the launcher's layout; this
+    # holds the same rule to the feeders really found, so a share never silently truncates.
+    why = prompts_per_node(config, JobShape(nodes=len(ranks)))
+    if why:
+        raise ConfigConflict(why)
     return Feeders(ranks, rank())
 
 
