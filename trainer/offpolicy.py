@@ -286,7 +286,7 @@ class Pipeline:
         self.share = self.feeders.share
         per_step = c.rollout.prompts_per_step // self.feeders.count
         self.stream = GroupStream(c.off_policy.k, per_step)
-        self.per_call = min(c.off_policy.groups_per_call or per_step, per_step)
+        self.per_call = c.off_policy.groups_per_call or per_step  # as placement.rollout_rows
         self.stop = threading.Event()
         self.error: BaseException | None = None
         self.feeds = self.share is not None
