@@ -90,8 +90,8 @@ REFUSED = [
     ({"rollout": {"backend": "vllm", "vllm": {"generation_gpus": 3, "tensor_parallel_size": 2}}},
      JobShape(ranks_per_node=5, gpus_per_node=8),
      ["rollout.vllm.tensor_parallel_size=2", "3 generation GPUs"], "valid: 1, 3"),
-    # trainer/offpolicy.py: in pipeline mode with vLLM each node generates prompts_per_step /
-    # nodes groups a step.
+    # trainer/generation/feeders.py: in pipeline mode with vLLM each node generates
+    # prompts_per_step / nodes groups a step.
     ({"off_policy": {"mode": "pipeline"}, "rollout": {"backend": "vllm", "prompts_per_step": 50}},
      JobShape(nodes=4, ranks_per_node=4, gpus_per_node=8),
      ["rollout.prompts_per_step=50 does not split over 4 nodes", "prompts_per_step / nodes"],
