@@ -272,12 +272,16 @@ def test_follow_is_quiet_until_the_verdict_changes(tmp_path):
         assert first.split()[:3] == ["run", "on", "track"], first
         _csv(tmp_path / "log.csv", run=bad[:ONSET - 5])  # grows, still on track: nothing
         time.sleep(3)
+        (tmp_path / "log.csv").write_text("")  # a logger caught mid-rewrite: waited for,
+        time.sleep(1.5)  # not an error that ends the watch (it failed CI once that way)
+        assert p.poll() is None, p.stderr.read()
         _csv(tmp_path / "log.csv", run=bad)  # the collapse arrives
         second = p.stdout.readline()
         assert second.split()[:2] == ["run", "departed"], second
     finally:
         p.kill()
         p.wait()
+    assert "waiting: " in p.stderr.read()
 
 
 def test_tune_rung_stops_a_departed_trial_only_when_asked(tmp_path):

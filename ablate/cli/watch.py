@@ -78,8 +78,10 @@ def watch(
     notified: set[str] = set()
     frozen: dict[str, dict] = {}
     last: dict[str, Any] = {}
+    read_once = False
     while True:
-        runs, xcol, ycol = _read(target, x, y, step_cost, follow)
+        runs, xcol, ycol = _read(target, x, y, step_cost, follow, read_once)
+        read_once = True
         js = [last[r.run] if r.run in last and last[r.run].evaluations == r.compute.size
               and last[r.run].last_score == (float(r.score[-1]) if r.score.size else None)
               else _judge(w, r, opts, frozen if follow else None) for r in runs]
@@ -115,26 +117,43 @@ def watch(
         time.sleep(interval)
 
 
-def _read(target, x, y, step_cost, follow):
+def _read(target, x, y, step_cost, follow, read_once=False):
     """The runs. While following, a run dir or study dir that has nothing to read yet (a run
-    still starting) is waited for; any other bad input ends the command."""
+    still starting) is waited for, and so is a file that read before and now does not: a logger
+    rewriting it (pandas' to_csv truncates, then writes) is caught between the two. A file that
+    changes while it is read is read again, so no verdict comes from half a file. Any other bad
+    input ends the command."""
     from ablate.analysis.watch_source import read_runs
     from ablate.studydir import is_study_dir
     from trainer import rundir
 
     said = False
     while True:
+        before = _stamp(target)
         try:
-            return read_runs(target, x=x, y=y, step_cost=step_cost)
+            got = read_runs(target, x=x, y=y, step_cost=step_cost)
         except InputError as e:
             ours = target.is_dir() and (is_study_dir(target) or any(
                 (target / f).exists() for f in (rundir.STATUS, rundir.CONFIG, rundir.METRICS)))
-            if not follow or not ours:
+            if not follow or not (ours or read_once):
                 raise
             if not said:
                 print(f"waiting: {e}", file=sys.stderr, flush=True)
                 said = True
-            time.sleep(5)
+            time.sleep(5 if ours else 1)  # a starting run takes a while; a rewrite, a moment
+            continue
+        if not follow or _stamp(target) == before:
+            return got
+        time.sleep(0.2)
+
+
+def _stamp(target: Path) -> Optional[tuple[int, int]]:
+    """A file's size and mtime: equal before and after a read means the read saw one version."""
+    try:
+        st = target.stat()
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns) if target.is_file() else None
 
 
 def _judge(w, r, opts: dict, frozen: Optional[dict]):
