@@ -71,5 +71,5 @@ if __name__ == "__main__":
            "metrics_steps": [m["step"] for m in rundir.read_metrics(run_dir)],
            "lr": [m["train/lr"] for m in rundir.read_metrics(run_dir) if "train/lr" in m]}
     (work / f"rank{rank}.json").write_text(json.dumps(out))
-    dist.barrier()
-    dist.destroy_process_group()
+    from _multirank_util import leave_ranks
+    leave_ranks()  # results written: no C++ teardown

@@ -9,6 +9,8 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,18 +52,32 @@ def launch_ranks(script: Path, args: list[str], cache: Path, world: int = 2,
     `python`: another interpreter (the vllm venv's) for the ranks."""
     port = free_port()
     ranks = list(range(world)) if world > 1 else [None]
-    procs = [subprocess.Popen([python, str(script), *args], cwd=ROOT,
-                              env={**rank_env(cache, r, world, port, nodes), **(extra_env or {})},
-                              stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in ranks]
-    logs = []
-    try:
-        for p in procs:
-            logs.append(p.communicate(timeout=timeout)[0])
-    finally:
-        for p in procs:  # a rank left waiting in a collective after its peer died
-            if p.poll() is None:
-                p.kill()
+    # Each rank's output goes to its own file, not a pipe: a pipe read one rank at a time
+    # fills (64 KiB of vLLM or DeepSpeed start-up logs) and blocks the rank not being read,
+    # while its peer waits for it in a collective.
+    with tempfile.TemporaryDirectory(prefix="ablate-ranks-") as d:
+        outs = [open(Path(d) / f"rank{i}.log", "w+") for i in range(len(ranks))]
+        procs = [subprocess.Popen([python, str(script), *args], cwd=ROOT,
+                                  env={**rank_env(cache, r, world, port, nodes),
+                                       **(extra_env or {})},
+                                  stdout=out, stderr=subprocess.STDOUT, text=True)
+                 for r, out in zip(ranks, outs)]
+        deadline = time.monotonic() + timeout
+        try:
+            for p in procs:
+                p.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass  # the ranks still running are killed below and reported as failed
+        finally:
+            for p in procs:  # a rank left waiting in a collective after its peer died
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        logs = []
+        for out in outs:
+            out.seek(0)
+            logs.append(out.read())
+            out.close()
     failed = [f"--- rank {r} (exit {p.returncode}):\n{log[-4000:]}"
               for r, (p, log) in enumerate(zip(procs, logs)) if p.returncode != 0]
     assert not failed, f"{script.name} {' '.join(args)} failed:\n" + "\n".join(failed)
@@ -75,3 +91,17 @@ def warm_proxy(cache: Path, config_expr: str, python: str = sys.executable) -> N
     code = ("import sys; sys.path.insert(0, 'tests'); from trainer.proxy import proxy_path; "
             f"print(proxy_path({config_expr}))")
     subprocess.run([python, "-c", code], cwd=ROOT, env=env, check=True, timeout=300)
+
+
+def leave_ranks() -> None:
+    """A rank script's last line, after its results are written: a barrier (every rank is
+    done), then exit without C++ teardown. CI once saw a rank abort at exit ("terminate called
+    without an active exception": a thread of the gloo/DeepSpeed CPU backend still joinable
+    when its owner was destroyed) after every check had passed. Close engines before this:
+    os._exit runs no cleanup."""
+    import torch.distributed as dist
+
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -15,10 +15,18 @@ import os
 import sys
 from pathlib import Path
 
+def job_config():
+    """The job's config: the proxy with vLLM, ppo_off_policy k=2."""
+    from _trainer_util import config, tiny
+
+    return config(tiny(rollout={"backend": "vllm", "prompts_per_step": 4,
+                                "generations_per_prompt": 2},
+                       off_policy={"mode": "ppo_off_policy", "k": 2}))
+
+
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import torch.distributed as dist
-    from _trainer_util import config, tiny
 
     from trainer.distributed import broadcast_object
     from trainer.loop import _Run, _setup_distributed
@@ -26,9 +34,7 @@ if __name__ == "__main__":
 
     work = Path(sys.argv[1])
     rank = int(os.environ.get("SLURM_PROCID", "0"))
-    cfg = config(tiny(rollout={"backend": "vllm", "prompts_per_step": 4,
-                               "generations_per_prompt": 2},
-                      off_policy={"mode": "ppo_off_policy", "k": 2}))
+    cfg = job_config()
     _setup_distributed(cfg)
     (work / "run").mkdir(parents=True, exist_ok=True)
     run = _Run(cfg, work / "run")
@@ -40,5 +46,5 @@ if __name__ == "__main__":
     engine = source.gen is not None and type(source.gen).__name__ == "VLLMGenerator"
     source.close()
     (work / f"rank{rank}.json").write_text(json.dumps({"engine": engine, "digests": digests}))
-    dist.barrier()
-    dist.destroy_process_group()
+    from _multirank_util import leave_ranks
+    leave_ranks()  # results written: no C++ teardown

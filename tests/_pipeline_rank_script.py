@@ -60,5 +60,5 @@ if __name__ == "__main__":
     out = {"rank": rank, "world": dist.get_world_size(), "step": state.step, "params": params,
            "generator_threads": generators.count("ablate-generator")}
     (work / f"rank{rank}.json").write_text(json.dumps(out))
-    dist.barrier()
-    dist.destroy_process_group()
+    from _multirank_util import leave_ranks
+    leave_ranks()  # results written: no C++ teardown

@@ -70,14 +70,22 @@ def metric_steps(run_dir: Path) -> list[int]:
     return [json.loads(x)["step"] for x in lines if x.strip()]
 
 
+_PENDING_SINCE: dict[str, float] = {}  # job id -> first time release_requeued saw it pending
+
+
 def release_requeued(job: str, signalled_at: float) -> None:
     """Slurm holds a requeued job back a while (BeginTime): start it now, but not within 3 s
-    of the signal. slurmd refuses a job started within the second its previous attempt was
-    killed in (slurmctld.log: "Killing non-startable batch JobId=65: Job credential revoked":
-    the revocation and the new credential carry one-second timestamps); the job then ends
-    failed without running, and a CI run once lost a test to it."""
+    of its previous attempt's end. slurmd refuses a job started within the second its previous
+    attempt was killed in (slurmctld.log: "Killing non-startable batch JobId=65: Job credential
+    revoked": the revocation and the new credential carry one-second timestamps); the job then
+    ends failed without running, and a CI run once lost a test to it. The attempt ends (and the
+    job turns PENDING) only after the trainer checkpoints, seconds after the signal on a loaded
+    machine, so the 3 s count from when the job is first seen pending, not from the signal."""
     if time.time() - signalled_at < 3.0:
         return
     q = subprocess.run(["squeue", "-h", "-o", "%T", "-j", job], capture_output=True, text=True)
-    if "PENDING" in q.stdout:
+    if "PENDING" not in q.stdout:
+        return
+    first = _PENDING_SINCE.setdefault(job, time.time())
+    if time.time() - first >= 3.0:
         subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True)

@@ -72,5 +72,5 @@ if __name__ == "__main__":
            "feeders": list(src.feeders.ranks), "shares": shares, "batches": batches,
            "params": params}
     (work / f"rank{rank}.json").write_text(json.dumps(out))
-    dist.barrier()
-    dist.destroy_process_group()
+    from _multirank_util import leave_ranks
+    leave_ranks()  # results written: no C++ teardown

@@ -114,7 +114,7 @@ def run_trl_study(tmp_path: Path, tiny: Path, executor: str, stages: bool = Fals
     assert [v["name"] for v in dry] == ["loss_type=dapo", "loss_type=grpo"]
     assert dry[0]["config"]["budget"]["steps"] == 40 and "max_steps" not in dry[0]["config"]["overrides"]
     out = cli_json("sweep", str(study), "--results", str(res), "--executor", executor,
-                   *(["--wait"] if stages else []))
+                   *(["--wait"] if stages else []), timeout=900)  # CI: ~70 s; slack for load
     assert out["executor"] == executor
     # --wait's answer is its last round (stage 2's submissions, or none once all ran)
     assert (out["finished"] and out["stage"] == 1) if stages else len(out["submitted"]) == 2, out
@@ -125,7 +125,7 @@ def run_trl_study(tmp_path: Path, tiny: Path, executor: str, stages: bool = Fals
         s = study_states(res / "trl")
         return s if all(x.state in ("done", "failed") for x in s) else None
 
-    states = wait_until(finished, timeout=300, poll=3, what="TRL runs")
+    states = wait_until(finished, timeout=900, poll=3, what="TRL runs")
     assert [(s.state, s.step) for s in states] == [
         ("done", 20 if s.name in stopped else 40) for s in states], states
     fits = cli_json("compare", str(res / "trl"))["rows"]
@@ -201,7 +201,7 @@ def test_preempted_then_killed_trl_run_resumes_from_its_checkpoints(tmp_path, ti
                          env=dict(os.environ, PYTHONPATH=str(ROOT)), start_new_session=True)
     try:
         wait_until(lambda: (run_dir / "trl" / "checkpoint-10" / "trainer_state.json").exists(),
-                   timeout=120, poll=0.5, what="checkpoint-10")
+                   timeout=120, poll=0.05, what="checkpoint-10")  # kill before checkpoint-20
     finally:
         os.killpg(p.pid, signal.SIGKILL)  # the job dies; its trainer with it (PDEATHSIG)
         p.wait()
@@ -425,7 +425,9 @@ def test_budgets_ablate_measures_stop_the_trainer(tmp_path):
 
     status, took, _ = run("gh", "{gpu_hours: 0.0008}")  # 2.88 s on one CPU device
     assert "gpu_hours budget 0.0008 reached (exit 0)" in status["stopped"]
-    assert 2.88 <= status["gpu_hours"] * 3600 < 2.88 + 2.5 and took < 8, (status, took)
+    # Stopped soon after the budget: the runner checks every 0.5 s, then SIGTERM, the step
+    # in flight and the exit (a few seconds on a loaded 2-core machine).
+    assert 2.88 <= status["gpu_hours"] * 3600 < 2.88 + 6 and took < 20, (status, took)
     status, _, d = run("sw", "{steps: 100000}", "  stop_when: {tokens: 1500}\n")
     assert status["stopped"].startswith("tokens 1500 reached (") and 15 <= status["step"] <= 40
     steps = [json.loads(x)["step"] for x in (d / "metrics.jsonl").read_text().splitlines()]

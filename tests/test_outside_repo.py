@@ -238,9 +238,11 @@ def test_ctrl_c_stops_the_waiting_not_the_runs(tmp_path):
     pids = re.search(r"stop them: kill -INT ([\d ]+);", line).group(1).split()
     assert len(pids) == 2, line
     steps = {s.run_id: s.step for s in study_states(study_dir)}
-    time.sleep(1.5)  # the runs go on training
-    after = study_states(study_dir)
-    assert all(s.state == "running" and s.step > steps[s.run_id] for s in after), after
+    after = wait_until(  # the runs go on training
+        lambda: (lambda st: st if all(s.state == "running" and s.step > steps[s.run_id]
+                                      for s in st) else None)(study_states(study_dir)),
+        60, 0.2, "both runs to train past where the sweep stopped waiting")
+    assert len(after) == 2, after
     for pid in pids:  # what the line says stops them
         os.kill(int(pid), signal.SIGINT)
     states = wait_until(lambda: (lambda st: st if not any(s.state in ("queued", "running")

@@ -258,6 +258,18 @@ def test_adaptive_stage_stops_a_departed_variant_only_when_the_study_asks():
     assert StageSpec.model_validate({**spec, "stop_departed": True}).stop_departed is True
 
 
+def _readline(p: subprocess.Popen, timeout: float = 120) -> str:
+    """p's next stdout line; fails (instead of hanging the suite) if none comes in time."""
+    import threading
+
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(p.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    assert got, f"no line from `ablate watch --follow` in {timeout} s"
+    return got[0]
+
+
 def test_follow_is_quiet_until_the_verdict_changes(tmp_path):
     import time
 
@@ -268,7 +280,7 @@ def test_follow_is_quiet_until_the_verdict_changes(tmp_path):
                           "--interval", "0.3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, env=env)
     try:
-        first = p.stdout.readline()  # the first read: the run on its forecast
+        first = _readline(p)  # the first read: the run on its forecast
         assert first.split()[:3] == ["run", "on", "track"], first
         _csv(tmp_path / "log.csv", run=bad[:ONSET - 5])  # grows, still on track: nothing
         time.sleep(3)
@@ -276,7 +288,7 @@ def test_follow_is_quiet_until_the_verdict_changes(tmp_path):
         time.sleep(1.5)  # not an error that ends the watch (it failed CI once that way)
         assert p.poll() is None, p.stderr.read()
         _csv(tmp_path / "log.csv", run=bad)  # the collapse arrives
-        second = p.stdout.readline()
+        second = _readline(p)
         assert second.split()[:2] == ["run", "departed"], second
     finally:
         p.kill()
