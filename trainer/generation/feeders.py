@@ -8,7 +8,11 @@ its node's engines and makes `prompts_per_step / nodes` prompt groups of each st
 batch is the feeders' shares joined in node order, the same on every rank (an all-gather).
 Each feeder draws its prompts from the shared pool as a stride (share j keeps every nodes-th
 prompt of a draw of nodes x n, starting at j), so the shares never overlap and, together, take
-the pool's order as one feeder would, with no messages between feeders. Every feeder pushes
+the pool's order as one feeder would, with no messages between feeders. (Not exact with
+data.no_positive_resampling or curriculum pass_rate: a node orders a new epoch from the pass
+rates recorded when its own generator reaches it, the same records read at different moments
+under wall timing, so in that epoch two nodes may draw one prompt. Syncing it would make a
+generator wait for the trainer at each epoch's end; not done.) Every feeder pushes
 the trainer's weights into its own engines after each step (one ZeRO-3 gather per parameter on
 every rank, as before: trainer/generation/push.py). Eval stays on rank 0's node's engines.
 
