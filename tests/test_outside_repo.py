@@ -295,3 +295,39 @@ def test_sweep_takes_a_shipped_study_by_name(tmp_path):
     assert "nosuch.yaml" in looked_for(err)[0] and "loss_agg.yaml" in err, err
     assert "scalerl.yaml" not in err.split("shipped: ")[1], err  # a base recipe, not a study
     assert list(tmp_path.iterdir()) == []
+
+
+@needs_script
+def test_dry_run_on_a_100_column_terminal_folds_its_prose_not_its_rows(tmp_path):
+    """On a terminal (a pty here, COLUMNS=100) the plan's long lines fold at words under their
+    indent instead of being cut mid-word by the terminal; each run's table row stays one line.
+    Piped (every other test), each fact stays on one line for grep."""
+    import pty
+
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'tests'}", COLUMNS="100")
+    master, slave = pty.openpty()
+    p = subprocess.Popen([ABLATE, "sweep", "loss_agg.yaml", "--profile", "slurm_gpu",
+                          "--dry-run"], cwd=tmp_path, env=env, stdout=slave,
+                         stderr=subprocess.PIPE, text=True)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            b = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the pty
+            break
+        if not b:
+            break
+        chunks.append(b)
+    os.close(master)
+    assert p.wait(timeout=120) == 0, p.stderr.read()
+    lines = re.sub(r"\x1b\[[0-9;]*m", "", b"".join(chunks).decode()).replace("\r", "").split("\n")
+    rows = [x for x in lines if re.match(r"[0-9a-f]{12}  ", x)]
+    assert len(rows) == 6 and all(x.rstrip().endswith(("=sample", "=prompt", "=token"))
+                                  for x in rows), rows
+    prose = [x for x in lines if x not in rows]
+    assert all(len(x) <= 100 for x in prose), [x for x in prose if len(x) > 100]
+    assert any(x.startswith("      ") for x in prose)  # a folded plan line under its indent
+    piped = ablate("sweep", "loss_agg.yaml", "--profile", "slurm_gpu", "--dry-run", cwd=tmp_path)
+    assert any(len(x) > 100 for x in piped.stdout.splitlines())  # piped: nothing folded
+    assert list(tmp_path.iterdir()) == []

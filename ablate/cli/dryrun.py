@@ -203,8 +203,9 @@ def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json:
                            **({"command": commands[v.run_id]} if commands[v.run_id] else {})}
                           for v in variants]))
         return
+    rows = table(variants, plans, times)
     out = [launch_text(info), *warnings_of(shape, plans, info), "",
-           f"{study}: {len(variants)} runs", *table(variants, plans, times)]
+           f"{study}: {len(variants)} runs", *rows]
     out += ["", f"Resource plan per GPU ({shape_text(shape)}; GiB; trainer/resources.py) and "
             "time plan (trainer/time_plan.py):"]
     # Variants with the same plans (an axis that changes neither) are listed once.
@@ -221,7 +222,29 @@ def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json:
         out += ["", "Commands (first attempt; a retry adds the trainer's resume flag):"]
         out += [f"{v.run_id} {v.name} seed {v.seed}: {c}" for v, c in cmds]
     out += study_total(variants, times, info)
-    print("\n".join(out))
+    print("\n".join(_fold(out, keep=set(rows[:-1]))))
+
+
+def _fold(lines: list[str], keep: set[str]) -> list[str]:
+    """On a terminal, prose lines wider than it fold at words under their own indent (the
+    terminal would cut them mid-word); table rows (`keep`) stay whole. Piped, every fact stays
+    on one line for grep."""
+    import shutil
+    import sys
+    import textwrap
+
+    if not sys.stdout.isatty():
+        return lines
+    width = max(60, shutil.get_terminal_size().columns)
+    out = []
+    for line in lines:
+        if line in keep or len(line) <= width:
+            out.append(line)
+            continue
+        lead = " " * (len(line) - len(line.lstrip()))
+        out += textwrap.wrap(line, width, initial_indent="", subsequent_indent=lead + "    ",
+                             break_long_words=False, break_on_hyphens=False)
+    return out
 
 
 def table(variants: list[Variant], plans: dict[str, Any], times: dict[str, Any]) -> list[str]:
