@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -169,7 +170,12 @@ def test_console_script_one_line_per_run_at_100_columns(tmp_path):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert len(lines) == 3 and all(len(s) <= 100 for s in lines)
-    verdicts = {s.split()[0]: s[23:32].strip() for s in lines}  # "run  verdict  ..." columns
+    # "run  verdict  latest [band] @C; @budget: forecast [band]; flat by C", nothing cut (~)
+    verdicts = {m[1]: m[2] for m in (re.match(r"(\S+) +(on track|ahead|behind|departed|waiting)"
+                                               r"( |$)", s) for s in lines)}
+    assert not any(s.endswith("~") for s in lines), lines
+    healthy = next(s for s in lines if s.startswith("healthy "))
+    assert re.search(r"; @[\d.e]+: [\d.]+ \[[\d.]+, [\d.]+\]; flat by [\d.e]+$", healthy), healthy
     assert verdicts["collapsing"] == "departed" and verdicts["short"] == "waiting"
     assert verdicts["healthy"] in ("on track", "ahead")
     assert (tmp_path / "w.png").stat().st_size > 10_000

@@ -25,6 +25,7 @@ from ablate.cli.app import app
 from ablate.errors import InputError
 
 WIDTH = 100
+NAME_W = 22  # a longer run name is cut (~) in the one-line verdict; --json has it whole
 
 
 @app.command()
@@ -102,8 +103,9 @@ def watch(
                 print(json.dumps(_clean([j.as_json() for j in (changed if follow else js)])),
                       flush=True)
         else:
+            name_w = min(NAME_W, max((len(j.run) for j in js), default=0))
             for j in (changed if follow else js):
-                print(line(j), flush=True)
+                print(line(j, name_w), flush=True)
         for j in js:
             if on_depart and j.verdict == "departed" and j.run not in notified:
                 notified.add(j.run)
@@ -207,26 +209,33 @@ def _notify(cmd: str, run: str, verdict: str) -> None:
         print(f"warning: --on-depart for {run} exited {rc}", file=sys.stderr)
 
 
-def line(j) -> str:
-    """One run's verdict in at most WIDTH columns."""
-    head = f"{_short(j.run, 22):<22} {j.verdict:<9}"
+def line(j, name_w: int = NAME_W) -> str:
+    """One run's verdict in at most WIDTH columns: the run (padded to `name_w`, the longest
+    name shown), its verdict, the latest evaluation with its band (the verdict says on which
+    side), today's forecast at the budget, where it is flat. Computes print as 4.4e10."""
+    head = f"{_short(j.run, name_w):<{name_w}} {j.verdict:<8}"
     if j.forecast is None:
         body = j.reason.replace("no forecast yet: needs at least", "needs >=")
     else:
         judged = [p for p in j.points if p.side != "past"]
         if j.verdict == "departed":
-            body = f"since {j.departed_at:.4g}"
+            body = f"since {_g(j.departed_at)}"
         elif judged:
             p = judged[-1]
-            body = f"{p.score:.3f} {p.side} [{p.lo:.3f}, {p.hi:.3f}] @{p.compute:.4g}"
+            body = f"{p.score:.3f} [{p.lo:.3f}, {p.hi:.3f}] @{_g(p.compute)}"
         else:
-            body = f"frozen @{j.forecast.frozen_at:.4g}, nothing after it yet"
+            body = f"frozen @{_g(j.forecast.frozen_at)}, nothing after it yet"
         if j.at_budget:
             b = j.at_budget
-            body += f"; @{j.budget:.3g}: {b['score']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}]"
+            body += f"; @{_g(j.budget)}: {b['score']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}]"
         if j.stops_paying is not None:
-            body += f"; flat by {j.stops_paying:.3g}"
+            body += f"; flat by {_g(j.stops_paying)}"
     return _short(f"{head} {body}", WIDTH)
+
+
+def _g(x: float) -> str:
+    """A compute in 3 significant digits, exponent without '+': 4.4e10, 1.23e-05, 812."""
+    return f"{x:.3g}".replace("e+", "e")
 
 
 def _short(s: str, n: int) -> str:
