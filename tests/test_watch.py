@@ -264,16 +264,32 @@ def test_adaptive_stage_stops_a_departed_variant_only_when_the_study_asks():
     assert StageSpec.model_validate({**spec, "stop_departed": True}).stop_departed is True
 
 
-def _readline(p: subprocess.Popen, timeout: float = 120) -> str:
-    """p's next stdout line; fails (instead of hanging the suite) if none comes in time."""
+def _readline(stream, timeout: float = 120) -> str:
+    """The stream's next line; fails (instead of hanging the suite) if none comes in time."""
     import threading
 
     got: list[str] = []
-    reader = threading.Thread(target=lambda: got.append(p.stdout.readline()), daemon=True)
+    reader = threading.Thread(target=lambda: got.append(stream.readline()), daemon=True)
     reader.start()
     reader.join(timeout)
     assert got, f"no line from `ablate watch --follow` in {timeout} s"
     return got[0]
+
+
+def test_long_run_names_are_cut_so_the_whole_verdict_fits(tmp_path):
+    """A long name gives up columns (down to 12) before the forecast or "flat by" would."""
+    _, good, _ = _runs()
+    long = "loss.aggregation=sample_seed_0"
+    src = _csv(tmp_path / "runs.csv", **{long: good, "b": good})
+    r = subprocess.run([sys.executable, "-m", "ablate", "watch", str(src)], capture_output=True,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="100"), text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 2 and all(len(s) <= 100 for s in lines), lines
+    assert all("flat by" in s and not s.endswith("~") for s in lines), lines
+    name = lines[0].split()[0]
+    assert name.endswith("~") and long.startswith(name[:-1]) and len(name) >= 12, lines
 
 
 def test_follow_is_quiet_until_the_verdict_changes(tmp_path):
@@ -286,20 +302,19 @@ def test_follow_is_quiet_until_the_verdict_changes(tmp_path):
                           "--interval", "0.3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, env=env)
     try:
-        first = _readline(p)  # the first read: the run on its forecast
+        first = _readline(p.stdout)  # the first read: the run on its forecast
         assert first.split()[:3] == ["run", "on", "track"], first
         _csv(tmp_path / "log.csv", run=bad[:ONSET - 5])  # grows, still on track: nothing
         time.sleep(3)
-        (tmp_path / "log.csv").write_text("")  # a logger caught mid-rewrite: waited for,
-        time.sleep(1.5)  # not an error that ends the watch (it failed CI once that way)
-        assert p.poll() is None, p.stderr.read()
+        (tmp_path / "log.csv").write_text("")  # a logger caught mid-rewrite: waited for, not
+        waiting = _readline(p.stderr)  # an error that ends the watch (it failed CI once so)
+        assert waiting.startswith("waiting: ") and p.poll() is None, waiting
         _csv(tmp_path / "log.csv", run=bad)  # the collapse arrives
-        second = _readline(p)
+        second = _readline(p.stdout)
         assert second.split()[:2] == ["run", "departed"], second
     finally:
         p.kill()
         p.wait()
-    assert "waiting: " in p.stderr.read()
 
 
 def test_tune_rung_stops_a_departed_trial_only_when_asked(tmp_path):

@@ -220,15 +220,17 @@ def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json:
     cmds = [(v, c) for v in variants if (c := commands[v.run_id])]
     if cmds:
         out += ["", "Commands (first attempt; a retry adds the trainer's resume flag):"]
-        out += [f"{v.run_id} {v.name} seed {v.seed}: {c}" for v, c in cmds]
+    commands_text = [f"{v.run_id} {v.name} seed {v.seed}: {c}" for v, c in cmds]
+    out += commands_text
     out += study_total(variants, times, info)
-    print("\n".join(_fold(out, keep=set(rows[:-1]))))
+    # table rows and commands (to copy into a shell) stay one line each
+    print("\n".join(_fold(out, keep={*rows[:-1], *commands_text})))
 
 
 def _fold(lines: list[str], keep: set[str]) -> list[str]:
     """On a terminal, prose lines wider than it fold at words under their own indent (the
-    terminal would cut them mid-word); table rows (`keep`) stay whole. Piped, every fact stays
-    on one line for grep."""
+    terminal would cut them mid-word); table rows and commands (`keep`) stay whole. Piped,
+    every fact stays on one line for grep."""
     import shutil
     import sys
     import textwrap

@@ -25,6 +25,7 @@ from ablate.cli.app import app
 from ablate.errors import InputError
 
 WIDTH = 100
+RETRIES = 10  # --follow: re-reads of a file caught changing or shorter than before
 NAME_W = 22  # a longer run name is cut (~) in the one-line verdict; --json has it whole
 
 
@@ -82,6 +83,12 @@ def watch(
     read_once = False
     while True:
         runs, xcol, ycol = _read(target, x, y, step_cost, follow, read_once)
+        for _ in range(RETRIES if follow else 0):  # fewer evaluations than the last read: a
+            if not any(r.run in last and r.compute.size < last[r.run].evaluations  # file
+                       for r in runs):  # caught part-written; a log truly cut is taken after
+                break
+            time.sleep(0.5)
+            runs, xcol, ycol = _read(target, x, y, step_cost, follow, read_once)
         read_once = True
         js = [last[r.run] if r.run in last and last[r.run].evaluations == r.compute.size
               and last[r.run].last_score == (float(r.score[-1]) if r.score.size else None)
@@ -103,7 +110,7 @@ def watch(
                 print(json.dumps(_clean([j.as_json() for j in (changed if follow else js)])),
                       flush=True)
         else:
-            name_w = min(NAME_W, max((len(j.run) for j in js), default=0))
+            name_w = name_width(js)
             for j in (changed if follow else js):
                 print(line(j, name_w), flush=True)
         for j in js:
@@ -123,13 +130,14 @@ def _read(target, x, y, step_cost, follow, read_once=False):
     """The runs. While following, a run dir or study dir that has nothing to read yet (a run
     still starting) is waited for, and so is a file that read before and now does not: a logger
     rewriting it (pandas' to_csv truncates, then writes) is caught between the two. A file that
-    changes while it is read is read again, so no verdict comes from half a file. Any other bad
-    input ends the command."""
+    changes while it is read is read again (up to RETRIES times, then that read is taken). Any
+    other bad input ends the command; under --follow, a file that read before and now is bad
+    is waited for, with one `waiting:` line on stderr (Ctrl-C ends it)."""
     from ablate.analysis.watch_source import read_runs
     from ablate.studydir import is_study_dir
     from trainer import rundir
 
-    said = False
+    said, tries = False, 0
     while True:
         before = _stamp(target)
         try:
@@ -144,7 +152,8 @@ def _read(target, x, y, step_cost, follow, read_once=False):
                 said = True
             time.sleep(5 if ours else 1)  # a starting run takes a while; a rewrite, a moment
             continue
-        if not follow or _stamp(target) == before:
+        tries += 1
+        if not follow or _stamp(target) == before or tries > RETRIES:
             return got
         time.sleep(0.2)
 
@@ -209,33 +218,46 @@ def _notify(cmd: str, run: str, verdict: str) -> None:
         print(f"warning: --on-depart for {run} exited {rc}", file=sys.stderr)
 
 
+def name_width(js) -> int:
+    """The run column's width: the longest name, cut (down to 12, a run id's length) so that
+    every run's whole line fits WIDTH columns; at most NAME_W."""
+    longest = max((len(j.run) for j in js), default=0)
+    room = WIDTH - 10 - max((len(_body(j)) for j in js), default=0)  # 10: " verdict  "
+    return max(min(longest, 12), min(longest, NAME_W, room))
+
+
 def line(j, name_w: int = NAME_W) -> str:
-    """One run's verdict in at most WIDTH columns: the run (padded to `name_w`, the longest
-    name shown), its verdict, the latest evaluation with its band (the verdict says on which
-    side), today's forecast at the budget, where it is flat. Computes print as 4.4e10."""
-    head = f"{_short(j.run, name_w):<{name_w}} {j.verdict:<8}"
+    """One run's verdict in at most WIDTH columns: the run (padded to `name_w`), its verdict,
+    then _body."""
+    return _short(f"{_short(j.run, name_w):<{name_w}} {j.verdict:<8} {_body(j)}", WIDTH)
+
+
+def _body(j) -> str:
+    """The latest evaluation with its band (the verdict says on which side), today's forecast
+    at the budget, where it is flat; or why there is no forecast yet."""
     if j.forecast is None:
-        body = j.reason.replace("no forecast yet: needs at least", "needs >=")
+        return j.reason.replace("no forecast yet: needs at least", "needs >=")
+    judged = [p for p in j.points if p.side != "past"]
+    if j.verdict == "departed":
+        body = f"since {_g(j.departed_at)}"
+    elif judged:
+        p = judged[-1]
+        body = f"{p.score:.3f} [{p.lo:.3f}, {p.hi:.3f}] @{_g(p.compute)}"
     else:
-        judged = [p for p in j.points if p.side != "past"]
-        if j.verdict == "departed":
-            body = f"since {_g(j.departed_at)}"
-        elif judged:
-            p = judged[-1]
-            body = f"{p.score:.3f} [{p.lo:.3f}, {p.hi:.3f}] @{_g(p.compute)}"
-        else:
-            body = f"frozen @{_g(j.forecast.frozen_at)}, nothing after it yet"
-        if j.at_budget:
-            b = j.at_budget
-            body += f"; @{_g(j.budget)}: {b['score']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}]"
-        if j.stops_paying is not None:
-            body += f"; flat by {_g(j.stops_paying)}"
-    return _short(f"{head} {body}", WIDTH)
+        body = f"frozen @{_g(j.forecast.frozen_at)}, nothing after it yet"
+    if j.at_budget:
+        b = j.at_budget
+        body += f"; @{_g(j.budget)}: {b['score']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}]"
+    if j.stops_paying is not None:
+        body += f"; flat by {_g(j.stops_paying)}"
+    return body
 
 
 def _g(x: float) -> str:
-    """A compute in 3 significant digits, exponent without '+': 4.4e10, 1.23e-05, 812."""
-    return f"{x:.3g}".replace("e+", "e")
+    """A compute, short: 1234, 0.0123, 4.4e10, 1.5e-5 (4 digits below 10,000, else 3)."""
+    s = f"{x:.4g}" if 1e-3 <= abs(x) < 1e4 or x == 0 else f"{x:.3g}"
+    mant, _, exp = s.partition("e")
+    return f"{mant}e{int(exp)}" if exp else s
 
 
 def _short(s: str, n: int) -> str:
