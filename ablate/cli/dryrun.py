@@ -244,7 +244,7 @@ def _fold(lines: list[str], keep: set[str]) -> list[str]:
             out.append(line)
             continue
         lead = " " * (len(line) - len(line.lstrip()))
-        out += textwrap.wrap(line, width, initial_indent="", subsequent_indent=lead + "    ",
+        out += textwrap.wrap(line, width, subsequent_indent=lead + "    ",
                              break_long_words=False, break_on_hyphens=False)
     return out
 

@@ -80,16 +80,10 @@ def watch(
     notified: set[str] = set()
     frozen: dict[str, dict] = {}
     last: dict[str, Any] = {}
-    read_once = False
+    counts: Optional[dict[str, int]] = None  # evaluations per run at the last read (none yet)
     while True:
-        runs, xcol, ycol = _read(target, x, y, step_cost, follow, read_once)
-        for _ in range(RETRIES if follow else 0):  # fewer evaluations than the last read: a
-            if not any(r.run in last and r.compute.size < last[r.run].evaluations  # file
-                       for r in runs):  # caught part-written; a log truly cut is taken after
-                break
-            time.sleep(0.5)
-            runs, xcol, ycol = _read(target, x, y, step_cost, follow, read_once)
-        read_once = True
+        runs, xcol, ycol = _read(target, x, y, step_cost, follow, counts)
+        counts = {r.run: r.compute.size for r in runs}
         js = [last[r.run] if r.run in last and last[r.run].evaluations == r.compute.size
               and last[r.run].last_score == (float(r.score[-1]) if r.score.size else None)
               else _judge(w, r, opts, frozen if follow else None) for r in runs]
@@ -126,13 +120,15 @@ def watch(
         time.sleep(interval)
 
 
-def _read(target, x, y, step_cost, follow, read_once=False):
+def _read(target, x, y, step_cost, follow, counts: Optional[dict[str, int]] = None):
     """The runs. While following, a run dir or study dir that has nothing to read yet (a run
-    still starting) is waited for, and so is a file that read before and now does not: a logger
-    rewriting it (pandas' to_csv truncates, then writes) is caught between the two. A file that
-    changes while it is read is read again (up to RETRIES times, then that read is taken). Any
-    other bad input ends the command; under --follow, a file that read before and now is bad
-    is waited for, with one `waiting:` line on stderr (Ctrl-C ends it)."""
+    still starting) is waited for, and so is a file that read before (`counts`: each run's
+    evaluations then) and now does not: a logger rewriting it (pandas' to_csv truncates, then
+    writes) is caught between the two. A file that changes while it is read, or reads with
+    fewer evaluations than before (part-written), is read again: up to RETRIES times, then that
+    read is taken (a log truly cut). Any other bad input ends the command; under --follow, a
+    file that read before and now is bad is waited for, with one `waiting:` line on stderr
+    (Ctrl-C ends it)."""
     from ablate.analysis.watch_source import read_runs
     from ablate.studydir import is_study_dir
     from trainer import rundir
@@ -145,7 +141,7 @@ def _read(target, x, y, step_cost, follow, read_once=False):
         except InputError as e:
             ours = target.is_dir() and (is_study_dir(target) or any(
                 (target / f).exists() for f in (rundir.STATUS, rundir.CONFIG, rundir.METRICS)))
-            if not follow or not (ours or read_once):
+            if not follow or not (ours or counts is not None):
                 raise
             if not said:
                 print(f"waiting: {e}", file=sys.stderr, flush=True)
@@ -153,9 +149,10 @@ def _read(target, x, y, step_cost, follow, read_once=False):
             time.sleep(5 if ours else 1)  # a starting run takes a while; a rewrite, a moment
             continue
         tries += 1
-        if not follow or _stamp(target) == before or tries > RETRIES:
+        shorter = any(r.compute.size < (counts or {}).get(r.run, 0) for r in got[0])
+        if not follow or tries > RETRIES or (_stamp(target) == before and not shorter):
             return got
-        time.sleep(0.2)
+        time.sleep(0.5 if shorter else 0.2)
 
 
 def _stamp(target: Path) -> Optional[tuple[int, int]]:
