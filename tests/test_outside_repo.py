@@ -32,11 +32,15 @@ needs_script = pytest.mark.skipif(ABLATE is None, reason="no `ablate` console sc
                                   "(pip install the package)")
 
 
+def user_env() -> dict[str, str]:
+    """This tree's code (and tests/ for the stand-in entries), a 100-column terminal."""
+    return dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'tests'}", COLUMNS="100")
+
+
 def ablate(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    """The console script in `cwd`, this tree's code (and tests/ for the stand-in entries)."""
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'tests'}", COLUMNS="100")
+    """The console script in `cwd`, as user_env() sets it up."""
     return subprocess.run([ABLATE, *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=cwd, env=env)
+                          cwd=cwd, env=user_env())
 
 
 def looked_for(err: str) -> list[str]:
@@ -214,7 +218,7 @@ def test_ctrl_c_stops_the_waiting_not_the_runs(tmp_path):
     from ablate.studies.status import study_states
 
     tiny(tmp_path, "slow", "  loss.type: [cispo, ppo]\n", 200)
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'tests'}", COLUMNS="100")
+    env = user_env()
     # Files, not pipes: the background jobs inherit them and keep a pipe open after ablate ends.
     with open(tmp_path / "out", "w") as fo, open(tmp_path / "err", "w") as fe:
         proc = subprocess.Popen([ABLATE, "sweep", "study.yaml", "--wait", "--entry",
@@ -304,10 +308,9 @@ def test_dry_run_on_a_100_column_terminal_folds_its_prose_not_its_rows(tmp_path)
     Piped (every other test), each fact stays on one line for grep."""
     import pty
 
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'tests'}", COLUMNS="100")
     master, slave = pty.openpty()
     p = subprocess.Popen([ABLATE, "sweep", "loss_agg.yaml", "--profile", "slurm_gpu",
-                          "--dry-run"], cwd=tmp_path, env=env, stdout=slave,
+                          "--dry-run"], cwd=tmp_path, env=user_env(), stdout=slave,
                          stderr=subprocess.PIPE, text=True)
     os.close(slave)
     chunks = []
