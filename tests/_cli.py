@@ -14,6 +14,7 @@ import contextlib
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -102,3 +103,18 @@ def ablate_script(*args: object, cwd: Optional[Path] = None, columns: int = 100,
     full.pop("FORCE_COLOR", None)
     return subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, cwd=cwd or ROOT, env=full)
+
+
+@contextlib.contextmanager
+def sigint_as_in_a_terminal() -> Iterator[None]:
+    """Start children here as an interactive shell starts a foreground job: SIGINT at its
+    default. A test runner started in the background (`cmd &` in a script, nohup, some CI
+    agents) has SIGINT ignored, every child inherits that, and a Ctrl-C test then waits for an
+    exit that cannot come (seen: test_ctrl_c_stops_the_waiting_not_the_runs timed out after
+    60 s on a machine where the suite ran as a background job). While a Python handler is
+    installed here, exec gives the child the default."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)

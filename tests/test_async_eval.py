@@ -14,7 +14,7 @@ import threading
 
 import pytest
 import torch
-from _trainer_util import config, metrics, status, tiny
+from _trainer_util import close, config, metrics, status, tiny
 
 import trainer
 from trainer import preempt, rundir
@@ -105,7 +105,7 @@ def test_stop_inside_generation_abandons_the_step_and_resume_is_exact(tmp_path, 
     preempt.reset()
     trainer.run(config(tiny(**OVER)), d)
     assert status(d)["state"] == "done"
-    assert _rows(metrics(d)) == [[pytest.approx(v, rel=1e-4) for v in r] for r in _rows(straight)]
+    assert _rows(metrics(d)) == [[close(v) for v in r] for r in _rows(straight)]
 
 
 def test_stop_inside_an_eval_redoes_it_on_resume(tmp_path, monkeypatch, usr2, straight):
@@ -127,7 +127,7 @@ def test_stop_inside_an_eval_redoes_it_on_resume(tmp_path, monkeypatch, usr2, st
     preempt.reset()
     trainer.run(config(tiny(**OVER)), d)
     assert status(d)["state"] == "done"
-    assert _rows(metrics(d)) == [[pytest.approx(v, rel=1e-4) for v in r] for r in _rows(straight)]
+    assert _rows(metrics(d)) == [[close(v) for v in r] for r in _rows(straight)]
 
 
 def test_pipeline_stop_inside_the_generator_thread_stops_the_step(tmp_path, monkeypatch, usr2,
@@ -229,7 +229,7 @@ def test_an_interrupted_eval_resumes_from_its_finished_chunks(tmp_path, monkeypa
     assert sum(rest) * 6 == sum(whole) * (6 - len(done)) and sum(rest) < sum(whole)
     rows = metrics(d)
     assert [r["step"] for r in rows] == [0, 2, 4]  # each row once, in step order
-    assert _rows(rows) == [[pytest.approx(v, rel=1e-4) for v in r] for r in _rows(straight)]
+    assert _rows(rows) == [[close(v) for v in r] for r in _rows(straight)]
     # Every column but the clocks' (time/*, eval/seconds, gpu_hours: wall x devices).
     def same(r: dict) -> dict:
         return {k: v for k, v in r.items()
@@ -237,4 +237,4 @@ def test_an_interrupted_eval_resumes_from_its_finished_chunks(tmp_path, monkeypa
 
     assert [sorted(same(r)) for r in rows] == [sorted(same(r)) for r in straight]
     assert [same(r) for r in rows] == [
-        {k: pytest.approx(v, rel=1e-4) for k, v in same(r).items()} for r in straight]
+        {k: close(v) for k, v in same(r).items()} for r in straight]

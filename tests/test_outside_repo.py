@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from _cli import sigint_as_in_a_terminal
 from _study_util import TINY_OVERRIDES, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -220,7 +221,8 @@ def test_ctrl_c_stops_the_waiting_not_the_runs(tmp_path):
     tiny(tmp_path, "slow", "  loss.type: [cispo, ppo]\n", 200)
     env = user_env()
     # Files, not pipes: the background jobs inherit them and keep a pipe open after ablate ends.
-    with open(tmp_path / "out", "w") as fo, open(tmp_path / "err", "w") as fe:
+    with open(tmp_path / "out", "w") as fo, open(tmp_path / "err", "w") as fe, \
+            sigint_as_in_a_terminal():
         proc = subprocess.Popen([ABLATE, "sweep", "study.yaml", "--wait", "--entry",
                                  "_slow_entry:run"], cwd=tmp_path, env=env, stdout=fo,
                                 stderr=fe, start_new_session=True)  # a group: the "terminal"
