@@ -21,7 +21,7 @@ from ablate.adapters.base import argparse_args, nearest, refuse_scalerl_key
 from ablate.errors import InputError
 
 # ablate TrainConfig path -> (TRL key, how) or (None, why TRL cannot express it). Also the
-# README's "Bring your own trainer" table.
+# table "The ScaleRL knobs in each trainer" in docs/trainers.md.
 SCALERL: dict[str, tuple[str | None, str]] = {
     "loss.type": ("loss_type", "loss_type: cispo (with epsilon_high = CISPO's eps_max), dapo, grpo"),
     "loss.eps_max": ("epsilon_high", "epsilon_high is CISPO's truncation when loss_type: cispo"),

@@ -60,7 +60,7 @@ PaperGridOpt = typer.Option("relative", "--paper-grid", help="Unit of the paper 
 JsonOpt = typer.Option(False, "--json", help="Print only JSON on stdout.")
 BinOpt = typer.Option(None, "--bin", help="Average each run's points in the fit window into at "
                       "most N bins of consecutive evaluations before fitting (for dense logs; "
-                      "see README: fit speed and interval widths with and without it).")
+                      "docs/analysis.md; speed and interval widths in benchmarks/RESULTS.md).")
 PlotOpt = typer.Option(None, "--plot", help="Write a log-x PNG of points, fits and extrapolation.")
 WideOpt = typer.Option(False, "--wide", help="Show every column (C_mid, R0, R², points, window, "
                        "notes); by default the table holds the columns that decide.")

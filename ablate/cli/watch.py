@@ -1,11 +1,13 @@
 """`ablate watch TARGET`: hold each run to its frozen forecast, once or while it runs.
 
 Thin over ablate.analysis.watch (the verdicts) and ablate.analysis.watch_source (the runs of a
-target). One line per run at 100 columns; `--json` one object per run (a JSON list);
-`--follow` re-reads as the logs grow and prints a run's line only when its verdict changes.
-Run dirs (ours: a run dir or a study dir) get forecast.json (trainer.rundir.FORECAST), which the
-trainer's trackers log as band series and `ablate status` reads; other tools' logs get nothing
-written. Bad input: one line, exit 2, nothing written.
+target). A header naming the axis and its unit once, then one line per run (at most 100
+columns); `--json` one object per run (a JSON list, docs/JSON.md); `--follow` re-reads as the
+logs grow and prints a run's line only when its verdict changes. Run dirs (ours: a run dir or a
+study dir) get watch.json (ablate.analysis.watch_store, one record per axis), which `ablate
+status` reads; other tools' logs get nothing written. Exit codes: 0 a verdict for at least one
+run; 3 not yet (every run is waiting for its forecast: an answer, not an error); 2 bad input
+(one line, nothing written).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ from ablate.errors import InputError
 WIDTH = 100
 RETRIES = 10  # --follow: re-reads of a file caught changing or shorter than before
 NAME_W = 22  # a longer run name is cut (~) in the one-line verdict; --json has it whole
+EXIT_WAITING = 3  # every run is waiting for its forecast: "not yet" (docs/JSON.md exit codes)
+UNITS = {"gpu_hours": "GPU-hours", "flops": "FLOPs", "samples": "samples", "tokens": "tokens",
+         "step": "steps", "compute": "compute units"}
 
 
 @app.command()
@@ -63,7 +68,7 @@ def watch(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: each run's frozen "
                                         "band, its points after the freeze, the departure."),
     as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout: a list of "
-                                 "one object per run (README 'Watching a long run')."),
+                                 "one object per run (docs/watch.md)."),
 ) -> None:
     """Is each run still on its forecast? on track, ahead, behind or departed."""
     from ablate.analysis import watch as w

@@ -92,7 +92,7 @@ class Study(Strict):
     trainer: TrainerSpec = Field(
         default_factory=TrainerSpec, description="Which trainer runs the variants: the built-in "
         "one (kind ablate), or TRL, verl or any command, whose own keys the axes then are "
-        "(README: Bring your own trainer).")
+        "(docs/trainers.md).")
     max_variants: int = Field(
         MAX_VARIANTS, ge=1, description="Refuse a study that expands to more runs than this "
         "(variants x seeds), counted before expanding: a grid of 5 axes x 20 values is 3.2M "
