@@ -1,4 +1,4 @@
-"""The time plan (trainer/time_plan.py) against the CPU proxy's measured step times.
+"""The time plan (trainer/plan/time_plan.py) against the CPU proxy's measured step times.
 
 Runs real trainer runs (trainer.run, the warmed proxy from ABLATE_CACHE) of a few configs for
 a few steps each, one subprocess per run, and reads each run's train-loop wall per step
@@ -74,7 +74,7 @@ def quickstart_tree() -> dict:
 def end_to_end() -> dict:
     """A whole quickstart run: steps reached, train-loop wall and total time vs the plan."""
     from trainer.config import TrainConfig
-    from trainer.time_plan import plan_time
+    from trainer.plan.time_plan import plan_time
     from trainer.validate import JobShape
 
     tree = quickstart_tree()
@@ -122,7 +122,7 @@ def run_tree(tree: dict) -> dict:
 
 def planned(over: dict):
     from trainer.config import TrainConfig
-    from trainer.time_plan import plan_time
+    from trainer.plan.time_plan import plan_time
     from trainer.validate import JobShape
 
     return plan_time(TrainConfig.model_validate(config_tree(over)), JobShape())
@@ -135,8 +135,8 @@ def calibrate(fits: list[tuple[dict, dict]]) -> dict:
     import numpy as np
 
     from trainer.config import TrainConfig
-    from trainer.model_shape import proxy_shape
-    from trainer.time_plan import _sample_counts, train_flops
+    from trainer.plan.model_shape import proxy_shape
+    from trainer.plan.time_plan import _sample_counts, train_flops
 
     g_rows, g_y, t_rows, t_y = [], [], [], []
     for over, m in fits:
@@ -168,7 +168,7 @@ def main() -> None:
             fits.append((over, m))
             out.append({"run": name, "used_to_fit": True, **m})
         consts = calibrate(fits)
-        import trainer.time_plan as tp
+        import trainer.plan.time_plan as tp
 
         for k, v in consts.items():
             setattr(tp, k, v)

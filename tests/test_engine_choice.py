@@ -1,6 +1,6 @@
 """The default vLLM engines (rollout.vllm.tensor_parallel_size None): the smallest
 tensor-parallel size whose engine holds the model, chosen by one function
-(trainer/generation/engine_fit.py tensor_parallel) for the dry run's plan (the profile's GPU
+(trainer/plan/engine_fit.py tensor_parallel) for the dry run's plan (the profile's GPU
 size) and for the trainer's start-up (trainer/binding.py bind_devices, the GPU size from
 ABLATE_GPU_MEMORY_GIB or nvidia-smi, never CUDA). Checked for every process of the paper's
 2-node x 8-GPU job: the plan and the start-up name the same engines."""
@@ -17,11 +17,11 @@ from trainer.binding import GPU_MEMORY, bind_devices, gpu_memory_gib
 from _trainer_util import set_dotted
 
 from trainer.config import TrainConfig
-from trainer.generation.engine_fit import tensor_parallel
-from trainer.generation.placement import engines
-from trainer.model_shape import model_shape
-from trainer.resources import VLLM_UTILIZATION, kv_room
-from trainer.resources import plan as memory_plan
+from trainer.plan.engine_fit import tensor_parallel
+from trainer.plan.placement import engines
+from trainer.plan.model_shape import model_shape
+from trainer.plan.memory import VLLM_UTILIZATION, kv_room
+from trainer.plan.memory import plan as memory_plan
 from trainer.validate import JobShape
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""The GPU memory plan (trainer/resources.py): its formulas against hand counts and real models,
+"""The GPU memory plan (trainer/plan/memory.py): its formulas against hand counts and real models,
 and what `ablate sweep` does with it (the paper recipe fits 80 GiB GPUs; without ZeRO it does
 not, and the sweep refuses it in one line unless --force)."""
 
@@ -12,7 +12,7 @@ from test_validate_all import ablate
 from _trainer_util import set_dotted
 
 from trainer.config import TrainConfig
-from trainer.resources import (GIB, MAX_LOGITS_PER_CHUNK, KNOWN, ModelShape, activation_terms,
+from trainer.plan.memory import (GIB, MAX_LOGITS_PER_CHUNK, KNOWN, ModelShape, activation_terms,
                                model_shape, model_state_terms, plan, tokens_per_forward)
 from trainer.validate import JobShape
 
@@ -150,7 +150,7 @@ def test_dry_run_text_names_terms_and_verdict():
 def test_eval_kv_cache_is_planned_and_bounded_by_eval_batch_size():
     """The hf backend evaluates with its sampler on the training GPUs, eval.batch_size rows at
     a time; vllm evaluates through the engines (trainer/generation/eval_service.py): no eval term there."""
-    from trainer.resources import eval_kv_bytes, kv_bytes_per_token, sequence_tokens
+    from trainer.plan.memory import eval_kv_bytes, kv_bytes_per_token, sequence_tokens
 
     tree = {"model": {"name_or_path": "Qwen/Qwen3-8B", "gradient_checkpointing": True},
             "rollout": {"backend": "hf", "max_new_tokens": 14336, "prompts_per_step": 1},
@@ -189,7 +189,7 @@ def test_kv_cache_is_sized_for_each_nodes_share_and_eval_on_rank0s_node():
     on rank 0's node, decodes its node's share of the rollout call plus eval (2 nodes: 32 + 64
     sequences over 4 engines), not the whole call plus eval (the rule when only rank 0's node
     ran engines: 64 + 64) nor half of both (nodes x engines)."""
-    from trainer.resources import kv_bytes_per_token, sequence_tokens
+    from trainer.plan.memory import kv_bytes_per_token, sequence_tokens
 
     per_seq = sequence_tokens(small()) * kv_bytes_per_token(small(), model_shape("Qwen/Qwen2.5-0.5B")[0])
     one, two = (plan(small(), JobShape(nodes=n, ranks_per_node=4, gpus_per_node=8, gpu_memory_gib=80))
@@ -219,14 +219,14 @@ CASES = [(mode, gpus, gen, tp, dp) for mode in ("pipeline", "ppo_off_policy")
 
 
 def test_engine_placement_is_the_trainers():
-    """trainer/generation/placement.py (pure Python, for the plan) against what the trainer
+    """trainer/plan/placement.py (pure Python, for the plan) against what the trainer
     binds at start (trainer/binding.py plan_binding, run for every process of a 2-node job):
     the engines and their GPUs, and the GPUs each node leaves without a rank or an engine,
     over every split the validation accepts. In pipeline mode with vLLM every node's local rank
     0 starts its node's engines; otherwise rank 0 alone (trainer/offpolicy.py), so only rank
     0's node's engines count as running."""
     from trainer.binding import plan_binding
-    from trainer.generation.placement import engines, idle_gpus
+    from trainer.plan.placement import engines, idle_gpus
     from trainer.generation.replicas import replica_count
     from trainer.validate import problems, separate_generation
 
@@ -264,7 +264,7 @@ def test_engine_placement_is_the_trainers():
 
 
 def test_dry_run_says_where_engines_run_and_which_gpus_idle():
-    from trainer.resources import plan as plan_of
+    from trainer.plan.memory import plan as plan_of
 
     shape = JobShape(nodes=2, ranks_per_node=4, gpus_per_node=8, gpu_memory_gib=80)
     paper = plan_of(small(), shape).note  # pipeline: 4 generation GPUs per node, 4 replicas
@@ -293,8 +293,8 @@ def test_layer_activations_match_the_tensors_autograd_saves(regime):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from trainer.model_shape import shape_from_hf
-    from trainer.resources import layer_activation_bytes_per_token
+    from trainer.plan.model_shape import shape_from_hf
+    from trainer.plan.memory import layer_activation_bytes_per_token
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=100, hidden_size=128, intermediate_size=344, num_hidden_layers=2,

@@ -52,7 +52,7 @@ def test_every_shipped_recipe_passes_on_every_profile(recipe, profile):
     from ablate.cli.run import load_train_config
     from ablate.studies.launch.profile import load_profile
     from ablate.studies.sweep import check_fit, check_inputs
-    from trainer.resources import plan
+    from trainer.plan.memory import plan
 
     prof = load_profile(profile)
     shape = prof.job_shape()

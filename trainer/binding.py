@@ -139,7 +139,7 @@ def _nvidia_smi_gib() -> Optional[float]:
 
 
 def gpu_memory_gib(env: Mapping[str, str], gpus: tuple[str, ...]) -> Optional[float]:
-    """The size of this node's GPUs (GiB), as trainer/generation/engine_fit.py tensor_parallel
+    """The size of this node's GPUs (GiB), as trainer/plan/engine_fit.py tensor_parallel
     needs it to choose the default engines: GPU_MEMORY when set ("" = unknown), else
     nvidia-smi's smallest GPU; None on CPU or when neither says."""
     if not gpus:
@@ -165,7 +165,7 @@ def plan_binding(*, rank: int, world_size: int, node: int, local_rank: int,
     trainer/validate.py separate_generation). The node's GPUs split as trainer/distributed.py
     split_gpus says: the first `generation_gpus` (default half) generate, the rest train; the
     engines are tensor_parallel_size of the generation GPUs each (None: all of them, one
-    engine; config_binding passes the size trainer/generation/engine_fit.py tensor_parallel
+    engine; config_binding passes the size trainer/plan/engine_fit.py tensor_parallel
     chooses), at most data_parallel_replicas of them."""
     if device == "cpu" or (device == "auto" and not gpus):
         gpus = ()
@@ -234,8 +234,8 @@ def config_binding(config, env: Mapping[str, str]) -> Binding:
 def engine_choice(config, gpus: tuple[str, ...], gpu_gib: Optional[float]) -> dict:
     """plan_binding's engine arguments for a node of `gpus` of `gpu_gib` GiB each: the
     configured generation split and replicas, and the tensor-parallel size
-    trainer/generation/engine_fit.py tensor_parallel chooses (the plan's own choice)."""
-    from trainer.generation.engine_fit import tensor_parallel  # pure; deferred: imports config
+    trainer/plan/engine_fit.py tensor_parallel chooses (the plan's own choice)."""
+    from trainer.plan.engine_fit import tensor_parallel  # pure; deferred: imports config
 
     vc = config.rollout.vllm
     gen = len(split_gpus(len(gpus), vc.generation_gpus).generation) \

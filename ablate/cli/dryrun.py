@@ -2,9 +2,9 @@
 one's GPU memory plan and time plan.
 
 The plans are what a cluster user needs before queueing for hours: per variant, GiB per
-training GPU by term and per generation GPU (trainer/resources.py) against the profile's
+training GPU by term and per generation GPU (trainer/plan/memory.py) against the profile's
 `gpu_memory_gib`; and the time of a step, of an eval, to the budget (wall and GPU-hours) and
-the jobs/requeues that takes under the profile's time limit (trainer/time_plan.py). The same
+the jobs/requeues that takes under the profile's time limit (trainer/plan/time_plan.py). The same
 checks refuse the study in `ablate sweep` (ablate/studies/sweep.py check_fit, check_time).
 Plain text, not a rich table: a table cut variant names (`off_po…`) and broke words when
 piped; here nothing is cut, the name comes last.
@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from ablate.studies.expand import Variant
 from ablate.studies.launch.profile import Profile
-from trainer.time_plan import TimePlan, dur
+from trainer.plan.time_plan import TimePlan, dur
 from trainer.validate import JobShape
 
 
@@ -206,8 +206,8 @@ def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json:
     rows = table(variants, plans, times)
     out = [launch_text(info), *warnings_of(shape, plans, info), "",
            f"{study}: {len(variants)} runs", *rows]
-    out += ["", f"Resource plan per GPU ({shape_text(shape)}; GiB; trainer/resources.py) and "
-            "time plan (trainer/time_plan.py):"]
+    out += ["", f"Resource plan per GPU ({shape_text(shape)}; GiB; trainer/plan/memory.py) and "
+            "time plan (trainer/plan/time_plan.py):"]
     # Variants with the same plans (an axis that changes neither) are listed once.
     groups: dict[tuple[str, ...], list[str]] = {}
     for v in variants:

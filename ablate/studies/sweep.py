@@ -27,8 +27,8 @@ from ablate.studies.stagespec import check_baseline, check_stages
 from ablate.studies.status import run_states
 from ablate.studydir import StudyStore, study_dir_for
 from ablate.studies.study import LoadedStudy, load_study
-from trainer.resources import advice, plan
-from trainer.time_plan import Limits, plan_time
+from trainer.plan.memory import advice, plan
+from trainer.plan.time_plan import Limits, plan_time
 from trainer.validate import JobShape, problems
 
 RESUBMIT_ALWAYS = ("pending", "cancelled")  # never ran to a verdict, or the user cancelled it
@@ -77,7 +77,7 @@ def check_variants(study_path: Path | str, variants: list[Variant], shape: JobSh
 
 
 def resource_plans(variants: list[Variant], shape: JobShape) -> dict[str, Any]:
-    """run_id -> trainer.resources.Plan (computed once per distinct config; seeds share it)."""
+    """run_id -> trainer.plan.memory.Plan (computed once per distinct config; seeds share it)."""
     by_name: dict[str, Any] = {}
     for v in variants:
         if v.name not in by_name:
@@ -87,7 +87,7 @@ def resource_plans(variants: list[Variant], shape: JobShape) -> dict[str, Any]:
 
 
 def time_plans(variants: list[Variant], shape: JobShape, limits: Limits) -> dict[str, Any]:
-    """run_id -> trainer.time_plan.TimePlan (None for another trainer's run: it sizes itself);
+    """run_id -> trainer.plan.time_plan.TimePlan (None for another trainer's run: it sizes itself);
     computed once per distinct config, as the memory plans."""
     by_name: dict[str, Any] = {}
     for v in variants:

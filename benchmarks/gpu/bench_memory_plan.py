@@ -1,4 +1,4 @@
-"""The memory plan (trainer/resources.py) against torch.cuda.max_memory_allocated, on one GPU.
+"""The memory plan (trainer/plan/memory.py) against torch.cuda.max_memory_allocated, on one GPU.
 
 For each model shape (Qwen2.5-0.5B and 1.5B, random init from their configs: nothing is
 downloaded) x micro-batch size x sequence length, builds the model the way the trainer does
@@ -28,12 +28,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from trainer.resources import KNOWN, PROMPT_TOKENS, plan  # noqa: E402
+from trainer.plan.memory import KNOWN, PROMPT_TOKENS, plan  # noqa: E402
 from trainer.validate import JobShape  # noqa: E402
 
 
 def save_model(name: str, folder: Path) -> None:
-    """A random-init Qwen2 model of `name`'s shape (from trainer/resources.py KNOWN) plus a
+    """A random-init Qwen2 model of `name`'s shape (from trainer/plan/memory.py KNOWN) plus a
     one-token-per-id tokenizer, saved like a checkpoint."""
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM

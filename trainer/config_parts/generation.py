@@ -41,7 +41,7 @@ class VLLMConfig(Strict):
         "so at long contexts TP leaves more KV room (the dry run's time plan shows both). The "
         "GPU size is the launch profile's gpu_memory_gib in the plan and nvidia-smi's (or "
         "ABLATE_GPU_MEMORY_GIB) at start; unknown: one replica over all generation GPUs. "
-        "trainer/generation/engine_fit.py tensor_parallel chooses it for both.",
+        "trainer/plan/engine_fit.py tensor_parallel chooses it for both.",
     )
     data_parallel_replicas: Optional[int] = Field(
         None, gt=0,

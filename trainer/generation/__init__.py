@@ -8,8 +8,6 @@ trainer, and pushes the trainer's new weights into whatever samples them.
     vllm_engine.py  the vLLM backend: one engine, token ids in and out, behaviour log-probs
     vllm_args.py    the engine's arguments (GPUs, fp32 head, dtype, memory share)
     replicas.py     data-parallel engines: the split of prompts, one push broadcast to all
-    placement.py    which GPUs each engine gets
-    engine_fit.py   whether an engine of tp GPUs holds the model: the default tensor_parallel_size
     push.py         the trainer -> generator weight push (ZeRO-3 gathers, NCCL / gloo)
     eval_service.py held-out eval beside training: the eval worker, its requests
     service.py      the one interface the loop generates through (start, push_weights, submit,

@@ -17,7 +17,7 @@ from ablate.errors import InputError
 from ablate.studies.launch import EXECUTORS
 from ablate.validation import Strict, format_validation_error
 from ablate.yamlio import load_yaml
-from trainer.time_plan import GPUS, Limits
+from trainer.plan.time_plan import GPUS, Limits
 from trainer.validate import JobShape
 
 # submitit.LocalExecutor.__init__'s max_num_timeout default (ablate/studies/launch/local.py
@@ -58,7 +58,7 @@ class SlurmProfile(Strict):
     )
     max_num_timeout: Union[Literal["auto"], int] = Field(
         "auto", description="Requeues allowed after time limits: `auto` gives each job the "
-        "requeues its time plan derives (trainer/time_plan.py auto_max_num_timeout); an "
+        "requeues its time plan derives (trainer/plan/time_plan.py auto_max_num_timeout); an "
         "integer caps them (the plan refuses a run that needs more).")
 
     @field_validator("max_num_timeout", mode="before")
@@ -96,13 +96,13 @@ class Profile(Strict):
     )
     gpu_model: Optional[Literal[tuple(GPUS)]] = Field(
         None, description="The GPU type, for the time plan's datasheet peaks (FLOP/s, memory "
-        "bandwidth; trainer/time_plan.py GPUS). None with GPUs: planned as an H100, and the "
+        "bandwidth; trainer/plan/time_plan.py GPUS). None with GPUs: planned as an H100, and the "
         "dry run says so."
     )
 
     def job_shape(self, executor: Optional[str] = None) -> JobShape:
         """Where one run's processes land under this profile (trainer/validate.py checks
-        configs against it; trainer/resources.py plans memory on it). Slurm: its nodes, tasks
+        configs against it; trainer/plan/memory.py plans memory on it). Slurm: its nodes, tasks
         and GPUs; local/debug: one process, GPUs not known here (the trainer checks at start)."""
         if (executor or self.executor) == "slurm":
             s = self.slurm
@@ -111,7 +111,7 @@ class Profile(Strict):
         return JobShape(gpu_memory_gib=self.gpu_memory_gib)
 
     def limits(self, executor: Optional[str] = None) -> Limits:
-        """What one run may take under this profile (trainer/time_plan.py plans against it):
+        """What one run may take under this profile (trainer/plan/time_plan.py plans against it):
         Slurm, a job's time limit, the requeues after timeouts (max_num_timeout) and the
         stop signal's lead; local, the background job's timeout and submitit's default
         requeues; debug (in-process), no limit."""

@@ -63,7 +63,7 @@ AUTO_FALLBACK = 20
 
 def max_num_timeout(run_dirs: list[Path], profile: Profile) -> int:
     """submitit's max_num_timeout for these runs: the profile's integer, or under `auto` the
-    most any of them needs by its time plan (trainer/time_plan.py auto_max_num_timeout). One
+    most any of them needs by its time plan (trainer/plan/time_plan.py auto_max_num_timeout). One
     array shares one executor, so every task gets the largest: it is a cap, not a target.
     submitit stores it in each job's pickle (slurm/slurm.py _internal_process_submissions:
     d.set_timeout(timeout_min, self.max_num_timeout)) and requeues after a time limit while
@@ -73,7 +73,7 @@ def max_num_timeout(run_dirs: list[Path], profile: Profile) -> int:
         return int(cap)
     from trainer import rundir
     from trainer.config import TrainConfig
-    from trainer.time_plan import plan_time
+    from trainer.plan.time_plan import plan_time
 
     shape, limits, need = profile.job_shape("slurm"), profile.limits("slurm"), []
     for d in run_dirs:

@@ -1,10 +1,10 @@
 """Whether a vLLM engine of `tp` GPUs holds the model, and the default tensor-parallel size
-that follows: the one rule the dry run's plan (trainer/generation/placement.py engines,
-trainer/resources.py) and the trainer's start-up (trainer/binding.py config_binding) share.
+that follows: the one rule the dry run's plan (trainer/plan/placement.py engines,
+trainer/plan/memory.py) and the trainer's start-up (trainer/binding.py config_binding) share.
 
 Why a module of its own: both sides must choose the same engines, and the start-up binding
 runs before torch or CUDA (pure Python here: no torch, no import of the plan's modules, which
-import the binding's). The byte counts the plan prints (trainer/resources.py vllm_terms) are
+import the binding's). The byte counts the plan prints (trainer/plan/memory.py vllm_terms) are
 these same functions.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Optional
 
 from trainer.config import TrainConfig
-from trainer.model_shape import ModelShape, model_shape, proxy_shape
+from trainer.plan.model_shape import ModelShape, model_shape, proxy_shape
 
 GIB = 2 ** 30
 # Prompt tokens assumed for a real model: the paper's prompt budget (ScaleRL: 2,048 of the
@@ -51,7 +51,7 @@ def engine_gpu_bytes(c: TrainConfig, m: ModelShape, tp: int) -> tuple[float, flo
 
 def kv_room(c: TrainConfig, m: ModelShape, tp: int, gpu_gib: float, util: float) -> int:
     """Full-length sequences whose KV cache fits beside the weights and the CUDA context in
-    `util` of each of an engine's `tp` GPUs of `gpu_gib` (trainer/generation/placement.py
+    `util` of each of an engine's `tp` GPUs of `gpu_gib` (trainer/plan/placement.py
     tensor_parallel picks the smallest tp where this is >= 1)."""
     weights, per_seq = engine_gpu_bytes(c, m, tp)
     return int(max(0.0, util * gpu_gib * GIB - weights - CUDA_OVERHEAD_GIB * GIB) // per_seq)
@@ -60,7 +60,7 @@ def kv_room(c: TrainConfig, m: ModelShape, tp: int, gpu_gib: float, util: float)
 # The KV room an engine must have beside its weights to be chosen: one full-length sequence.
 # It is vLLM's own start-up minimum (vllm/v1/core/kv_cache_utils.py
 # _check_enough_kv_cache_memory raises "To serve at least one request with the model's max seq
-# len ..." below it), and the plan's "fits" (trainer/resources.py: KV room for 0 sequences
+# len ..." below it), and the plan's "fits" (trainer/plan/memory.py: KV room for 0 sequences
 # does not fit); more room only buys concurrency, which replicas also buy.
 MIN_KV_SEQUENCES = 1
 
@@ -75,7 +75,7 @@ def tensor_parallel(c: TrainConfig, gen_gpus: int, gpu_gib: Optional[float]) -> 
     planned and the plan says it does not fit).
 
     The one statement of the choice: the plan calls it with the launch profile's
-    gpu_memory_gib (trainer/generation/placement.py engines), the trainer at start with the
+    gpu_memory_gib (trainer/plan/placement.py engines), the trainer at start with the
     bound node's GPU size read without CUDA (trainer/binding.py gpu_memory_gib), so both
     choose the same engines.
 

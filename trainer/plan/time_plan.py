@@ -1,4 +1,4 @@
-"""How long a run will take, beside how much memory it needs (trainer/resources.py): per step
+"""How long a run will take, beside how much memory it needs (trainer/plan/memory.py): per step
 (generation and training), per evaluation, to the budget (wall hours, GPU-hours), and how many
 Slurm jobs (requeues) that takes under a profile's time limit.
 
@@ -21,7 +21,7 @@ The model (per step, B = sequences an engine decodes at once, ctx = their mean c
                    B*(2N + attention)/tp / (PEAK * DECODE_MFU))
   so an engine makes B / t_iter tokens/s; prompts are prefilled once per group (vLLM's prefix
   cache shares the G samples' prompt) at PREFILL_MFU. B is the fewest of vLLM's max_num_seqs,
-  the sequences the engine is sent (trainer/generation/placement.py) and what its KV room
+  the sequences the engine is sent (trainer/plan/placement.py) and what its KV room
   holds at the mean context (PagedAttention allocates blocks as sequences grow). Where the
   engines run (placement.py): in pipeline mode with vLLM every node's engines decode their
   node's prompts_per_step / nodes groups, so the rollouts' rate is nodes x replicas engines;
@@ -43,9 +43,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from trainer.config import TrainConfig
-from trainer.generation.placement import Engines, engines, eval_rows, rollout_rows
-from trainer.model_shape import ModelShape, model_shape, proxy_shape
-from trainer.resources import (CUDA_OVERHEAD_GIB, PROMPT_TOKENS, VLLM_SHARED_UTILIZATION,
+from trainer.plan.placement import Engines, engines, eval_rows, rollout_rows
+from trainer.plan.model_shape import ModelShape, model_shape, proxy_shape
+from trainer.plan.memory import (CUDA_OVERHEAD_GIB, PROMPT_TOKENS, VLLM_SHARED_UTILIZATION,
                                VLLM_UTILIZATION, kv_bytes_per_token, sequence_tokens, training_dp)
 from trainer.validate import JobShape
 
@@ -189,7 +189,7 @@ def auto_max_num_timeout(requeues: int) -> int:
 def lengths(c: TrainConfig) -> tuple[float, float]:
     """(prompt tokens, planned completion tokens) of one sample: the completion cap x
     COMPLETION_SHARE, and a prompt of the paper's 2,048-token budget for a real model
-    (trainer/resources.py PROMPT_TOKENS, an upper bound); the proxy's arithmetic task has
+    (trainer/plan/memory.py PROMPT_TOKENS, an upper bound); the proxy's arithmetic task has
     character prompts of digits x 2 + 2 ("12+34="). On the quickstart the proxy's mean
     completion is ~4.9 of its cap of 6 (from its FLOPs budget and the 781 steps it took,
     benchmarks/RESULTS.md "Time plan"), so its planned steps are longer than measured."""
@@ -243,11 +243,11 @@ def hf_rate(m: ModelShape, c: TrainConfig, gpu: Gpu, rows: int, ctx: float) -> f
 def engine_concurrency(c: TrainConfig, m: ModelShape, e: Engines, shape: JobShape,
                        rows: int, ctx: float) -> float:
     """Sequences one engine decodes at once: the fewest of max_num_seqs, those it is sent and
-    what its KV room holds at the mean context (trainer/resources.py's KV room, per token)."""
+    what its KV room holds at the mean context (trainer/plan/memory.py's KV room, per token)."""
     held, gpu_gib = float(min(VLLM_MAX_NUM_SEQS, rows)), shape.gpu_memory_gib
     if gpu_gib is None:
         return held
-    util = c.rollout.vllm.gpu_memory_utilization or (  # as trainer/resources.py plans it
+    util = c.rollout.vllm.gpu_memory_utilization or (  # as trainer/plan/memory.py plans it
         VLLM_UTILIZATION if (shape.gpus_per_node or 0) >= 2 else VLLM_SHARED_UTILIZATION)
     b = 2 if c.precision.dtype == "bf16" else 4
     per_gpu = util * gpu_gib * GIB - m.params * b / e.tp - CUDA_OVERHEAD_GIB * GIB
@@ -371,7 +371,7 @@ def _gpu_step(c: TrainConfig, m: ModelShape, shape: JobShape, limits: Limits,
     if c.rollout.backend == "vllm":
         # Rollouts: every node's engines, each its node's call over its replicas (in pipeline
         # mode every node generates prompts_per_step / nodes groups; otherwise one node);
-        # eval: rank 0's node's engines only (trainer/generation/placement.py).
+        # eval: rank 0's node's engines only (trainer/plan/placement.py).
         e = engines(c, shape)
         b = engine_concurrency(c, m, e, shape,
                                math.ceil(rollout_rows(c, e.nodes) / e.replicas), ctx)

@@ -1,6 +1,6 @@
 """Where a job's vLLM engines run and what each is sent: the memory plan's view of them.
 
-Why a module of its own: the plan (trainer/resources.py) must size each engine's KV cache for
+Why a module of its own: the plan (trainer/plan/memory.py) must size each engine's KV cache for
 the sequences that engine really decodes, and count the generation GPUs the job holds but does
 not use. Both follow from where the trainer starts engines, which the plan must not guess:
 
@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass
 
 from trainer.config import TrainConfig
-from trainer.generation.engine_fit import tensor_parallel
+from trainer.plan.engine_fit import tensor_parallel
 from trainer.validate import JobShape, generation_gpus_per_node, separate_generation
 
 

@@ -31,7 +31,7 @@ Sources of the formulas (bytes; Psi = parameters, d = data-parallel degree):
   Which sequences an engine holds follows from where the trainer starts its engines (pipeline
   mode with vLLM: on every node, each node's its share of a step's prompts; otherwise on rank
   0's node) and what each is sent (rollouts, and eval through rank 0's service, to rank 0's
-  node's engines): trainer/generation/placement.py, which also names the GPUs a job holds but
+  node's engines): trainer/plan/placement.py, which also names the GPUs a job holds but
   leaves idle.
 """
 
@@ -42,12 +42,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from trainer.config import TrainConfig
-from trainer.model_shape import KNOWN, ModelShape, model_shape, proxy_shape, shape_from_hf  # noqa: F401
+from trainer.plan.model_shape import KNOWN, ModelShape, model_shape, proxy_shape, shape_from_hf  # noqa: F401
 from trainer.validate import JobShape, separate_generation, training_gpus_per_node
-from trainer.generation.engine_fit import (  # noqa: F401 - re-exported: the plan's terms
+from trainer.plan.engine_fit import (  # noqa: F401 - re-exported: the plan's terms
     CUDA_OVERHEAD_GIB, GIB, PROMPT_TOKENS, VLLM_UTILIZATION, engine_gpu_bytes, kv_bytes_per_token,
     kv_room, sequence_tokens)
-from trainer.generation.placement import Engines, engines, placement_note, rows_per_engine
+from trainer.plan.placement import Engines, engines, placement_note, rows_per_engine
 
 # trainer/logprobs.py MAX_LOGITS_PER_CHUNK (kept equal by tests/test_resources.py; not imported,
 # as that module imports torch).
@@ -159,7 +159,7 @@ def vllm_terms(c: TrainConfig, m: ModelShape, e: Engines, gpu_gib: Optional[floa
                util: float) -> tuple[dict[str, float], str]:
     """One vLLM GPU: its share of the weights (tensor parallel over `e.tp` GPUs) and the KV cache
     of the sequences its engine decodes at once: what fits in `util` of the GPU, at most what
-    the busiest engine is sent (trainer/generation/placement.py: its node's rollouts, plus eval
+    the busiest engine is sent (trainer/plan/placement.py: its node's rollouts, plus eval
     on rank 0's node) and vLLM's max_num_seqs. Returns (terms in bytes, what the KV cache
     holds)."""
     weights, per_seq = engine_gpu_bytes(c, m, e.tp)

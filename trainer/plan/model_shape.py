@@ -1,4 +1,4 @@
-"""The shape of a policy model as the memory plan (trainer/resources.py) needs it: layers,
+"""The shape of a policy model as the memory plan (trainer/plan/memory.py) needs it: layers,
 widths, heads, vocabulary, read from the model's HF config.json (a local dir or the HF cache;
 never downloaded), else from a table of known configs, else said to be unknown. The CPU proxy
 has its own (model.proxy). Pure Python: no torch, no transformers import.

@@ -1,0 +1,11 @@
+"""Planning a run before it starts, torch-free: where its processes and engines go (topology),
+how much GPU memory it needs (memory), how long it takes and how many jobs (time_plan), from
+the model's shape (model_shape). `ablate sweep --dry-run` and the trainer's start-up read the
+same functions, so what the plan prints is what the trainer does.
+
+    model_shape.py  a model's layers, widths, vocabulary: from its HF config, known shapes, the proxy
+    engine_fit.py   whether a vLLM engine of tp GPUs holds the model: the default tensor_parallel_size
+    placement.py    what each engine is sent, and the sentence saying where the engines run
+    memory.py       GiB per training rank and per generation GPU, term by term
+    time_plan.py    seconds per step and per eval, wall and GPU-hours to the budget, jobs
+"""
