@@ -39,5 +39,5 @@ try:
 except RuntimeError:
     # Stay alive, as a rank stuck in NCCL teardown or an engine's shutdown does: the peers
     # must not depend on this process's exit (gloo would see its socket close; NCCL does not),
-    # and trainer.abort.exit_soon must end it anyway.
+    # and trainer.dist.abort.exit_soon must end it anyway.
     time.sleep(300)

@@ -63,7 +63,7 @@ if __name__ == "__main__":
     state.train()
     import torch.distributed as dist
 
-    from trainer.distributed import broadcast_object
+    from trainer.dist.groups import broadcast_object
 
     out = {"broadcast": broadcast_object("from-rank-0" if rank == 0 else "other"), "rank": rank, "world": dist.get_world_size(), "backend": dist.get_backend(),
            "step": state.step, "params": flat_params(state.engine.model),

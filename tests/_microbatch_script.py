@@ -59,7 +59,7 @@ def main() -> None:
     import torch.distributed as dist
     from _multirank_script import flat_params
 
-    from trainer.distributed import broadcast_object
+    from trainer.dist.groups import broadcast_object
     from trainer.loop import _Run
     from trainer.offpolicy import MODES
 

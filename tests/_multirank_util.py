@@ -1,6 +1,6 @@
 """Launch the ranks of a CPU (gloo) multi-process job the way `srun` would: one process per
 task with SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID / SLURM_JOB_NODELIST set, so
-trainer/distributed.py's Slurm path builds the process group. Shared by test_deepspeed.py and
+trainer/dist/groups.py's Slurm path builds the process group. Shared by test_deepspeed.py and
 test_multirank.py."""
 
 from __future__ import annotations

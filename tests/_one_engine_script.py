@@ -28,7 +28,7 @@ if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import torch.distributed as dist
 
-    from trainer.distributed import broadcast_object
+    from trainer.dist.groups import broadcast_object
     from trainer.loop import _Run, _setup_distributed
     from trainer.offpolicy import MODES
 

@@ -1,4 +1,4 @@
-"""trainer/abort.py: a rank that raises ends the whole job within seconds (not at the process
+"""trainer/dist/abort.py: a rank that raises ends the whole job within seconds (not at the process
 group's 120-minute timeout), and status.json's error is the failing rank's root cause in one
 line (the engine's own exception, not the wrapper that reached the trainer)."""
 
@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from tests._multirank_util import free_port, rank_env
-from trainer.abort import error_line
+from trainer.dist.abort import error_line
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""trainer/binding.py: every process of a GPU job sees exactly the GPUs it owns.
+"""trainer/dist/binding.py: every process of a GPU job sees exactly the GPUs it owns.
 
 The contract, checked without CUDA by running the trainer's real start-up function
 (bind_devices) for every process of a job, from the environment Slurm gives each task: each
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainer.binding import bind_devices, plan_binding
+from trainer.dist.binding import bind_devices, plan_binding
 from trainer.config import TrainConfig
 from trainer.validate import JobShape, problems, separate_generation
 
@@ -165,12 +165,12 @@ def test_start_up_binds_before_cuda_in_a_real_process():
     variables every later reader sees, and CUDA untouched by it."""
     code = (
         "import json, os, sys\n"
-        "from trainer.binding import bind_devices\n"
+        "from trainer.dist.binding import bind_devices\n"
         "from trainer.config import TrainConfig\n"
         "c = TrainConfig.model_validate(json.loads(sys.argv[1]))\n"
         "b = bind_devices(c)\n"
         "import torch\n"
-        "from trainer.distributed import read_env\n"
+        "from trainer.dist.groups import read_env\n"
         "d = read_env()\n"
         "print(json.dumps({k: os.environ.get(k) for k in ('CUDA_VISIBLE_DEVICES', 'LOCAL_RANK',"
         " 'RANK', 'ABLATE_NODE_GPUS')} | {'cuda_started': torch.cuda.is_initialized(),"
@@ -196,8 +196,8 @@ def test_start_up_binds_before_cuda_in_a_real_process():
 def test_a_child_does_not_inherit_its_parents_binding():
     """An engine process or a test's subprocess inherits the bound variables but is another
     process: it reads its launcher's variables, not its parent's device index / local rank."""
-    from trainer.binding import node_gpus
-    from trainer.distributed import read_env
+    from trainer.dist.binding import node_gpus
+    from trainer.dist.groups import read_env
 
     env = slurm_env(1, 4, 0, 2, "0,1,2,3,4,5,6,7")
     bind_devices(config(), env)

@@ -2,7 +2,7 @@
 
 Each case launches two real ranks of tests/_deepspeed_script.py with the environment `srun`
 gives its tasks (SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID / SLURM_JOB_NODELIST), so
-trainer/distributed.py's Slurm path sets up torch.distributed; the trainer's own loop then takes
+trainer/dist/groups.py's Slurm path sets up torch.distributed; the trainer's own loop then takes
 real RL steps on a warmed tiny proxy. Checks: both ranks finish with identical weights (ZeRO's
 partitioned updates are gathered back consistently), the weights moved, and every stage ends
 where stage 0 does (ZeRO only partitions state; it must not change the math).

@@ -1,4 +1,4 @@
-"""trainer/distributed.py: process-group settings from Slurm / torchrun environments, the
+"""trainer/dist/groups.py: process-group settings from Slurm / torchrun environments, the
 generation/training GPU split, and the DeepSpeed config built from a TrainConfig."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from trainer.config import TrainConfig
-from trainer.distributed import default_port, first_host, gpu_split_args, read_env, split_gpus
+from trainer.dist.groups import default_port, first_host, gpu_split_args, read_env, split_gpus
 
 
 def test_slurm_env_multi_node():

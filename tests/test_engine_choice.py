@@ -1,7 +1,7 @@
 """The default vLLM engines (rollout.vllm.tensor_parallel_size None): the smallest
 tensor-parallel size whose engine holds the model, chosen by one function
 (trainer/plan/engine_fit.py tensor_parallel) for the dry run's plan (the profile's GPU
-size) and for the trainer's start-up (trainer/binding.py bind_devices, the GPU size from
+size) and for the trainer's start-up (trainer/dist/binding.py bind_devices, the GPU size from
 ABLATE_GPU_MEMORY_GIB or nvidia-smi, never CUDA). Checked for every process of the paper's
 2-node x 8-GPU job: the plan and the start-up name the same engines."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainer.binding import GPU_MEMORY, bind_devices, gpu_memory_gib
+from trainer.dist.binding import GPU_MEMORY, bind_devices, gpu_memory_gib
 from _trainer_util import set_dotted
 
 from trainer.config import TrainConfig

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.abort import error_line
+from trainer.dist.abort import error_line
 from trainer.generation.vllm_args import (
     SUPPORTED_VLLM,
     EngineStartError,

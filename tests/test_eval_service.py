@@ -116,7 +116,7 @@ def test_merge_puts_every_replicas_rows_back_in_the_order_asked():
 
 def test_replica_count_from_the_plan_and_its_limits():
     from trainer.config import TrainConfig
-    from trainer.distributed import plan_topology
+    from trainer.dist.groups import plan_topology
     from trainer.generation.replicas import replica_count
 
     def cfg(**vllm):

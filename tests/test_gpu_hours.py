@@ -9,7 +9,7 @@ from _trainer_util import config, metrics, tiny
 
 import trainer
 from trainer.devices import devices_held, job_devices
-from trainer.distributed import GpuSplit, split_gpus
+from trainer.dist.groups import GpuSplit, split_gpus
 
 
 def test_separate_generation_gpus_are_counted():

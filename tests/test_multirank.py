@@ -1,7 +1,7 @@
 """Multi-process jobs: 2 ranks (gloo on CPU) sharing ONE run dir, through `trainer.loop.run`.
 
 Each case launches real processes of tests/_multirank_script.py with the environment `srun`
-gives its tasks, so trainer/distributed.py's Slurm path builds the process group. Checks what
+gives its tasks, so trainer/dist/groups.py's Slurm path builds the process group. Checks what
 a multi-rank job must guarantee: one writer (exactly one metrics line per eval step, no
 duplicates, status done, config written), a checkpoint every rank resumes from in a fresh job,
 identical weights on every rank, and data parallelism that is the same math as one process

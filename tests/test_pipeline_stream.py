@@ -271,7 +271,7 @@ def test_eval_batches_bound_rows_and_keep_the_near_greedy_pass_rate(proxy):
 
 
 def test_topology_splits_each_node_and_groups_replicas_by_tensor_parallel_size():
-    from trainer.distributed import plan_topology
+    from trainer.dist.groups import plan_topology
 
     t = plan_topology(2, 8, separate_generation=True, tensor_parallel_size=2, ranks_per_node=4)
     assert t.training == tuple((n, g) for n in (0, 1) for g in (4, 5, 6, 7))  # rank r -> GPU
@@ -291,7 +291,7 @@ def test_topology_splits_each_node_and_groups_replicas_by_tensor_parallel_size()
     ({"generation_gpus": 8}, "between 1 and 7"),
 ])
 def test_topology_refuses_with_one_line(kwargs, message):
-    from trainer.distributed import plan_topology
+    from trainer.dist.groups import plan_topology
 
     with pytest.raises(ValueError, match=message) as e:
         plan_topology(2, 8, separate_generation=True, **kwargs)

@@ -220,12 +220,12 @@ CASES = [(mode, gpus, gen, tp, dp) for mode in ("pipeline", "ppo_off_policy")
 
 def test_engine_placement_is_the_trainers():
     """trainer/plan/placement.py (pure Python, for the plan) against what the trainer
-    binds at start (trainer/binding.py plan_binding, run for every process of a 2-node job):
+    binds at start (trainer/dist/binding.py plan_binding, run for every process of a 2-node job):
     the engines and their GPUs, and the GPUs each node leaves without a rank or an engine,
     over every split the validation accepts. In pipeline mode with vLLM every node's local rank
     0 starts its node's engines; otherwise rank 0 alone (trainer/offpolicy.py), so only rank
     0's node's engines count as running."""
-    from trainer.binding import plan_binding
+    from trainer.dist.binding import plan_binding
     from trainer.plan.placement import engines, idle_gpus
     from trainer.generation.replicas import replica_count
     from trainer.validate import problems, separate_generation

@@ -10,7 +10,7 @@ COMPUTE_COLUMNS), so how each is counted must be findable in one place. `_Run`
 from __future__ import annotations
 
 from trainer.devices import job_devices
-from trainer.distributed import broadcast_object
+from trainer.dist.groups import broadcast_object
 
 
 def new_counters() -> dict:

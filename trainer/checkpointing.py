@@ -21,7 +21,7 @@ import time
 import torch
 
 from trainer import preempt, rundir
-from trainer.distributed import all_reduce_floats, barrier, broadcast_object
+from trainer.dist.groups import all_reduce_floats, barrier, broadcast_object
 
 
 class Checkpointing:

@@ -13,8 +13,8 @@ import os
 
 import torch
 
-from trainer.binding import node_gpus
-from trainer.distributed import GpuSplit, gpu_split_args, read_env, split_gpus
+from trainer.dist.binding import node_gpus
+from trainer.dist.groups import GpuSplit, gpu_split_args, read_env, split_gpus
 
 
 def devices_held(device_type: str, world: int, nodes: int = 1, split: GpuSplit | None = None,
@@ -38,8 +38,8 @@ def devices_held(device_type: str, world: int, nodes: int = 1, split: GpuSplit |
 def job_devices(config, device: torch.device, world: int,
                 gpus_per_node: int | None = None) -> int:
     """devices_held for this process's job: nodes from the launcher's variables, the split
-    from the config (trainer/distributed.py gpu_split_args) and the node's GPUs (default:
-    the node's GPUs as the launcher gave them, trainer/binding.py node_gpus: a bound process
+    from the config (trainer/dist/groups.py gpu_split_args) and the node's GPUs (default:
+    the node's GPUs as the launcher gave them, trainer/dist/binding.py node_gpus: a bound process
     itself sees only its own)."""
     env = read_env()
     nodes = max(1, -(-world // max(env.local_world_size, 1)))

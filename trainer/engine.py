@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from trainer.config import TrainConfig
-from trainer.distributed import average_grads
+from trainer.dist.groups import average_grads
 from trainer.registry import Registry
 
 

@@ -17,7 +17,7 @@ matmul) when precision.trainer_lm_head_fp32 is set: ScaleRL's "FP32 at the LM he
 generator does the same, see trainer/generation/vllm_engine.py). The head's stored weight stays bf16
 because ZeRO flattens each parameter group into one dtype.
 
-Distributed: one process per device, launched by Slurm or torchrun (trainer/distributed.py
+Distributed: one process per device, launched by Slurm or torchrun (trainer/dist/groups.py
 turns their environment into the one torch.distributed reads); gloo on CPU, nccl on GPU.
 Every rank must call step/save/load (they are collectives).
 """
@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from trainer.config import TrainConfig
-from trainer.distributed import group_timeout_s, init_distributed
+from trainer.dist.groups import group_timeout_s, init_distributed
 from trainer.engine import constant_with_warmup
 from trainer.validate import validate
 
@@ -92,7 +92,7 @@ class DeepSpeedEngine:
         import deepspeed
 
         self.config = config
-        # The device is this process's one visible GPU (trainer/binding.py bind_devices), and
+        # The device is this process's one visible GPU (trainer/dist/binding.py bind_devices), and
         # LOCAL_RANK=0 there: DeepSpeed sets its device from LOCAL_RANK
         # (deepspeed/runtime/engine.py DeepSpeedEngine._set_distributed_vars: device_rank =
         # self.local_rank = int(os.environ["LOCAL_RANK"]); zero/partition_parameters.py

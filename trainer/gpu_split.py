@@ -1,6 +1,6 @@
 """A node's GPUs split between generation (vLLM) and training for pipeline mode: the one
-statement of the split, used by the process binding (trainer/binding.py), gpu_hours
-(trainer/devices.py) and re-exported by trainer/distributed.py. Pure Python."""
+statement of the split, used by the process binding (trainer/dist/binding.py), gpu_hours
+(trainer/devices.py) and re-exported by trainer/dist/groups.py. Pure Python."""
 
 from __future__ import annotations
 

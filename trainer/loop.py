@@ -5,7 +5,7 @@ the update math (trainer/update.py), evaluation and the metrics row (trainer/eva
 checkpoint / resume / preemption stops (trainer/checkpointing.py) and compute accounting
 (trainer/accounting.py).
 
-Multi-process jobs (Slurm srun / torchrun; trainer/distributed.py): data parallel on the
+Multi-process jobs (Slurm srun / torchrun; trainer/dist/groups.py): data parallel on the
 training side, replicated generation. Every rank runs the same prompt source with the same
 seeds, and rank 0's batch is then broadcast so all ranks hold byte-identical rollouts (a GPU's
 non-deterministic kernels could otherwise make them differ); rewards, pool statistics and the
@@ -31,9 +31,9 @@ from trainer.accounting import Accounting, new_counters
 from trainer.chat import prompt_encoder
 from trainer.checkpointing import Checkpointing
 from trainer.config import TrainConfig
-from trainer.abort import FailFast, error_line, exit_soon
-from trainer.binding import bind_devices
-from trainer.distributed import (
+from trainer.dist.abort import FailFast, error_line, exit_soon
+from trainer.dist.binding import bind_devices
+from trainer.dist.groups import (
     broadcast_object,
     group_timeout_s,
     join_process_group,
@@ -59,9 +59,9 @@ def run(config: TrainConfig, run_dir: Path) -> None:
     """Train (or resume) one run into `run_dir`. Returns when the budget is spent, or the run
     diverged (status.json says so with the step); raises after marking status `failed`.
 
-    First of all this process is bound to its devices (trainer/binding.py: before anything
+    First of all this process is bound to its devices (trainer/dist/binding.py: before anything
     asks CUDA anything), and a vllm run refuses a vLLM other than the tested one. A rank that
-    raises ends every rank of the job within seconds (trainer/abort.py FailFast), and
+    raises ends every rank of the job within seconds (trainer/dist/abort.py FailFast), and
     status.json's `error` is the failing rank's root cause in one line."""
     run_dir = Path(run_dir)
     try:
@@ -117,7 +117,7 @@ def _setup_distributed(config: TrainConfig) -> bool:
     engine is data parallel through its gradient all-reduce, the deepspeed engine through
     DeepSpeed; both need the group before the engine is built. Its collectives wait up to
     engine.collective_timeout_minutes (rank 0's lone vllm eval keeps the others at a barrier).
-    The process's device was bound before (trainer/binding.py bind_devices)."""
+    The process's device was bound before (trainer/dist/binding.py bind_devices)."""
     return join_process_group(config.engine.device, timeout_s=group_timeout_s(config))
 
 

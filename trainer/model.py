@@ -9,14 +9,14 @@ from __future__ import annotations
 import torch
 
 from trainer.config import TrainConfig
-from trainer.distributed import resolve_device
+from trainer.dist.groups import resolve_device
 from trainer.hub import load_pretrained
 from trainer.proxy import proxy_path
 
 
 def pick_device(name: str) -> torch.device:
-    """engine.device -> this process's device: the one GPU trainer/binding.py bind_devices
-    left it (cuda:0), or the CPU. No index from a rank here (see trainer/binding.py)."""
+    """engine.device -> this process's device: the one GPU trainer/dist/binding.py bind_devices
+    left it (cuda:0), or the CPU. No index from a rank here (see trainer/dist/binding.py)."""
     return resolve_device(name)
 
 

@@ -23,7 +23,7 @@ from typing import Callable, Protocol
 from torch import nn
 
 from trainer.config import TrainConfig
-from trainer.distributed import rank
+from trainer.dist.groups import rank
 from trainer.length import Rollout, generate_rollout
 from trainer.pool import PromptPool
 from trainer.registry import Registry

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from trainer import preempt
-from trainer.distributed import rank
+from trainer.dist.groups import rank
 from trainer.generation.rollout import make_generator
 from trainer.length import generate_rollout
 from trainer.offpolicy import (Batch, Context, Pipeline, Source, _close, _join_push, concat,

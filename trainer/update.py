@@ -25,7 +25,7 @@ import torch
 from trainer import rundir as col
 from trainer.advantages import compute_advantages
 from trainer.config import LOSS_OPTIONS
-from trainer.distributed import all_reduce_floats
+from trainer.dist.groups import all_reduce_floats
 from trainer.logprobs import (
     completion_logprobs,
     pack,

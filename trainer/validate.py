@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from trainer.binding import separate_generation  # noqa: F401  (re-exported: one statement)
+from trainer.dist.binding import separate_generation  # noqa: F401  (re-exported: one statement)
 from trainer.config import TrainConfig
 
 
@@ -65,7 +65,7 @@ def _chat_template_proxy(c: TrainConfig, shape: JobShape) -> Optional[str]:
 
 
 def _cuda_without_gpus(c: TrainConfig, shape: JobShape) -> Optional[str]:
-    # trainer/distributed.py resolve_device: 'cuda' with no CUDA device.
+    # trainer/dist/groups.py resolve_device: 'cuda' with no CUDA device.
     if c.engine.device == "cuda" and shape.gpus_per_node == 0:
         return ("engine.device=cuda but the job has no GPUs (gpus_per_node: 0); use "
                 "engine.device: auto or cpu, or a profile with gpus_per_node > 0")
@@ -73,7 +73,7 @@ def _cuda_without_gpus(c: TrainConfig, shape: JobShape) -> Optional[str]:
 
 
 def _generation_split(c: TrainConfig, shape: JobShape) -> Optional[str]:
-    # trainer/distributed.py split_gpus: 1 <= generation GPUs < GPUs per node (one GPU: shared).
+    # trainer/dist/groups.py split_gpus: 1 <= generation GPUs < GPUs per node (one GPU: shared).
     g, n = c.rollout.vllm.generation_gpus, shape.gpus_per_node
     if not separate_generation(c) or not n or n < 2 or g is None or 1 <= g < n:
         return None
@@ -83,13 +83,13 @@ def _generation_split(c: TrainConfig, shape: JobShape) -> Optional[str]:
 
 
 def generation_gpus_per_node(c: TrainConfig, gpus: int) -> int:
-    """trainer/distributed.py split_gpus' count: rollout.vllm.generation_gpus, else half (>= 1).
+    """trainer/dist/groups.py split_gpus' count: rollout.vllm.generation_gpus, else half (>= 1).
     The one torch-free statement of it (validation, the memory plan, the engine placement)."""
     return c.rollout.vllm.generation_gpus or max(1, gpus // 2)
 
 
 def training_gpus_per_node(c: TrainConfig, gpus: int) -> int:
-    """trainer/distributed.py resolve_device: pipeline + vLLM keeps split_gpus' generation
+    """trainer/dist/groups.py resolve_device: pipeline + vLLM keeps split_gpus' generation
     GPUs (rollout.vllm.generation_gpus, default half) out of the training ranks' choice."""
     if separate_generation(c) and gpus >= 2:
         return gpus - generation_gpus_per_node(c, gpus)
@@ -97,7 +97,7 @@ def training_gpus_per_node(c: TrainConfig, gpus: int) -> int:
 
 
 def _ranks_per_gpu(c: TrainConfig, shape: JobShape) -> Optional[str]:
-    # trainer/distributed.py resolve_device: a local rank beyond the node's training GPUs has
+    # trainer/dist/groups.py resolve_device: a local rank beyond the node's training GPUs has
     # no GPU of its own and stops at start (one rank per GPU, never two).
     n = shape.gpus_per_node
     if not n or c.engine.device == "cpu" or _generation_split(c, shape):
@@ -113,12 +113,12 @@ def _ranks_per_gpu(c: TrainConfig, shape: JobShape) -> Optional[str]:
 
 
 def _tensor_parallel(c: TrainConfig, shape: JobShape) -> Optional[str]:
-    # trainer/binding.py plan_binding: a replica's tensor-parallel group must divide the node's
+    # trainer/dist/binding.py plan_binding: a replica's tensor-parallel group must divide the node's
     # generation GPUs; without generation GPUs of their own the engines share one GPU.
     tp, n = c.rollout.vllm.tensor_parallel_size, shape.gpus_per_node
     if c.rollout.backend != "vllm" or not n or n < 2 or tp is None or _generation_split(c, shape):
         return None
-    if not separate_generation(c):  # trainer/binding.py: the engines share rank 0's one GPU
+    if not separate_generation(c):  # trainer/dist/binding.py: the engines share rank 0's one GPU
         return None if tp == 1 else (
             f"rollout.vllm.tensor_parallel_size={tp} with off_policy.mode="
             f"{c.off_policy.mode}: without generation GPUs of their own (pipeline mode) the "
@@ -132,7 +132,7 @@ def _tensor_parallel(c: TrainConfig, shape: JobShape) -> Optional[str]:
 
 
 def _data_parallel_replicas(c: TrainConfig, shape: JobShape) -> Optional[str]:
-    # trainer/binding.py plan_binding: a node's replicas are tensor_parallel_size of its
+    # trainer/dist/binding.py plan_binding: a node's replicas are tensor_parallel_size of its
     # generation GPUs each.
     dp, n = c.rollout.vllm.data_parallel_replicas, shape.gpus_per_node
     if (c.rollout.backend != "vllm" or dp is None or not n or n < 2 or not separate_generation(c)
@@ -182,13 +182,13 @@ def validate(config: TrainConfig, shape: JobShape = JobShape()) -> None:
 def local_shape() -> JobShape:
     """The shape of the machine this process runs on (the trainer's own view at start)."""
     # Local: this module is ablate's validator too, and must not import torch for it. No CUDA
-    # call either: this runs before trainer/binding.py bind_devices narrows the process's GPUs
+    # call either: this runs before trainer/dist/binding.py bind_devices narrows the process's GPUs
     # (the CUDA driver reads CUDA_VISIBLE_DEVICES once), so the node's GPUs come from the
     # launcher's variables (binding.node_gpus).
     import os
 
-    from trainer.binding import node_gpus
-    from trainer.distributed import read_env  # torch: only the trainer calls local_shape
+    from trainer.dist.binding import node_gpus
+    from trainer.dist.groups import read_env  # torch: only the trainer calls local_shape
 
     env = read_env()
     gpus = len(node_gpus(os.environ))

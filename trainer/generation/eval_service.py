@@ -29,7 +29,7 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from trainer.config import TrainConfig
-from trainer.distributed import broadcast_object, rank
+from trainer.dist.groups import broadcast_object, rank
 from trainer.evaluate import pass_rate
 from trainer.generation.rollout import Generator
 from trainer.rundir import EVAL_S, PASS_RATE

@@ -9,7 +9,7 @@ pipeline source and eval (trainer/generation/eval_service.py) see one generator.
 How:
 - Each replica is a VLLMGenerator whose engine runs in its own process, started with its own
   GPUs (CUDA_VISIBLE_DEVICES: its tensor-parallel group, from this process's binding,
-  trainer/binding.py). Every node's local rank 0 is bound to its node's engines, and this
+  trainer/dist/binding.py). Every node's local rank 0 is bound to its node's engines, and this
   factory starts them on whichever host calls it: in pipeline mode every node's local rank 0
   (trainer/generation/feeders.py: each makes its node's share of a step), in ppo_off_policy
   rank 0 only (trainer/offpolicy.py). As vLLM's own
@@ -36,7 +36,7 @@ from typing import Optional, Sequence
 import torch
 
 from trainer.config import TrainConfig
-from trainer.binding import current_binding, engine_choice, plan_binding
+from trainer.dist.binding import current_binding, engine_choice, plan_binding
 from trainer.validate import separate_generation
 from trainer.generation.rollout import Generation
 from trainer.generation.vllm_engine import VLLMGenerator
@@ -46,7 +46,7 @@ from trainer.generation.push import named_weights, push_to_all, weight_specs
 def node_engines(config: TrainConfig, gpus: int,
                  gpu_gib: Optional[float] = None) -> tuple[tuple[str, ...], ...]:
     """The GPUs of each engine a node's local rank 0 starts on a node of `gpus` GPUs of
-    `gpu_gib` GiB (trainer/binding.py plan_binding, the one statement of it, with the engine
+    `gpu_gib` GiB (trainer/dist/binding.py plan_binding, the one statement of it, with the engine
     arguments its config_binding passes): tensor_parallel_size of the node's generation GPUs
     each in pipeline mode (default: the fewest that hold the model; GPU size unknown: all of
     them); else data_parallel_replicas (default 1) sharing the host rank's GPU (or the CPU)."""

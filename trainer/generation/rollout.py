@@ -26,7 +26,7 @@ from torch import nn
 
 from trainer import preempt
 from trainer.config import TrainConfig
-from trainer.distributed import world_size
+from trainer.dist.groups import world_size
 from trainer.precision import LMHead
 from trainer.registry import Registry
 from trainer.generation.sampler import left_pad, static_sampler

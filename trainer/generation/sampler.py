@@ -31,7 +31,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from trainer.distributed import on_all_ranks
+from trainer.dist.groups import on_all_ranks
 from trainer.generation.weights import GenerationWeights
 from trainer.precision import DTYPES, LMHead, autocast
 

@@ -18,7 +18,7 @@ from typing import Optional
 
 import torch
 
-from trainer.binding import current_binding
+from trainer.dist.binding import current_binding
 from trainer.config import TrainConfig
 
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
@@ -66,14 +66,14 @@ def check_vllm_version(found: Optional[str] = None) -> None:
 
 def generation_placement(config: TrainConfig, index: int = 0) -> tuple[dict[str, str], int, bool]:
     """Where engine `index` of this process runs: (environment of its process, tensor-parallel
-    size, shared). Read from this process's binding (trainer/binding.py, the one place that
+    size, shared). Read from this process's binding (trainer/dist/binding.py, the one place that
     decides every process's GPUs): the engine's own GPUs (a tensor-parallel group of the
     node's generation GPUs), or this rank's GPU shared with its training (no generation GPUs
     of their own: a smaller memory share)."""
     b = current_binding(config)
     if not b.engines:
         raise RuntimeError(f"rank {b.rank} (local rank {b.local_rank}) hosts no vLLM engine: "
-                           f"each node's local rank 0 does (trainer/binding.py)")
+                           f"each node's local rank 0 does (trainer/dist/binding.py)")
     return b.engine_env(index), max(1, len(b.engines[index])), b.shared
 
 
@@ -135,7 +135,7 @@ def stop_signal_blocked():
 
 class EngineStartError(RuntimeError):
     """vLLM's engine did not start; `root_cause` is the engine process's own exception line
-    (trainer/abort.py error_line puts it into status.json's error)."""
+    (trainer/dist/abort.py error_line puts it into status.json's error)."""
 
     def __init__(self, message: str, root_cause: Optional[str]) -> None:
         super().__init__(message)

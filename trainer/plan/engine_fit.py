@@ -1,6 +1,6 @@
 """Whether a vLLM engine of `tp` GPUs holds the model, and the default tensor-parallel size
 that follows: the one rule the dry run's plan (trainer/plan/placement.py engines,
-trainer/plan/memory.py) and the trainer's start-up (trainer/binding.py config_binding) share.
+trainer/plan/memory.py) and the trainer's start-up (trainer/dist/binding.py config_binding) share.
 
 Why a module of its own: both sides must choose the same engines, and the start-up binding
 runs before torch or CUDA (pure Python here: no torch, no import of the plan's modules, which
@@ -76,7 +76,7 @@ def tensor_parallel(c: TrainConfig, gen_gpus: int, gpu_gib: Optional[float]) -> 
 
     The one statement of the choice: the plan calls it with the launch profile's
     gpu_memory_gib (trainer/plan/placement.py engines), the trainer at start with the
-    bound node's GPU size read without CUDA (trainer/binding.py gpu_memory_gib), so both
+    bound node's GPU size read without CUDA (trainer/dist/binding.py gpu_memory_gib), so both
     choose the same engines.
 
     Why the smallest: when the model fits one GPU, one-GPU replicas decode more tokens per

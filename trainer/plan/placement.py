@@ -4,7 +4,7 @@ Why a module of its own: the plan (trainer/plan/memory.py) must size each engine
 the sequences that engine really decodes, and count the generation GPUs the job holds but does
 not use. Both follow from where the trainer starts engines, which the plan must not guess:
 
-- trainer/generation/replicas.py node_engines -> trainer/binding.py plan_binding: each node's
+- trainer/generation/replicas.py node_engines -> trainer/dist/binding.py plan_binding: each node's
   local rank 0 is bound to its node's engines. In pipeline mode with vLLM
   (trainer/validate.py separate_generation) every node's local rank 0 starts them and
   generates its node's share of each step, rollout.prompts_per_step / nodes prompt groups
@@ -24,7 +24,7 @@ GPUs) are allocated (and counted in gpu_hours, trainer/devices.py) but idle.
 
 Pure Python (no torch): `ablate sweep --dry-run` plans thousands of variants with it;
 tests/test_resources.py keeps it equal to replica_count and the binding of every process
-(trainer/binding.py plan_binding).
+(trainer/dist/binding.py plan_binding).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def engine_nodes(c: TrainConfig, shape: JobShape) -> int:
 
 
 def engines(c: TrainConfig, shape: JobShape) -> Engines:
-    """trainer/generation/replicas.py node_engines (trainer/binding.py plan_binding) on this
+    """trainer/generation/replicas.py node_engines (trainer/dist/binding.py plan_binding) on this
     job's shape."""
     vc, gpus, nodes = c.rollout.vllm, shape.gpus_per_node or 0, engine_nodes(c, shape)
     if gpus < 2 or not separate_generation(c):  # CPU, or sharing the host rank's GPU
@@ -99,7 +99,7 @@ def rows_per_engine(c: TrainConfig, e: Engines) -> int:
 
 
 def gpus_used(c: TrainConfig, shape: JobShape, e: Engines, rank0_node: bool) -> int:
-    """GPUs of one node that a training rank or an engine runs on (trainer/binding.py
+    """GPUs of one node that a training rank or an engine runs on (trainer/dist/binding.py
     plan_binding: local rank r takes the r-th training GPU; pipeline mode keeps the first
     generation GPUs out; the engines take the first of those on every node that starts
     engines, or share local rank 0's GPU without generation GPUs of their own)."""

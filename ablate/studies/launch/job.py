@@ -87,7 +87,7 @@ class RunJob(submitit.helpers.Checkpointable):
         self.requeue_within_s = requeue_within_s
 
     def __call__(self) -> list[str]:
-        # A multi-task job's ranks find each other in the trainer (`trainer.distributed.read_env`
+        # A multi-task job's ranks find each other in the trainer (`trainer.dist.groups.read_env`
         # reads Slurm's variables), the one place that decides rank, world and master address.
         env = submitit.JobEnvironment()
         fn = load_entry(self.entry)

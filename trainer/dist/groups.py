@@ -1,5 +1,5 @@
 """torch.distributed from the launcher's environment (Slurm srun or torchrun), this process's
-device (bound beforehand by trainer/binding.py bind_devices), and the GPU split between
+device (bound beforehand by trainer/dist/binding.py bind_devices), and the GPU split between
 generation and training for pipeline mode.
 
 Why its own module: every job of a study is launched by submitit (one Slurm task per process)
@@ -86,13 +86,13 @@ def default_port(job_id: Optional[str]) -> int:
 
 def read_env(env: Optional[Mapping[str, str]] = None) -> DistEnv:
     """Describe this process from torchrun's or Slurm's variables (no side effects). After
-    trainer/binding.py bind_devices, LOCAL_RANK is the device index DeepSpeed reads (0) and
+    trainer/dist/binding.py bind_devices, LOCAL_RANK is the device index DeepSpeed reads (0) and
     the real local rank / node are in ABLATE_LOCAL_RANK / ABLATE_NODE."""
     env = os.environ if env is None else env
     if "RANK" in env and "WORLD_SIZE" in env:
         world = int(env["WORLD_SIZE"])
         rank, local_world = int(env["RANK"]), int(env.get("LOCAL_WORLD_SIZE", world))
-        # trainer/binding.py's record of this very process (LOCAL_RANK is a device index
+        # trainer/dist/binding.py's record of this very process (LOCAL_RANK is a device index
         # there); torchrun's GROUP_RANK is the node's index; Slurm's SLURM_NODEID
         own = env.get("ABLATE_BOUND_PID") == str(os.getpid())
         node = ((env.get("ABLATE_NODE") if own else None) or env.get("GROUP_RANK")
@@ -137,7 +137,7 @@ def export_env(d: DistEnv) -> None:
 
 def resolve_device(device: str = "auto") -> torch.device:
     """'auto' -> the GPU this process sees when CUDA is there, else CPU. No index is computed
-    here: trainer/binding.py bind_devices left a bound process exactly one visible GPU (its
+    here: trainer/dist/binding.py bind_devices left a bound process exactly one visible GPU (its
     own), so a GPU process always uses cuda:0. A process that sees several GPUs was not bound
     (its device would be a guess): an error, not a second tenant on someone's GPU."""
     if device == "auto":
@@ -147,7 +147,7 @@ def resolve_device(device: str = "auto") -> torch.device:
             raise RuntimeError("engine.device is 'cuda' but torch sees no CUDA device")
         if torch.cuda.device_count() != 1:
             raise RuntimeError(
-                f"this process sees {torch.cuda.device_count()} GPUs: trainer/binding.py "
+                f"this process sees {torch.cuda.device_count()} GPUs: trainer/dist/binding.py "
                 f"bind_devices must run first (before CUDA starts) so it sees only its own")
         torch.cuda.set_device(0)
         return torch.device("cuda", 0)
@@ -164,7 +164,7 @@ def group_timeout_s(config) -> float:
 
 def gpu_split_args(config) -> dict:
     """A TrainConfig's GPU split (gpu_hours accounting, trainer/devices.py): pipeline mode with
-    vllm keeps the node's generation GPUs out of the training ranks (trainer/binding.py)."""
+    vllm keeps the node's generation GPUs out of the training ranks (trainer/dist/binding.py)."""
     return {"separate_generation": (config.off_policy.mode == "pipeline"
                                     and config.rollout.backend == "vllm"),
             "generation_gpus": config.rollout.vllm.generation_gpus}
@@ -228,7 +228,7 @@ def plan_topology(nodes: int, gpus_per_node: int, *, separate_generation: bool,
     when given, must equal the training GPUs per node; more would put two ranks on one GPU.
     `data_parallel_replicas` (rollout.vllm.data_parallel_replicas), when given, keeps that many
     replicas on each node, its first: every node's local rank 0 starts its node's
-    (trainer/binding.py plan_binding; trainer/generation/feeders.py), so at most a node's
+    (trainer/dist/binding.py plan_binding; trainer/generation/feeders.py), so at most a node's
     generation GPUs / tensor_parallel_size."""
     if nodes < 1 or gpus_per_node < 1:
         raise ValueError(f"a GPU job needs nodes >= 1 and gpus_per_node >= 1, got {nodes} x "
@@ -365,7 +365,7 @@ def all_gather_objects(obj) -> list:
     sent as tensors on the current CUDA device under NCCL (torch 2.13
     torch/distributed/distributed_c10d.py all_gather_object: "the user's responsibility to
     ensure ... torch.cuda.set_device()"): resolve_device sets cuda:0, the one GPU each rank
-    sees (trainer/binding.py), as broadcast_object already needs."""
+    sees (trainer/dist/binding.py), as broadcast_object already needs."""
     import torch.distributed as dist
 
     if world_size() == 1:

@@ -14,7 +14,7 @@ vLLM then refused to start. Instead every process is bound by construction:
   _cuda_getDeviceCount), so narrowing it later has no effect.
 - A training rank sees exactly one GPU, its own: `cuda:0` is the only device it can name, and
   LOCAL_RANK (what DeepSpeed reads as a device index) is 0. Its real local rank stays in
-  ABLATE_LOCAL_RANK (trainer/distributed.py read_env). NCCL between ranks that each see one
+  ABLATE_LOCAL_RANK (trainer/dist/groups.py read_env). NCCL between ranks that each see one
   GPU is the usual `srun --gpus-per-task=1` setup: NCCL finds peers by PCI bus id, not by
   CUDA ordinal (read, not run here).
 - Each node's local rank 0 is bound to that node's vLLM engines (every node, not only rank
@@ -162,7 +162,7 @@ def plan_binding(*, rank: int, world_size: int, node: int, local_rank: int,
 
     `device`: engine.device ('auto', 'cuda', 'cpu'); `vllm`: rollout.backend is vllm;
     `separate`: pipeline mode with vLLM (generation GPUs of their own on nodes of >= 2 GPUs,
-    trainer/validate.py separate_generation). The node's GPUs split as trainer/distributed.py
+    trainer/validate.py separate_generation). The node's GPUs split as trainer/dist/groups.py
     split_gpus says: the first `generation_gpus` (default half) generate, the rest train; the
     engines are tensor_parallel_size of the generation GPUs each (None: all of them, one
     engine; config_binding passes the size trainer/plan/engine_fit.py tensor_parallel
@@ -217,7 +217,7 @@ def separate_generation(c) -> bool:
 
 def config_binding(config, env: Mapping[str, str]) -> Binding:
     """plan_binding for a TrainConfig in the process described by `env` (no side effects)."""
-    from trainer.distributed import read_env  # torch import deferred: callers may be torch-free
+    from trainer.dist.groups import read_env  # torch import deferred: callers may be torch-free
 
     d = read_env(env)
     gpus = node_gpus(env)
@@ -259,9 +259,9 @@ def bind_devices(config, env: Optional[MutableMapping[str, str]] = None) -> Bind
     b = config_binding(config, env)
     if env is os.environ and _cuda_started() and b.visible is not None \
             and env.get("CUDA_VISIBLE_DEVICES") != b.visible:
-        raise RuntimeError("trainer/binding.py bind_devices ran after CUDA started in this "
+        raise RuntimeError("trainer/dist/binding.py bind_devices ran after CUDA started in this "
                            "process: its GPUs can no longer be narrowed; call it first")
-    from trainer.distributed import read_env
+    from trainer.dist.groups import read_env
 
     d = read_env(env)
     if b.gpu is None and d.launcher == "single":
