@@ -21,7 +21,7 @@ import yaml
 from trainer.config import TrainConfig
 from trainer.model import load_model
 from trainer.offpolicy import MODES, Context
-from trainer.pool import PromptPool
+from trainer.algo.pool import PromptPool
 from trainer.tasks import build_task
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "proxy.yaml"

@@ -41,7 +41,7 @@ def eval_config(replicas: int = 1):
 
 def greedy_tokens(gen, run) -> list[list[int]]:
     """The eval prompts' completions from `gen`, as the loop's eval draws them."""
-    from trainer.length import generate_rollout
+    from trainer.algo.length import generate_rollout
 
     c = run.c
     return generate_rollout(gen, run.eval_prompts, c, run.tok, seed=c.seed * 7919 + 17,

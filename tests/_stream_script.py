@@ -35,7 +35,7 @@ def main(work: Path) -> None:
     from trainer import preempt
     from trainer.generation.rollout import make_generator
     from trainer.generation.service import Request, make_service
-    from trainer.length import generate_rollout
+    from trainer.algo.length import generate_rollout
     from trainer.proxy import build_proxy
 
     torch.manual_seed(0)

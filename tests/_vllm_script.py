@@ -64,7 +64,7 @@ def recompute(model, prompts, gen, n, temperature):
 def check_generator(work: Path) -> None:
     import torch
 
-    from trainer.length import generate_rollout
+    from trainer.algo.length import generate_rollout
     from trainer.proxy import build_proxy
     from trainer.generation.rollout import make_generator
 

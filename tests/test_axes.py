@@ -25,11 +25,11 @@ import torch
 from _trainer_util import config, merge, metrics
 
 import trainer
-from trainer.advantages import NORMALIZATIONS, compute_advantages
-from trainer.length import CONTROLS
-from trainer.losses import AGGREGATIONS, LOSSES, policy_loss
+from trainer.algo.advantages import NORMALIZATIONS, compute_advantages
+from trainer.algo.length import CONTROLS
+from trainer.algo.losses import AGGREGATIONS, LOSSES, policy_loss
 from trainer.offpolicy import MODES
-from trainer.pool import CURRICULA
+from trainer.algo.pool import CURRICULA
 
 # A proxy small enough to warm up in seconds: 1-digit addition, one 32-wide layer. Every test
 # shares its model and task (the warmed model is cached by both), only RL settings vary.

@@ -212,7 +212,7 @@ def test_cpu_eval_through_the_service_is_chunked_with_one_calls_seeds():
 
 def test_queued_tokens_count_the_interrupted_answer_call():
     """Under forced interruption the answer call re-queues prompt + thinking + interruption
-    text for each sample (trainer/length.py), so that bounds what an eval chunk queues."""
+    text for each sample (trainer/algo/length.py), so that bounds what an eval chunk queues."""
     from trainer.config import TrainConfig
     from trainer.generation.eval_service import queued_tokens
     from trainer.tokenizer import char_tokenizer

@@ -1,5 +1,5 @@
 """Forced interruption is keyed on whether thinking closed within the drawn budget (issue 23
-item 7), run through the real length control (trainer/length.py `generate_rollout`).
+item 7), run through the real length control (trainer/algo/length.py `generate_rollout`).
 
 The generator is scripted: a stand-in for the model that writes a fixed token stream per
 prompt and, after the interruption text, a fixed answer. That lets the test place `</think>`
@@ -14,7 +14,7 @@ import random
 import pytest
 from _trainer_util import config, tiny
 
-from trainer.length import generate_rollout
+from trainer.algo.length import generate_rollout
 from trainer.generation.rollout import Generation
 from trainer.tokenizer import char_tokenizer
 

@@ -9,7 +9,7 @@ import torch
 from pydantic import ValidationError
 
 from trainer.config import LOSS_OPTIONS, LossConfig
-from trainer.losses import AGGREGATIONS, LOSSES, policy_loss
+from trainer.algo.losses import AGGREGATIONS, LOSSES, policy_loss
 
 # Three samples: 0 and 1 from prompt 0, sample 2 from prompt 1; sample 1's last token is padding.
 R = [[1.5, 0.5, 1.0], [1.1, 0.9, 2.0], [1.0, 3.0, 0.7]]  # importance ratios r per token

@@ -24,7 +24,7 @@ import pytest
 import torch
 from _multirank_util import ROOT, launch_ranks, warm_proxy
 
-from trainer.losses import AGGREGATIONS
+from trainer.algo.losses import AGGREGATIONS
 from trainer.microbatch import (
     PADDING_TARGET,
     deal_groups,

@@ -20,9 +20,9 @@ import pytest
 import torch
 
 from _trainer_util import config, tiny
-from trainer.length import Rollout
+from trainer.algo.length import Rollout
 from trainer.offpolicy import MODES, Batch, Context, GroupStream
-from trainer.pool import PromptPool
+from trainer.algo.pool import PromptPool
 
 
 @pytest.fixture(scope="module")

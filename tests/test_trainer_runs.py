@@ -150,7 +150,7 @@ def test_inflight_weight_push_changes_version_mid_sequence(warm_proxy):
 
 def test_ppo_off_policy_takes_k_steps_per_generation(warm_proxy):
     from trainer.offpolicy import Context, PPOOffPolicy
-    from trainer.pool import PromptPool
+    from trainer.algo.pool import PromptPool
 
     model, tok = warm_proxy
     c = config(tiny(off_policy={"mode": "ppo_off_policy", "k": 3}))
@@ -177,7 +177,7 @@ def test_ppo_off_policy_later_minibatches_are_off_policy(tmp_path, warm_proxy):
 
 
 def test_forced_interruption_appends_text_and_masks_it(warm_proxy):
-    from trainer.length import generate_rollout
+    from trainer.algo.length import generate_rollout
     from trainer.generation.rollout import HFGenerator
 
     model, tok = warm_proxy

@@ -11,7 +11,7 @@ import torch
 from _trainer_util import config, tiny
 
 from trainer.loop import _Run
-from trainer.losses import policy_loss
+from trainer.algo.losses import policy_loss
 from trainer.offpolicy import MODES
 from trainer.update import shard_groups, shard_weight
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from trainer import config as C
-from trainer.advantages import NORMALIZATIONS, compute_advantages
-from trainer.filters import zero_variance_keep
-from trainer.length import CONTROLS, overlong
-from trainer.pool import CURRICULA, PromptPool
+from trainer.algo.advantages import NORMALIZATIONS, compute_advantages
+from trainer.algo.filters import zero_variance_keep
+from trainer.algo.length import CONTROLS, overlong
+from trainer.algo.pool import CURRICULA, PromptPool
 from trainer.precision import LMHead
 from trainer import rundir
 
@@ -142,7 +142,7 @@ def _literal(model, field):
 
 def test_config_literals_equal_registry_keys():
     from trainer.engine import ENGINES
-    from trainer.losses import AGGREGATIONS, LOSSES
+    from trainer.algo.losses import AGGREGATIONS, LOSSES
     from trainer.offpolicy import MODES
     from trainer.generation.rollout import BACKENDS
     from trainer.tasks import TASKS
@@ -217,7 +217,7 @@ def test_pipeline_counts_generation_of_batches_refused_as_stale():
     """A batch refused as > k versions old was still generated: the next batch carries its
     generator tokens so the loop counts their FLOPs. (The stream is fed by hand here instead of
     the generator thread, to make the staleness deterministic.)"""
-    from trainer.length import Rollout
+    from trainer.algo.length import Rollout
     from trainer.offpolicy import Batch, GroupStream
 
     cfg = C.TrainConfig(off_policy={"mode": "pipeline", "k": 2})

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from trainer.config import TrainConfig
-from trainer.length import generate_rollout
+from trainer.algo.length import generate_rollout
 from trainer.generation.rollout import Generator
 from trainer.tasks import Problem, Task
 

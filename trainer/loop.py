@@ -46,10 +46,10 @@ from trainer.generation.feeders import step_batch
 from trainer.generation.vllm_args import check_vllm_version
 from trainer.eval_point import EvalPoint
 from trainer.evaluate import score
-from trainer.filters import zero_variance_keep
+from trainer.algo.filters import zero_variance_keep
 from trainer.model import load_model, pick_device
 from trainer.offpolicy import MODES, Context, concat
-from trainer.pool import PromptPool
+from trainer.algo.pool import PromptPool
 from trainer.precision import LMHead
 from trainer.tasks import build_task
 from trainer.update import Diverged, PolicyUpdate

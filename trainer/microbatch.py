@@ -7,7 +7,7 @@ prompt group) does not fit a GPU that way. So a rank's rows are split into micro
 most `engine.micro_batch_tokens` padded tokens, their gradients accumulate, and the optimizer
 steps once on the whole batch.
 
-Exactness: every aggregation the trainer knows (token, sample, prompt; trainer/losses.py) is
+Exactness: every aggregation the trainer knows (token, sample, prompt; trainer/algo/losses.py) is
 linear in the per-token loss terms, loss = sum_bt W[b, t] * term[b, t], with W set by the WHOLE
 batch's denominators (its token count, sample count, per-prompt-group token counts). `token_weights`
 reads W off the registered aggregation itself (its gradient with respect to the terms) over the
@@ -34,7 +34,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from trainer.losses import AGGREGATIONS
+from trainer.algo.losses import AGGREGATIONS
 
 Lengths = tuple[int, int]  # (prompt tokens, completion tokens) of one row
 

@@ -24,8 +24,8 @@ from torch import nn
 
 from trainer.config import TrainConfig
 from trainer.dist.groups import rank
-from trainer.length import Rollout, generate_rollout
-from trainer.pool import PromptPool
+from trainer.algo.length import Rollout, generate_rollout
+from trainer.algo.pool import PromptPool
 from trainer.registry import Registry
 from trainer.generation.rollout import Generator, make_generator
 from trainer.generation.feeders import feeders, strided

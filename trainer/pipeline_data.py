@@ -54,7 +54,7 @@ from torch import nn
 from trainer import preempt
 from trainer.dist.groups import rank
 from trainer.generation.rollout import make_generator
-from trainer.length import generate_rollout
+from trainer.algo.length import generate_rollout
 from trainer.offpolicy import (Batch, Context, Pipeline, Source, _close, _join_push, concat,
                                oldest_version, split)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from trainer import rundir as col
-from trainer.advantages import compute_advantages
+from trainer.algo.advantages import compute_advantages
 from trainer.config import LOSS_OPTIONS
 from trainer.dist.groups import all_reduce_floats
 from trainer.logprobs import (
@@ -33,7 +33,7 @@ from trainer.logprobs import (
     right_padded_logprobs,
     shared_prefix_logprobs,
 )
-from trainer.losses import LOSSES, loss_options
+from trainer.algo.losses import LOSSES, loss_options
 from trainer.microbatch import StepTotals, deal_groups, plan_micro_batches, rows_token_weights
 
 

@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 from trainer.config_parts.base import Strict
 
 
-# Each loss type's options with their defaults: the one table trainer/losses.py reads and the
+# Each loss type's options with their defaults: the one table trainer/algo/losses.py reads and the
 # LossConfig fields below quote. Values from shared/scalerl.md: PPO-clip eps 0.2/0.2; DAPO
 # clip-higher raises eps_high to 0.28; GSPO's sequence-level ratio needs a clip scale ~1e-3
 # (1e-4 did not work); CISPO's truncation eps_max 4 (4-8 all worked).

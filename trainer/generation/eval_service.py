@@ -79,7 +79,7 @@ def cpu_queue_limit() -> Optional[int]:
 
 def queued_tokens(prompts: Sequence[list[int]], config: TrainConfig, tok) -> list[int]:
     """Prompt tokens each held-out prompt queues at once (its k samples' prefills). Under
-    length.control interrupt the answer call (trainer/length.py) queues each sample again with
+    length.control interrupt the answer call (trainer/algo/length.py) queues each sample again with
     its thinking and the interruption text, so that call's bound counts."""
     k, L = config.eval.samples_per_prompt, config.length
     extra = 0

@@ -9,7 +9,7 @@ Here every sample is its own engine request:
 - it is added as soon as its request is submitted (the engine's continuous batching admits it
   at its next step, beside whatever else runs: rollouts, eval);
 - under `length.control: interrupt` its thinking pass runs with its own drawn budget as
-  `max_tokens` (the same draws, in the same order, as trainer/length.py `interrupt`), so no
+  `max_tokens` (the same draws, in the same order, as trainer/algo/length.py `interrupt`), so no
   token past the budget is decoded, and its answer pass is added the moment its thinking
   ends, with its own allowance;
 - a request's result is ready when its last sample is.
@@ -35,7 +35,7 @@ from typing import Iterator, Optional
 from trainer import preempt
 from trainer.config import TrainConfig
 from trainer.generation.requests import Request, Result, Weights, finished, version_range
-from trainer.length import Rollout, closed_at, marker_ids, overlong
+from trainer.algo.length import Rollout, closed_at, marker_ids, overlong
 
 
 def stream_service(gen, config: TrainConfig, tokenizer) -> Optional["StreamService"]:
@@ -121,7 +121,7 @@ class StreamService:
         rows = [p for p in request.prompts for _ in range(request.n)]
         job = _Job(self, request, len(rows))
         budgets: list[Optional[int]] = [None] * len(rows)
-        if L.control == "interrupt":  # trainer/length.py interrupt's draws, in its order
+        if L.control == "interrupt":  # trainer/algo/length.py interrupt's draws, in its order
             think = min(L.thinking_budget, c.rollout.max_new_tokens)
             lo = max(1, int(L.budget_min_fraction * think))
             rng = random.Random(request.seed)

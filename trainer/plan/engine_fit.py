@@ -24,7 +24,7 @@ CUDA_OVERHEAD_GIB = 1.0  # CUDA context, NCCL buffers, allocator slack, per proc
 
 
 def sequence_tokens(c: TrainConfig) -> int:
-    """Longest prompt + completion a sample can reach (trainer/length.py's caps)."""
+    """Longest prompt + completion a sample can reach (trainer/algo/length.py's caps)."""
     if c.length.control == "interrupt":
         think = min(c.length.thinking_budget, c.rollout.max_new_tokens)
         completion = think + 2 * len(c.length.interrupt_text.split()) + c.length.answer_budget
