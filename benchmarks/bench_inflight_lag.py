@@ -19,7 +19,7 @@ import torch
 import yaml
 
 from trainer.config import TrainConfig
-from trainer.model import load_model
+from trainer.models.load import load_model
 from trainer.offpolicy import MODES, Context
 from trainer.algo.pool import PromptPool
 from trainer.tasks import build_task

@@ -1,4 +1,4 @@
-"""The fp32 LM head's operand modes against the all-fp32 head (trainer/precision.py LMHead):
+"""The fp32 LM head's operand modes against the all-fp32 head (trainer/models/precision.py LMHead):
 logit and log-prob error of split-bf16 operands (the GPU default with a bf16 body), one bf16
 pass, and the bf16 head (bf16 logits) ScaleRL's fix replaces. CPU, exact numerics of the GPU
 path (bf16 values are exact in fp32). Usage: python benchmarks/bench_lm_head.py"""
@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.precision import LMHead
+from trainer.models.precision import LMHead
 
 
 def main() -> None:

@@ -6,9 +6,9 @@ length bucketing, and greedy bucketing (before) vs the trainer's optimal split.
 
 padding   Share of token slots that are padding, for synthetic length mixes (lengths are all the
           padding share depends on): one padded batch as the trainer ran before micro-batching
-          (trainer.logprobs.pack: prompts left-padded to the longest prompt, completions to the
+          (trainer.models.logprobs.pack: prompts left-padded to the longest prompt, completions to the
           longest completion) vs length-bucketed micro-batches of engine.micro_batch_tokens
-          (trainer.logprobs.pack_right: rows back to back, right-padded), cut greedily (`greedy`:
+          (trainer.models.logprobs.pack_right: rows back to back, right-padded), cut greedily (`greedy`:
           longest first, fill until the budget; the trainer before) or by the trainer's
           split (`split`: trainer.microbatch.plan_micro_batches); budgets 16k, 32k, 64k and
           `share` (each rank's whole share of tokens). Mixes: `reasoning`
@@ -149,7 +149,7 @@ def _model():
 def _step(model, head, rows: list[tuple[list[int], list[int]]], budget: int | None,
           how: str = "split") -> None:
     """Forward + backward of the rows as the trainer does it: one batch, or micro-batches."""
-    from trainer.logprobs import completion_logprobs, pack, pack_right, right_padded_logprobs
+    from trainer.models.logprobs import completion_logprobs, pack, pack_right, right_padded_logprobs
 
     body = model.get_decoder()
     dev = torch.device("cpu")
@@ -167,7 +167,7 @@ def _step(model, head, rows: list[tuple[list[int], list[int]]], budget: int | No
 
 
 def bench_forward(reps: int) -> dict:
-    from trainer.precision import LMHead
+    from trainer.models.precision import LMHead
 
     torch.set_num_threads(1)
     model = _model().train()

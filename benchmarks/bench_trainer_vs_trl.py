@@ -77,7 +77,7 @@ def run_trl(steps: int) -> float:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from trainer.proxy import proxy_path
+    from trainer.models.proxy import proxy_path
     from trainer.tasks import build_task
 
     cfg = base_config(steps, "ppo_off_policy")
@@ -125,7 +125,7 @@ def main() -> None:
         print(json.dumps({"samples_per_s": sps}))
         return
     # Build the cached proxy once before timing anything.
-    from trainer.proxy import proxy_path
+    from trainer.models.proxy import proxy_path
 
     proxy_path(base_config(a.steps, "ppo_off_policy"))
     res: dict[str, list[float]] = {"trl": [], "ablate": [], "ablate-pipeline": []}

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from trainer.tokenizer import CHARS, SPECIALS
+from trainer.models.tokenizer import CHARS, SPECIALS
 
 IM_START, IM_END, THINK, END_THINK = "<|im_start|>", "<|im_end|>", "<think>", "</think>"
 
@@ -82,7 +82,7 @@ def _completion(tok, answer: str, answered: bool) -> list[int]:
 
 def _examples(tok, rows: list[dict], answered: bool = True) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, completion ids) as the trainer encodes math prompts (trainer/tasks.py)."""
-    from trainer.chat import prompt_encoder
+    from trainer.models.chat import prompt_encoder
     from trainer.tasks import MATH_INSTRUCTION
 
     enc = prompt_encoder(tok, True)

@@ -48,8 +48,8 @@ def recompute(model, prompts, gen, n, temperature):
     """The trainer's own log-probs of the sampled tokens (fp32 head, same code as training)."""
     import torch
 
-    from trainer.logprobs import completion_logprobs, pack
-    from trainer.precision import LMHead
+    from trainer.models.logprobs import completion_logprobs, pack
+    from trainer.models.precision import LMHead
 
     rows = [p for p in prompts for _ in range(n)]
     batch = pack(rows, gen.tokens, pad=0)
@@ -65,7 +65,7 @@ def check_generator(work: Path) -> None:
     import torch
 
     from trainer.algo.length import generate_rollout
-    from trainer.proxy import build_proxy
+    from trainer.models.proxy import build_proxy
     from trainer.generation.rollout import make_generator
 
     torch.manual_seed(0)
@@ -150,7 +150,7 @@ def check_engine_process(work: Path) -> None:
     cross the process boundary on sync."""
     import torch
 
-    from trainer.proxy import build_proxy
+    from trainer.models.proxy import build_proxy
     from trainer.generation.rollout import make_generator
 
     from transformers import AutoModelForCausalLM
@@ -194,9 +194,9 @@ def check_zero3(work: Path) -> None:
     import torch
 
     from trainer.engine_deepspeed import make_deepspeed_engine
-    from trainer.logprobs import completion_logprobs, pack
-    from trainer.proxy import build_proxy
-    from trainer.precision import LMHead
+    from trainer.models.logprobs import completion_logprobs, pack
+    from trainer.models.proxy import build_proxy
+    from trainer.models.precision import LMHead
     from trainer.generation.rollout import make_generator
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("ABLATE_TEST_PORT", "29577"),
@@ -232,9 +232,9 @@ def check_bf16(work: Path) -> None:
     Compare vLLM's log-probs with the trainer's (bf16 autocast body + fp32 head) recompute."""
     import torch
 
-    from trainer.logprobs import completion_logprobs, pack
-    from trainer.proxy import build_proxy
-    from trainer.precision import LMHead
+    from trainer.models.logprobs import completion_logprobs, pack
+    from trainer.models.proxy import build_proxy
+    from trainer.models.precision import LMHead
     from trainer.generation.rollout import make_generator
 
     torch.manual_seed(0)

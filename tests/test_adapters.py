@@ -59,7 +59,7 @@ def tiny(tmp_path_factory) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from trainer.tokenizer import char_tokenizer
+    from trainer.models.tokenizer import char_tokenizer
 
     d = tmp_path_factory.mktemp("trl")
     torch.manual_seed(0)

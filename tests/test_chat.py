@@ -1,12 +1,12 @@
-"""trainer/chat.py: prompts wrapped in a tokenizer's chat template (real tokenizer, real
+"""trainer/models/chat.py: prompts wrapped in a tokenizer's chat template (real tokenizer, real
 Jinja template, saved and reloaded from a local path as a user's checkpoint would be)."""
 
 from __future__ import annotations
 
 import pytest
 
-from trainer.chat import prompt_encoder
-from trainer.tokenizer import char_tokenizer
+from trainer.models.chat import prompt_encoder
+from trainer.models.tokenizer import char_tokenizer
 
 TEMPLATE = ("{% for m in messages %}<s>{{ m['role'] }}:{{ m['content'] }}\n{% endfor %}"
             "{% if add_generation_prompt %}<s>assistant:{% endif %}")

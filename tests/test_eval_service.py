@@ -188,7 +188,7 @@ def test_cpu_eval_through_the_service_is_chunked_with_one_calls_seeds():
     from trainer.generation.eval_service import service_pass_rate
     from trainer.generation.vllm_args import CPU_STEP_TOKENS
     from trainer.tasks import build_task
-    from trainer.tokenizer import char_tokenizer
+    from trainer.models.tokenizer import char_tokenizer
 
     c = TrainConfig.model_validate({"rollout": {"backend": "vllm"}, "length": {"control": "none"},
                                     "task": {"name": "arithmetic", "digits": 6,
@@ -215,7 +215,7 @@ def test_queued_tokens_count_the_interrupted_answer_call():
     text for each sample (trainer/algo/length.py), so that bounds what an eval chunk queues."""
     from trainer.config import TrainConfig
     from trainer.generation.eval_service import queued_tokens
-    from trainer.tokenizer import char_tokenizer
+    from trainer.models.tokenizer import char_tokenizer
 
     tok = char_tokenizer()  # one token per character
     plain = TrainConfig.model_validate({"length": {"control": "none"}, "eval": {"samples_per_prompt": 4}})

@@ -16,7 +16,7 @@ from _trainer_util import config, tiny
 
 from trainer.algo.length import generate_rollout
 from trainer.generation.rollout import Generation
-from trainer.tokenizer import char_tokenizer
+from trainer.models.tokenizer import char_tokenizer
 
 TOK = char_tokenizer()
 EOS = TOK.eos_token_id

@@ -27,7 +27,7 @@ from trainer.algo.pool import PromptPool
 
 @pytest.fixture(scope="module")
 def proxy():
-    from trainer.model import load_model
+    from trainer.models.load import load_model
 
     torch.set_num_threads(1)
     return load_model(config(tiny()))

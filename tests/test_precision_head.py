@@ -1,4 +1,4 @@
-"""trainer/precision.py LMHead: the fp32 LM head at tensor-core speed. On GPUs with a bf16 body
+"""trainer/models/precision.py LMHead: the fp32 LM head at tensor-core speed. On GPUs with a bf16 body
 its GEMM reads bf16 operands split into high and low parts (fp32 accumulation, fp32 logits);
 these tests run the same numbers on CPU (bf16 values are exact in fp32) against the all-fp32
 head, the one the trainer used so far and CPU runs still use."""
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.precision import LMHead, head_operands
+from trainer.models.precision import LMHead, head_operands
 
 
 def _case(d: int = 512, vocab: int = 4096, rows: int = 32, seed: int = 0):

@@ -17,8 +17,8 @@ SMALL = {"model": {"proxy": {"hidden_size": 64, "num_layers": 2, "num_heads": 4,
 
 def test_warmup_stops_inside_the_band_and_eval_measures_the_same(tmp_path, monkeypatch):
     from trainer.evaluate import pass_rate
-    from trainer.model import load_model
-    from trainer.proxy import WARMUP_EVAL_SEED
+    from trainer.models.load import load_model
+    from trainer.models.proxy import WARMUP_EVAL_SEED
     from trainer.generation.rollout import HFGenerator
     from trainer.tasks import build_task
 
@@ -42,7 +42,7 @@ def test_warmup_stops_inside_the_band_and_eval_measures_the_same(tmp_path, monke
 
 
 def test_warmup_that_never_reaches_its_band_says_what_to_change(tmp_path, monkeypatch):
-    from trainer.proxy import WarmupError, build_proxy
+    from trainer.models.proxy import WarmupError, build_proxy
 
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path))
     c = config(merge(PROXY, merge(SMALL, {"model": {"proxy": {
@@ -58,7 +58,7 @@ def test_proxy_is_built_with_denormals_flushed_like_the_trainer_runs():
     1,066 vs 1,069 steps), and the trainer flushes them; so the build must flush them itself,
     or the cached model would depend on which process (a run, a test fixture, a benchmark)
     built it first. Checked by the mode the build leaves: a denormal input reads as zero."""
-    from trainer.proxy import build_proxy
+    from trainer.models.proxy import build_proxy
 
     denormal = lambda: (torch.tensor([1e-39], dtype=torch.float32) * 1.0).item()
     torch.set_flush_denormal(False)
@@ -70,7 +70,7 @@ def test_proxy_is_built_with_denormals_flushed_like_the_trainer_runs():
 
 
 def test_cache_key_covers_the_build_not_the_rl_settings(monkeypatch):
-    import trainer.proxy as proxy
+    import trainer.models.proxy as proxy
 
     base = config(PROXY)
     key = proxy.proxy_key(base)

@@ -25,7 +25,7 @@ def tiny_chat_model(folder: Path) -> Path:
     """A 1-layer Llama + character tokenizer with a chat template, saved like a checkpoint."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from trainer.tokenizer import char_tokenizer
+    from trainer.models.tokenizer import char_tokenizer
 
     tok = char_tokenizer()
     tok.chat_template = CHAT_TEMPLATE
@@ -183,8 +183,8 @@ def test_math_loader_reads_folders_and_common_column_names(tmp_path):
 def test_chunked_head_equals_one_pass(monkeypatch):
     """Above MAX_LOGITS_PER_CHUNK the head runs in checkpointed chunks: same log-probs,
     entropies and gradients as one pass over the full logits."""
-    import trainer.logprobs as tm
-    from trainer.precision import LMHead
+    import trainer.models.logprobs as tm
+    from trainer.models.precision import LMHead
 
     g = torch.Generator().manual_seed(0)
     torch.manual_seed(0)  # the head's weights too: the check is the same on every run

@@ -20,7 +20,7 @@ QWEN3_8B = ModelShape(**KNOWN["Qwen/Qwen3-8B"], source="test")
 
 
 def test_chunk_size_is_the_trainers():
-    from trainer.logprobs import MAX_LOGITS_PER_CHUNK as trainer_chunk
+    from trainer.models.logprobs import MAX_LOGITS_PER_CHUNK as trainer_chunk
 
     assert MAX_LOGITS_PER_CHUNK == trainer_chunk
 

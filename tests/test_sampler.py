@@ -68,8 +68,8 @@ def test_same_seed_same_samples_and_stops_as_reference():
 
 
 def test_sampled_logprobs_match_trainer_recompute():
-    from trainer.logprobs import completion_logprobs, pack
-    from trainer.precision import LMHead
+    from trainer.models.logprobs import completion_logprobs, pack
+    from trainer.models.precision import LMHead
 
     model = _model(seed=1)
     new, _ = _both(model)
@@ -220,8 +220,8 @@ def test_bf16_generation_copy_decodes_close_to_fp32_recompute():
 
 def _recompute_error(model, rows, d) -> float:
     """Mean |behaviour log-prob - fp32 recomputed log-prob| over the sampled tokens."""
-    from trainer.logprobs import completion_logprobs, pack
-    from trainer.precision import LMHead
+    from trainer.models.logprobs import completion_logprobs, pack
+    from trainer.models.precision import LMHead
 
     comps = [d.tokens[i, : int(d.length[i])].tolist() for i in range(len(rows))]
     batch = pack(rows, comps, pad=0)

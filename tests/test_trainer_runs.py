@@ -28,7 +28,7 @@ REQUIRED = ["step", "samples", "tokens", "flops", "gpu_hours", "eval/pass_rate",
 @pytest.fixture(scope="session")
 def warm_proxy():
     """Build (or load from the on-disk cache) the warmed proxy once for the session."""
-    from trainer.model import load_model
+    from trainer.models.load import load_model
 
     torch.set_num_threads(1)
     model, tok = load_model(config(tiny()))
@@ -301,8 +301,8 @@ def test_short_real_run_pass_rate_rises(tmp_path, warm_proxy):
 
 def test_shared_prefix_forward_equals_packed_forward(warm_proxy):
     """The training forward shares each prompt across its samples; it must be the same math."""
-    from trainer.logprobs import completion_logprobs, pack, shared_prefix_logprobs
-    from trainer.precision import LMHead
+    from trainer.models.logprobs import completion_logprobs, pack, shared_prefix_logprobs
+    from trainer.models.precision import LMHead
 
     model, tok = warm_proxy
     enc = lambda s: tok(s, add_special_tokens=False).input_ids  # noqa: E731
@@ -331,7 +331,7 @@ def test_shared_prefix_forward_equals_packed_forward(warm_proxy):
 
 def _build(cache: str, q) -> None:
     os.environ["ABLATE_CACHE"] = cache
-    from trainer.proxy import proxy_path
+    from trainer.models.proxy import proxy_path
 
     q.put(str(proxy_path(config(tiny(model={"proxy": {"hidden_size": 32, "num_layers": 1,
                                                        "num_heads": 2, "intermediate_size": 64,

@@ -57,8 +57,8 @@ def test_chat_template_prompts_through_the_loop(tmp_path):
     BatchEncoding) wrapped in the template."""
     from transformers import AutoTokenizer
 
-    from trainer.chat import prompt_encoder
-    from trainer.proxy import proxy_path
+    from trainer.models.chat import prompt_encoder
+    from trainer.models.proxy import proxy_path
 
     d = tiny(engine={"type": "torch", "device": "cpu"})
     src = proxy_path(config(d))

@@ -15,7 +15,7 @@ from trainer.algo.advantages import NORMALIZATIONS, compute_advantages
 from trainer.algo.filters import zero_variance_keep
 from trainer.algo.length import CONTROLS, overlong
 from trainer.algo.pool import CURRICULA, PromptPool
-from trainer.precision import LMHead
+from trainer.models.precision import LMHead
 from trainer import rundir
 
 REWARDS = torch.tensor([1.0, -1.0, -1.0, 1.0, 1.0, 1.0, 1.0, 1.0])

@@ -12,7 +12,7 @@ steps, because the trainer's micro-batch losses already carry the whole batch's 
 
 Precision: with precision.dtype=bf16 DeepSpeed casts the module to bf16 and keeps fp32 master
 weights in its optimizer. The LM head's *computation* stays fp32 because the trainer applies
-the head through trainer/precision.py's LMHead (hidden states and head weight upcast, fp32
+the head through trainer/models/precision.py's LMHead (hidden states and head weight upcast, fp32
 matmul) when precision.trainer_lm_head_fp32 is set: ScaleRL's "FP32 at the LM head" (the vLLM
 generator does the same, see trainer/generation/vllm_engine.py). The head's stored weight stays bf16
 because ZeRO flattens each parameter group into one dtype.
@@ -62,7 +62,7 @@ def deepspeed_config(config: TrainConfig, world_size: int, on_gpu: bool = True) 
 def persist_head_weight(ds_engine) -> None:
     """ZeRO-3: keep the LM head's weight whole on every rank.
 
-    The trainer applies the head itself (trainer/precision.py LMHead: fp32 F.linear on
+    The trainer applies the head itself (trainer/models/precision.py LMHead: fp32 F.linear on
     `head.weight`) instead of calling the head module, so ZeRO-3's per-module gather hooks never
     fire for it and the partitioned weight would be an empty tensor. Marking it persistent (as
     ZeRO-3 does for small parameters) and adding it to the optimizer's persistent list makes

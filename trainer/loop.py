@@ -28,7 +28,7 @@ import torch
 
 from trainer import preempt, rundir, trackers
 from trainer.accounting import Accounting, new_counters
-from trainer.chat import prompt_encoder
+from trainer.models.chat import prompt_encoder
 from trainer.checkpointing import Checkpointing
 from trainer.config import TrainConfig
 from trainer.dist.abort import FailFast, error_line, exit_soon
@@ -47,10 +47,10 @@ from trainer.generation.vllm_args import check_vllm_version
 from trainer.eval_point import EvalPoint
 from trainer.evaluate import score
 from trainer.algo.filters import zero_variance_keep
-from trainer.model import load_model, pick_device
+from trainer.models.load import load_model, pick_device
 from trainer.offpolicy import MODES, Context, concat
 from trainer.algo.pool import PromptPool
-from trainer.precision import LMHead
+from trainer.models.precision import LMHead
 from trainer.tasks import build_task
 from trainer.update import Diverged, PolicyUpdate
 

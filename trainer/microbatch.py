@@ -18,7 +18,7 @@ together, and micro-batch boundaries may cut a group.
 
 Rows are length-bucketed (sorted longest first, cut into runs by an exact dynamic programme:
 the fewest micro-batches whose padding stays under PADDING_TARGET) and each micro-batch holds
-its rows back to back, right-padded (trainer.logprobs.pack_right), so rows of similar length share a
+its rows back to back, right-padded (trainer.models.logprobs.pack_right), so rows of similar length share a
 micro-batch and padding stays small; this replaces the shared-prefix forward (one prompt forward
 per group) where micro-batching is on, as bucketing scatters a group's samples anyway. Prompt
 groups are dealt to ranks longest-first to the lightest rank so that ranks carry about equal
@@ -91,8 +91,8 @@ def deal_groups(group_tokens: dict[int, int], world: int) -> list[list[int]]:
 
 def padded_tokens(lengths: list[Lengths], contiguous: bool = True) -> int:
     """Token slots one padded micro-batch of these rows occupies. Contiguous (micro-batches,
-    trainer.logprobs.pack_right): every row right-padded to the longest row. Not (one batch,
-    trainer.logprobs.pack): every prompt left-padded to the longest prompt and every completion
+    trainer.models.logprobs.pack_right): every row right-padded to the longest row. Not (one batch,
+    trainer.models.logprobs.pack): every prompt left-padded to the longest prompt and every completion
     right-padded to the longest completion."""
     if not lengths:
         return 0

@@ -138,10 +138,10 @@ ANSWER_COLUMNS = ("answer", "final_answer", "ground_truth", "solution")
 def math_task(cfg: TaskConfig) -> Task:
     """Verifiable math problems scored by math-verify: `task.path` is a local .jsonl / .json /
     .parquet / .csv file or folder, or an HF dataset id `org/name[:split]` (read through the
-    HF cache; see trainer/hub.py). Problems and answers come from the first present column of
+    HF cache; see trainer/models/hub.py). Problems and answers come from the first present column of
     PROBLEM_COLUMNS / ANSWER_COLUMNS. The held-out set is carved from the same table (the
     paper: 1,000 held-out prompts of its training set), disjoint from training."""
-    from trainer.hub import load_table  # pandas is slow to import: only a math task pays
+    from trainer.models.hub import load_table  # pandas is slow to import: only a math task pays
 
     if not cfg.path:
         raise ValueError("task.path: task 'math' needs a local .jsonl/.parquet file or an HF "

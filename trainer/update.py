@@ -26,7 +26,7 @@ from trainer import rundir as col
 from trainer.algo.advantages import compute_advantages
 from trainer.config import LOSS_OPTIONS
 from trainer.dist.groups import all_reduce_floats
-from trainer.logprobs import (
+from trainer.models.logprobs import (
     completion_logprobs,
     pack,
     pack_right,
@@ -69,7 +69,7 @@ class LossBatch:
     """The kept rows of a rollout as padded tensors for the policy loss."""
 
     rows: list[int]  # rollout rows, in batch order
-    packed: dict  # trainer.logprobs.pack / pack_right: input_ids, attention_mask, mask, P
+    packed: dict  # trainer.models.logprobs.pack / pack_right: input_ids, attention_mask, mask, P
     mask: torch.Tensor  # [B, T] completion tokens the loss counts
     old_logp: torch.Tensor  # [B, T] behaviour log-probs (the sampler's)
     group: torch.Tensor  # [B] prompt group of each row
@@ -175,7 +175,7 @@ class PolicyUpdate:
         the number of token positions the forward processed (for the FLOPs count).
 
         With micro-batches (engine.micro_batch_tokens) every row runs whole, back to back
-        (trainer.logprobs.pack_right): the shared-prefix forward is replaced there, since
+        (trainer.models.logprobs.pack_right): the shared-prefix forward is replaced there, since
         bucketing by length puts a prompt's samples in different micro-batches anyway."""
         c, G, rows = self.c, self.c.rollout.generations_per_prompt, b.rows
         if "start" in b.packed:  # pack_right

@@ -56,7 +56,7 @@ def _zero3_pipeline_hf(c: TrainConfig, shape: JobShape) -> Optional[str]:
 
 
 def _chat_template_proxy(c: TrainConfig, shape: JobShape) -> Optional[str]:
-    # trainer/chat.py prompt_encoder: the proxy's character tokenizer has no chat template.
+    # trainer/models/chat.py prompt_encoder: the proxy's character tokenizer has no chat template.
     if c.model.chat_template and c.model.name_or_path is None:
         return ("model.chat_template=true with model.name_or_path=null: the CPU proxy's character "
                 "tokenizer has no chat template; set model.chat_template: false, or "

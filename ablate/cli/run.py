@@ -62,7 +62,7 @@ def run_cmd(
     done = threading.Event()
     if not json_out:
         threading.Thread(target=_progress, args=(out, cfg.budget.steps, done), daemon=True).start()
-    from trainer.proxy import WarmupError
+    from trainer.models.proxy import WarmupError
 
     try:
         trainer.run(cfg, out)

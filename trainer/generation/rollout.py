@@ -27,7 +27,7 @@ from torch import nn
 from trainer import preempt
 from trainer.config import TrainConfig
 from trainer.dist.groups import world_size
-from trainer.precision import LMHead
+from trainer.models.precision import LMHead
 from trainer.registry import Registry
 from trainer.generation.sampler import left_pad, static_sampler
 

@@ -33,7 +33,7 @@ from torch import nn
 
 from trainer.dist.groups import on_all_ranks
 from trainer.generation.weights import GenerationWeights
-from trainer.precision import DTYPES, LMHead, autocast
+from trainer.models.precision import DTYPES, LMHead, autocast
 
 # Cache lengths are rounded up to this on CUDA so that prompt lengths varying from step to step
 # reuse one captured graph (a graph is specialised to its shapes) instead of recompiling.

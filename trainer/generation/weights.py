@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.precision import DTYPES, LMHead, autocast
+from trainer.models.precision import DTYPES, LMHead, autocast
 
 
 class GenerationWeights:

@@ -1,7 +1,7 @@
 """GPU memory a run will need, per training rank and per generation GPU, from first principles.
 
 Why here (trainer/) and not in ablate/: the model is a description of what *this trainer*
-allocates (ZeRO partitioning through DeepSpeed, the chunked fp32 LM head of trainer/logprobs.py,
+allocates (ZeRO partitioning through DeepSpeed, the chunked fp32 LM head of trainer/models/logprobs.py,
 the hf/vLLM generators), so it changes when the trainer changes; `ablate sweep --dry-run` only
 shows it, and benchmarks/gpu/bench_memory_plan.py checks it against
 torch.cuda.max_memory_allocated on a GPU. Pure Python (no torch import): ablate plans
@@ -23,7 +23,7 @@ Sources of the formulas (bytes; Psi = parameters, d = data-parallel degree):
   "full recomputation") only each layer's input (s*b*h 16-bit values) is kept, plus one
   layer's working set while it is recomputed in the backward (its activations and their
   gradients: twice the forward set).
-- LM head: trainer/logprobs.py computes the head over at most MAX_LOGITS_PER_CHUNK logits at once
+- LM head: trainer/models/logprobs.py computes the head over at most MAX_LOGITS_PER_CHUNK logits at once
   (fp32); at its peak a chunk holds the logits, the tempered copy and their gradient (3 x 4
   bytes per logit), plus the fp32 copy of the head weight (precision.trainer_lm_head_fp32).
 - KV cache (vLLM's PagedAttention, Kwon et al. 2023, and HF's DynamicCache alike):
@@ -49,7 +49,7 @@ from trainer.plan.engine_fit import (  # noqa: F401 - re-exported: the plan's te
     kv_room, sequence_tokens)
 from trainer.plan.placement import Engines, engines, placement_note, rows_per_engine
 
-# trainer/logprobs.py MAX_LOGITS_PER_CHUNK (kept equal by tests/test_resources.py; not imported,
+# trainer/models/logprobs.py MAX_LOGITS_PER_CHUNK (kept equal by tests/test_resources.py; not imported,
 # as that module imports torch).
 MAX_LOGITS_PER_CHUNK = 2 ** 28
 VLLM_SHARED_UTILIZATION = 0.3  # ... when it shares the one GPU with the trainer
@@ -148,7 +148,7 @@ def activation_terms(c: TrainConfig, m: ModelShape, t: int) -> dict[str, float]:
 
 
 def logits_bytes(c: TrainConfig, m: ModelShape, t: int) -> float:
-    """trainer/logprobs.py head_logprobs: one chunk of <= MAX_LOGITS_PER_CHUNK fp32 logits (logits,
+    """trainer/models/logprobs.py head_logprobs: one chunk of <= MAX_LOGITS_PER_CHUNK fp32 logits (logits,
     tempered copy, gradient) plus the fp32 copy of the head weight."""
     rows = max(1, MAX_LOGITS_PER_CHUNK // m.vocab)
     chunk = min(t, rows) * m.vocab * 4 * 3

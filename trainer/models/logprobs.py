@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from trainer.precision import LMHead, autocast
+from trainer.models.precision import LMHead, autocast
 
 
 def pack(prompts: list[list[int]], completions: list[list[int]], pad: int) -> dict:

@@ -18,8 +18,8 @@ from torch import nn
 
 from trainer.config import LengthConfig, PrecisionConfig, RolloutConfig, TrainConfig
 from trainer.evaluate import pass_rate
-from trainer.logprobs import completion_logprobs, pack
-from trainer.precision import LMHead
+from trainer.models.logprobs import completion_logprobs, pack
+from trainer.models.precision import LMHead
 from trainer.generation.rollout import HFGenerator
 from trainer.tasks import build_task
 
@@ -84,10 +84,10 @@ def warmup_task_config(config: TrainConfig):
 
 def build_proxy(config: TrainConfig):
     """Tiny Llama from a config + char tokenizer, warmed up on the task to a target pass rate."""
-    # transformers is slow to import (and trainer.tokenizer imports it): only a build pays.
+    # transformers is slow to import (and trainer.models.tokenizer imports it): only a build pays.
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from trainer.tokenizer import char_tokenizer
+    from trainer.models.tokenizer import char_tokenizer
 
     p = config.model.proxy
     tok = char_tokenizer()

@@ -1,6 +1,6 @@
-"""Policy model: load any HF causal LM (the CPU proxy is built in trainer/proxy.py) and pick
+"""Policy model: load any HF causal LM (the CPU proxy is built in trainer/models/proxy.py) and pick
 this process's device. The forward the trainer uses (per-token log-probs of completions) is
-in trainer/logprobs.py, which the proxy's warm-up also uses: kept apart so that proxy.py and
+in trainer/models/logprobs.py, which the proxy's warm-up also uses: kept apart so that proxy.py and
 this module do not import each other.
 """
 
@@ -10,8 +10,8 @@ import torch
 
 from trainer.config import TrainConfig
 from trainer.dist.groups import resolve_device
-from trainer.hub import load_pretrained
-from trainer.proxy import proxy_path
+from trainer.models.hub import load_pretrained
+from trainer.models.proxy import proxy_path
 
 
 def pick_device(name: str) -> torch.device:
@@ -24,7 +24,7 @@ def load_model(config: TrainConfig):
     """(model in fp32, tokenizer). Proxy models come from the cache (built once per config).
 
     A real model (`model.name_or_path`: hub id or local dir) that cannot be loaded here raises
-    trainer.hub.AssetUnavailable with one line naming it and how to pre-fill the cache."""
+    trainer.models.hub.AssetUnavailable with one line naming it and how to pre-fill the cache."""
     if config.model.name_or_path is None:
         path = str(proxy_path(config))
     else:
