@@ -5,8 +5,6 @@
     <run_dir>/metrics.jsonl   one JSON object per evaluation point, append-only
     <run_dir>/identity.json   who the run is (study, variant, seed), handed in by whoever
                               launches it; absent for a lone run
-    <run_dir>/forecast.json   the run's frozen forecast and latest verdict, written by
-                              `ablate watch` (ablate.analysis.watch); the trackers log its band
     <run_dir>/checkpoint/     the latest resumable state
 
 Why one owner: the trainer writes these files and the orchestrator, the analysis and the CLI
@@ -29,10 +27,8 @@ file and line.
 
 from __future__ import annotations
 
-import bisect
 import enum
 import json
-import math
 import os
 import shutil
 import time
@@ -42,7 +38,6 @@ from typing import Any, Optional
 import yaml
 
 CONFIG, STATUS, METRICS, IDENTITY = "config.yaml", "status.json", "metrics.jsonl", "identity.json"
-FORECAST = "forecast.json"
 
 # -- metrics.jsonl columns: declared here once, imported by every reader ----------------------
 STEP, SAMPLES, TOKENS, FLOPS, GPU_HOURS = "step", "samples", "tokens", "flops", "gpu_hours"
@@ -175,44 +170,6 @@ def read_identity(run_dir: Path) -> Optional[dict]:
     except (OSError, ValueError):
         return None
     return ident if isinstance(ident, dict) else None
-
-
-# -- forecast.json -------------------------------------------------------------------------
-# {"x": compute column, "y": score column, "k", "level", "verdict", "reason", "departed_at",
-#  "evaluations", "updated", "forecast": {"frozen_at", "grid": [compute...], "lo": [...],
-#  "mid": [...], "hi": [...], ...}}: the band one evaluation of the run may read at each grid
-# compute (ablate.analysis.watch). Written by `ablate watch`; read by the trainer's trackers
-# (the band as series beside the score) and by `ablate status` (the verdict).
-def write_forecast(run_dir: Path, doc: dict) -> None:
-    """The run's forecast.json, atomically (a tracker reading it mid-write sees old or new)."""
-    atomic_write(Path(run_dir) / FORECAST, json.dumps({**doc, "updated": time.time()}))
-
-
-def read_forecast(run_dir: Path) -> Optional[dict]:
-    """The run's forecast.json, or None when there is none (or it cannot be read)."""
-    try:
-        doc = json.loads((Path(run_dir) / FORECAST).read_text())
-    except (OSError, ValueError):
-        return None
-    ok = isinstance(doc, dict) and isinstance(doc.get("forecast"), dict)
-    return doc if ok else None
-
-
-def forecast_band(doc: dict, compute: float) -> Optional[tuple[float, float, float]]:
-    """(lo, median, hi) of forecast.json's band at `compute`, linear in log compute between
-    grid points (as ablate.analysis.watch.band_at); None outside the grid or on a bad file."""
-    try:
-        f = doc["forecast"]
-        grid, bands = [float(g) for g in f["grid"]], [f["lo"], f["mid"], f["hi"]]
-        if compute <= 0 or not grid or not grid[0] <= compute <= grid[-1]:
-            return None
-        i = min(max(bisect.bisect_left(grid, compute), 1), len(grid) - 1)
-        g0, g1 = math.log(grid[i - 1]), math.log(grid[i])
-        t = 0.0 if g1 == g0 else (math.log(compute) - g0) / (g1 - g0)
-        lo, mid, hi = (float(b[i - 1]) + t * (float(b[i]) - float(b[i - 1])) for b in bands)
-        return lo, mid, hi
-    except (KeyError, TypeError, ValueError, IndexError):
-        return None
 
 
 # -- metrics.jsonl -------------------------------------------------------------------------

@@ -12,12 +12,8 @@ group, MLflow experiment, TensorBoard folder <dir>/tensorboard/<variant>/seed<N>
 run dir's parent, which `ablate fit` reads back). A lone run (`ablate run --out DIR`) is named
 after its folder. The trainer reads nothing of the orchestrator's own files.
 
-The forecast band (issue 33): once `ablate watch` has frozen a forecast for the run it writes
-the run dir's forecast.json (trainer.rundir.FORECAST); from then on every row holding the
-forecast's score and compute columns is logged with three more series beside the score,
-<score>_forecast_lo / _forecast_median / _forecast_hi, the band at that row's compute, so the
-dashboard shows the run against its forecast. Rows logged before the freeze get no band (the
-trackers do not rewrite history); a row past the band's compute grid gets none either.
+The forecast band of `ablate watch` reaches the dashboards from `ablate watch`'s side
+(ablate/analysis/watch_trackers.py): the trainer reads nothing the orchestrator writes.
 
 Resume: TensorBoard drops older events at or past the first step logged again (purge_step);
 W&B resumes the run with the same id; MLflow reopens the run tagged with the same run id.
@@ -34,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
 from trainer.config import TrainConfig
-from trainer.rundir import STEP, forecast_band, read_forecast, read_identity, read_status
+from trainer.rundir import STEP, read_identity, read_status
 
 
 @dataclass(frozen=True)
@@ -203,7 +199,6 @@ class Trackers:
 
     def log(self, row: dict[str, Any]) -> None:
         step, values = int(row[STEP]), numeric_items(row)
-        values.update(band_series(self.run_dir, values))
         for name, b in list(self.backends.items()):
             try:
                 b.log(step, values)
@@ -218,21 +213,6 @@ class Trackers:
             except Exception as e:  # noqa: BLE001
                 self._fail(name, "failed to close", e)
         self.backends = {}
-
-
-def band_series(run_dir: Path, values: dict[str, float]) -> dict[str, float]:
-    """The frozen forecast's band at this row's compute, as <score>_forecast_{lo,median,hi}
-    ({} when the run has no forecast.json or the row lacks its score or compute)."""
-    doc = read_forecast(run_dir) if values else None
-    if doc is None:
-        return {}
-    x, y = doc.get("x"), doc.get("y")
-    if not isinstance(x, str) or not isinstance(y, str) or y not in values or x not in values:
-        return {}
-    band = forecast_band(doc, values[x])
-    if band is None:
-        return {}
-    return dict(zip((f"{y}_forecast_lo", f"{y}_forecast_median", f"{y}_forecast_hi"), band))
 
 
 _active: Optional[Trackers] = None

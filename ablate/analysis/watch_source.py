@@ -1,10 +1,14 @@
 """The runs `ablate watch TARGET` holds to their forecasts: each run's evaluations, where its
-forecast.json goes, and how far it is meant to train.
+watch.json goes (ablate/analysis/watch_store.py), and how far it is meant to train.
 
-    a run dir        <dir>/metrics.jsonl (trainer.rundir reads it; x gpu_hours, y eval/pass_rate)
+    a run dir        <dir>/metrics.jsonl (trainer.rundir reads it); x and y: the study's fit.x /
+                     fit.y when the run dir sits in a study dir (one run, one verdict: the same
+                     axis as `ablate watch STUDY`), else gpu_hours and eval/pass_rate
     a study dir      every run of variants.json (ablate.analysis.sources), each with its run dir
     any other SOURCE what `ablate fit` reads (tables, W&B/MLflow/TensorBoard/JSONL logs): one run
-                     per (variant, seed); no run dir, so no forecast.json is written
+                     per (variant, seed); no run dir, so nothing is written
+A run dir that has logged no evaluation yet is read as a run with none (its verdict: waiting);
+a column that its rows do not have is bad input.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Optional
 import numpy as np
 
 from ablate.analysis import sources
+from ablate.analysis.gather import study_fit_defaults
 from ablate.errors import InputError
 from ablate.studydir import is_study_dir, read_variants
 from trainer import rundir
@@ -39,7 +44,9 @@ def read_runs(target: str | Path, *, x: Optional[str] = None, y: Optional[str] =
     p = Path(target)
     if p.is_dir() and not is_study_dir(p) and (p / rundir.METRICS).exists() or \
             p.is_dir() and (p / rundir.STATUS).exists() and not is_study_dir(p):
-        return [_run_dir(p, x, y)], x or rundir.GPU_HOURS, y or rundir.PASS_RATE
+        study = study_fit_defaults(p.parent) if is_study_dir(p.parent) else {}
+        x, y = x or study.get("x", rundir.GPU_HOURS), y or study.get("y", rundir.PASS_RATE)
+        return [_run_dir(p, x, y)], x, y
     curves = sources.load(p, x=x, y=y, step_cost=step_cost)
     ids = _run_ids(p) if is_study_dir(p) else {}
     runs = []
@@ -61,24 +68,21 @@ def _run_ids(study: Path) -> dict[tuple[str, int], str]:
             for v in read_variants(study)}
 
 
-def _run_dir(d: Path, x: Optional[str], y: Optional[str]) -> WatchedRun:
+def _run_dir(d: Path, x: str, y: str) -> WatchedRun:
     """One of our run dirs: its evaluation rows (rows without the score are training steps)."""
-    x, y = x or rundir.GPU_HOURS, y or rundir.PASS_RATE
     try:
         rows = rundir.read_metrics(d)
     except rundir.MetricsError as e:
         raise InputError(str(e)) from None
-    if not rows:
-        raise InputError(f"{d}: no metrics yet ({rundir.METRICS} is missing or empty); "
-                         "watch it once the run has logged evaluations")
     pts = [(r.get(x), r.get(y)) for r in rows]
     pts = [(float(a), float(b)) for a, b in pts if isinstance(a, (int, float)) and
            isinstance(b, (int, float))]
-    if not pts:
-        cols = sorted({k for r in rows for k in r})
-        raise InputError(f"{d / rundir.METRICS}: no row has both {x!r} and {y!r} (no evaluation "
-                         f"logged yet, or pass --x/--y); columns: {', '.join(cols[:20])}")
-    c, s = np.array(pts).T
+    cols = sorted({k for r in rows for k in r})
+    for col, flag in ((x, "--x"), (y, "--y")):
+        if rows and col not in cols and not (col == y and y in rundir.SCORE_COLUMNS):
+            raise InputError(f"{d / rundir.METRICS}: no column {col!r} (pass {flag}); "
+                             f"columns: {', '.join(cols[:20])}")
+    c, s = np.array(pts, float).reshape(-1, 2).T
     bad = (s < 0) | (s > 1)
     if bad.any():
         raise InputError(f"{d / rundir.METRICS}: {y!r} is {s[bad][0]:g}; scores are pass rates "

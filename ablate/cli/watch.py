@@ -70,7 +70,10 @@ def watch(
     as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout: a list of "
                                  "one object per run (docs/watch.md)."),
 ) -> None:
-    """Is each run still on its forecast? on track, ahead, behind or departed."""
+    """Is each run still on its forecast? on track, ahead, behind, departed, or waiting.
+
+    Exit 0 with a verdict for at least one run, 3 when every run is still waiting for its
+    forecast (not yet), 2 on bad input."""
     from ablate.analysis import watch as w
 
     if plot is not None and (plot.suffix.lower() != ".png" or not plot.parent.exists()):
@@ -81,48 +84,94 @@ def watch(
         raise InputError(f"--budget {budget}: must be a compute > 0")
     opts = dict(k=k, level=level, from_compute=from_compute, budget=budget)
     w.judge("check", "check", 0, [], [], **opts)  # option errors before anything is read
-    seen: dict[str, str] = {}
-    notified: set[str] = set()
-    frozen: dict[str, dict] = {}
-    last: dict[str, Any] = {}
-    counts: Optional[dict[str, int]] = None  # evaluations per run at the last read (none yet)
+    looker = _Looker(target, opts, x, y, step_cost, follow, on_depart)
     while True:
-        runs, xcol, ycol = _read(target, x, y, step_cost, follow, counts)
-        counts = {r.run: r.compute.size for r in runs}
-        js = [last[r.run] if r.run in last and last[r.run].evaluations == r.compute.size
-              and last[r.run].last_score == (float(r.score[-1]) if r.score.size else None)
-              else _judge(w, r, opts, frozen if follow else None) for r in runs]
-        last = {j.run: j for j in js}  # --follow: a run with no new evaluation is not refit
-        if not follow and all(j.forecast is None for j in js):
-            raise InputError("; ".join(f"{j.run}: {j.reason}" for j in js)[:400])
-        for r, j in zip(runs, js):
-            if r.run_dir is not None and j.forecast is not None:
-                if _already_notified(r.run_dir, j):  # a run dir remembers a departure it told of
-                    notified.add(j.run)
-                _write(r.run_dir, j, xcol, ycol, notified=bool(on_depart) and
-                       j.verdict == "departed")
-        changed = [j for j in js if seen.get(j.run) != _state(j)]
-        for j in changed:
-            seen[j.run] = _state(j)
-        if as_json:
-            if changed:
-                print(json.dumps(_clean([j.as_json() for j in (changed if follow else js)])),
-                      flush=True)
-        else:
-            name_w = name_width(js)
-            for j in (changed if follow else js):
-                print(line(j, name_w), flush=True)
-        for j in js:
-            if on_depart and j.verdict == "departed" and j.run not in notified:
-                notified.add(j.run)
-                _notify(on_depart, j.run, j.verdict)
+        runs, js, changed = looker.look()
+        _show(js, changed, looker, as_json, follow)
+        looker.notify(js)
         if plot is not None:
             from ablate.analysis.watch_plot import plot_watch
 
-            plot_watch(runs, js, plot, xcol, ycol)
-        if not follow or (runs and all(r.final for r in runs)):
+            plot_watch(runs, js, plot, looker.x, looker.y)
+        if not follow:
+            if all(j.verdict == "waiting" for j in js):
+                raise typer.Exit(EXIT_WAITING)
+            return
+        if runs and all(r.final for r in runs):
             return
         time.sleep(interval)
+
+
+class _Looker:
+    """One look at the target after another: the runs, their judgements (a run with no new
+    evaluation is not refit), the watch files written, the departures told."""
+
+    def __init__(self, target: Path, opts: dict, x, y, step_cost, follow: bool,
+                 on_depart: Optional[str]) -> None:
+        self.target, self.opts, self.xy, self.step_cost = target, opts, (x, y), step_cost
+        self.follow, self.on_depart = follow, on_depart
+        self.seen: dict[str, str] = {}
+        self.notified: set[str] = set()
+        self.frozen: dict[str, list] = {}
+        self.last: dict[str, Any] = {}
+        self.counts: Optional[dict[str, int]] = None  # evaluations per run at the last read
+        self.x = self.y = ""
+        self.header_shown = False
+
+    def look(self):
+        runs, self.x, self.y = _read(self.target, *self.xy, self.step_cost, self.follow,
+                                     self.counts)
+        self.counts = {r.run: r.compute.size for r in runs}
+        js = [self.last[r.run] if r.run in self.last and self.last[r.run].evaluations ==
+              r.compute.size and self.last[r.run].last_score == (
+                  float(r.score[-1]) if r.score.size else None)
+              else _judge(r, self.opts, self.frozen if self.follow else None) for r in runs]
+        self.last = {j.run: j for j in js}
+        for r, j in zip(runs, js):
+            if r.run_dir is not None and j.forecast is not None:
+                if _already_notified(r.run_dir, j, self.x, self.y):  # told by an earlier watch
+                    self.notified.add(j.run)
+                _write(r.run_dir, j, self.x, self.y, notified=bool(self.on_depart) and
+                       j.verdict == "departed")
+        changed = [j for j in js if self.seen.get(j.run) != _state(j)]
+        for j in changed:
+            self.seen[j.run] = _state(j)
+        return runs, js, changed
+
+    def notify(self, js) -> None:
+        for j in js:
+            if self.on_depart and j.verdict == "departed" and j.run not in self.notified:
+                self.notified.add(j.run)
+                _notify(self.on_depart, j.run, j.verdict)
+
+
+def _show(js, changed, looker: _Looker, as_json: bool, follow: bool) -> None:
+    """--json: the list of objects (under --follow, of the runs that changed); else the header
+    once, then one line per run (under --follow, per run that changed)."""
+    shown = changed if follow else js
+    if as_json:
+        if shown:
+            print(json.dumps(_clean([{**j.as_json(), "x": looker.x, "y": looker.y}
+                                     for j in shown])), flush=True)
+        return
+    if not looker.header_shown and shown:
+        print(header(looker.target, looker.x, looker.y, js[0].level, js[0].k), flush=True)
+        looker.header_shown = True
+    name_w = name_width(js)
+    for j in shown:
+        print(line(j, name_w), flush=True)
+
+
+def unit(x: str) -> str:
+    """The compute column's unit in words ("FLOPs", "GPU-hours"), else its name."""
+    return UNITS.get(x, x)
+
+
+def header(target: Path, x: str, y: str, level: float, k: int) -> str:
+    """The axis and unit, said once: every compute below is in it."""
+    text = (f"{y} against {x} ({unit(x)}); {level:.0%} band of one evaluation, departed after "
+            f"{k} below")
+    return _short(text, WIDTH)
 
 
 def _read(target, x, y, step_cost, follow, counts: Optional[dict[str, int]] = None):
@@ -169,18 +218,20 @@ def _stamp(target: Path) -> Optional[tuple[int, int]]:
     return (st.st_size, st.st_mtime_ns) if target.is_file() else None
 
 
-def _judge(w, r, opts: dict, frozen: Optional[dict]):
-    """One run's judgement; under --follow the frozen forecast is kept and reused (no refit)
-    until an evaluation lands past its band's compute grid."""
+def _judge(r, opts: dict, frozen: Optional[dict]):
+    """One run's judgement; under --follow the forecasts frozen so far are kept and reused (no
+    refit, renewals still possible) until an evaluation lands past the band's compute grid."""
+    from ablate.analysis import watch as w
+
     o = dict(opts)
     if r.budget is not None and o["budget"] is None:
         o["budget"], o["budget_rule"] = r.budget, "the run's config budget"
     fz = frozen.get(r.run) if frozen is not None else None
-    if fz is not None and r.compute.size and r.compute[-1] > fz["grid"][-1]:
+    if fz is not None and r.compute.size and r.compute[-1] > fz[-1]["grid"][-1]:
         fz = None
-    j = w.judge(r.run, r.variant, r.seed, r.compute, r.score, frozen=fz, **o)
-    if frozen is not None and j.forecast is not None:
-        frozen[r.run] = j.forecast.as_dict()
+    j = w.judge(r.run, r.variant, r.seed, r.compute, r.score, frozen=fz, renew=True, **o)
+    if frozen is not None and j.forecast is not None and j.forecast.rule != "provisional":
+        frozen[r.run] = [f.as_dict() for f in j.forecasts]
     return j
 
 
@@ -189,23 +240,23 @@ def _state(j) -> str:
     return f"{j.verdict}|{j.departed_at}"
 
 
-def _already_notified(run_dir: Path, j) -> bool:
-    """forecast.json says --on-depart already ran for this departure (an earlier `ablate watch`,
-    e.g. from cron): it is not run again."""
-    from trainer import rundir
+def _already_notified(run_dir: Path, j, x: str, y: str) -> bool:
+    """The watch file says --on-depart already ran for this departure (an earlier `ablate
+    watch`, e.g. from cron): it is not run again."""
+    from ablate.analysis import watch_store
 
-    doc = rundir.read_forecast(run_dir) or {}
+    doc = watch_store.read(run_dir, x, y) or {}
     return j.verdict == "departed" and doc.get("notified_departure") == j.departed_at
 
 
 def _write(run_dir: Path, j, x: str, y: str, notified: bool) -> None:
-    from trainer import rundir
+    from ablate.analysis import watch_store
 
-    rundir.write_forecast(run_dir, _clean({
+    watch_store.write(run_dir, _clean({
         "x": x, "y": y, "k": j.k, "level": j.level, "verdict": j.verdict, "reason": j.reason,
-        "departed_at": j.departed_at, "evaluations": j.evaluations,
+        "departed_at": j.departed_at, "departure": j.departure, "evaluations": j.evaluations,
         "notified_departure": j.departed_at if notified else None,
-        "forecast": j.forecast.as_dict()}))
+        "forecasts": [f.as_dict() for f in j.forecasts]}))
 
 
 def _notify(cmd: str, run: str, verdict: str) -> None:
@@ -236,17 +287,24 @@ def line(j, name_w: int = NAME_W) -> str:
 
 def _body(j) -> str:
     """The latest evaluation with its band (the verdict says on which side), today's forecast
-    at the budget, where it is flat; or why there is no forecast yet."""
-    if j.forecast is None:
-        return j.reason.replace("no forecast yet: needs at least", "needs >=")
+    at the budget, where it is flat; or what a waiting run needs."""
+    if j.verdict == "waiting":
+        return j.reason.replace("no forecast yet: needs about ", "needs ~")
     judged = [p for p in j.points if p.side != "past"]
     if j.verdict == "departed":
-        body = f"since {_g(j.departed_at)}"
+        body = f"{j.departure} since {_g(j.departed_at)}" + ("; back inside" if j.returned
+                                                             else "")
+    elif j.verdict == "behind" and judged and judged[-1].side != "below" and j.today_band:
+        p = judged[-1]
+        body = (f"{p.score:.3f} below today's fit [{j.today_band[0]:.3f}, "
+                f"{j.today_band[1]:.3f}] @{_g(p.compute)}")
     elif judged:
         p = judged[-1]
         body = f"{p.score:.3f} [{p.lo:.3f}, {p.hi:.3f}] @{_g(p.compute)}"
     else:
         body = f"frozen @{_g(j.forecast.frozen_at)}, nothing after it yet"
+    if j.forecast.rule == "renewed":
+        body += f"; renewed @{_g(j.forecast.frozen_at)}"
     if j.at_budget:
         b = j.at_budget
         body += f"; @{_g(j.budget)}: {b['score']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}]"
@@ -279,14 +337,19 @@ def _clean(o: Any) -> Any:
 
 def status_verdicts(study_dir: Path, run_ids: list[str]) -> list[str]:
     """`ablate status`'s watch column: each run's verdict against the forecast `ablate watch`
-    froze in its forecast.json, re-judged on the run's metrics now (no refit: the band is in
-    the file); "" for a run that has none (nobody watched it yet)."""
+    froze on the study's axis (fit.x, fit.y) in its watch.json, re-judged on the run's metrics
+    now (no refit: the band is in the file); "" for a run that has none (nobody watched it on
+    that axis yet)."""
+    from ablate.analysis import watch_store
+    from ablate.analysis.gather import study_fit_defaults
     from trainer import rundir
 
+    fit = study_fit_defaults(Path(study_dir))
+    x, y = fit.get("x", rundir.GPU_HOURS), fit.get("y", rundir.PASS_RATE)
     out = []
     for rid in run_ids:
         d = Path(study_dir) / rid
-        doc = rundir.read_forecast(d)
+        doc = watch_store.read(d, x, y)
         if doc is None:
             out.append("")
             continue
@@ -294,13 +357,12 @@ def status_verdicts(study_dir: Path, run_ids: list[str]) -> list[str]:
 
         try:
             rows = rundir.read_metrics(d)
-            pts = [(float(r[doc["x"]]), float(r[doc["y"]])) for r in rows
-                   if isinstance(r.get(doc["x"]), (int, float)) and
-                   isinstance(r.get(doc["y"]), (int, float))]
+            pts = [(float(r[x]), float(r[y])) for r in rows
+                   if isinstance(r.get(x), (int, float)) and isinstance(r.get(y), (int, float))]
             c, s = (list(v) for v in zip(*pts)) if pts else ([], [])
             j = w.judge(rid, rid, 0, c, s, k=int(doc["k"]), level=float(doc["level"]),
-                        frozen=doc["forecast"], with_today=False)
+                        frozen=doc["forecasts"], with_today=False)
             out.append(j.verdict)
         except (rundir.MetricsError, KeyError, TypeError, ValueError, InputError):
-            out.append("?")  # a damaged forecast.json: `ablate watch` rewrites it
+            out.append("?")  # a damaged watch.json: `ablate watch` rewrites it
     return out
