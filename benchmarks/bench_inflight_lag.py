@@ -1,5 +1,5 @@
 """Share of trained tokens at each lag (step - version that sampled the token) in the
-data-timed pipeline (trainer/pipeline_data.py) on the proxy recipe, with in-flight switches
+data-timed pipeline (trainer/generation/pipeline_data.py) on the proxy recipe, with in-flight switches
 off (rollout.inflight_switch_tokens 0: weights change between calls only) and at the default
 (None: max_new_tokens // (k + 1), at least 1). Drives the real source (generator thread, the
 proxy model, real weight snapshots) with a stand-in optimizer step (a fixed weight nudge):
@@ -20,7 +20,7 @@ import yaml
 
 from trainer.config import TrainConfig
 from trainer.models.load import load_model
-from trainer.offpolicy import MODES, Context
+from trainer.generation.offpolicy import MODES, Context
 from trainer.algo.pool import PromptPool
 from trainer.tasks import build_task
 

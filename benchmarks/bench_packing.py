@@ -204,7 +204,7 @@ def bench_proxy(reps: int) -> dict:
     from _microbatch_script import config, vary_lengths
 
     from trainer.loop import _Run
-    from trainer.offpolicy import MODES
+    from trainer.generation.offpolicy import MODES
 
     work = Path(tempfile.mkdtemp(prefix="bench-packing-"))
     runs = {m: _Run(config("torch", 0, "prompt", m), work / f"run-{m}") for m in (None, 40)}

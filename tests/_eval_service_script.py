@@ -98,7 +98,7 @@ def concurrent_calls(gen, run, solo: list[list[int]]) -> dict:
 def check_eval(work: Path, replicas: int) -> None:
     from trainer import rundir
     from trainer.loop import _Run
-    from trainer.offpolicy import MODES
+    from trainer.generation.offpolicy import MODES
 
     t0 = time.time()
     run = _Run(eval_config(replicas), work / "run")

@@ -30,7 +30,7 @@ if __name__ == "__main__":
 
     from trainer.dist.groups import broadcast_object
     from trainer.loop import _Run, _setup_distributed
-    from trainer.offpolicy import MODES
+    from trainer.generation.offpolicy import MODES
 
     work = Path(sys.argv[1])
     rank = int(os.environ.get("SLURM_PROCID", "0"))

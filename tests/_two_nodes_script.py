@@ -32,7 +32,8 @@ if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import torch.distributed as dist
 
-    from trainer import loop, offpolicy
+    from trainer import loop
+    from trainer.generation import offpolicy
 
     steps, work = int(sys.argv[1]), Path(sys.argv[2])
     rank = int(os.environ["SLURM_PROCID"])

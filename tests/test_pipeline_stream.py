@@ -1,4 +1,4 @@
-"""PipelineRL-k streaming (trainer/offpolicy.py Pipeline, GroupStream; trainer/pipeline_data.py
+"""PipelineRL-k streaming (trainer/generation/offpolicy.py Pipeline, GroupStream; trainer/generation/pipeline_data.py
 DataPipeline) and batched eval.
 
 The pipeline tests drive the real source (generator thread, tiny proxy model, real weight
@@ -21,7 +21,7 @@ import torch
 
 from _trainer_util import config, tiny
 from trainer.algo.length import Rollout
-from trainer.offpolicy import MODES, Batch, Context, GroupStream
+from trainer.generation.offpolicy import MODES, Batch, Context, GroupStream
 from trainer.algo.pool import PromptPool
 
 
@@ -131,7 +131,7 @@ def test_data_timed_stream_does_not_depend_on_which_side_is_faster(proxy):
 
 
 def _planned_version(step: int, row: int, token: int, k: int, per_call: int, switch: int) -> int:
-    """The rule of trainer/pipeline_data.py, derived here from the stream's position: step
+    """The rule of trainer/generation/pipeline_data.py, derived here from the stream's position: step
     `step`'s batch holds groups 2*step, 2*step + 1 (prompts_per_step 2, G 2 rows each); group g
     is in call g // per_call; the call starts with the weights k steps before its last group's
     step (never below 0) and takes the next version every `switch` tokens, up to its first

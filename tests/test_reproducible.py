@@ -1,6 +1,6 @@
 """A seed reproduces its run: every off-policy mode on the CPU proxy writes the same
 metrics.jsonl (apart from the time columns) run to run, under a different load on the machine,
-and after a kill -9 and resume (trainer/pipeline_data.py for the pipeline's data timing).
+and after a kill -9 and resume (trainer/generation/pipeline_data.py for the pipeline's data timing).
 
 Each test runs real `ablate run` processes: two copies side by side plus a CPU burner (so the
 two see different, shifting load), then a third that is killed with SIGKILL mid-run and

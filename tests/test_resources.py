@@ -185,7 +185,7 @@ def small(**over) -> TrainConfig:
 
 def test_kv_cache_is_sized_for_each_nodes_share_and_eval_on_rank0s_node():
     """In pipeline mode every node's engines generate prompts_per_step / nodes groups
-    (trainer/offpolicy.py), and eval goes to rank 0's node's engines only: the busiest engine,
+    (trainer/generation/offpolicy.py), and eval goes to rank 0's node's engines only: the busiest engine,
     on rank 0's node, decodes its node's share of the rollout call plus eval (2 nodes: 32 + 64
     sequences over 4 engines), not the whole call plus eval (the rule when only rank 0's node
     ran engines: 64 + 64) nor half of both (nodes x engines)."""
@@ -223,7 +223,7 @@ def test_engine_placement_is_the_trainers():
     binds at start (trainer/dist/binding.py plan_binding, run for every process of a 2-node job):
     the engines and their GPUs, and the GPUs each node leaves without a rank or an engine,
     over every split the validation accepts. In pipeline mode with vLLM every node's local rank
-    0 starts its node's engines; otherwise rank 0 alone (trainer/offpolicy.py), so only rank
+    0 starts its node's engines; otherwise rank 0 alone (trainer/generation/offpolicy.py), so only rank
     0's node's engines count as running."""
     from trainer.dist.binding import plan_binding
     from trainer.plan.placement import engines, idle_gpus

@@ -149,7 +149,7 @@ def test_inflight_weight_push_changes_version_mid_sequence(warm_proxy):
 
 
 def test_ppo_off_policy_takes_k_steps_per_generation(warm_proxy):
-    from trainer.offpolicy import Context, PPOOffPolicy
+    from trainer.generation.offpolicy import Context, PPOOffPolicy
     from trainer.algo.pool import PromptPool
 
     model, tok = warm_proxy

@@ -12,7 +12,7 @@ from _trainer_util import config, tiny
 
 from trainer.loop import _Run
 from trainer.algo.losses import policy_loss
-from trainer.offpolicy import MODES
+from trainer.generation.offpolicy import MODES
 from trainer.update import shard_groups, shard_weight
 
 

@@ -143,7 +143,7 @@ def _literal(model, field):
 def test_config_literals_equal_registry_keys():
     from trainer.engine import ENGINES
     from trainer.algo.losses import AGGREGATIONS, LOSSES
-    from trainer.offpolicy import MODES
+    from trainer.generation.offpolicy import MODES
     from trainer.generation.rollout import BACKENDS
     from trainer.tasks import TASKS
 
@@ -218,7 +218,7 @@ def test_pipeline_counts_generation_of_batches_refused_as_stale():
     generator tokens so the loop counts their FLOPs. (The stream is fed by hand here instead of
     the generator thread, to make the staleness deterministic.)"""
     from trainer.algo.length import Rollout
-    from trainer.offpolicy import Batch, GroupStream
+    from trainer.generation.offpolicy import Batch, GroupStream
 
     cfg = C.TrainConfig(off_policy={"mode": "pipeline", "k": 2})
 

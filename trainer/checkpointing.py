@@ -47,7 +47,7 @@ class Checkpointing:
         self.pool.load_state_dict(s["pool"])
         torch.set_rng_state(s["torch_rng"])
         random.setstate(s["py_rng"])
-        self.source_state = s.get("source")  # the rollout source's (trainer/offpolicy.py Context)
+        self.source_state = s.get("source")  # the rollout source's (trainer/generation/offpolicy.py Context)
         if s.get("lag_max_window") is not None:  # saved between two metrics rows
             self.lag_max_window = s["lag_max_window"]
         evals = self._unwritten_evals(ck, s.get("pending_evals", []))

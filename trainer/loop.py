@@ -48,7 +48,7 @@ from trainer.eval_point import EvalPoint
 from trainer.evaluate import score
 from trainer.algo.filters import zero_variance_keep
 from trainer.models.load import load_model, pick_device
-from trainer.offpolicy import MODES, Context, concat
+from trainer.generation.offpolicy import MODES, Context, concat
 from trainer.algo.pool import PromptPool
 from trainer.models.precision import LMHead
 from trainer.tasks import build_task

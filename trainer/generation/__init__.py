@@ -1,6 +1,10 @@
 """The generation service: everything that turns prompts into sampled completions for the
 trainer, and pushes the trainer's new weights into whatever samples them.
 
+    offpolicy.py    where a step's batch comes from (`off_policy.mode`): ppo_off_policy, and
+                    the free-running pipeline (async_timing wall)
+    pipeline_data.py  the pipeline timed by the data (async_timing data): a seed replays its run
+    feeders.py      which ranks generate a step's rollouts, and how their shares are joined
     rollout.py      the Generator contract and the backend registry (`rollout.backend`);
                     "hf": a lean sampling loop over any HF causal LM
     sampler.py      the hf backend's decode loop (static KV cache)

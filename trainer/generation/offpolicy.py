@@ -8,7 +8,7 @@ weights are pushed, each token recording the version that sampled it; each step'
 next prompts_per_step finished groups. The generator runs at most k steps ahead (PipelineRL's
 max_lag rule), so the staleness of the tokens trained on reaches k when generation outpaces
 training and never exceeds it. `rollout.async_timing` picks who decides where the weights
-change: the data (trainer/pipeline_data.py DataPipeline: reproducible, the default with hf)
+change: the data (trainer/generation/pipeline_data.py DataPipeline: reproducible, the default with hf)
 or the wall clock (`Pipeline` below: free-running, pushes land mid-sequence when they arrive).
 """
 
@@ -260,9 +260,9 @@ class GroupStream:
         return b
 
 
-# PipelineRL-k: trainer/pipeline_data.py `pipeline` picks the data-timed source there or the
+# PipelineRL-k: trainer/generation/pipeline_data.py `pipeline` picks the data-timed source there or the
 # free-running one below by rollout.async_timing (by name: that module builds on this one).
-MODES.register_lazy("pipeline", "trainer.pipeline_data:pipeline")
+MODES.register_lazy("pipeline", "trainer.generation.pipeline_data:pipeline")
 
 
 class Pipeline:

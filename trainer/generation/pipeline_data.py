@@ -1,6 +1,6 @@
 """PipelineRL-k with data timing (`rollout.async_timing: data`): the pipeline's generator still
 runs concurrently with the trainer and k steps ahead of it, but every decision that the wall
-clock makes in the free-running pipeline (trainer/offpolicy.py Pipeline) is fixed by the
+clock makes in the free-running pipeline (trainer/generation/offpolicy.py Pipeline) is fixed by the
 stream's position instead, so the same config and seed replay the same run on any load.
 
 What the clock decided there, and what decides it here:
@@ -55,7 +55,7 @@ from trainer import preempt
 from trainer.dist.groups import rank
 from trainer.generation.rollout import make_generator
 from trainer.algo.length import generate_rollout
-from trainer.offpolicy import (Batch, Context, Pipeline, Source, _close, _join_push, concat,
+from trainer.generation.offpolicy import (Batch, Context, Pipeline, Source, _close, _join_push, concat,
                                oldest_version, split)
 
 
@@ -64,7 +64,7 @@ class _Stopped(Exception):
 
 
 def pipeline(ctx: Context) -> Source:
-    """off_policy.mode pipeline (registered in trainer/offpolicy.py MODES): PipelineRL-k timed
+    """off_policy.mode pipeline (registered in trainer/generation/offpolicy.py MODES): PipelineRL-k timed
     by the data (DataPipeline below, reproducible) or by the wall clock (offpolicy.Pipeline)."""
     return Pipeline(ctx) if ctx.config.rollout.timing == "wall" else DataPipeline(ctx)
 

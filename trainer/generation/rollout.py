@@ -9,7 +9,7 @@ trainer, rewards and losses live outside the backends so every backend gets them
 with a KV cache and no per-token Python beyond sampling (HF generate() pays a lot of per-step
 overhead at proxy scale). Weights pushed with `sync_weights` are applied between decode steps,
 i.e. in flight, mid-sequence (PipelineRL), and each token records the version that sampled it.
-A `WeightPlan` (data-timed pipeline, trainer/pipeline_data.py) instead fixes which version
+A `WeightPlan` (data-timed pipeline, trainer/generation/pipeline_data.py) instead fixes which version
 samples each token of a call; the generator loads it at those decode-step boundaries.
 The decode loop itself is trainer/generation/sampler.py's (static KV cache, captured decode step on CUDA).
 """

@@ -8,7 +8,7 @@ not use. Both follow from where the trainer starts engines, which the plan must 
   local rank 0 is bound to its node's engines. In pipeline mode with vLLM
   (trainer/validate.py separate_generation) every node's local rank 0 starts them and
   generates its node's share of each step, rollout.prompts_per_step / nodes prompt groups
-  (trainer/offpolicy.py), so the rollouts decode on nodes x replicas engines; eval goes to
+  (trainer/generation/offpolicy.py), so the rollouts decode on nodes x replicas engines; eval goes to
   rank 0's node's engines only (rank 0's eval service, trainer/generation/eval_service.py),
   beside the rollouts there. In the other modes (ppo_off_policy) rank 0 alone starts
   engines, on its own node, and generates the whole step.
@@ -52,7 +52,7 @@ class Engines:
 
 def engine_nodes(c: TrainConfig, shape: JobShape) -> int:
     """Nodes that start engines: every node in pipeline mode with vLLM (each node's local rank
-    0 generates its node's share, trainer/offpolicy.py), else rank 0's node alone."""
+    0 generates its node's share, trainer/generation/offpolicy.py), else rank 0's node alone."""
     return max(1, shape.nodes) if separate_generation(c) else 1
 
 
@@ -70,7 +70,7 @@ def engines(c: TrainConfig, shape: JobShape) -> Engines:
 
 
 def rollout_rows(c: TrainConfig, nodes: int = 1) -> int:
-    """Sequences one node's rollout generate call sends (trainer/offpolicy.py): pipeline, a
+    """Sequences one node's rollout generate call sends (trainer/generation/offpolicy.py): pipeline, a
     call of off_policy.groups_per_call (default the node's share of a step,
     prompts_per_step / nodes) groups; ppo_off_policy, one big generation of
     k x prompts_per_step prompts on rank 0's node; G samples each."""
