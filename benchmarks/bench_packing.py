@@ -10,7 +10,7 @@ padding   Share of token slots that are padding, for synthetic length mixes (len
           longest completion) vs length-bucketed micro-batches of engine.micro_batch_tokens
           (trainer.models.logprobs.pack_right: rows back to back, right-padded), cut greedily (`greedy`:
           longest first, fill until the budget; the trainer before) or by the trainer's
-          split (`split`: trainer.microbatch.plan_micro_batches); budgets 16k, 32k, 64k and
+          split (`split`: trainer.loop.microbatch.plan_micro_batches); budgets 16k, 32k, 64k and
           `share` (each rank's whole share of tokens). Mixes: `reasoning`
           (prompt 100-600 tokens shared by 16 samples, completions log-normal around ~1.8k
           with a tail cut at 16k: many short answers, some truncated), `uniform` (completions
@@ -48,7 +48,7 @@ import time  # noqa: E402
 
 import torch  # noqa: E402
 
-from trainer.microbatch import (  # noqa: E402
+from trainer.loop.microbatch import (  # noqa: E402
     deal_groups,
     padded_tokens,
     padding_share,
@@ -203,7 +203,7 @@ def bench_proxy(reps: int) -> dict:
 
     from _microbatch_script import config, vary_lengths
 
-    from trainer.loop import _Run
+    from trainer.loop.train import _Run
     from trainer.generation.offpolicy import MODES
 
     work = Path(tempfile.mkdtemp(prefix="bench-packing-"))

@@ -48,7 +48,7 @@ def base_config(steps: int, mode: str):
 
 def run_ablate(steps: int, mode: str) -> float:
     import trainer
-    from trainer import loop
+    from trainer.loop import train as loop
 
     cfg = base_config(steps, mode)
     times: list[float] = []

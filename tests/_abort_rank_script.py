@@ -1,4 +1,4 @@
-"""One rank of a 2-rank gloo job run through trainer.loop.run, where rank 1 fails while rank 0
+"""One rank of a 2-rank gloo job run through trainer.loop.train.run, where rank 1 fails while rank 0
 waits in a collective (tests/test_abort.py). Only the run's body is replaced (`_Run`): the
 start-up, process group, fail-fast watchdog and status writing are the trainer's own."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-import trainer.loop as loop
+import trainer.loop.train as loop
 from trainer.config import TrainConfig
 
 

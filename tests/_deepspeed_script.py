@@ -50,7 +50,7 @@ def flat_params(model):
 
 if __name__ == "__main__":
     from trainer import rundir
-    from trainer.loop import _Run
+    from trainer.loop.train import _Run
 
     stage, dtype, work = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
     rank = int(os.environ["SLURM_PROCID"])

@@ -97,7 +97,7 @@ def concurrent_calls(gen, run, solo: list[list[int]]) -> dict:
 
 def check_eval(work: Path, replicas: int) -> None:
     from trainer import rundir
-    from trainer.loop import _Run
+    from trainer.loop.train import _Run
     from trainer.generation.offpolicy import MODES
 
     t0 = time.time()

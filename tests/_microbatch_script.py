@@ -60,7 +60,7 @@ def main() -> None:
     from _multirank_script import flat_params
 
     from trainer.dist.groups import broadcast_object
-    from trainer.loop import _Run
+    from trainer.loop.train import _Run
     from trainer.generation.offpolicy import MODES
 
     engine, stage, work = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])

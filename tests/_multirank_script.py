@@ -1,7 +1,7 @@
 """One rank of a 2-process trainer job on CPU (gloo) sharing ONE run dir, launched by
 tests/test_multirank.py with Slurm-style variables (as `srun` sets them).
 
-Runs the public entry point `trainer.loop.run(config, run_dir)` exactly as a study job does, then
+Runs the public entry point `trainer.loop.train.run(config, run_dir)` exactly as a study job does, then
 writes this rank's full parameter vector (ZeRO-3 shards gathered) for the test to compare.
 Usage: python tests/_multirank_script.py ENGINE STAGE STEPS PROMPTS WORKDIR
 """
@@ -60,7 +60,7 @@ def flat_params(model) -> list[float]:
 if __name__ == "__main__":
     import torch.distributed as dist
 
-    from trainer import loop
+    from trainer.loop import train as loop
 
     engine, stage, steps, prompts = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     work = Path(sys.argv[5])

@@ -1,7 +1,7 @@
 """One rank of a 2-rank ppo_off_policy job on the vllm backend (tests/test_one_engine.py),
 launched with Slurm-style variables in the vllm venv.
 
-Builds the trainer's own `_Run` and its rollout source exactly as `trainer.loop.run` does, then
+Builds the trainer's own `_Run` and its rollout source exactly as `trainer.loop.train.run` does, then
 takes 3 steps' batches the way the loop does (rank 0's batch broadcast to every rank) and
 writes whether this rank started a vLLM engine and a digest of each batch.
 Usage: .venv-vllm/bin/python tests/_one_engine_script.py WORKDIR
@@ -29,7 +29,7 @@ if __name__ == "__main__":
     import torch.distributed as dist
 
     from trainer.dist.groups import broadcast_object
-    from trainer.loop import _Run, _setup_distributed
+    from trainer.loop.train import _Run, _setup_distributed
     from trainer.generation.offpolicy import MODES
 
     work = Path(sys.argv[1])

@@ -1,7 +1,7 @@
 """One rank of a 2-process pipeline-mode job on CPU (gloo), launched by
 tests/test_pipeline_stream.py with Slurm-style variables (as `srun` sets them).
 
-Runs `trainer.loop.run` as a study job does, in off_policy.mode=pipeline, and writes what the
+Runs `trainer.loop.train.run` as a study job does, in off_policy.mode=pipeline, and writes what the
 test checks: this rank's step and parameters, and whether this rank ran a generator (only
 rank 0 feeds the stream; the loop broadcasts its batch).
 Usage: python tests/_pipeline_rank_script.py STEPS WORKDIR
@@ -37,7 +37,7 @@ def config(steps: int):
 if __name__ == "__main__":
     import torch.distributed as dist
 
-    from trainer import loop
+    from trainer.loop import train as loop
 
     steps, work = int(sys.argv[1]), Path(sys.argv[2])
     rank = int(os.environ.get("SLURM_PROCID", "0"))

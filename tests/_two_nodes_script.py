@@ -1,6 +1,6 @@
 """One rank of a 2-"node" pipeline-mode job on the vllm backend (tests/test_two_nodes.py):
 two Slurm-style tasks, each node's local rank 0 (SLURM_NODEID 0 and 1, SLURM_LOCALID 0), in
-the vllm venv, on one host. Runs `trainer.loop.run` as a study job does and writes what this
+the vllm venv, on one host. Runs `trainer.loop.train.run` as a study job does and writes what this
 rank saw: whether it ran a generator and which engine, its own share of each step (prompt
 ids, the versions its tokens were sampled with), each step's joined batch, its weights.
 Usage: .venv-vllm/bin/python tests/_two_nodes_script.py STEPS WORKDIR
@@ -32,7 +32,7 @@ if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import torch.distributed as dist
 
-    from trainer import loop
+    from trainer.loop import train as loop
     from trainer.generation import offpolicy
 
     steps, work = int(sys.argv[1]), Path(sys.argv[2])

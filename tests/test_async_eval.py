@@ -63,7 +63,7 @@ def _signal_inside_generate(monkeypatch, when) -> list:
 def test_training_goes_on_while_an_eval_decodes(tmp_path, monkeypatch, warm_proxy):
     """Rows are written by the eval worker when each eval ends, carry their own step's
     counters, land in step order, and the trainer was past a row's step when it landed."""
-    from trainer.loop import _Run
+    from trainer.loop.train import _Run
 
     seen, real = [], _Run.write_row
 

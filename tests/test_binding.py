@@ -161,7 +161,7 @@ def test_cpu_jobs_keep_their_local_rank():
 
 
 def test_start_up_binds_before_cuda_in_a_real_process():
-    """The start-up on os.environ in a fresh process (what trainer.loop.run does first): the
+    """The start-up on os.environ in a fresh process (what trainer.loop.train.run does first): the
     variables every later reader sees, and CUDA untouched by it."""
     code = (
         "import json, os, sys\n"
@@ -208,13 +208,13 @@ def test_a_child_does_not_inherit_its_parents_binding():
 
 
 def test_a_refused_start_is_the_runs_one_line_error(tmp_path):
-    """trainer.loop.run binds first; a process it cannot bind (engine.device cuda on a node
+    """trainer.loop.train.run binds first; a process it cannot bind (engine.device cuda on a node
     without GPUs) stops there, before any process group or model, with status.json's error
     in one line."""
     code = ("import sys\n"
             "from pathlib import Path\n"
             "from trainer.config import TrainConfig\n"
-            "from trainer.loop import run\n"
+            "from trainer.loop.train import run\n"
             "run(TrainConfig.model_validate({'engine': {'device': 'cuda'}}), Path(sys.argv[1]))\n")
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "ABLATE_BOUND_PID"):

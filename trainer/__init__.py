@@ -14,8 +14,8 @@ if TYPE_CHECKING:
 
 
 def run(config: "TrainConfig", run_dir: Path) -> None:
-    """Train (or resume, if `run_dir` has a checkpoint) one run; see trainer/loop.py."""
-    from trainer.loop import run as _run
+    """Train (or resume, if `run_dir` has a checkpoint) one run; see trainer/loop/train.py."""
+    from trainer.loop.train import run as _run
     from trainer.validate import local_shape, validate
 
     # Before any process group, model or file: a combination the trainer cannot run fails

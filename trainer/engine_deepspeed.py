@@ -4,7 +4,7 @@ Why DeepSpeed: models of 0.5B-8B+ do not fit optimizer state (fp32 master + two 
 16 bytes/param) on one GPU; ZeRO-1/2/3 partition optimizer state / gradients / parameters
 across the data-parallel ranks. Same contract as the torch engine (trainer/engine.py):
 `model`, `backward(loss, boundary)`, `step(loss=None) -> grad norm`, `save(path)`, `load(path)`.
-Micro-batches (engine.micro_batch_tokens, trainer/microbatch.py) are accumulated with DeepSpeed's
+Micro-batches (engine.micro_batch_tokens, trainer/loop/microbatch.py) are accumulated with DeepSpeed's
 manual accumulation boundary: the config keeps gradient_accumulation_steps 1 (the number of
 micro-batches varies from step to step with the rollouts' lengths), each `backward` sets the
 boundary (False until the step's last micro-batch) and does not rescale by the accumulation

@@ -10,7 +10,7 @@ and returns. A step can take longer than the signal's warning (the paper's: 15-2
 generation against Slurm's `signal_delay_s` of 5 min), so the stop is also honoured inside
 generation and eval: the generators call `check()` between decode steps and raise `Stopped`;
 the loop then abandons the step in flight and checkpoints the last finished one
-(trainer/loop.py). The launcher still requeues if even that does not finish in time
+(trainer/loop/train.py). The launcher still requeues if even that does not finish in time
 (ablate/studies/launch/job.py `Fallback`). Whoever launched the trainer then requeues the job (ablate/studies/launch/job.py
 hands over to submitit's own USR2 handler, which pickles the job and runs `scontrol requeue`).
 
@@ -34,7 +34,7 @@ _signal_time: float | None = None  # time.monotonic() when the first stop signal
 class Stopped(Exception):
     """Raised inside generation or eval once a stop signal arrived: the work in flight is
     abandoned (the loop checkpoints the last finished step; an eval in flight is redone on
-    resume, trainer/eval_point.py)."""
+    resume, trainer/loop/eval_point.py)."""
 
 
 STOP = "ablate-stop"  # what rank 0 broadcasts instead of a batch when it abandons a step

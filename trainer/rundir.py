@@ -47,7 +47,7 @@ COMPUTE_COLUMNS = (GPU_HOURS, FLOPS, SAMPLES, TOKENS, STEP)  # what a curve's x 
 SCORE_COLUMNS = (PASS_RATE, TRAIN_PASS_RATE)  # rates in [0, 1]: what the sigmoid fits
 SECTIONS = ("eval/", "train/", "data/", "time/", "pipeline/", "flops/", "loss/")  # the rest
 
-# The other columns the trainer writes (trainer/loop.py and the modules it delegates to), so
+# The other columns the trainer writes (trainer/loop/train.py and the modules it delegates to), so
 # that a reader, a plot or a test names them from here and a rename is one edit.
 FLOPS_GENERATION, FLOPS_TRAINING = "flops/generation", "flops/training"
 WALL_S, GENERATION_S = "time/wall_s", "time/generation_s"

@@ -128,14 +128,14 @@ def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]
 
 def bench_ours(args, path: Path, shapes: dict, mode: str = "ppo_off_policy",
                sampler: str = "static") -> dict:
-    """The trainer's own loop: `trainer.loop._Run` (what `trainer.run` builds) and the body of
+    """The trainer's own loop: `trainer.loop.train._Run` (what `trainer.run` builds) and the body of
     its `train()` step by step: off-policy source -> `train_step` (rewards, filters,
     advantages, CISPO + prompt aggregation, fp32 head, engine step) -> weight push. Only the
     task is synthetic: the random model's prompts are replaced by the fixed-length random
     prompts TRL gets, and the verifier by the same even-token reward (thresholded to the
     trainer's +1/-1). Eval and checkpoints are outside the timed steps on both sides."""
     from trainer.config import TrainConfig
-    from trainer.loop import _Run
+    from trainer.loop.train import _Run
     from trainer.generation.offpolicy import MODES
 
     device = "cuda" if torch.cuda.is_available() else "cpu"

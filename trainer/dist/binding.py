@@ -8,7 +8,7 @@ DeepSpeedEngine._set_distributed_vars, and zero/partition_parameters.py Init.loc
 zero/utils.py read os.environ["LOCAL_RANK"] as a device index) on the generation GPUs, and
 vLLM then refused to start. Instead every process is bound by construction:
 
-- `bind_devices` runs at the very top of the trainer (trainer/loop.py run), before anything
+- `bind_devices` runs at the very top of the trainer (trainer/loop/train.py run), before anything
   asks CUDA anything: the CUDA driver reads CUDA_VISIBLE_DEVICES once, at cuInit (which
   torch.cuda.is_available() already triggers: torch/cuda/__init__.py is_available ->
   _cuda_getDeviceCount), so narrowing it later has no effect.

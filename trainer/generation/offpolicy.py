@@ -52,7 +52,7 @@ class Context:
     gen_counter: int  # seeds of successive generate calls (checkpointed)
     # The source's state from the checkpoint this run resumed from (its `state()`), or None.
     restored: object = None
-    # Set by the source: its state for a checkpoint (trainer/checkpointing.py saves it).
+    # Set by the source: its state for a checkpoint (trainer/loop/checkpoint.py saves it).
     saver: Callable[[], object] | None = None
 
     def source_state(self) -> object:

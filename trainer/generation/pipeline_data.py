@@ -194,7 +194,7 @@ class DataPipeline:
         if self.error is not None and not isinstance(self.error, preempt.Stopped):
             raise RuntimeError("generator thread failed") from self.error
         # (A stop signal the generator thread took is the loop's to act on: next() hands it
-        # over as the cause of its failure, trainer/loop.py next_batch, after this push.)
+        # over as the cause of its failure, trainer/loop/train.py next_batch, after this push.)
         # A copy, never waiting for a call: the generator loads it where its plans say.
         snap = {n: t.detach().clone() for n, t in model.state_dict().items()}
         if self.base is None:

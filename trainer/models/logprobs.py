@@ -37,7 +37,7 @@ def pack_right(prompts: list[list[int]], completions: list[list[int]], pad: int)
 
     Why: `pack` aligns completions at one column, so a row pays for the longest prompt AND the
     longest completion of its batch; back to back, a row pays only for the longest row, which
-    length bucketing (trainer/microbatch.py) keeps close to its own. Padding only on the right
+    length bucketing (trainer/loop/microbatch.py) keeps close to its own. Padding only on the right
     also needs no attention mask (causal attention never looks right) and no position shift."""
     B = len(prompts)
     L = max(len(p) + len(c) for p, c in zip(prompts, completions))

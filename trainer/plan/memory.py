@@ -241,7 +241,7 @@ def plan(c: TrainConfig, shape: JobShape) -> Plan:
             train.update({f"generation: {k}": v for k, v in gen.items()})
         else:  # generation and the training step take turns: the larger of the two counts
             _add_phase(train, "generation: KV cache (beyond the training step)", sum(gen.values()))
-        # Eval (trainer/eval_point.py evaluate): the hf sampler on the trainer's own weights, on
+        # Eval (trainer/loop/eval_point.py evaluate): the hf sampler on the trainer's own weights, on
         # every ZeRO-3 rank, between steps: model states stay, the step's activations are
         # gone. With vllm, eval goes through the engines (trainer/generation/eval_service.py) instead.
         _add_phase(train, "eval: KV cache (beyond the training step)", eval_kv_bytes(c, m))

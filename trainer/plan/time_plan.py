@@ -202,7 +202,7 @@ def lengths(c: TrainConfig) -> tuple[float, float]:
 
 
 def trained_tokens(c: TrainConfig) -> float:
-    """Token positions a step's forward processes, as trainer/update.py counts them for the
+    """Token positions a step's forward processes, as trainer/loop/update.py counts them for the
     FLOPs: every row whole under micro-batches or activation checkpointing; otherwise each
     prompt once for its G samples (the shared-prefix forward) plus the completions but their
     last token. Zero-variance filtering drops groups from this (not planned: data-dependent;
@@ -278,7 +278,7 @@ def count_evals(c: TrainConfig, steps: int) -> int:
 
 def _lockstep(c: TrainConfig) -> bool:
     """hf generation under ZeRO-3: every rank holds a shard and decodes in lockstep, so eval
-    runs on every rank at once (trainer/eval_point.py launch_eval) and a stop is taken only
+    runs on every rank at once (trainer/loop/eval_point.py launch_eval) and a stop is taken only
     between generate calls (trainer/generation/rollout.py `synced`), not between decode steps."""
     return (c.rollout.backend == "hf" and c.engine.type == "deepspeed"
             and c.engine.zero_stage == 3)
@@ -311,7 +311,7 @@ def stop_saves_at_once(c: TrainConfig) -> bool:
 
 def budget_steps(c: TrainConfig, step_s: float, flops_per_step: float,
                  devices: int) -> Optional[int]:
-    """Steps until the first budget limit is reached (trainer/accounting.py budget_used):
+    """Steps until the first budget limit is reached (trainer/loop/accounting.py budget_used):
     steps; FLOPs as the trainer counts them (2N per generated token + 6N per trained token);
     device-hours of the train loop (wall x devices held)."""
     b, found = c.budget, []

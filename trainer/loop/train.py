@@ -1,9 +1,9 @@
 """The training loop, top to bottom: pool -> generate -> reward -> filter -> advantages ->
 loss -> step -> weight push -> eval + metrics + checkpoint. One function, `run`; the loop itself
 is `_Run.train`, and the stages it calls live here or, by job, in the classes `_Run` mixes in:
-the update math (trainer/update.py), evaluation and the metrics row (trainer/eval_point.py),
-checkpoint / resume / preemption stops (trainer/checkpointing.py) and compute accounting
-(trainer/accounting.py).
+the update math (trainer/loop/update.py), evaluation and the metrics row (trainer/loop/eval_point.py),
+checkpoint / resume / preemption stops (trainer/loop/checkpoint.py) and compute accounting
+(trainer/loop/accounting.py).
 
 Multi-process jobs (Slurm srun / torchrun; trainer/dist/groups.py): data parallel on the
 training side, replicated generation. Every rank runs the same prompt source with the same
@@ -11,10 +11,10 @@ seeds, and rank 0's batch is then broadcast so all ranks hold byte-identical rol
 non-deterministic kernels could otherwise make them differ); rewards, pool statistics and the
 zero-variance filter therefore agree everywhere. The kept prompt groups are dealt out to the
 ranks by tokens and weighted so the rank-averaged gradient is the whole batch's
-(trainer/update.py). Why not shard generation: the hf generator on a ZeRO-3 model all-gathers
+(trainer/loop/update.py). Why not shard generation: the hf generator on a ZeRO-3 model all-gathers
 weights on every decode step, so ranks must decode in lockstep anyway; generation throughput at
 scale comes from the vllm backend. Only rank 0 writes the run dir (status, metrics, config);
-checkpoints are written by every rank (trainer/checkpointing.py).
+checkpoints are written by every rank (trainer/loop/checkpoint.py).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from pathlib import Path
 import torch
 
 from trainer import preempt, rundir, trackers
-from trainer.accounting import Accounting, new_counters
+from trainer.loop.accounting import Accounting, new_counters
 from trainer.models.chat import prompt_encoder
-from trainer.checkpointing import Checkpointing
+from trainer.loop.checkpoint import Checkpointing
 from trainer.config import TrainConfig
 from trainer.dist.abort import FailFast, error_line, exit_soon
 from trainer.dist.binding import bind_devices
@@ -44,7 +44,7 @@ from trainer.dist.groups import (
 from trainer.engine import make_engine
 from trainer.generation.feeders import step_batch
 from trainer.generation.vllm_args import check_vllm_version
-from trainer.eval_point import EvalPoint
+from trainer.loop.eval_point import EvalPoint
 from trainer.evaluate import score
 from trainer.algo.filters import zero_variance_keep
 from trainer.models.load import load_model, pick_device
@@ -52,7 +52,7 @@ from trainer.generation.offpolicy import MODES, Context, concat
 from trainer.algo.pool import PromptPool
 from trainer.models.precision import LMHead
 from trainer.tasks import build_task
-from trainer.update import Diverged, PolicyUpdate
+from trainer.loop.update import Diverged, PolicyUpdate
 
 
 def run(config: TrainConfig, run_dir: Path) -> None:
@@ -185,7 +185,7 @@ class _Run(Checkpointing, Accounting, EvalPoint, PolicyUpdate):
     def train(self) -> None:
         """The loop: first eval, then per step generate -> train -> push weights -> maybe eval
         and checkpoint, until the budget is spent or a stop signal asks for a requeue. Evals
-        are launched, not waited for (trainer/eval_point.py); the run is done when their
+        are launched, not waited for (trainer/loop/eval_point.py); the run is done when their
         lines are written. A stop signal inside generation abandons the step in flight."""
         c = self.c
         self.start_attempt()

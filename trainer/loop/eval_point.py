@@ -3,7 +3,7 @@ rollout statistics whose means over the eval window join that row.
 
 Why a module of its own: the row is the run's output contract (trainer/rundir.py names its
 columns; every line has at least REQUIRED_COLUMNS), so what goes into it is read in one place.
-`_Run` (trainer/loop.py) mixes this class in; the methods use the run's `c`, `dir`, `main`,
+`_Run` (trainer/loop/train.py) mixes this class in; the methods use the run's `c`, `dir`, `main`,
 `zero3`, `model`, `tok`, `task`, `eval_problems`, `eval_prompts`, `pool`, `step`, `counters`
 and `acc` (running sums of step statistics, with "n/<key>" counts), and keep
 `lag_max_window`.

@@ -3,7 +3,7 @@ trainer/rundir.py, and the agreement between ranks on when to save and stop.
 
 Why a module of its own: every step here is a collective protocol (barriers, one broadcast
 verdict, DeepSpeed's collective save) that must line up on every rank; kept together it can be
-read and checked as one. `_Run` (trainer/loop.py) mixes this class in; the methods use the
+read and checked as one. `_Run` (trainer/loop/train.py) mixes this class in; the methods use the
 run's `c`, `dir`, `main`, `device`, `engine`, `pool`, `ctx`, `step`, `counters`, `acc`, and
 keep `saved` (step, time of the last save) and `notes` (the preemption record for status.json).
 

@@ -3,7 +3,7 @@ loss -> one optimizer step, and the step's loss statistics.
 
 Why a module of its own: this is the math of the step (how rows are dealt to ranks, split into
 micro-batches, padded, weighted and reduced), and it reads best apart from the loop's order of
-stages (trainer/loop.py, whose `_Run` mixes this class in). The methods use the run's state:
+stages (trainer/loop/train.py, whose `_Run` mixes this class in). The methods use the run's state:
 `c` (TrainConfig), `engine`, `model`, `body`, `head`, `tok`, `device`, `rank`, `world`,
 `n_params`, `step` and `counters`.
 
@@ -11,7 +11,7 @@ Multi-process: the kept prompt groups are dealt out to the ranks by tokens, and 
 rows split into micro-batches of engine.micro_batch_tokens; every token's loss weight carries
 the whole batch's aggregation denominators (times the world size), so the accumulated,
 rank-averaged gradient equals the single-process gradient of the whole batch
-(trainer/microbatch.py); a rank dealt no group still steps on a zero-weighted group, and ranks
+(trainer/loop/microbatch.py); a rank dealt no group still steps on a zero-weighted group, and ranks
 run equally many micro-batches, so collectives line up.
 """
 
@@ -34,7 +34,7 @@ from trainer.models.logprobs import (
     shared_prefix_logprobs,
 )
 from trainer.algo.losses import LOSSES, loss_options
-from trainer.microbatch import StepTotals, deal_groups, plan_micro_batches, rows_token_weights
+from trainer.loop.microbatch import StepTotals, deal_groups, plan_micro_batches, rows_token_weights
 
 
 class Diverged(Exception):
@@ -78,13 +78,13 @@ class LossBatch:
 
 
 class PolicyUpdate:
-    """The update stage of `_Run` (trainer/loop.py): see the module doc for the state it uses."""
+    """The update stage of `_Run` (trainer/loop/train.py): see the module doc for the state it uses."""
 
     def update(self, ro, rows: list[int], rewards: list[float]) -> dict:
         """Advantages -> policy loss -> one optimizer step on the kept samples: this rank's
         share of them (groups dealt by tokens), in micro-batches of at most
         engine.micro_batch_tokens whose gradients accumulate into the one step, each token
-        weighted with the whole batch's denominators (trainer/microbatch.py)."""
+        weighted with the whole batch's denominators (trainer/loop/microbatch.py)."""
         adv_of = self.advantages(rows, rewards)
         weight_of = rows_token_weights(ro, rows, self.c.rollout.generations_per_prompt,
                                        self.c.loss.aggregation, self.world)
@@ -202,7 +202,7 @@ class PolicyUpdate:
     def policy_loss(self, logp: torch.Tensor, b: LossBatch) -> tuple[torch.Tensor, dict]:
         """This micro-batch's part of the whole batch's loss: the configured loss type's
         per-token terms weighted by `b.weight` (the aggregation's, whole-batch denominators,
-        trainer/microbatch.py). A non-finite loss on any rank stops the run on every rank,
+        trainer/loop/microbatch.py). A non-finite loss on any rank stops the run on every rank,
         before anyone enters the engine's collectives."""
         dev, cfg = self.device, self.c.loss
         options = {k: getattr(cfg, k) for k in LOSS_OPTIONS[cfg.type]}  # None: the default

@@ -3,8 +3,8 @@ device-hours, and the budget they are spent against.
 
 Why a module of its own: these counters are the curve's x axes (trainer/rundir.py
 COMPUTE_COLUMNS), so how each is counted must be findable in one place. `_Run`
-(trainer/loop.py) mixes this class in; the methods use the run's `c`, `device`, `world`, `step`,
-`n_params` and `counters` (checkpointed with the run, trainer/checkpointing.py).
+(trainer/loop/train.py) mixes this class in; the methods use the run's `c`, `device`, `world`, `step`,
+`n_params` and `counters` (checkpointed with the run, trainer/loop/checkpoint.py).
 """
 
 from __future__ import annotations
