@@ -50,15 +50,22 @@ def imported_names(module: str, path: Path) -> set[str]:
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names = set()
     for node in _runtime_nodes(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(up + ([base] if base else []))
-            names.update(f"{base}.{a.name}" for a in node.names)
+        names.update(statement_imports(node, package))
     return names
+
+
+def statement_imports(node: ast.AST, package: str) -> set[str]:
+    """The dotted names one import statement names (none for any other node), relative
+    imports resolved against `package`."""
+    if isinstance(node, ast.Import):
+        return {a.name for a in node.names}
+    if not isinstance(node, ast.ImportFrom):
+        return set()
+    base = node.module or ""
+    if node.level:
+        up = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join(up + ([base] if base else []))
+    return {f"{base}.{a.name}" for a in node.names}
 
 
 def import_graph() -> dict[str, set[str]]:

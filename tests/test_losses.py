@@ -8,7 +8,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from trainer.config import LOSS_OPTIONS, LossConfig
+from trainer.config import LossConfig
 from trainer.algo.losses import AGGREGATIONS, LOSSES, policy_loss
 
 # Three samples: 0 and 1 from prompt 0, sample 2 from prompt 1; sample 1's last token is padding.
@@ -97,9 +97,10 @@ def test_gspo_default_clip_is_tiny():
 
 
 def test_defaults_come_from_the_one_table():
-    # None (or absent) takes LOSS_OPTIONS' value; the field docs quote the same table.
+    # None (or absent) takes the registered default; the field docs quote the same table.
     logp, old, adv, mask, groups = tensors()
-    for loss_type, opts in LOSS_OPTIONS.items():
+    for loss_type in LOSSES.names():
+        opts = LOSSES.options(loss_type)
         assert float(policy_loss(logp, old, adv, mask, groups, loss_type=loss_type,
                                  aggregation="token", **opts)) == \
             float(policy_loss(logp, old, adv, mask, groups, loss_type=loss_type,
@@ -126,6 +127,9 @@ def test_a_loss_rejects_an_option_it_does_not_take():
 
 
 def test_registries_cover_the_names():
-    assert LOSSES.keys() == ["cispo", "dapo", "gspo", "ppo"] == sorted(LOSS_OPTIONS)
+    assert LOSSES.keys() == ["cispo", "dapo", "gspo", "ppo"]
+    assert {t: LOSSES.options(t) for t in LOSSES.keys()} == {
+        "cispo": {"eps_max": 4.0}, "dapo": {"eps_low": 0.2, "eps_high": 0.28},
+        "gspo": {"eps_low": 1e-3, "eps_high": 1e-3}, "ppo": {"eps_low": 0.2, "eps_high": 0.2}}
     assert AGGREGATIONS.keys() == ["prompt", "sample", "token"]
     assert math.isfinite(expected("ppo", "token"))

@@ -24,14 +24,13 @@ import pytest
 import torch
 from _multirank_util import ROOT, launch_ranks, warm_proxy
 
-from trainer.algo.losses import AGGREGATIONS
+from trainer.algo.losses import AGGREGATIONS, token_weights
 from trainer.loop.microbatch import (
     PADDING_TARGET,
     deal_groups,
     padded_tokens,
     padding_share,
     plan_micro_batches,
-    token_weights,
 )
 
 SCRIPT = ROOT / "tests" / "_microbatch_script.py"

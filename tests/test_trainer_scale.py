@@ -1,6 +1,6 @@
 """Trainer pieces for scale, single process on CPU: gradient checkpointing really on during the
-update (same step as without it), chat-template prompts through the loop, and the data-parallel
-loss weighting (ranks' weighted shard losses average to the whole batch's loss)."""
+update (same step as without it) and chat-template prompts through the loop. (The data-parallel
+loss weighting, exact over ranks and micro-batches, is tests/test_microbatch.py's.)"""
 
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ import torch
 from _trainer_util import config, tiny
 
 from trainer.loop.train import _Run
-from trainer.algo.losses import policy_loss
 from trainer.generation.offpolicy import MODES
-from trainer.loop.update import shard_groups, shard_weight
 
 
 def _one_step(cfg, run_dir):
@@ -76,42 +74,3 @@ def test_chat_template_prompts_through_the_loop(tmp_path):
     assert first == prompt_encoder(tok, True)(run.task.train[0].prompt)
     raw = tok(run.task.train[0].prompt, add_special_tokens=False).input_ids
     assert len(first) > len(raw) and first != raw
-
-
-@pytest.mark.parametrize("aggregation", ["token", "sample", "prompt"])
-@pytest.mark.parametrize("world", [2, 3, 7])
-def test_shard_weights_make_the_rank_average_the_whole_batch_loss(aggregation, world):
-    g = torch.Generator().manual_seed(world)
-    G, n_groups, T = 4, 5, 6
-    B = G * n_groups
-    logp = -torch.rand(B, T, generator=g)
-    old = logp + 0.1 * torch.randn(B, T, generator=g)
-    adv = torch.randn(B, generator=g)
-    lengths = torch.randint(1, T + 1, (B,), generator=g)
-    mask = (torch.arange(T)[None] < lengths[:, None]).float()
-    group = torch.arange(B) // G
-
-    def loss(rows):
-        r = torch.tensor(rows)
-        return float(policy_loss(logp[r], old[r], adv[r], mask[r], group[r],
-                                 loss_type="cispo", aggregation=aggregation))
-
-    def size(rows):
-        return {"tokens": float(mask[rows].sum()), "samples": len(rows),
-                "groups": len({r // G for r in rows})}
-
-    rows = list(range(B))
-    total, empty = 0.0, 0
-    for rank in range(world):
-        mine, real = shard_groups(list(range(n_groups)), rank, world)
-        local = [r for r in rows if r // G in mine]
-        w = shard_weight(aggregation, size(local), size(rows), world) if real else 0.0
-        empty += not real
-        total += w * loss(local)
-    assert empty == max(0, world - n_groups)  # ranks beyond the groups step with weight 0
-    assert total / world == pytest.approx(loss(rows), rel=1e-5, abs=1e-7)
-
-
-def test_unknown_aggregation_has_no_data_parallel_weight():
-    with pytest.raises(ValueError, match="loss.aggregation 'median'.*token, sample, prompt"):
-        shard_weight("median", {}, {}, 2)

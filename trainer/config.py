@@ -10,8 +10,10 @@ Sources: ScaleRL = Khatri et al., "The Art of Scaling RL Compute for LLMs", arXi
 (see shared/scalerl.md). DAPO = Yu et al. 2025 (arXiv 2503.14476). GSPO = Zheng et al. 2025
 (arXiv 2507.18071). CISPO = MiniMax-M1 (arXiv 2506.13585). PipelineRL = Piche et al. 2025.
 
-Each Literal names registered implementations (trainer registries); a test checks that the
-names there and the registries agree. This module imports only pydantic so that `ablate` can
+Each Literal names registered implementations (trainer registries): the loss types,
+aggregations and advantage normalizations are read from their registries
+(trainer/config_parts/loss.py); a test checks that the other names and their registries
+agree. This module imports pydantic and those torch-free registries only, so that `ablate` can
 validate thousands of variants quickly without importing torch.
 """
 
@@ -21,12 +23,7 @@ from pydantic import Field
 
 from trainer.config_parts.base import Strict
 from trainer.config_parts.generation import LengthConfig, RolloutConfig, VLLMConfig
-from trainer.config_parts.loss import (
-    LOSS_OPTIONS,
-    AdvantageConfig,
-    LossConfig,
-    check_loss_options,
-)
+from trainer.config_parts.loss import AdvantageConfig, LossConfig
 from trainer.config_parts.model import (
     TASK_KINDS,
     ModelConfig,
@@ -44,11 +41,10 @@ from trainer.config_parts.schedule import (
 from trainer.config_parts.training import DataConfig, EngineConfig, OffPolicyConfig, OptimConfig
 
 __all__ = [
-    "LOSS_OPTIONS", "TASK_KINDS", "AdvantageConfig", "BudgetConfig", "CheckpointConfig",
+    "TASK_KINDS", "AdvantageConfig", "BudgetConfig", "CheckpointConfig",
     "DataConfig", "EngineConfig", "EvalConfig", "LengthConfig", "LoggingConfig", "LossConfig",
     "ModelConfig", "OffPolicyConfig", "OptimConfig", "PrecisionConfig", "ProxyModelConfig",
     "RewardConfig", "RolloutConfig", "TaskConfig", "TrainConfig", "VLLMConfig",
-    "check_loss_options",
 ]
 
 

@@ -19,15 +19,24 @@ class Registry(Generic[F]):
         self.axis = axis
         self._items: dict[str, F] = {}
         self._lazy: dict[str, str] = {}
+        self._options: dict[str, dict[str, float]] = {}
 
-    def register(self, name: str) -> Callable[[F], F]:
+    def register(self, name: str, options: dict[str, float] | None = None) -> Callable[[F], F]:
+        """`options`: the keyword options the implementation takes, with their defaults (a
+        loss type's clip settings): the config validates a YAML's options against them."""
         def deco(fn: F) -> F:
             if name in self._items or name in self._lazy:
                 raise ValueError(f"{self.axis}: {name!r} registered twice")
             self._items[name] = fn
+            self._options[name] = dict(options or {})
             return fn
 
         return deco
+
+    def options(self, name: str) -> dict[str, float]:
+        """The options `name` was registered with and their defaults ({} for none)."""
+        self.get(name)  # an unknown name: the KeyError listing the valid ones
+        return dict(self._options.get(name, {}))
 
     def register_lazy(self, name: str, target: str) -> None:
         """Register `module:attr`, imported on first use (heavy optional deps: vllm, deepspeed)."""
@@ -43,6 +52,11 @@ class Registry(Generic[F]):
             return self._items[name]
         except KeyError:
             raise KeyError(f"unknown {self.axis} {name!r}; valid: {sorted(self.keys())}") from None
+
+    def names(self) -> list[str]:
+        """The names in the order they were registered: a config's Literal lists them so
+        (what a validation error names as valid)."""
+        return [*self._items, *(n for n in self._lazy if n not in self._items)]
 
     def keys(self) -> list[str]:
         return sorted(set(self._items) | set(self._lazy))

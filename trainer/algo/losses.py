@@ -1,75 +1,94 @@
-"""Policy losses (ppo, dapo, gspo, cispo) x aggregations (sample, prompt, token).
+"""Policy losses (`loss.type`: ppo, dapo, gspo, cispo) x aggregations (`loss.aggregation`:
+sample, prompt, token), with token-level signatures as in verl's core_algos.
 
-The math is the contract in DESIGN.md. Per-token terms l are computed by the loss type and then
-averaged by the aggregation; both are registries so `loss.type` / `loss.aggregation` in a YAML
-name one function each. No KL term and no critic (ScaleRL).
+A loss type is one function (logp, old_logp, adv [B, 1], mask, *, <its options>) -> (per-token
+terms [B, T], stats), registered under the name the YAML uses together with its options'
+defaults; an aggregation is one function (terms, mask, group_ids) -> the batch's scalar. They
+meet in one place, `policy_loss_and_stats`: each token's term times its weight in the
+aggregation (`token_weights`: the aggregation's gradient, exact because every aggregation is
+linear), the whole batch's weights when the batch is one micro-batch of it
+(trainer/loop/microbatch.py). The config's allowed names and the options' defaults are read
+from these registries (trainer/config_parts/loss.py): a new loss or aggregation is its
+function and its registration. The math is the contract in DESIGN.md; no KL term and no
+critic (ScaleRL).
+
+Importing this module does not import torch (the config imports it, and `ablate` validates
+thousands of variants without torch): the functions use tensor methods, and torch itself only
+inside the one function that needs it.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
-
-from trainer.config import LOSS_OPTIONS, check_loss_options
 from trainer.registry import Registry
 
+if TYPE_CHECKING:
+    import torch
+
 # (logp, old_logp, adv[B,1], mask, *, <the type's options>) -> (per-token terms [B,T], stats)
-TokenLoss = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
+TokenLoss = Callable[..., "tuple[torch.Tensor, dict[str, torch.Tensor]]"]
 LOSSES: Registry[TokenLoss] = Registry("loss.type")
-AGGREGATIONS: Registry[Callable[..., torch.Tensor]] = Registry("loss.aggregation")
+AGGREGATIONS: Registry[Callable[..., "torch.Tensor"]] = Registry("loss.aggregation")
+
+# Option defaults, from shared/scalerl.md: PPO-clip eps 0.2/0.2; DAPO clip-higher raises
+# eps_high to 0.28; GSPO's sequence-level ratio needs a clip scale ~1e-3 (1e-4 did not work);
+# CISPO's truncation eps_max 4 (4-8 all worked).
 
 
-def _clipped(ratio: torch.Tensor, adv: torch.Tensor, eps_low: float, eps_high: float):
+def _clipped(ratio, adv, eps_low: float, eps_high: float):
     unclipped = ratio * adv
     clipped = ratio.clamp(1 - eps_low, 1 + eps_high) * adv
     # A token is "clipped" when the clipped branch is the active (smaller) one.
-    return -torch.minimum(unclipped, clipped), (clipped < unclipped).float()
+    return -unclipped.minimum(clipped), (clipped < unclipped).float()
 
 
-@LOSSES.register("ppo")
+@LOSSES.register("ppo", options={"eps_low": 0.2, "eps_high": 0.2})
 def ppo(logp, old_logp, adv, mask, *, eps_low, eps_high):
     """GRPO/PPO-clip: per-token -min(r a, clip(r, 1-eps_low, 1+eps_high) a)."""
-    ratio = torch.exp(logp - old_logp)
+    ratio = (logp - old_logp).exp()
     terms, clipped = _clipped(ratio, adv, eps_low, eps_high)
     return terms, {"ratio": ratio.detach(), "clipped": clipped}
 
 
-@LOSSES.register("dapo")
+@LOSSES.register("dapo", options={"eps_low": 0.2, "eps_high": 0.28})
 def dapo(logp, old_logp, adv, mask, *, eps_low, eps_high):
-    """DAPO clip-higher: the PPO term; only its default eps_high is larger (LOSS_OPTIONS)."""
+    """DAPO clip-higher: the PPO term; only its default eps_high is larger."""
     return ppo(logp, old_logp, adv, mask, eps_low=eps_low, eps_high=eps_high)
 
 
-@LOSSES.register("gspo")
+@LOSSES.register("gspo", options={"eps_low": 1e-3, "eps_high": 1e-3})
 def gspo(logp, old_logp, adv, mask, *, eps_low, eps_high):
     """GSPO: one sequence-level ratio s = exp(mean_t(logp - old_logp)) shared by all tokens."""
     n = mask.sum(-1).clamp(min=1)
-    s = torch.exp(((logp - old_logp) * mask).sum(-1) / n)  # [B]
+    s = (((logp - old_logp) * mask).sum(-1) / n).exp()  # [B]
     s_tok = s[:, None].expand_as(logp)
     terms, clipped = _clipped(s_tok, adv, eps_low, eps_high)
     return terms, {"ratio": s_tok.detach(), "clipped": clipped}
 
 
-@LOSSES.register("cispo")
+@LOSSES.register("cispo", options={"eps_max": 4.0})
 def cispo(logp, old_logp, adv, mask, *, eps_max):
     """CISPO (ScaleRL): -sg(min(r, eps_max)) * a * logp — REINFORCE with a truncated IS weight."""
-    ratio = torch.exp(logp - old_logp).detach()
+    ratio = (logp - old_logp).exp().detach()
     weight = ratio.clamp(max=eps_max)
     return -weight * adv * logp, {"ratio": ratio, "clipped": (ratio > eps_max).float()}
 
 
+def check_loss_options(loss_type: str, given) -> None:
+    """ValueError naming the loss, the options it does not take and the ones it does."""
+    valid = LOSSES.options(loss_type) if loss_type in LOSSES.keys() else {}
+    unknown = [k for k in given if k not in valid]
+    if unknown:
+        raise ValueError(f"loss.type {loss_type!r} does not take {', '.join(unknown)}; its "
+                         f"options: {', '.join(valid) or 'none'}")
+
+
 def loss_options(loss_type: str, given: dict) -> dict[str, float]:
-    """The options `loss_type` runs with: its defaults (trainer.config.LOSS_OPTIONS) overridden
-    by the given ones that are not None. An option the type does not take is a ValueError."""
+    """The options `loss_type` runs with: its registered defaults overridden by the given ones
+    that are not None. An option the type does not take is a ValueError."""
     check_loss_options(loss_type, given)
-    return {**LOSS_OPTIONS[loss_type], **{k: v for k, v in given.items() if v is not None}}
-
-
-@AGGREGATIONS.register("token")
-def token_mean(terms, mask, group_ids):
-    """All tokens of the batch together."""
-    return (terms * mask).sum() / mask.sum().clamp(min=1)
+    return {**LOSSES.options(loss_type), **{k: v for k, v in given.items() if v is not None}}
 
 
 @AGGREGATIONS.register("sample")
@@ -82,39 +101,52 @@ def sample_mean(terms, mask, group_ids):
 @AGGREGATIONS.register("prompt")
 def prompt_mean(terms, mask, group_ids):
     """Mean over prompts of (sum of the group's terms / tokens in the group) — ScaleRL."""
-    _, inv = torch.unique(group_ids, return_inverse=True)
+    _, inv = group_ids.unique(return_inverse=True)
     g = int(inv.max()) + 1
-    sums = torch.zeros(g, dtype=terms.dtype, device=terms.device).index_add(
-        0, inv, (terms * mask).sum(-1))
-    counts = torch.zeros(g, dtype=mask.dtype, device=mask.device).index_add(0, inv, mask.sum(-1))
+    sums = terms.new_zeros(g).index_add(0, inv, (terms * mask).sum(-1))
+    counts = mask.new_zeros(g).index_add(0, inv, mask.sum(-1))
     return (sums / counts.clamp(min=1)).mean()
 
 
-def policy_loss_with_stats(logp, old_logp, advantages, mask, group_ids, *, loss_type,
-                           aggregation, **loss_kwargs):
-    """`policy_loss` plus detached stats (importance ratio, clip fraction) for metrics."""
+@AGGREGATIONS.register("token")
+def token_mean(terms, mask, group_ids):
+    """All tokens of the batch together."""
+    return (terms * mask).sum() / mask.sum().clamp(min=1)
+
+
+def token_weights(aggregation: str, mask: "torch.Tensor", group: "torch.Tensor") -> "torch.Tensor":
+    """W [B, T]: the weight of each completion token in the whole batch's aggregated loss.
+
+    Read as the gradient of the registered aggregation with respect to the per-token terms
+    (exact for a linear aggregation, which all of them are), so the loss uses the very
+    function `loss.aggregation` names, with the whole batch's denominators even when it is
+    computed one micro-batch at a time (trainer/loop/microbatch.py rows_token_weights)."""
+    import torch  # here: importing this module must not import torch (see the module doc)
+
+    probe = torch.zeros(mask.shape, dtype=torch.float64, requires_grad=True)
+    total = AGGREGATIONS.get(aggregation)(probe, mask.to(torch.float64), group)
+    (w,) = torch.autograd.grad(total, probe)
+    return w
+
+
+def policy_loss_and_stats(logp, old_logp, advantages, mask, weight, *, loss_type: str,
+                          **options) -> tuple["torch.Tensor", dict]:
+    """The policy loss of these rows and the loss type's per-token stats (importance ratio,
+    clipped): the type's per-token terms, each times its `weight` in the aggregation
+    (token_weights; for one micro-batch, its rows of the whole batch's weights). logp /
+    old_logp / mask / weight [B, T], advantages [B]. Options: eps_low, eps_high (ppo, dapo,
+    gspo), eps_max (cispo); None or absent = the type's default; one the type does not take
+    is a ValueError."""
     mask = mask.to(logp.dtype)
-    adv = advantages.to(logp.dtype)[:, None]
-    fn = LOSSES.get(loss_type)
-    terms, stats = fn(logp, old_logp, adv, mask, **loss_options(loss_type, loss_kwargs))
-    loss = AGGREGATIONS.get(aggregation)(terms, mask, group_ids)
-    n = mask.sum().clamp(min=1)
-    ratio = stats["ratio"]
-    out = {
-        "is_ratio_mean": float((ratio * mask).sum() / n),
-        "is_ratio_max": float(ratio[mask.bool()].max()) if mask.any() else 1.0,
-        "clip_frac": float((stats["clipped"] * mask).sum() / n),
-    }
-    return loss, out
+    terms, stats = LOSSES.get(loss_type)(logp, old_logp, advantages.to(logp.dtype)[:, None],
+                                         mask, **loss_options(loss_type, options))
+    return (terms * weight.to(logp.dtype)).sum(), stats
 
 
-def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                mask: torch.Tensor, group_ids: torch.Tensor, *, loss_type: str,
-                aggregation: str, **loss_kwargs) -> torch.Tensor:
-    """Scalar policy loss. logp/old_logp/mask [batch, tokens]; advantages, group_ids [batch].
-
-    kwargs: eps_low, eps_high (ppo/dapo/gspo), eps_max (cispo); None or absent = the type's
-    default (trainer.config.LOSS_OPTIONS); an option the type does not take is a ValueError.
-    """
-    return policy_loss_with_stats(logp, old_logp, advantages, mask, group_ids,
-                                  loss_type=loss_type, aggregation=aggregation, **loss_kwargs)[0]
+def policy_loss(logp, old_logp, advantages, mask, group_ids, *, loss_type: str,
+                aggregation: str, **options) -> "torch.Tensor":
+    """The scalar policy loss of one whole batch (its own aggregation weights): what the
+    trainer's micro-batched loss sums to. group_ids [B]: the prompt of each row."""
+    weight = token_weights(aggregation, mask, group_ids)
+    return policy_loss_and_stats(logp, old_logp, advantages, mask, weight,
+                                 loss_type=loss_type, **options)[0]

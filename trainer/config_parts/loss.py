@@ -6,46 +6,37 @@ from typing import Literal, Optional
 
 from pydantic import Field, model_validator
 
+from trainer.algo.advantages import NORMALIZATIONS
+from trainer.algo.losses import AGGREGATIONS, LOSSES, check_loss_options
 from trainer.config_parts.base import Strict
 
 
-# Each loss type's options with their defaults: the one table trainer/algo/losses.py reads and the
-# LossConfig fields below quote. Values from shared/scalerl.md: PPO-clip eps 0.2/0.2; DAPO
-# clip-higher raises eps_high to 0.28; GSPO's sequence-level ratio needs a clip scale ~1e-3
-# (1e-4 did not work); CISPO's truncation eps_max 4 (4-8 all worked).
-LOSS_OPTIONS: dict[str, dict[str, float]] = {
-    "ppo": {"eps_low": 0.2, "eps_high": 0.2},
-    "dapo": {"eps_low": 0.2, "eps_high": 0.28},
-    "gspo": {"eps_low": 1e-3, "eps_high": 1e-3},
-    "cispo": {"eps_max": 4.0},
-}
-
-
-def check_loss_options(loss_type: str, given) -> None:
-    """ValueError naming the loss, the options it does not take and the ones it does."""
-    valid = LOSS_OPTIONS.get(loss_type, {})
-    unknown = [k for k in given if k not in valid]
-    if unknown:
-        raise ValueError(f"loss.type {loss_type!r} does not take {', '.join(unknown)}; its "
-                         f"options: {', '.join(valid) or 'none'}")
+# The allowed names are the registries' (trainer/algo/losses.py, trainer/algo/advantages.py,
+# which import no torch): a loss, an aggregation or a normalization registered there is valid
+# here, in the order registered (what a validation error lists).
+LossType = Literal[tuple(LOSSES.names())]  # type: ignore[valid-type]
+Aggregation = Literal[tuple(AGGREGATIONS.names())]  # type: ignore[valid-type]
+Normalization = Literal[tuple(NORMALIZATIONS.names())]  # type: ignore[valid-type]
 
 
 def _loss_defaults(option: str) -> str:
-    """'ppo 0.2, dapo 0.2, ...': the default of `option` for each type that takes it."""
-    return ", ".join(f"{t} {o[option]:g}" for t, o in LOSS_OPTIONS.items() if option in o)
+    """'ppo 0.2, dapo 0.2, ...': the registered default of `option` for each type taking it."""
+    return ", ".join(f"{t} {LOSSES.options(t)[option]:g}" for t in LOSSES.names()
+                     if option in LOSSES.options(t))
 
 
 class LossConfig(Strict):
     """Policy loss and its options. An option the chosen type does not take (eps_max with
-    ppo, say) is an error; None takes the type's default (LOSS_OPTIONS)."""
+    ppo, say) is an error; None takes the type's default (its registration in
+    trainer/algo/losses.py)."""
 
-    type: Literal["ppo", "dapo", "gspo", "cispo"] = Field(
+    type: LossType = Field(
         "cispo",
         description="Policy loss. cispo (ScaleRL): -sg(min(r, eps_max)) * A * logp; "
         "ppo: clipped token ratio; dapo: ppo with clip-higher (a larger eps_high); "
         "gspo: clipped sequence-level geometric-mean ratio.",
     )
-    aggregation: Literal["sample", "prompt", "token"] = Field(
+    aggregation: Aggregation = Field(
         "prompt", description="How per-token terms are averaged (ScaleRL: prompt)."
     )
     eps_low: Optional[float] = Field(
@@ -63,13 +54,14 @@ class LossConfig(Strict):
 
     @model_validator(mode="after")
     def _options_of_type(self) -> "LossConfig":
-        given = [k for k in ("eps_low", "eps_high", "eps_max") if getattr(self, k) is not None]
+        given = [k for k in type(self).model_fields  # every field but these is an option
+                 if k not in ("type", "aggregation") and getattr(self, k) is not None]
         check_loss_options(self.type, given)
         return self
 
 
 class AdvantageConfig(Strict):
-    normalization: Literal["prompt", "batch", "none"] = Field(
+    normalization: Normalization = Field(
         "batch",
         description="A_i = r_i - mean(group); then / std of the group (prompt), / std of all "
         "advantages in the batch (batch, ScaleRL), or not at all (none).",

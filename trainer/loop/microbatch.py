@@ -9,12 +9,13 @@ steps once on the whole batch.
 
 Exactness: every aggregation the trainer knows (token, sample, prompt; trainer/algo/losses.py) is
 linear in the per-token loss terms, loss = sum_bt W[b, t] * term[b, t], with W set by the WHOLE
-batch's denominators (its token count, sample count, per-prompt-group token counts). `token_weights`
-reads W off the registered aggregation itself (its gradient with respect to the terms) over the
-whole kept batch; each micro-batch's loss is then sum(W * term) over its own rows, times the
-world size because the engines average gradients over ranks. Summed over micro-batches and ranks
-this is exactly the one-big-batch loss, whatever the split: rows need not keep their prompt group
-together, and micro-batch boundaries may cut a group.
+batch's denominators (its token count, sample count, per-prompt-group token counts).
+trainer/algo/losses.py `token_weights` reads W off the registered aggregation itself (its
+gradient with respect to the terms) over the whole kept batch; each micro-batch's loss is then
+sum(W * term) over its own rows, times the world size because the engines average gradients
+over ranks. Summed over micro-batches and ranks this is exactly the one-big-batch loss,
+whatever the split: rows need not keep their prompt group together, and micro-batch
+boundaries may cut a group.
 
 Rows are length-bucketed (sorted longest first, cut into runs by an exact dynamic programme:
 the fewest micro-batches whose padding stays under PADDING_TARGET) and each micro-batch holds
@@ -34,7 +35,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from trainer.algo.losses import AGGREGATIONS
+from trainer.algo.losses import token_weights
 
 Lengths = tuple[int, int]  # (prompt tokens, completion tokens) of one row
 
@@ -49,18 +50,6 @@ Lengths = tuple[int, int]  # (prompt tokens, completion tokens) of one row
 # filling at a 16k budget, 3 more at 32k and 2x as many at 64k (max_padding=0.10: 0 and 2).
 PADDING_TARGET = 0.05
 _NEVER = np.int64(2**60)  # slots of an impossible split (sums of two stay within int64)
-
-
-def token_weights(aggregation: str, mask: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
-    """W [B, T]: the weight of each completion token in the whole batch's aggregated loss.
-
-    Read as the gradient of the registered aggregation with respect to the per-token terms
-    (exact for a linear aggregation, which all of them are), so the micro-batched loss uses the
-    very function `loss.aggregation` names, with the whole batch's denominators."""
-    probe = torch.zeros(mask.shape, dtype=torch.float64, requires_grad=True)
-    total = AGGREGATIONS.get(aggregation)(probe, mask.to(torch.float64), group)
-    (w,) = torch.autograd.grad(total, probe)
-    return w
 
 
 def rows_token_weights(ro, rows: list[int], G: int, aggregation: str,

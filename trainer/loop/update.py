@@ -24,7 +24,6 @@ import torch
 
 from trainer import rundir as col
 from trainer.algo.advantages import compute_advantages
-from trainer.config import LOSS_OPTIONS
 from trainer.dist.groups import all_reduce_floats
 from trainer.models.logprobs import (
     completion_logprobs,
@@ -33,7 +32,7 @@ from trainer.models.logprobs import (
     right_padded_logprobs,
     shared_prefix_logprobs,
 )
-from trainer.algo.losses import LOSSES, loss_options
+from trainer.algo.losses import LOSSES, policy_loss_and_stats
 from trainer.loop.microbatch import StepTotals, deal_groups, plan_micro_batches, rows_token_weights
 
 
@@ -43,25 +42,6 @@ class Diverged(Exception):
     def __init__(self, step: int) -> None:
         super().__init__(f"non-finite loss or grad at step {step}")
         self.step = step
-
-
-
-def shard_groups(groups: list[int], rank: int, world: int) -> tuple[list[int], bool]:
-    """This rank's kept prompt groups (dealt round-robin) and whether it got any; a rank with
-    none borrows the first group to run a zero-weighted step (collectives must line up)."""
-    mine = groups[rank::world]
-    return (mine, True) if mine else (groups[:1], False)
-
-
-def shard_weight(aggregation: str, local: dict, total: dict, world: int) -> float:
-    """Loss multiplier making the mean over ranks of the local losses equal the aggregation
-    over the whole batch: world x (this shard's share of the aggregation's denominator:
-    tokens for `token`, samples for `sample`, prompt groups for `prompt`)."""
-    unit = {"token": "tokens", "sample": "samples", "prompt": "groups"}.get(aggregation)
-    if unit is None:
-        raise ValueError(f"loss.aggregation {aggregation!r} has no data-parallel weighting; "
-                         "valid with world size > 1: token, sample, prompt")
-    return world * local[unit] / max(total[unit], 1)
 
 
 @dataclass
@@ -205,12 +185,10 @@ class PolicyUpdate:
         trainer/loop/microbatch.py). A non-finite loss on any rank stops the run on every rank,
         before anyone enters the engine's collectives."""
         dev, cfg = self.device, self.c.loss
-        options = {k: getattr(cfg, k) for k in LOSS_OPTIONS[cfg.type]}  # None: the default
+        options = {k: getattr(cfg, k) for k in LOSSES.options(cfg.type)}  # None: the default
         b.mask, b.old_logp = b.mask.to(dev), b.old_logp.to(dev)
-        mask = b.mask.to(logp.dtype)
-        terms, st = LOSSES.get(cfg.type)(logp, b.old_logp, b.adv.to(dev, logp.dtype)[:, None],
-                                         mask, **loss_options(cfg.type, options))
-        loss = (terms * b.weight.to(dev, logp.dtype)).sum()
+        loss, st = policy_loss_and_stats(logp, b.old_logp, b.adv.to(dev), b.mask,
+                                         b.weight.to(dev), loss_type=cfg.type, **options)
         if all_reduce_floats([float(not torch.isfinite(loss))], dev, "max")[0]:
             raise Diverged(self.step + 1)
         with torch.no_grad():
