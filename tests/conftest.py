@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import tempfile
 
 import pytest
@@ -78,23 +79,57 @@ def _cpu() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+# What a fast test started: Python interpreters or forks (a trainer, the console script, a rank,
+# a local job), seen through the interpreter's audit events. Their CPU is not all visible to
+# os.times() (a job that outlives the test, a grandchild), so starting one is itself out of tier.
+_spawned: list[str] = []
+_watching = False
+_HEAVY = ("python", "ablate", "srun", "sbatch", "torchrun")
+
+
+def _audit(event: str, args: tuple) -> None:
+    if not _watching:
+        return
+    if event in ("os.fork", "os.forkpty"):
+        _spawned.append("fork()")
+    elif event in ("subprocess.Popen", "os.posix_spawn", "os.exec"):
+        argv = args[1] if len(args) > 1 else args[0]
+        words = [str(a) for a in (argv if isinstance(argv, (list, tuple)) else [argv])]
+        if any(h in os.path.basename(w) for w in words[:1] for h in _HEAVY) or \
+                any(w == sys.executable for w in words):
+            _spawned.append(" ".join(words)[:160])
+
+
+sys.addaudithook(_audit)
+
+
+def _measure(item: pytest.Item):
+    """Adds the CPU of one phase (setup or call) to the item's count; watches spawns."""
+    global _watching
+    t0 = _cpu()
+    _watching = _is_fast(item)
+    try:
+        yield
+    finally:
+        _watching = False
+        item._ablate_cpu = getattr(item, "_ablate_cpu", 0.0) + _cpu() - t0  # type: ignore[attr-defined]
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item: pytest.Item):
-    t0 = _cpu()
-    yield
-    item._ablate_cpu = _cpu() - t0  # type: ignore[attr-defined]
+    _spawned.clear()
+    yield from _measure(item)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    t0 = _cpu()
-    yield
-    item._ablate_cpu = getattr(item, "_ablate_cpu", 0.0) + _cpu() - t0  # type: ignore[attr-defined]
+    yield from _measure(item)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    """Fail a fast-tier test that used more CPU than the tier allows (it belongs in `slow`)."""
+    """Fail a fast-tier test that used more CPU than the tier allows or started a Python
+    process (it belongs in `slow`, or in a system tier)."""
     outcome = yield
     report = outcome.get_result()
     if call.when != "call":
@@ -102,12 +137,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     used = getattr(item, "_ablate_cpu", 0.0)
     if os.environ.get("ABLATE_TEST_CPU_LOG"):  # what each test costs, to place it in a tier
         with open(os.environ["ABLATE_TEST_CPU_LOG"], "a") as f:
-            f.write(f"{used:.2f}\t{report.duration:.2f}\t{int(_is_fast(item))}\t{item.nodeid}\n")
+            f.write(f"{used:.2f}\t{report.duration:.2f}\t{int(_is_fast(item))}\t"
+                    f"{len(_spawned)}\t{item.nodeid}\n")
     if not report.passed or not _is_fast(item):
         return
+    why = []
     if used > FAST_CPU_LIMIT_S:
+        why.append(f"used {used:.1f} s of CPU in setup + call (limit {FAST_CPU_LIMIT_S:g} s)")
+    if _spawned:
+        why.append(f"started {len(_spawned)} process(es), first: {_spawned[0]}")
+    if why:
         report.outcome = "failed"
         report.longrepr = (f"{item.nodeid} is in the fast tier (no slow/slurm/deepspeed/vllm "
-                           f"marker) but used {used:.1f} s of CPU in setup + call (limit "
-                           f"{FAST_CPU_LIMIT_S:g} s): make it cheaper or mark it "
-                           "@pytest.mark.slow")
+                           f"marker) but {'; '.join(why)}: make it cheaper, run the CLI in "
+                           "process (tests/_cli.py), or mark it @pytest.mark.slow")
