@@ -9,11 +9,17 @@ from pathlib import Path
 
 
 def run(config, run_dir: Path) -> None:
-    from trainer import rundir
+    """Honours a stop signal as the trainer does (trainer.preempt): at the next step boundary
+    it records the step it stops at and returns."""
+    from trainer import preempt, rundir
 
     run_dir = Path(run_dir)
     total = config.budget.steps
-    for step in range(1, total + 1):
+    start = int(rundir.read_status(run_dir).get("step") or 0)  # resumes where it stopped
+    for step in range(start + 1, total + 1):
+        if preempt.requested():
+            preempt.mark_stopped(step - 1)
+            return
         time.sleep(0.3)
         rundir.write_status(run_dir, "running", step, total_steps=total)
         rundir.append_metrics(run_dir, {"step": step, "gpu_hours": step / 100,

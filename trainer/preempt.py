@@ -14,6 +14,11 @@ the loop then abandons the step in flight and checkpoints the last finished one
 (ablate/studies/launch/job.py `Fallback`). Whoever launched the trainer then requeues the job (ablate/studies/launch/job.py
 hands over to submitit's own USR2 handler, which pickles the job and runs `scontrol requeue`).
 
+The same flag answers SIGINT and SIGTERM where a launcher asks for it (ablate's local executor:
+`kill -INT PID`, as `ablate sweep`'s Ctrl-C message says, or a plain `kill`): the run checkpoints
+and stops instead of dying mid-step, and `signal_name()` tells the launcher it was a stop, not a
+preemption. A second SIGINT raises KeyboardInterrupt at once (a stop that must not wait).
+
 Nothing here imports ablate or submitit: the trainer only sets and reads flags.
 """
 
@@ -29,6 +34,7 @@ _current: int | None = None  # the step this process is working towards (the loo
 _signal_step: int | None = None  # _current when the first stop signal arrived
 _stopped_at: int | None = None  # the step the trainer checkpointed at and stopped (this attempt)
 _signal_time: float | None = None  # time.monotonic() when the first stop signal arrived
+_signum: int | None = None  # the first stop signal's number
 
 
 class Stopped(Exception):
@@ -43,10 +49,13 @@ STOP = "ablate-stop"  # what rank 0 broadcasts instead of a batch when it abando
 def request(signum: int | None = None, frame=None) -> None:
     """The signal handler: record the request, nothing else (no I/O: a print here could
     re-enter a stderr write the signal interrupted). The loop logs it at the boundary."""
-    global _requested, _signal_step, _signal_time
+    global _requested, _signal_step, _signal_time, _signum
+    if _requested and signum == signal.SIGINT and _signum == signal.SIGINT:
+        raise KeyboardInterrupt  # Ctrl-C twice: stop now, from the last checkpoint there is
     if not _requested:
         _signal_step = _current
         _signal_time = time.monotonic()
+        _signum = signum
     _requested = True
 
 
@@ -81,6 +90,11 @@ def check() -> None:
         raise Stopped("stop signal")
 
 
+def signal_name() -> str | None:
+    """"SIGINT", "SIGTERM", "SIGUSR2"... of the first stop signal (None: none arrived)."""
+    return None if _signum is None else signal.Signals(_signum).name
+
+
 def signal_age() -> float | None:
     """Seconds since the first stop signal arrived (None: none arrived)."""
     return None if _signal_time is None else time.monotonic() - _signal_time
@@ -99,5 +113,6 @@ def stopped_at() -> int | None:
 
 def reset() -> None:
     """Forget a request and a stop (a new process attempt, or tests)."""
-    global _requested, _stopped_at, _signal_step, _current, _signal_time
+    global _requested, _stopped_at, _signal_step, _current, _signal_time, _signum
     _requested, _stopped_at, _signal_step, _current, _signal_time = False, None, None, None, None
+    _signum = None

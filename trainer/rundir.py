@@ -80,6 +80,7 @@ class RunState(str, enum.Enum):
     DONE = "done"
     FAILED = "failed"
     DIVERGED = "diverged"
+    STOPPED = "stopped"  # by SIGINT/SIGTERM at a checkpoint: resumable, no failure
 
     def __str__(self) -> str:
         return self.value

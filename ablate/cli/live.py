@@ -24,7 +24,7 @@ from ablate.studydir import PROBLEM_STATES, RunState, read_variants, where_to_lo
 
 STATE_STYLE = {"done": "green", "running": "cyan", "queued": "blue", "failed": "red",
                "diverged": "magenta", "cancelled": "yellow", "interrupted": "yellow",
-               "pending": "dim"}
+               "stopped": "yellow", "pending": "dim"}
 
 
 def _budgets(study_dir: Path) -> dict[str, Optional[int]]:

@@ -42,7 +42,7 @@ def status(
     con = Console()
     from ablate.cli.tables import Col
 
-    con.print(status_table(con, str(study_dir), states, wide,
+    con.print(status_table(con, _title(study_dir), states, wide,
                            (Col("watch", watched, justify="left", drop=5),) if any(watched) else ()))
     counts: dict[str, int] = {}
     for s in states:
@@ -57,8 +57,29 @@ def status(
                   style="red", markup=False, highlight=False, soft_wrap=True)
     if failed:
         rid = failed[0].run_id if len(failed) == 1 else "<run_id>"
-        con.print(f"traceback: {study_dir}/{rid}/status.json; job logs: {study_dir}/_submitit/",
-                  style="dim", markup=False, highlight=False)
+        con.print(f"traceback: {study_dir}/{rid}/status.json", style="dim", markup=False,
+                  highlight=False, soft_wrap=True)
+        con.print(f"job logs: {study_dir}/_submitit/", style="dim", markup=False,
+                  highlight=False, soft_wrap=True)
+    stops = [s for s in states if s.state == "stopped"]
+    if stops:  # stopped by the user: nothing failed, nothing lost
+        which = ", ".join(f"{s.name} seed {s.seed} (step {s.step})" for s in stops)
+        con.print(clip(f"stopped at a checkpoint: {which}", con.width), markup=False,
+                  highlight=False, soft_wrap=True)
+        con.print("`ablate sweep` of the study resumes them (a stop costs no attempt)",
+                  markup=False, highlight=False, soft_wrap=True)
+
+
+def _title(study_dir: Path) -> str:
+    """"NAME (DIR)": the study's name from its study.yaml, and where it is."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load((Path(study_dir) / "study.yaml").read_text())
+        name = str(doc.get("name") or "") if isinstance(doc, dict) else ""
+    except (OSError, yaml.YAMLError):
+        name = ""
+    return f"{name} ({study_dir})" if name and name != Path(study_dir).name else str(study_dir)
 
 
 def cause(s: RunState) -> str:

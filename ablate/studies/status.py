@@ -1,6 +1,8 @@
 """Per-run state of a study, from the run dirs first and the scheduler second.
 
-The trainer's status.json is the truth for runs that finished (done / diverged / failed).
+The trainer's status.json is the truth for runs that finished (done / diverged / failed) and
+for runs the user stopped (`kill -INT`/`kill` of a local job: "stopped" at a checkpoint; such an
+attempt is not counted against max_attempts).
 For the rest, the job recorded in submissions.json says whether the run is still coming
 (queued / running) or was lost (cancelled / failed / interrupted). squeue/sacct only add that
 detail; without sacct a vanished job reads as "interrupted", never as an error.
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ablate.studies import launch
+from ablate.studies.launch.job import user_stops
 from ablate.studydir import RunState, StudyStore, file_state, last_step
 from trainer import rundir
 from trainer.rundir import FINAL_STATES, read_status
@@ -33,6 +36,8 @@ def derive_state(status: dict[str, Any], fresh: bool, sub: Optional[dict[str, An
     fs = status.get("state")
     if fs in FINAL or sub is None:
         return file_state(status)
+    if fresh and fs == rundir.RunState.STOPPED:
+        return "stopped"  # by the user, at a checkpoint (its job may still be ending)
     if sub["jobs"][-1].startswith("debug:"):
         # The debug executor trains inside `submit`, before submissions.json records the
         # submission time, so its status.json always looks older than the submission: a run
@@ -80,7 +85,7 @@ def run_states(store: StudyStore, variants: list[dict[str, Any]]) -> list[RunSta
         state = derive_state(status, fresh, sub, sched.get(job) if job else None)
         out.append(RunState(
             run_id=rid, name=v["name"], seed=int(v.get("seed", 0) or 0), state=state, step=last_step(d, status),
-            job_id=job, attempts=sub["attempts"] if sub else 0,
+            job_id=job, attempts=sub["attempts"] - user_stops(status) if sub else 0,
             scheduler=sched.get(job) if job else None,
             error=status.get("error") if state == "failed" else None,
             progress=1.0 if state == rundir.RunState.DONE else status.get("progress"),

@@ -53,6 +53,30 @@ def set_state(run_dir: Path, state: str, **fields) -> None:
     write_status(run_dir, state, status.get("step", 0), **{**keep, **fields})
 
 
+USER_STOPS = ("SIGINT", "SIGTERM")  # stops a user asks for (local jobs): cost no attempt
+
+
+def mark_stopped(run_dir: Path) -> None:
+    """The run stopped at its last checkpoint because the user asked (SIGINT/SIGTERM): state
+    "stopped", the stop recorded in the preemption record the trainer carries over attempts
+    (`signal` on its last entry; a stop before the trainer noted one gets its own), so that
+    ablate.studies.status does not count the attempt against max_attempts."""
+    status = read_status(run_dir)
+    stops = list(status.get("preemptions") or [])
+    sig = preempt.signal_name() or "SIGINT"
+    if stops and stops[-1].get("checkpoint_step") == preempt.stopped_at():
+        stops[-1] = {**stops[-1], "signal": sig}
+    else:
+        stops.append({"signal": sig, "checkpoint_step": preempt.stopped_at()})
+    set_state(run_dir, "stopped", preemptions=stops, error=None, traceback=None)
+
+
+def user_stops(status: dict) -> int:
+    """How many of a run's attempts ended in a stop the user asked for."""
+    return sum(isinstance(p, dict) and p.get("signal") in USER_STOPS
+               for p in status.get("preemptions") or [])
+
+
 def load_entry(spec: str) -> Callable:
     """'module:function' -> the function (lets tests swap in a tiny job; default trainer:run)."""
     mod, _, fn = spec.partition(":")
@@ -104,7 +128,10 @@ class RunJob(submitit.helpers.Checkpointable):
             fallback.cancel()
             if requeue is not None:
                 signal.signal(signal.SIGUSR2, requeue)
-        if preempt.stopped_at() is not None and not fallback.fired:
+        if preempt.stopped_at() is not None and preempt.signal_name() in USER_STOPS:
+            if env.global_rank == 0 and self.current is not None:
+                mark_stopped(self.current)  # a stop the user asked for: no requeue
+        elif preempt.stopped_at() is not None and not fallback.fired:
             # rank 0: requeue and exit; other ranks return
             hand_over(requeue, self.current if env.global_rank == 0 else None)
         elif failed:
@@ -121,6 +148,8 @@ class RunJob(submitit.helpers.Checkpointable):
                 job.current = d
             raw = read_config(d)
             run, config = foreign_or(fn, raw)
+            if global_rank == 0:  # running from now on, not from the trainer's first step
+                set_state(d, "running")
             try:
                 run(config, d)
                 if preempt.stopped_at() is not None:
@@ -128,6 +157,10 @@ class RunJob(submitit.helpers.Checkpointable):
                 if global_rank == 0 and read_status(d).get("state") not in FINAL_STATES:
                     # Returned normally = finished, whatever the entry point wrote (or not).
                     set_state(d, "done")
+            except KeyboardInterrupt:  # a second Ctrl-C: stopped, resumable all the same
+                if global_rank == 0:
+                    mark_stopped(d)
+                raise
             except Exception as e:  # noqa: BLE001 - recorded in the run dir, then re-raised
                 if global_rank == 0:
                     set_state(d, "failed", error=f"{type(e).__name__}: {e}",

@@ -11,7 +11,9 @@ whole foreground process group, which submitit's controller joins (submitit.loca
 start_controller: a plain Popen); so the controller is started with SIGINT ignored (an ignored
 signal stays ignored across fork and exec, and Python keeps it so), and each job's process
 moves to its own process group and takes SIGINT back (`_Detached`), for the trainers it starts.
-To stop local jobs: `kill -INT` their processes (`stop_pids` says which, and why not SIGTERM).
+To stop local jobs: `kill -INT` (or `kill`) their processes (`stop_pids` says which): each run
+checkpoints at its next step boundary and reads "stopped"; the next `ablate sweep` resumes it
+without counting an attempt.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING
 import submitit
 
 from ablate.studies.launch.job import RunJob
+from trainer import preempt
 
 if TYPE_CHECKING:
     from ablate.studies.launch.profile import Profile
@@ -81,8 +84,11 @@ class _Detached(RunJob):
             os.setpgid(0, 0)  # the terminal's Ctrl-C goes to its foreground group, not here
         except OSError:  # already a group or session leader: nothing to leave
             pass
-        if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:  # inherited from the trap
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        # SIGINT (`kill -INT`, what `ablate sweep`'s Ctrl-C message says) and SIGTERM (a plain
+        # `kill`; submitit's own handler would ignore it) stop the run at its next step
+        # boundary with a checkpoint: "stopped", resumed by the next `ablate sweep`
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            preempt.install(sig)
         return super().__call__()
 
 
