@@ -31,7 +31,8 @@ from trainer.plan.memory import advice, plan
 from trainer.plan.time_plan import Limits, plan_time
 from trainer.validate import JobShape, problems
 
-RESUBMIT_ALWAYS = ("pending", "cancelled")  # never ran to a verdict, or the user cancelled it
+# never ran to a verdict, or the user cancelled or stopped it (a stop resumes from its checkpoint)
+RESUBMIT_ALWAYS = ("pending", "cancelled", "stopped")
 RESUBMIT_BOUNDED = ("failed", "interrupted")  # up to the study's max_attempts
 
 
