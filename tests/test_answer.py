@@ -73,3 +73,24 @@ def test_stopped_and_unscaled_variants_shortened(tmp_path):
     assert "dapo stopped at stage 1 of 2, at 20% of the final budget" in s
     assert "cispo was the only variant left after stage 1 of 2 and was not scaled" in s
     assert "loss.type=" not in s
+
+
+def test_advice_to_pin_a_ceiling_always_points_past_the_compute_the_runs_reached():
+    """compare's "needs about C to pin it" once said 1.52e+11 flops for runs that reached
+    4.02e+11 (issue 41): a compute at or behind the runs is never the advice."""
+    import re
+
+    from ablate.analysis.answer import compute_to_pin, pin_advice
+    from ablate.analysis.fit import Fit
+
+    for c_mid, reached in ((1e10, 4.02e11), (5e11, 4.02e11)):
+        f = Fit(A=0.8, B=1.0, C_mid=c_mid, R0=0.3, ci={"A": (0.7, 0.99)}, r2=0.98,
+                n_points=30, max_compute=reached)
+        text = pin_advice(f, "flops")
+        named = [float(v) for v in re.findall(r"(\d[\d.]*e[+-]?\d+) flops", text)]
+        if compute_to_pin(f) <= reached:
+            assert "already reach 4.02e+11" in text and "more seeds" in text, text
+            assert "train past 8.04e+11" in text, text
+        else:
+            assert "needs about 1.5e+12 flops" in text, text
+        assert all(v >= reached for v in named), text

@@ -100,16 +100,30 @@ def compute_to_pin(fit) -> float:
 
 
 def _unpinned_clause(row, name: Names, x: str, leads: bool = False) -> str:
-    """`leads`: the row is the answer's own leader (no variant is pinned)."""
+    """`leads`: the row is the answer's own leader (no variant is pinned). The advice points
+    forward: a compute to pin the ceiling only when it lies beyond what the runs reached; when
+    the runs are already past it (the fitted curve has bent, yet A's interval is too wide), what
+    would pin it instead."""
     f = row.group.fit
     lo, hi = f.ci.get("A", (f.A, f.A))
-    reached = f.window_max()
-    has = "" if reached is None else f"; its runs reach {reached:.3g}"
     who = (f"{name(row.group.variant)}'s ceiling is not pinned" if leads else
            f"{name(row.group.variant)} may still rank higher, but its ceiling is not pinned")
-    return (f"{who} "
-            f"({row.group.verdict()[0]}: A {f.A:.3f}, 95% [{lo:.3f}, {hi:.3f}]): it needs about "
-            f"{compute_to_pin(f):.3g} {x} to pin it ({GAIN_TO_PIN:.0%} of its fitted gain{has})")
+    head = f"{who} ({row.group.verdict()[0]}: A {f.A:.3f}, 95% [{lo:.3f}, {hi:.3f}])"
+    return f"{head}: {pin_advice(f, x)}"
+
+
+def pin_advice(f, x: str) -> str:
+    """What would pin a fit's ceiling, always ahead of where its runs are."""
+    reached = f.window_max()
+    need = compute_to_pin(f)
+    if reached is None or need > reached:
+        has = "" if reached is None else f"; its runs reach {reached:.3g}"
+        return (f"it needs about {need:.3g} {x} to pin it ({GAIN_TO_PIN:.0%} of its fitted "
+                f"gain{has})")
+    made = (float(f.predict(reached)) - f.R0) / max(f.A - f.R0, 1e-12)
+    return (f"its runs already reach {reached:.3g} {x}, where the fitted curve has made "
+            f"{min(made, 1.0):.0%} of its gain, and A is still open: more seeds (or a larger "
+            f"eval set) narrow it, or train past {2 * reached:.3g} to see the curve flatten")
 
 
 def _fraction(budget: Optional[dict[str, float]], final: Optional[dict[str, float]]) -> str:
