@@ -16,7 +16,9 @@ LOSS_AGG = str(ROOT / "recipes" / "loss_agg.yaml")
 
 def _expansion(*overrides: str) -> list[tuple[str, int, str]]:
     args = [x for o in overrides for x in ("--override", o)]
-    r = cli("sweep", LOSS_AGG, "--dry-run", "--json", *args, timeout=120)
+    # --executor local: where `sinfo` answers, no profile means Slurm's defaults (no GPUs),
+    # on which the 8B study is refused (ablate/studies/gpu_need.py); seeds are the point here
+    r = cli("sweep", LOSS_AGG, "--dry-run", "--json", "--executor", "local", *args, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     return [(x["name"], x["seed"], x["run_id"]) for x in json.loads(r.stdout)]
 

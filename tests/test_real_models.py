@@ -111,11 +111,15 @@ def test_bad_override_is_a_one_line_error_and_writes_nothing(tmp_path, bad, says
 
 def test_dry_run_shows_overridden_values(tmp_path):
     data = math_jsonl(tmp_path / "m.jsonl")
+    # --executor local: where `sinfo` answers, no profile is Slurm's GPU-less defaults, on
+    # which the 8B study is refused (ablate/studies/gpu_need.py)
     out = cli_json("sweep", str(ROOT / "recipes" / "precision.yaml"), "--dry-run",
+                   "--executor", "local",
                    "--override", f"task.path={data}", "--override", "rollout.max_new_tokens=512")
     assert {v["config"]["task"]["path"] for v in out} == {str(data)}
     assert {v["config"]["rollout"]["max_new_tokens"] for v in out} == {512}
-    default = cli_json("sweep", str(ROOT / "recipes" / "precision.yaml"), "--dry-run")
+    default = cli_json("sweep", str(ROOT / "recipes" / "precision.yaml"), "--dry-run",
+                       "--executor", "local")
     assert {v["run_id"] for v in out}.isdisjoint(v["run_id"] for v in default)
 
 

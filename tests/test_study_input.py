@@ -183,7 +183,8 @@ def test_dry_run_json_is_the_expansion_and_writes_nothing(tmp_path, monkeypatch,
     study = tmp_path / "s.yaml"
     study.write_text(GOOD)
     monkeypatch.chdir(tmp_path)
-    code, out, _ = run_main(monkeypatch, capsys, "sweep", str(study), "--dry-run", "--json")
+    code, out, _ = run_main(monkeypatch, capsys, "sweep", str(study), "--dry-run", "--json",
+                            "--executor", "local")  # not Slurm's GPU-less defaults (gpu_need.py)
     runs = json.loads(out)
     assert code == 0 and len(runs) == 4
     assert {r["name"] for r in runs} == {"loss.aggregation=sample", "loss.aggregation=token"}

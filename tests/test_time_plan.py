@@ -302,13 +302,19 @@ def test_with_the_eval_service_eval_runs_beside_training_and_a_stop_saves_at_onc
 @pytest.mark.slurm
 def test_dry_run_with_no_profile_on_a_slurm_machine_says_where_and_warns():
     """Issue 32: no profile where `sinfo` answers: the runs go to Slurm with its default
-    settings (no GPUs); the dry run says so and warns that the 8B plan is checked against
-    no GPU size."""
+    settings (no GPUs). Issue 40: the 8B study is refused there in one line naming the GPU
+    profile, exit 2 (ablate/studies/gpu_need.py); with --force the dry run says where the
+    runs go and warns that the 8B plan is checked against no GPU size."""
     from ablate.studies.launch import slurm
 
     if not slurm.available():
         pytest.skip("no Slurm cluster: run `bash tests/slurm/cluster.sh start`")
     r = ablate("sweep", "recipes/loss_agg.yaml", "--dry-run", "--override", "seeds=[0]")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "needs GPUs" in r.stderr and "use --profile slurm_gpu" in r.stderr, r.stderr
+    assert "no launch profile, Slurm's defaults" in r.stderr and not r.stdout, r.stderr
+    r = ablate("sweep", "recipes/loss_agg.yaml", "--dry-run", "--override", "seeds=[0]",
+               "--force")
     assert r.returncode == 0, r.stderr
     first, second = r.stdout.splitlines()[:2]
     assert first.startswith("where: executor slurm (no executor named; Slurm answers here")

@@ -54,12 +54,23 @@ def test_every_shipped_recipe_passes_on_every_profile(recipe, profile):
     from ablate.studies.sweep import check_fit, check_inputs
     from trainer.plan.memory import plan
 
+    from ablate.errors import InputError
+
     prof = load_profile(profile)
     shape = prof.job_shape()
     if is_study(recipe):
-        _, variants, _ = check_inputs(recipe, profile=str(profile))  # raises on a conflict
+        # force: the cross-field checks alone (raises on a conflict) ...
+        _, variants, _ = check_inputs(recipe, profile=str(profile), force=True)
         assert variants
         check_fit(recipe, variants, shape)
+        # ... and without it, a real checkpoint on a Slurm profile without GPUs is refused
+        # in one line naming the shipped GPU profile (issue 40), anything else passes.
+        real = any(v.config.model.name_or_path for v in variants)
+        if prof.executor == "slurm" and not prof.slurm.gpus_per_node and real:
+            with pytest.raises(InputError, match=r"needs GPUs .* use --profile slurm_gpu"):
+                check_inputs(recipe, profile=str(profile))
+        else:
+            check_inputs(recipe, profile=str(profile))
     else:
         cfg = load_train_config(recipe)
         assert problems(cfg, shape) == []

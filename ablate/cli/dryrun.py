@@ -104,8 +104,9 @@ def resources_json(p: Any, t: Optional[TimePlan] = None) -> dict[str, Any]:
     return out
 
 
-def launch_info(executor: str, why: str, prof: Profile) -> dict[str, Any]:
-    """Where the jobs would go: the executor (and why that one), and its profile's limits."""
+def launch_info(executor: str, why: str, prof: Profile, cap: Any = None) -> dict[str, Any]:
+    """Where the jobs would go: the executor (and why that one), and its profile's limits;
+    `runs_at_once` is what the study's nodes allow (`cap`, ablate/studies/capacity.py)."""
     out: dict[str, Any] = {"executor": executor, "executor_from": why}
     if executor == "slurm":
         s = prof.slurm
@@ -113,7 +114,10 @@ def launch_info(executor: str, why: str, prof: Profile) -> dict[str, Any]:
                    tasks_per_node=s.tasks_per_node, gpus_per_node=s.gpus_per_node,
                    gpu_memory_gib=prof.gpu_memory_gib, gpu_model=prof.gpu_model,
                    time_min=s.time_min, max_num_timeout=s.max_num_timeout,
-                   signal_delay_s=s.signal_delay_s, runs_at_once=s.array_parallelism)
+                   signal_delay_s=s.signal_delay_s, array_parallelism=s.array_parallelism,
+                   runs_at_once=cap.runs_at_once if cap else s.array_parallelism,
+                   study_nodes=cap.nodes.nodes if cap and cap.nodes else None,
+                   study_nodes_from=cap.nodes.source if cap and cap.nodes else None)
     elif executor == "local":
         out.update(timeout_min=prof.local.timeout_min, runs_at_once=prof.local.max_parallel,
                    gpu_memory_gib=prof.gpu_memory_gib, gpu_model=prof.gpu_model)
@@ -139,7 +143,8 @@ def launch_text(info: dict[str, Any]) -> str:
         return (f"{head}, partition {part}{extra}; {info['nodes']} node(s) x {gpus} GPUs{mem}, "
                 f"{info['tasks_per_node']} task(s) per node; time limit {info['time_min']} min "
                 f"per job, {_requeue_cap(info['max_num_timeout'])}, stop signal "
-                f"{info['signal_delay_s']} s before; {info['runs_at_once']} runs at once")
+                f"{info['signal_delay_s']} s before; at most {info['array_parallelism']} runs "
+                "at once (array_parallelism)")
     if ex == "local":
         return (f"{head}: background jobs on this machine, {info['runs_at_once']} at once, "
                 f"{info['timeout_min']:g} min per job")
@@ -185,6 +190,7 @@ def warnings_of(shape: JobShape, plans: dict[str, Any], info: dict[str, Any]) ->
 def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json: bool,
                   prof: Optional[Profile] = None, executor: Optional[str] = None,
                   results: Path = Path("results"), study_name: str = "") -> None:
+    from ablate.studies.capacity import capacity
     from ablate.studies.sweep import executor_reason, resource_plans, time_plans
     from ablate.studydir import study_dir_for
 
@@ -192,7 +198,8 @@ def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json:
     ex, why = executor_reason(executor, prof)
     if prof == Profile():
         why += "; no launch profile: default settings"
-    info = launch_info(ex, why, prof)
+    cap = capacity(ex, prof)
+    info = launch_info(ex, why, prof, cap)
     plans = resource_plans(variants, shape)
     times = time_plans(variants, shape, prof.limits(ex))
     root = study_dir_for(Path(results), study_name or Path(study).stem)
@@ -222,7 +229,7 @@ def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json:
         out += ["", "Commands (first attempt; a retry adds the trainer's resume flag):"]
     commands_text = [f"{v.run_id} {v.name} seed {v.seed}: {c}" for v, c in cmds]
     out += commands_text
-    out += study_total(variants, times, info)
+    out += study_total(variants, times, cap)
     # table rows and commands (to copy into a shell) stay one line each
     print("\n".join(_fold(out, keep={*rows[:-1], *commands_text})))
 
@@ -275,22 +282,20 @@ def table(variants: list[Variant], plans: dict[str, Any], times: dict[str, Any])
             "requeues: needed/allowed; reach: the budget under the profile)"]
 
 
-def study_total(variants: list[Variant], times: dict[str, Any], info: dict[str, Any]) -> list[str]:
-    """The study's GPU-hours, and its wall time with the profile's runs at once."""
+def study_total(variants: list[Variant], times: dict[str, Any], cap: Any) -> list[str]:
+    """The study's GPU-hours, and its wall time with the runs that can really run at once
+    (ablate/studies/capacity.py: the study's nodes over a run's, not array_parallelism)."""
+    from ablate.studies.capacity import study_wall_h, wall_text
+
     planned = [times[v.run_id] for v in variants
                if times[v.run_id] is not None and times[v.run_id].wall_h is not None]
     if not planned:
         return []
     gpu_h = sum(t.gpu_hours for t in planned)
-    at_once = max(1, int(info.get("runs_at_once") or 1))
-    walls = sorted((t.wall_h for t in planned), reverse=True)
-    # Greedy: each run starts on the first free slot (a lower bound on the queue's wait).
-    slots = [0.0] * min(at_once, len(walls))
-    for w in walls:
-        slots[slots.index(min(slots))] += w
+    wall = study_wall_h([t.wall_h for t in planned], cap.runs_at_once)
+    line = (f"study: {len(planned)} planned runs, {_hours(gpu_h)} device-hours; {cap.text()}"
+            + (f": {wall_text(wall)}; queue waits not counted" if wall is not None else ""))
     refused = sum(1 for t in planned if t.reaches_budget is False)
-    line = (f"study: {len(planned)} planned runs, {_hours(gpu_h)} device-hours; {at_once} at "
-            f"once: ~{_hours(max(slots))} h wall (queue waits not counted)")
     if refused:
         line += (f"; `ablate sweep` refuses it: {refused} run(s) cannot reach the budget "
                  "(--force submits anyway)")
@@ -309,11 +314,13 @@ def _num(x: Any) -> str:
 
 
 def dry_run(study: Path, *, executor: Optional[str], profile: Optional[str],
-            overrides: list[str], as_json: bool, results: Path = Path("results")) -> None:
-    """`ablate sweep --dry-run`: check the study exactly as `sweep` does, print, write nothing."""
+            overrides: list[str], as_json: bool, results: Path = Path("results"),
+            force: bool = False) -> None:
+    """`ablate sweep --dry-run`: check the study exactly as `sweep` does (exit 2 where it
+    would refuse the inputs, `force` as there), print, write nothing."""
     from ablate.studies.sweep import check_inputs
 
     loaded, variants, prof = check_inputs(study, executor=executor, profile=profile,
-                                          overrides=overrides)
+                                          overrides=overrides, force=force)
     print_dry_run(str(study), variants, prof.job_shape(executor), as_json, prof=prof,
                   executor=executor, results=results, study_name=loaded.study.name)

@@ -36,7 +36,9 @@ def sweep(
                                  "and GPU-hours to the budget, requeues); run nothing."),
     force: bool = typer.Option(False, "--force", help="Submit even variants whose memory plan "
                                "does not fit the profile's GPUs, or whose time plan cannot "
-                               "reach the budget under the profile's time limit and requeues."),
+                               "reach the budget under the profile's time limit and requeues, "
+                               "or that needs GPUs where the Slurm jobs get none (with "
+                               "--dry-run: show the plan anyway)."),
     as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
     wait: bool = typer.Option(False, "--wait", help="Block until all runs end, with a live "
                               "per-run view (state, step / budget) and where to look when a "
@@ -66,7 +68,7 @@ def sweep(
         from ablate.cli.dryrun import dry_run as print_dry_run
 
         return print_dry_run(study, executor=executor, profile=profile, overrides=override,
-                             as_json=as_json, results=results)
+                             as_json=as_json, results=results, force=force)
     if has_stages(study):
         if override:
             raise InputError(f"{study}: --override is not supported for a staged study; put "

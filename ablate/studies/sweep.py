@@ -22,6 +22,7 @@ from ablate.errors import InputError
 from ablate.studies import launch
 from ablate.studies.expand import Variant, expand
 from ablate.studies.fitcheck import check_fit_columns
+from ablate.studies.gpu_need import check_gpus
 from ablate.studies.launch.profile import Profile, find_profile, load_profile
 from ablate.studies.stagespec import check_baseline, check_stages
 from ablate.studies.status import run_states
@@ -48,10 +49,11 @@ class SweepPlan:
 
 
 def check_inputs(study_path: Path | str, *, executor: Optional[str] = None,
-                 profile: Optional[str] = None,
-                 overrides: Sequence[str] = ()) -> tuple[LoadedStudy, list[Variant], Profile]:
+                 profile: Optional[str] = None, overrides: Sequence[str] = (),
+                 force: bool = False) -> tuple[LoadedStudy, list[Variant], Profile]:
     """Load and check the study, its expansion, the profile and the executor name (shared by
-    `sweep` and `sweep --dry-run`, so both reject the same input); writes nothing."""
+    `sweep` and `sweep --dry-run`, so both reject the same input: a GPU recipe whose Slurm
+    jobs would get no GPUs too, unless `force`); writes nothing."""
     loaded = load_study(study_path, overrides)
     check_fit_columns(loaded)  # a fit column the trainer never logs: refused before training
     check_stages(loaded)
@@ -63,6 +65,9 @@ def check_inputs(study_path: Path | str, *, executor: Optional[str] = None,
     if executor is not None:
         launch.check_executor(executor)
     check_variants(study_path, variants, prof.job_shape(executor))
+    if not force:
+        label = f"profile {ref}" if ref else "no launch profile, Slurm's defaults"
+        check_gpus(study_path, variants, prof, intended_executor(executor, prof), label)
     return loaded, variants, prof
 
 
@@ -149,7 +154,7 @@ def load_sweep(study_path: Path | str, *, executor: Optional[str] = None,
     """The checked inputs of a sweep (study, expansion, profile, executor, study dir), with no
     run chosen yet; writes nothing."""
     loaded, variants, prof = check_inputs(study_path, executor=executor, profile=profile,
-                                          overrides=overrides)
+                                          overrides=overrides, force=force)
     if not force:
         shape = prof.job_shape(executor)
         check_fit(study_path, variants, shape)

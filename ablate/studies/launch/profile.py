@@ -69,6 +69,11 @@ class SlurmProfile(Strict):
         raise ValueError("must be auto or a whole number >= 0")
 
     array_parallelism: int = Field(64, ge=1, description="Array tasks running at once.")
+    study_nodes: Optional[int] = Field(
+        None, ge=1, description="Nodes of the partition this study may hold at once (your "
+        "share of it). None: the partition's usable nodes as `sinfo` lists them, or where it "
+        "does not answer, `nodes` (one run at a time), said as assumed. The dry run's study "
+        "wall time and `ablate sweep --within` plan against it (ablate/studies/capacity.py).")
     sbatch: dict[str, Union[str, int, float, bool]] = Field(
         default_factory=dict,
         description="Extra `#SBATCH --key=value` lines, e.g. {constraint: a100, exclusive: true}.",

@@ -1,0 +1,119 @@
+"""A GPU recipe sent where its jobs get no GPUs is refused, in one line naming a profile that
+fits: the one rule `ablate sweep` and `ablate sweep --dry-run` share (`--force` overrides).
+
+Why: without it a Slurm profile with `gpus_per_node: 0` (or no profile at all where `sinfo`
+answers: Slurm's defaults, no GPUs) planned the paper recipe with a warning and exit 0, and
+`ablate sweep` queued 8B jobs on CPU nodes, each to fail or crawl for days.
+
+Which runs need GPUs. `engine.device: cuda` says so itself (trainer/validate.py refuses it on
+a job without GPUs). With `engine.device: auto` (the recipes' default) the trainer would fall
+back to CPUs, so the rule asks the time plan how long one step's training alone would take
+there: train_flops (trainer/plan/time_plan.py, 8N FLOPs a token with activation checkpointing,
+6N without, plus attention) over the job's CPU cores at CPU_TRAIN_FLOPS each (the plan's
+measured CPU rate, one thread of this project's 2-core machine; a big node's core may be a few
+times faster, which moves no real case across the line: Qwen3-8B at the paper's 768 x 16k
+tokens takes ~10 months a step on one such core). A run needs GPUs when that lower bound on one
+step is longer than one job (`slurm.time_min`): it could never keep a step. The CPU proxy and
+tiny test checkpoints (the dress rehearsal's 2-layer Qwen3) stay runnable on CPUs; `engine.
+device: cpu` always is (the user chose it). A model whose shape is not known here is not
+judged (the dry run's memory-plan warning still says what is not checked).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from ablate import shipped
+from ablate.adapters.study import ForeignConfig
+from ablate.errors import InputError
+from ablate.studies.expand import Variant
+from ablate.studies.launch.profile import Profile, load_profile
+from trainer.config import TrainConfig
+from trainer.plan.memory import plan
+from trainer.plan.model_shape import model_shape
+from trainer.plan.time_plan import CPU_TRAIN_FLOPS, dur, lengths, train_flops, trained_tokens
+from trainer.validate import JobShape, problems
+
+
+def cpu_step_s(c: TrainConfig, cores: int) -> Optional[float]:
+    """Seconds one step's training takes at least on `cores` CPU cores (None: shape unknown)."""
+    m, _ = model_shape(c.model.name_or_path)
+    if m is None:
+        return None
+    prompt, completion = lengths(c)
+    flops = train_flops(c, m, trained_tokens(c), (prompt + completion) / 2)
+    return flops / (max(1, cores) * CPU_TRAIN_FLOPS)
+
+
+def gpu_reason(c: TrainConfig, prof: Profile) -> Optional[str]:
+    """Why a run of `c` needs GPUs on `prof`'s Slurm jobs (None: it can run on their CPUs)."""
+    if c.engine.device == "cpu" or c.model.name_or_path is None:
+        return None
+    s = prof.slurm
+    cores = s.nodes * s.tasks_per_node * s.cpus_per_task
+    step = cpu_step_s(c, cores)
+    if step is None or step <= s.time_min * 60:
+        return None
+    m, _ = model_shape(c.model.name_or_path)
+    return (f"{c.model.name_or_path}, {m.params / 1e9:.1f}B params: one step's training alone "
+            f"takes ~{_long(step)} on the job's {cores} CPU core(s) at the time plan's CPU "
+            f"rate, longer than its {s.time_min}-min job")
+
+
+def check_gpus(study_path: Path | str, variants: list[Variant], prof: Profile, executor: str,
+               profile_label: str) -> None:
+    """Refuse (InputError, one line) a study with a run that needs GPUs when its Slurm jobs
+    would get none. `profile_label` says which profile that is, for the message."""
+    if executor != "slurm" or prof.slurm.gpus_per_node:
+        return
+    for v in variants:
+        if isinstance(v.config, ForeignConfig):
+            continue  # another trainer sizes its own jobs
+        why = gpu_reason(v.config, prof)
+        if why is None:
+            continue
+        fit = fitting_profile(Path(study_path).parent, variants)
+        use = (f"use --profile {fit}" if fit else "use a profile with slurm.gpus_per_node and "
+               "gpu_memory_gib (the shipped sweeps/slurm_gpu.yaml is one to copy)")
+        raise InputError(f"{study_path}: variant {v.name} needs GPUs ({why}), but its Slurm "
+                         f"jobs would get none ({profile_label}: slurm.gpus_per_node 0); {use}, "
+                         "or --force to submit anyway")
+
+
+def fitting_profile(study_dir: Path, variants: list[Variant]) -> Optional[str]:
+    """The first profile with GPUs on which the trainer accepts every variant and its memory
+    plan fits: `NAME (2 nodes x 8 GPUs of 80 GiB)`, looked for where a bare `--profile NAME`
+    is (ablate/studies/launch/profile.py find_profile), in that order, so NAME finds it."""
+    folders = [study_dir / "sweeps", study_dir.parent / "sweeps", Path.cwd() / "sweeps",
+               shipped.shipped_dir("sweeps")]
+    seen: set[str] = set()
+    for folder in folders:
+        for path in sorted(folder.glob("*.yaml")) if folder and folder.is_dir() else []:
+            if path.stem in seen:
+                continue  # the bare name finds the earlier file
+            seen.add(path.stem)
+            try:
+                prof = load_profile(path)
+            except InputError:
+                continue  # a search space for `ablate tune`, or a broken file
+            shape = prof.job_shape("slurm")
+            if shape.gpus_per_node and _fits(variants, shape):
+                mem = f" of {shape.gpu_memory_gib:g} GiB" if shape.gpu_memory_gib else ""
+                return (f"{path.stem} ({shape.nodes} node(s) x {shape.gpus_per_node} "
+                        f"GPUs{mem}: the plan fits)")
+    return None
+
+
+def _fits(variants: list[Variant], shape: JobShape) -> bool:
+    configs = {v.name: v.config for v in variants if not isinstance(v.config, ForeignConfig)}
+    return all(not problems(c, shape) and plan(c, shape).fits is not False
+               for c in configs.values())
+
+
+def _long(seconds: float) -> str:
+    """Durations past hours read in days or months (a CPU step of an 8B run is months)."""
+    days = seconds / 86400
+    if days >= 60:
+        return f"{days / 30.44:,.0f} months"
+    return f"{days:,.1f} days" if days >= 2 else dur(seconds)
