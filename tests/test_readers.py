@@ -153,7 +153,7 @@ def test_tensorboard_verl_two_data_sources_is_ambiguous(tmp_path):
         w.add_scalar("val-core/openai/gsm8k/acc/mean@1", 0.1 * step, step)
         w.add_scalar("val-core/math500/acc/mean@1", 0.05 * step, step)
     w.close()
-    with pytest.raises(InputError, match=r"several score metrics fit \(.*math500.*gsm8k.*\); pass --y"):
+    with pytest.raises(InputError, match=r"several score metrics fit; pass one of --y val-core/math500.* or --y val-core/openai/gsm8k"):
         load(tmp_path)
     assert load(tmp_path, y="val-core/math500/acc/mean@1").y == "val-core/math500/acc/mean@1"
 
@@ -242,10 +242,11 @@ def test_long_tables_still_load_as_tables(tmp_path):
     df.to_json(p, orient="records", lines=True)
     cur = load(p)
     assert cur.x == "compute" and cur.notes == []
-    with pytest.raises(InputError, match="--step-cost converts steps"):
-        load(p, step_cost=1.0)
+    conv = load(p, step_cost=2.0)  # --step-cost converts the step column, whatever the source
+    assert conv.x == "step x 2" and conv.frame["compute"].tolist() == [0, 2, 4, 6, 8, 10]
 
 
+@pytest.mark.slow
 def test_cli_fit_reads_a_wandb_export_and_says_what_it_picked(tmp_path):
     s, y = _curve(n=20)
     p = tmp_path / "export.csv"
@@ -263,3 +264,49 @@ def test_cli_fit_reads_a_wandb_export_and_says_what_it_picked(tmp_path):
     r = subprocess.run([sys.executable, "-m", "ablate", "fit", str(p), "--step-cost", "-1"],
                        capture_output=True, text=True, env=env)
     assert r.returncode == 2 and r.stderr.startswith("error: --step-cost -1")
+
+
+def _history(path, evals=("eval/accuracy",)):
+    """A W&B run-history export as a user downloads it: one row per step, `Step`, `run_name`
+    with seeds, `_runtime`, train every 5 steps, evals every 20 (blank elsewhere)."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for run, a in (("cispo-seed0", 0.7), ("cispo-seed1", 0.71), ("ppo-seed0", 0.6)):
+        for s in range(0, 400, 5):
+            r = {"Step": s, "run_name": run, "_runtime": s * 3.1, "train/loss": 1 / (1 + s)}
+            if s % 20 == 0:
+                for i, e in enumerate(evals):
+                    r[e] = 0.1 + (a - 0.1 - 0.1 * i) / (1 + (80 / max(s, 1)) ** 1.5) \
+                        + rng.normal(0, 0.01)
+            rows.append(r)
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.slow
+def test_wandb_history_export_is_fitted_with_no_flags_or_refused_with_the_flags_to_add(tmp_path):
+    from _cli import ablate
+
+    src = _history(tmp_path / "history.csv")
+    r = ablate("fit", src, "--json")
+    assert r.returncode == 0, r
+    fits = {o["variant"]: o for o in json.loads(r.stdout)}
+    assert set(fits) == {"cispo", "ppo"} and fits["cispo"]["n_seeds"] == 2, fits
+    assert fits["cispo"]["A"] == pytest.approx(0.705, abs=0.03)
+    r = ablate("fit", src)
+    assert "score = 'eval/accuracy'" in r.stderr and "--step-cost" in r.stderr, r
+    r = ablate("fit", src, "--step-cost", 1e9)  # steps -> compute, whatever the source
+    assert r.returncode == 0 and "step x 1e+09" in r.stdout + r.stderr, r
+    two = _history(tmp_path / "two.csv", evals=("eval/accuracy_a", "eval/accuracy_b"))
+    r = ablate("fit", two)
+    assert r.returncode == 2 and r.stdout == "", r
+    assert "--y eval/accuracy_a or --y eval/accuracy_b" in r.stderr, r
+
+
+def test_an_empty_file_says_it_is_empty(tmp_path):
+    from _cli import ablate
+
+    for name in ("e.jsonl", "e.csv"):
+        (tmp_path / name).write_text("")
+        r = ablate("fit", tmp_path / name)
+        assert r.returncode == 2 and "empty file" in r.stderr, r

@@ -81,9 +81,9 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
         raise InputError(f"{p}: no such file or directory; SOURCE is a study results dir, a "
                          ".csv/.jsonl/.parquet table, a W&B CSV export, an MLflow tracking dir, "
                          "a TensorBoard log dir, or a verl/TRL JSONL log")
-    if step_cost is not None and (is_study_dir(p) or readers.detect(p) is None):
-        raise InputError(f"{p}: --step-cost converts steps of other tools' logs (W&B, MLflow, "
-                         "TensorBoard, JSONL) to compute; this source has its compute column")
+    if step_cost is not None and is_study_dir(p):
+        raise InputError(f"{p}: --step-cost converts a log's steps to compute; a study dir "
+                         "has its compute columns (pass --x gpu_hours or --x flops)")
     if is_study_dir(p):
         defaults = study_fit_defaults(p)
         x = x or defaults.get("x", GPU_HOURS)
@@ -111,6 +111,8 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
         df = _read_table(p, text_columns=["variant", *RUN_COLUMNS, *by_cols])
         x, y = x or "compute", y or "score"
         notes = []
+        if step_cost is not None:  # compute = step x cost, whatever else the table holds
+            df, x = _step_compute(df, p, step_cost)
         if by is None and "variant" not in df.columns:
             run_col = next((c for c in RUN_COLUMNS if c in df.columns), None)
             if run_col is not None:  # the runs are the variants (seeds pooled by name)
@@ -135,11 +137,26 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
                      "trainer_state.json")
 
 
+def _step_compute(df: pd.DataFrame, p: Path, step_cost: float) -> tuple[pd.DataFrame, str]:
+    """The table with a compute column made from its step column (--step-cost)."""
+    if not (step_cost > 0 and np.isfinite(step_cost)):
+        raise InputError(f"--step-cost {step_cost}: must be a finite compute per step > 0")
+    col = next((c for c in ("step", "Step", "_step", "global_step") if c in df.columns), None)
+    if col is None:
+        raise InputError(f"{p}: --step-cost needs a step column (step, Step, _step); columns: "
+                         + ", ".join(map(str, df.columns[:20])))
+    name = f"step x {step_cost:g}"
+    return df.assign(**{name: pd.to_numeric(df[col], errors="coerce") * step_cost}), name
+
+
 def _read_table(p: Path, text_columns: list[str]) -> pd.DataFrame:
     """The table with names as written: pandas would read a variant called None, NA, nan, null
     or N/A as a missing value (and "007" as 7), so CSV cells are read as text with only a blank
     cell missing, and `text_columns` (variant, run names, --by) as strings; number columns are
     converted later (`_tidy`), where NA_TEXT still means "no value"."""
+    if p.stat().st_size == 0 or not p.read_bytes().strip():
+        raise InputError(f"{p}: empty file (no rows); a table needs columns variant, compute, "
+                         "score (or --x/--y) and one row per evaluation")
     try:
         if p.suffix == ".csv":
             header = pd.read_csv(p, nrows=0).columns

@@ -2,6 +2,8 @@
 
     W&B CSV export         a chart's "Export CSV": wide, "Step" then "<run> - <metric>" columns
                            (with "__MIN"/"__MAX" companions, which are ignored)
+    W&B history export     long: a step column, a run column (run_name), _runtime, one column
+                           per metric with blanks where it was not logged
     MLflow tracking dir    mlruns/<experiment>/<run>/metrics/<key>: lines "timestamp value step"
     TensorBoard dir        event files (verl, TRL / HF Trainer, ours); one run per folder
     verl file logger       JSONL lines {"step": N, "data": {metric: value}}
@@ -25,11 +27,13 @@ from ablate.readers.mlflow_store import is_mlflow_dir, read_mlflow
 from ablate.readers.pick import Picked, pick
 from ablate.readers.tensorboard import has_events, read_tensorboard
 from ablate.readers.wandb_csv import is_wandb_csv, read_wandb_csv
+from ablate.readers.wandb_history import is_wandb_history, read_wandb_history
 
 # (name, "is this that tool's file?", reader), tried in order; long tables (variant/compute/
 # score columns) and study dirs are not here: ablate.analysis.sources handles them first.
 READERS: list[tuple[str, Callable[[Path], bool], Callable[[Path], Wide]]] = [
     ("W&B CSV export", is_wandb_csv, read_wandb_csv),
+    ("W&B history export", is_wandb_history, read_wandb_history),
     ("MLflow tracking dir", is_mlflow_dir, read_mlflow),
     ("TensorBoard logs", has_events, read_tensorboard),
     ("HF/TRL trainer_state.json", is_hf_state, read_hf_state),

@@ -74,13 +74,17 @@ def _score(cols: list[str], src: str, y: Optional[str]) -> tuple[str, str]:
     if len(cols) == 1:
         return cols[0], "the only metric"
     rule, hits = _matches(SCORE_RULES, cols)
+    if not hits:  # one evaluation column that stands out is the score
+        hits = [c for c in cols if re.match(r"(?:eval|val|test)[/_]", c)]
+        if len(hits) == 1:
+            return hits[0], "the only evaluation metric"
     if len(hits) > 1:
-        raise InputError(f"{src}: several score metrics fit (" + ", ".join(hits[:10])
-                         + "); pass --y to choose one")
+        raise InputError(f"{src}: several score metrics fit; pass one of "
+                         + " or ".join(f"--y {h}" for h in hits[:6]))
     if not hits:
         raise InputError(f"{src}: no score metric recognised (e.g. eval/pass_rate, verl "
-                         f"val-core/<src>/acc/mean@N, TRL eval/reward); pass --y; metrics: "
-                         f"{_listing(cols)}")
+                         f"val-core/<src>/acc/mean@N, TRL eval/reward); pass --y NAME with "
+                         f"one of: {_listing(cols)}")
     return hits[0], "auto-detected"
 
 
