@@ -16,19 +16,13 @@ import pandas as pd
 
 from ablate.errors import InputError
 from ablate.readers.common import Wide, wide_from_long
+from ablate.readers.wandb_csv import _header  # one way to read a CSV's header
 
 RUN_COLUMNS = ("run_name", "Name", "name", "run", "display_name", "run_id")
 STEP_COLUMNS = ("Step", "_step", "step", "global_step", "trainer/global_step",
                 "train/global_step")
 CLOCK = ("_runtime", "_timestamp", "_wandb.runtime")
 TABLE = {"variant", "compute", "score"}  # ablate's own long table: read as a table
-
-
-def _header(path: Path) -> list[str]:
-    try:
-        return list(pd.read_csv(path, nrows=0).columns)
-    except Exception:  # noqa: BLE001 - any parse error means "not this format"
-        return []
 
 
 def is_wandb_history(path: Path) -> bool:
