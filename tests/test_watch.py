@@ -314,7 +314,7 @@ def test_tune_rung_stops_a_departed_trial_only_when_asked(tmp_path):
     d = _run_dir(tmp_path, bad)
     study = optuna.create_study(direction="maximize")
     asked = Prune.model_validate({"rungs": [{"steps": 10}], "stop_departed": True})
-    with pytest.raises(optuna.TrialPruned, match="below the 99% band"):
+    with pytest.raises(optuna.TrialPruned, match=r"below the 9\d% band"):  # k below, or a sag
         _judge_rung(study.ask(), 0, {"steps": 600}, d, Objective(), asked.stop_departed)
     _judge_rung(study.ask(), 0, {"steps": 600}, d, Objective())  # not asked: no finished
     # trial to compare with, so nothing stops it
