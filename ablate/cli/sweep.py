@@ -43,6 +43,16 @@ def sweep(
     wait: bool = typer.Option(False, "--wait", help="Block until all runs end, with a live "
                               "per-run view (state, step / budget) and where to look when a "
                               "run fails."),
+    within_: Optional[str] = typer.Option(
+        None, "--within", metavar="DURATION",
+        help="Propose a study that fits this time (14d, 36h, 2w) on the study's nodes "
+        "(slurm.study_nodes, else the partition's from `sinfo`, else the profile's): budget "
+        "per run (the paper's stages: ~3.5-4k GPU-hours single-axis, 16k leave-one-out), "
+        "seeds, nodes per run and the margin on A that buys; writes it as a study YAML (--out) "
+        "and runs nothing."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="With --within: where the proposed study is written (default "
+        "./NAME_within_DURATION.yaml; a changed profile goes beside it)."),
     entry: str = typer.Option("trainer:run", "--entry", hidden=True,
                               help="module:function each job calls (tests)."),
     override: list[str] = typer.Option(
@@ -64,6 +74,13 @@ def sweep(
 
     study = recipe_arg(study, "study", studies=True)  # a shipped study by name, from any folder
 
+    if within_ is not None:
+        from ablate.cli.within import within
+
+        return within(study, within_, executor=executor, profile=profile, overrides=override,
+                      out=out, as_json=as_json)
+    if out is not None:
+        raise InputError("--out: only with --within (where the proposed study is written)")
     if dry_run:
         from ablate.cli.dryrun import dry_run as print_dry_run
 

@@ -1,0 +1,111 @@
+"""`ablate sweep STUDY --within 14d`: print the study that fits the time and the study's nodes,
+and write it as a study YAML (ablate/studies/sizing.py searches, ablate/studies/proposal.py
+writes). Nothing is run or submitted."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Optional
+
+from ablate.analysis.resolution import HOW, MAX_USEFUL_SEEDS
+from ablate.errors import InputError
+from ablate.studies.capacity import wall_text
+
+
+def _days(h: float) -> str:
+    return f"{h / 24:.1f} d"
+
+
+def label_of(text: str) -> str:
+    """`14d` -> `14d`, `1.5 d` -> `1.5d`: the duration as it can stand in a study name."""
+    return re.sub(r"[^A-Za-z0-9.]", "", text)
+
+
+def table(s, chosen) -> list[str]:
+    """The options the search tried, the chosen one marked."""
+    head = ("seeds", "GPU-h/run", "nodes/run", "at once", "wall", "margin A", "")
+    rows = [(str(o.seeds), f"{o.budget:,.0f}" + ("" if o.paper else "*"), str(o.nodes_per_run),
+             str(o.cap.runs_at_once), _days(o.study_wall_h), f"{o.margin:.3f}",
+             "<- proposed" if o is chosen else ("fits" if o.study_wall_h <= s.within_h else ""))
+            for o in s.tried]
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return [("  " + fmt.format(*r)).rstrip() for r in [head, *rows]]
+
+
+def nothing_fits(study: Path, text: str, s, variants, prof) -> InputError:
+    """One line: what the smallest study takes here, and the time or nodes that would do."""
+    from ablate.studies.sizing import nodes_for
+
+    from ablate.studies.sizing import STAGE_BUDGETS, run_walls
+
+    p = s.paper_smallest or s.smallest
+    if p is None:
+        _, why = run_walls(variants, prof, STAGE_BUDGETS[s.stage][0], prof.slurm.nodes)
+        return InputError(f"{study}: --within {text}: not every variant can run on the "
+                          f"profile's GPUs at the paper's {s.stage} budget ({why}); "
+                          "`ablate sweep --dry-run` shows its plans")
+    need = nodes_for(variants, prof, s.within_h, p.budget)
+    more = f", or {need} nodes (slurm.study_nodes: {need})" if need else ""
+    floor = (f"; {s.smallest.budget:,.0f} GPU-hours (twice the fit window's start) "
+             f"{_days(s.smallest.study_wall_h)}" if s.smallest and s.smallest is not p else "")
+    return InputError(
+        f"{study}: --within {text}: no study of its {s.variants} variants fits "
+        f"{_days(s.within_h)} on {s.nodes.nodes.text()}: the paper's smallest {s.stage} stage "
+        f"(1 seed x {p.budget:,.0f} GPU-hours a run, {p.nodes_per_run} node(s) a run) takes "
+        f"{_days(p.study_wall_h)} here{floor}; allow --within {math.ceil(p.study_wall_h / 24)}d"
+        f"{more}")
+
+
+def summary(study: Path, text: str, s, o) -> list[str]:
+    budget = (f"the paper's {s.stage} stage" if o.paper else
+              f"below the paper's {s.stage} stage: the largest that fits; A is less certain "
+              "there, so the margin is a lower bound")
+    seeds = ("" if o.seeds >= MAX_USEFUL_SEEDS else
+             f" (more seeds did not fit; {MAX_USEFUL_SEEDS} would reach compare's 0.02)")
+    return [f"{study} within {text}: {s.variants} variants x {o.seeds} seed(s) = {o.runs} runs, "
+            f"{o.budget:,.0f} GPU-hours a run, {o.nodes_per_run} node(s) a run",
+            f"  budget: {budget} (scalerl.md)",
+            f"  seeds: {o.seeds}{seeds}",
+            f"  nodes: {o.cap.text()}",
+            f"  time: {wall_text(o.study_wall_h)}, each run ~{o.run_wall_h:,.0f} h; queue waits "
+            "not counted",
+            f"  margin on A: {o.margin:.3f}: {HOW}"]
+
+
+def within(study: Path, text: str, *, executor: Optional[str], profile: Optional[str],
+           overrides: list[str], out: Optional[Path], as_json: bool) -> None:
+    """Size, print and write the proposal; one-line InputError when nothing fits."""
+    from ablate.studies.proposal import write_proposal
+    from ablate.studies.sizing import check_sizable, parse_within, size_study
+    from ablate.studies.sweep import check_inputs, intended_executor
+
+    hours = parse_within(text)
+    loaded, variants, prof = check_inputs(study, executor=executor, profile=profile,
+                                          overrides=overrides)
+    check_sizable(str(study), loaded, variants, prof, intended_executor(executor, prof))
+    s = size_study(loaded, variants, prof, hours)
+    o = s.chosen
+    if o is None:
+        raise nothing_fits(study, text, s, variants, prof)
+    name = f"{loaded.study.name}_within_{label_of(text)}"
+    out = out or Path(f"{name}.yaml")
+    lines = summary(study, text, s, o)
+    cmd = " ".join(["ablate sweep", str(study), f"--within {text}",
+                    *(f"--profile {profile}" for _ in [0] if profile),
+                    *(f"--override {x}" for x in overrides)])
+    yaml_text, prof_text = write_proposal(loaded, o, out, name, [cmd, *lines], profile)
+    wrote = [str(out)] + ([str(out.with_name(out.stem + ".profile.yaml"))] if prof_text else [])
+    if as_json:
+        print(json.dumps({"study": str(study), "within_h": hours, "stage": s.stage,
+                          "nodes": s.nodes.to_json(), "proposal": {**o.to_json(), "how": HOW},
+                          "tried": [t.to_json() for t in s.tried], "wrote": wrote,
+                          "study_yaml": yaml_text, "profile_yaml": prof_text}))
+        return
+    print("\n".join([*lines, "", "considered (* below the paper's stage budget; wall: the "
+                     "study's):", *table(s, o), "",
+                     f"wrote {' and '.join(wrote)}; check it with: ablate sweep {out} "
+                     "--dry-run"]))

@@ -1,0 +1,217 @@
+"""`ablate sweep STUDY --within 14d`: the study that fits the time and the nodes it has.
+
+Why: a study is sized by its budget per run, its seeds and its nodes per run, and what a lab
+has is a deadline and a share of a partition. The paper's study as shipped needs ~9.5 months
+on the 2 nodes of sweeps/slurm_gpu.yaml, and nothing said so or offered what would fit.
+
+What is searched (every number from the time plan, trainer/plan/time_plan.py, on the
+profile's GPUs; the nodes from ablate/studies/capacity.py):
+- budget per run, in GPU-hours (the trainer's `budget.gpu_hours`: wall x devices held): the
+  paper's staged workflow (scalerl.md): single-axis ablations at ~3.5k-4k GPU-hours,
+  leave-one-out at 16k. Below the paper's stage only when nothing else fits, never under twice
+  the fit window's start (fit.min_compute in GPU-hours, else the paper's 1.5k): a run must
+  hold a fit window at least as long as what it leaves out;
+- seeds, from MAX_USEFUL_SEEDS (more do not sharpen `ablate compare`'s verdict on A;
+  ablate/analysis/resolution.py) down to 1: more seeds first, then the larger budget;
+- nodes per run, 1 to the study's nodes: the one with the shortest study wall time (runs that
+  fit the nodes at once, in waves; ties: the profile's own, then fewer).
+The first (seeds, budget) whose best nodes per run fit the time is the proposal. It says what
+margin on A it buys (ablate/analysis/resolution.py a_margin, with how that is derived), and
+ablate/studies/proposal.py writes it as a study YAML that `ablate sweep` runs as is.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ablate.adapters.study import ForeignConfig
+from ablate.analysis.resolution import MAX_USEFUL_SEEDS, a_margin
+from ablate.errors import InputError
+from ablate.studies.capacity import Capacity, capacity, study_wall_h
+from ablate.studies.design import LoadedStudy
+from ablate.studies.expand import Variant
+from ablate.studies.launch.profile import Profile
+from trainer.plan.memory import plan
+from trainer.plan.time_plan import plan_time
+from trainer.validate import JobShape, problems
+
+# GPU-hours per run of the paper's stages (scalerl.md, "The staged workflow"), largest first.
+STAGE_BUDGETS = {"single-axis": (4000.0, 3500.0), "leave-one-out": (16000.0,)}
+PAPER_WINDOW_START = 1500.0  # scalerl.md: the fit excludes the first ~1.5k GPU-hours
+BELOW_STEPS = 8  # budgets tried between the paper's smallest and the floor
+UNITS = {"m": 1 / 60, "min": 1 / 60, "h": 1.0, "d": 24.0, "w": 168.0}
+
+
+def parse_within(text: str) -> float:
+    """`14d`, `36h`, `2w`, `90min`, `1.5d` -> hours; one-line InputError otherwise."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(min|m|h|d|w)\s*", text or "")
+    if not m or float(m.group(1)) <= 0:
+        raise InputError(f"--within {text}: expected a duration with a unit, e.g. 14d, 36h, 2w "
+                         "(min, h, d, w)")
+    return float(m.group(1)) * UNITS[m.group(2)]
+
+
+@dataclass
+class Option:
+    """One sizing of the study and what it costs."""
+
+    budget: float  # GPU-hours a run
+    seeds: int
+    nodes_per_run: int
+    runs: int
+    run_wall_h: float  # the longest variant's
+    study_wall_h: float
+    cap: Capacity
+    margin: float  # on A (ablate/analysis/resolution.py)
+    paper: bool  # the budget is one of the paper's stage's
+
+    def to_json(self) -> dict:
+        return {"budget_gpu_hours": self.budget, "seeds": self.seeds,
+                "nodes_per_run": self.nodes_per_run, "runs": self.runs,
+                "run_wall_h": round(self.run_wall_h, 1),
+                "study_wall_h": round(self.study_wall_h, 1),
+                "runs_at_once": self.cap.runs_at_once, "margin_A": round(self.margin, 4),
+                "paper_stage_budget": self.paper}
+
+
+@dataclass
+class Sizing:
+    """The search's outcome: the chosen option (None: nothing fits) and what it was among."""
+
+    within_h: float
+    stage: str
+    variants: int
+    nodes: Capacity  # the study's nodes (at the profile's nodes per run)
+    chosen: Optional[Option] = None
+    smallest: Optional[Option] = None  # 1 seed at the floor budget: what nothing-fits says
+    paper_smallest: Optional[Option] = None  # 1 seed at the paper's smallest stage budget
+    tried: list[Option] = field(default_factory=list)
+
+
+def stage_of(loaded: LoadedStudy) -> str:
+    return "leave-one-out" if loaded.study.mode == "leave_one_out" else "single-axis"
+
+
+def floor_budget(loaded: LoadedStudy) -> float:
+    """Twice the fit window's start: the smallest budget whose window is half the run."""
+    f = loaded.study.fit
+    start = f.min_compute if f.x == "gpu_hours" and f.min_compute else PAPER_WINDOW_START
+    return 2.0 * start
+
+
+def check_sizable(study_path: str, loaded: LoadedStudy, variants: list[Variant],
+                  prof: Profile, executor: str) -> None:
+    """--within plans GPU-hour budgets of the built-in trainer on Slurm GPUs: one line if not."""
+    why = None
+    if executor != "slurm" or not prof.slurm.gpus_per_node:
+        why = (f"it sizes Slurm runs on GPUs (budgets in the paper's GPU-hours) and these go to "
+               f"{executor}" + ("" if executor != "slurm" else " without GPUs"))
+    elif loaded.study.stages is not None:
+        why = "it sizes a plain study; this one has `stages:` (adaptive)"
+    elif any(isinstance(v.config, ForeignConfig) for v in variants):
+        why = "another trainer's runs have no time plan here"
+    if why:
+        raise InputError(f"{study_path}: --within: {why}; use a profile with slurm.gpus_per_node "
+                         "(e.g. --profile slurm_gpu)")
+
+
+def run_walls(variants: list[Variant], prof: Profile, budget: float,
+              nodes: int) -> tuple[Optional[list[float]], str]:
+    """(wall hours of each variant, one seed, at `budget` GPU-hours on `nodes` nodes a run,
+    ""), or (None, why the first that cannot run there cannot: the trainer refuses the shape,
+    its memory plan does not fit, or its time plan cannot reach the budget under the
+    profile's limits)."""
+    from ablate.studies.sweep import stage_variant
+
+    s = prof.slurm
+    shape = JobShape(nodes=nodes, ranks_per_node=s.tasks_per_node, gpus_per_node=s.gpus_per_node,
+                     gpu_memory_gib=prof.gpu_memory_gib)
+    limits, walls = prof.limits("slurm"), []
+    for v in {v.name: v for v in variants}.values():
+        c = stage_variant(v, {"gpu_hours": budget}).config
+        found = problems(c, shape)
+        if found or plan(c, shape).fits is False:
+            return None, f"variant {v.name}: " + (found[0] if found else "its memory plan "
+                                                  "does not fit")
+        t = plan_time(c, shape, limits)
+        if t.wall_h is None or t.reaches_budget is False:
+            return None, f"variant {v.name}: {t.problem or t.note}"
+        walls.append(t.wall_h)
+    return walls, ""
+
+
+def best_option(variants: list[Variant], prof: Profile, budget: float, seeds: int,
+                paper: bool, cache: dict) -> Optional[Option]:
+    """The nodes per run that finish `seeds` seeds of every variant at `budget` soonest."""
+    best = None
+    study_nodes = capacity("slurm", prof).nodes.nodes
+    for n in range(1, study_nodes + 1):
+        if (budget, n) not in cache:
+            cache[(budget, n)] = run_walls(variants, prof, budget, n)
+        walls = cache[(budget, n)][0]
+        cap = capacity("slurm", prof, nodes_per_run=n, array_cap=None)
+        if walls is None or cap.runs_at_once < 1:
+            continue
+        wall = study_wall_h(walls * seeds, cap.runs_at_once)
+        key = (wall, n != prof.slurm.nodes, n)
+        if best is None or key < best[0]:
+            best = (key, Option(budget, seeds, n, len(walls) * seeds, max(walls), wall, cap,
+                                a_margin(seeds), paper))
+    return best[1] if best else None
+
+
+def budgets(loaded: LoadedStudy) -> list[tuple[float, bool]]:
+    """(GPU-hours, a paper stage budget?) to try: the stage's, then below it to the floor."""
+    stage = STAGE_BUDGETS[stage_of(loaded)]
+    low, floor = min(stage), floor_budget(loaded)
+    below = [low - i * (low - floor) / BELOW_STEPS for i in range(1, BELOW_STEPS + 1)]
+    return [(b, True) for b in stage] + [(round(b), False) for b in below if b < low]
+
+
+def size_study(loaded: LoadedStudy, variants: list[Variant], prof: Profile,
+               within_h: float) -> Sizing:
+    """Search as the module doc says; `variants` are the study's (any seeds)."""
+    one_seed = list({v.name: v for v in variants}.values())
+    out = Sizing(within_h, stage_of(loaded), len(one_seed), capacity("slurm", prof))
+    cache: dict = {}
+    sizes = budgets(loaded)
+    for seeds in range(MAX_USEFUL_SEEDS, 0, -1):
+        for budget, paper in sizes:
+            if not paper and (seeds > 1 or out.chosen is not None):
+                continue  # below the paper's budget: one seed only, as a last resort
+            opt = best_option(one_seed, prof, budget, seeds, paper, cache)
+            if opt is None:
+                continue
+            out.tried.append(opt)
+            if out.chosen is None and opt.study_wall_h <= within_h:
+                out.chosen = opt
+    ones = [o for o in out.tried if o.seeds == 1]
+    out.smallest = min(ones, key=lambda o: o.budget, default=None)
+    out.paper_smallest = min((o for o in ones if o.paper), key=lambda o: o.budget, default=None)
+    return out
+
+
+def nodes_for(variants: list[Variant], prof: Profile, within_h: float, budget: float,
+              up_to: int = 64) -> Optional[int]:
+    """The fewest study nodes (slurm.study_nodes, up to `up_to`) on which one seed of every
+    variant at `budget` GPU-hours fits `within_h`; None when not even `up_to` do."""
+    one_seed = list({v.name: v for v in variants}.values())
+    cache: dict = {}
+    for n in range(1, up_to + 1):
+        more = prof.model_copy(update={"slurm": prof.slurm.model_copy(update={"study_nodes": n})})
+        opt = best_option(one_seed, more, budget, 1, True, cache)
+        if opt is not None and opt.study_wall_h <= within_h:
+            return n
+    return None
+
+
+def with_seeds(opt: Option, seeds: list[int]) -> list[int]:
+    """The proposal's seeds: the study's own first, then the next integers."""
+    out = list(seeds)[:opt.seeds]
+    nxt = max(seeds, default=-1) + 1
+    while len(out) < opt.seeds:
+        out.append(nxt)
+        nxt += 1
+    return out
