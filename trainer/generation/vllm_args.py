@@ -52,10 +52,22 @@ def installed_vllm() -> Optional[str]:
     return None
 
 
-def check_vllm_version(found: Optional[str] = None) -> None:
+# vLLM 0.32.0's PyPI metadata: Requires-Python >=3.11,<3.15 (the [gpu] extra's marker leaves
+# it out below 3.11, where pip would refuse it).
+VLLM_MIN_PYTHON = (3, 11)
+
+
+def check_vllm_version(found: Optional[str] = None,
+                       python: tuple[int, int] = sys.version_info[:2]) -> None:
     """Refuse, in one line, a vLLM other than SUPPORTED_VLLM (local suffixes like +cu128 are
-    the same release); a missing vLLM is left to the import, which says so."""
+    the same release), and a missing one on a Python it cannot install on; any other missing
+    vLLM is left to the import, which says so."""
     found = installed_vllm() if found is None else found
+    if found is None and python < VLLM_MIN_PYTHON:
+        raise RuntimeError(
+            f"rollout.backend=vllm needs vLLM {SUPPORTED_VLLM}, which needs Python >= "
+            f"{VLLM_MIN_PYTHON[0]}.{VLLM_MIN_PYTHON[1]} (this is {python[0]}.{python[1]}, so "
+            "the [gpu] extra left it out): use a Python 3.11+ environment on the GPU nodes")
     if found is None:
         return
     if found.split("+")[0] != SUPPORTED_VLLM:
