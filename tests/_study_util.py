@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from _cli import ablate
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # A really tiny CPU proxy (1-layer 32-wide char Llama): a run of a few steps takes ~2 s, so
@@ -32,14 +34,17 @@ def tiny_study(folder: Path, name: str, axes: str, *, seeds: str = "[0]", steps:
     return path
 
 
-def cli(*args: str, timeout: float = 300, tests_on_path: bool = True) -> subprocess.CompletedProcess:
-    """`python -m ablate ARGS` in a subprocess (the real entry point, exit codes included).
-    `tests_on_path=False`: only the repo on PYTHONPATH (tests/ holds a `vllm` folder that TRL
-    would take for an installed vLLM)."""
-    path = f"{ROOT}:{ROOT / 'tests'}" if tests_on_path else str(ROOT)
-    env = dict(os.environ, PYTHONPATH=path)
+def cli(*args: str, timeout: float = 300, tests_on_path: bool = True):
+    """`ablate ARGS` from the repository root, in this process (tests/_cli.py: the real entry
+    point, exit codes included); jobs it starts get this tree and tests/ (the stand-in
+    entries) on PYTHONPATH. `tests_on_path=False`: `python -m ablate` in a subprocess with only
+    the repo on PYTHONPATH (tests/ holds a `vllm` folder that TRL would take for an installed
+    vLLM, and this process has tests/ on sys.path); `timeout` applies to that one."""
+    if tests_on_path:
+        return ablate(*args, cwd=ROOT, env={"PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"})
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, "-m", "ablate", *args], capture_output=True,
-                           text=True, timeout=timeout, cwd=ROOT, env=env)
+                          text=True, timeout=timeout, cwd=ROOT, env=env)
 
 
 def cli_json(*args: str, timeout: float = 300):

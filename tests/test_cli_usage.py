@@ -1,33 +1,30 @@
-"""Usage errors and help as a user sees them: the installed `ablate` console script, run in a
-subprocess (typer >= 0.26 vendors its own click, which an in-process check against click's
-classes missed: every typo printed a traceback).
+"""Usage errors and help as a user sees them, through `ablate.cli.main`, the function the
+installed console script calls (in process: tests/_cli.py). Typer >= 0.26 vendors its own
+click, which an in-process check against click's classes (CliRunner) once missed: every typo
+printed a traceback. main() itself maps every usage error, so calling it shows what the
+script shows; the tests marked slow run the installed console script itself.
 
-ABLATE_CLI=/path/to/ablate runs the same checks against another install (another typer/click).
+ABLATE_CLI=/path/to/ablate runs the console-script checks against another install.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 import sys
 from importlib.metadata import version
 
 import pytest
 
+from _cli import ablate as _in_process, ablate_script, console_script
 from ablate.cli import _register, app
 from ablate.cli.usage import build_command, unwrap
 
 WIDTH = 100
 
 
-def ablate(*args: str, columns: int = WIDTH) -> subprocess.CompletedProcess:
-    exe = os.environ.get("ABLATE_CLI") or shutil.which("ablate")
-    assert exe, "the `ablate` console script is not on PATH: pip install -e ."
-    env = {**os.environ, "COLUMNS": str(columns), "NO_COLOR": "1", "TERM": "dumb"}
-    env.pop("FORCE_COLOR", None)
-    return subprocess.run([exe, *args], capture_output=True, text=True, env=env, timeout=120)
+def ablate(*args: str, columns: int = WIDTH):
+    return _in_process(*args, columns=columns)
 
 
 USAGE = {
@@ -61,6 +58,20 @@ def test_usage_error_is_one_line_exit_2(case):
 def test_version_prints_the_installed_version():
     r = ablate("--version")
     assert r.returncode == 0 and r.stdout == f"ablate {version('ablate')}\n", r
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["unknown_option", "missing_argument"])
+def test_the_console_script_itself_gives_one_line_exit_2(case):
+    """The installed script (not only main()): what a shell sees."""
+    if console_script() is None:
+        pytest.skip("no `ablate` console script on PATH (pip install -e .)")
+    argv, fragments = USAGE[case]
+    r = ablate_script(*argv)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr and all(f.lower() in r.stderr.lower() for f in fragments)
+    v = ablate_script("--version")
+    assert v.returncode == 0 and v.stdout == f"ablate {version('ablate')}\n", v
 
 
 def _commands() -> dict:
@@ -113,6 +124,7 @@ def test_bad_input_from_a_command_is_one_line_exit_2(tmp_path):
     assert str(tmp_path / "missing") in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_an_exit_code_raised_by_a_command_is_passed_on():
     """`raise typer.Exit(1)` (how `ablate run` reports a run that did not finish) comes back from
     click's non-standalone mode as a return value; main used to drop it and exit 0."""
