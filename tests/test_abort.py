@@ -4,6 +4,8 @@ line (the engine's own exception, not the wrapper that reached the trainer)."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import subprocess
 import sys
@@ -30,6 +32,7 @@ def test_error_line_is_the_innermost_cause():
     assert error_line(KeyError("k")) == "KeyError: 'k'"
 
 
+@pytest.mark.slow
 def test_a_failed_rank_ends_the_job_within_a_minute(tmp_path):
     port, run_dir = free_port(), tmp_path / "run"
     procs = [subprocess.Popen([sys.executable, str(ROOT / "tests" / "_abort_rank_script.py"),

@@ -87,6 +87,7 @@ def trl_study(folder: Path, tiny: Path, axes: str, *, steps: int = 40, name: str
     return path
 
 
+@pytest.mark.slow
 def test_trl_keys_checked_before_submitting(tmp_path, tiny):
     """A misspelled GRPOConfig key, an ablate-only knob TRL cannot express, and an ablate key
     TRL names differently: one line each, exit 2, nothing written."""
@@ -144,6 +145,7 @@ def run_trl_study(tmp_path: Path, tiny: Path, executor: str, stages: bool = Fals
             cmd[cmd.index("--max_steps") + 1] == "40"
 
 
+@pytest.mark.slow
 def test_trl_adaptive_study_local_then_compare(tmp_path, tiny):
     run_trl_study(tmp_path, tiny, "local", stages=True)
 
@@ -177,6 +179,7 @@ def preempt_runner(raw: dict, run_dir: Path, ready) -> int:
     return int(out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_preempted_then_killed_trl_run_resumes_from_its_checkpoints(tmp_path, tiny):
     """A TRL run preempted (USR2) at step ~3 saves checkpoint-N there (the TRL entry saves on
     the runner's SIGTERM) and the next attempt resumes from it; that attempt, killed with its
@@ -221,6 +224,7 @@ def test_preempted_then_killed_trl_run_resumes_from_its_checkpoints(tmp_path, ti
     assert (run_dir / "trl" / "checkpoint-20").is_dir()
 
 
+@pytest.mark.slow
 def test_command_trainer_study(tmp_path):
     """`kind: command`: a template over tests/_command_trainer.py; the crashed run resumes
     with the study's `resume:` flag; compare fits the curves it wrote."""
@@ -270,6 +274,7 @@ def command_study(folder: Path, name: str, body: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_command_trainer_adaptive_study(tmp_path):
     """`stages:` on another trainer: every variant trains to the stage's 12 steps (the budget
     reaches the command as `--steps 12`); the variant whose curve flattens at 0.3 is stopped
@@ -302,6 +307,7 @@ RUN_WITH_USR2_FLAG = (
     "run_foreign(json.loads(sys.argv[1]), Path(sys.argv[2])); print(preempt.stopped_at())")
 
 
+@pytest.mark.slow
 def test_preempted_command_run_stops_its_trainer_and_resumes(tmp_path):
     """USR2 as Slurm sends it on preemption, to the job process and to the trainer's process:
     the trainer ignores Slurm's USR2 (it would kill it), ablate's runner forwards its stop
@@ -385,6 +391,7 @@ def test_command_run_preempted_on_slurm_is_requeued_and_resumes(tmp_path):
     assert "REQUEUE" in _sh("sacct", "-D", "-n", "-X", "-P", "-o", "State", "-j", job)
 
 
+@pytest.mark.slow
 def test_budgets_ablate_measures_stop_the_trainer(tmp_path):
     """A budget in gpu_hours (wall x devices, measured by ablate) and one on a logged column
     (`trainer.stop_when`, the fit's compute axis): the trainer is stopped with its stop signal

@@ -60,6 +60,7 @@ def _signal_inside_generate(monkeypatch, when) -> list:
     return fired
 
 
+@pytest.mark.slow
 def test_training_goes_on_while_an_eval_decodes(tmp_path, monkeypatch, warm_proxy):
     """Rows are written by the eval worker when each eval ends, carry their own step's
     counters, land in step order, and the trainer was past a row's step when it landed."""
@@ -86,6 +87,7 @@ def test_training_goes_on_while_an_eval_decodes(tmp_path, monkeypatch, warm_prox
     assert status(d)["state"] == "done"
 
 
+@pytest.mark.slow
 def test_stop_inside_generation_abandons_the_step_and_resume_is_exact(tmp_path, monkeypatch,
                                                                       usr2, straight):
     fired = _signal_inside_generate(
@@ -108,6 +110,7 @@ def test_stop_inside_generation_abandons_the_step_and_resume_is_exact(tmp_path, 
     assert _rows(metrics(d)) == [[close(v) for v in r] for r in _rows(straight)]
 
 
+@pytest.mark.slow
 def test_stop_inside_an_eval_redoes_it_on_resume(tmp_path, monkeypatch, usr2, straight):
     fired = _signal_inside_generate(
         monkeypatch, lambda g: threading.current_thread().name == "ablate-eval"
@@ -130,6 +133,7 @@ def test_stop_inside_an_eval_redoes_it_on_resume(tmp_path, monkeypatch, usr2, st
     assert _rows(metrics(d)) == [[close(v) for v in r] for r in _rows(straight)]
 
 
+@pytest.mark.slow
 def test_pipeline_stop_inside_the_generator_thread_stops_the_step(tmp_path, monkeypatch, usr2,
                                                                   warm_proxy):
     over = {**OVER, "off_policy": {"mode": "pipeline", "k": 2}}
@@ -190,6 +194,7 @@ def _count_eval_calls(monkeypatch, version: int, stop_at_call: int | None = None
     return calls
 
 
+@pytest.mark.slow
 def test_an_interrupted_eval_resumes_from_its_finished_chunks(tmp_path, monkeypatch, usr2,
                                                               capfd, warm_proxy):
     """Issue 31: an eval longer than a job still ends. The checkpoint keeps the chunks an eval

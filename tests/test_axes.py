@@ -183,6 +183,7 @@ def test_loss_types_give_their_hand_computed_gradients():
             assert not np.allclose(grads[a], grads[b]), (a, b)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss_type", ["ppo", "dapo", "gspo", "cispo"])
 def test_loop_uses_the_configured_loss_type(tmp_path, monkeypatch, vocab, loss_type):
     with spy(monkeypatch, LOSSES) as calls:

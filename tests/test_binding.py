@@ -160,6 +160,7 @@ def test_cpu_jobs_keep_their_local_rank():
     assert b.device == "cpu" and b.gpu is None and env["LOCAL_RANK"] == "1" and not b.engines
 
 
+@pytest.mark.slow
 def test_start_up_binds_before_cuda_in_a_real_process():
     """The start-up on os.environ in a fresh process (what trainer.loop.train.run does first): the
     variables every later reader sees, and CUDA untouched by it."""
@@ -207,6 +208,7 @@ def test_a_child_does_not_inherit_its_parents_binding():
     assert node_gpus(inherited) == ("6",)  # what this process was given, not the parent's node
 
 
+@pytest.mark.slow
 def test_a_refused_start_is_the_runs_one_line_error(tmp_path):
     """trainer.loop.train.run binds first; a process it cannot bind (engine.device cuda on a node
     without GPUs) stops there, before any process group or model, with status.json's error

@@ -38,11 +38,13 @@ def test_fit_json_matches_contract(table, capsys):
     assert abs(rows[0]["A"] - 0.66) < 0.03 and abs(rows[1]["A"] - 0.55) < 0.03
 
 
+@pytest.mark.slow
 def test_fit_table_and_paper_method(table, capsys):
     code, out, _ = run_cli(["fit", table, "--method", "paper", "--min-compute", "0.01"], capsys)
     assert code == 0 and "cispo" in out and "ppo" in out and "A [95%]" in out
 
 
+@pytest.mark.slow
 def test_compare_ranks_and_uses_margin_rule(tmp_path, capsys):
     truths = {"base": sy.Truth(0.60, 1.2, 0.012, 0.1), "fast": sy.Truth(0.605, 2.2, 0.008, 0.1),
               "low": sy.Truth(0.50, 1.5, 0.01, 0.1)}
@@ -128,6 +130,7 @@ def test_bad_study_column_writes_no_cache(tmp_path, capsys):
     assert code == 2 and "no column 'wall_hours'" in err and not (d / "metrics.parquet").exists()
 
 
+@pytest.mark.slow
 def test_console_script_exit_code_and_help(table):
     r = subprocess.run([sys.executable, "-m", "ablate", "extrapolate", str(table), "--budget",
                         "-1"], capture_output=True, text=True)

@@ -8,6 +8,8 @@ Two real ranks (gloo, torchrun-style variables) join through the trainer's own e
 
 from __future__ import annotations
 
+import pytest
+
 import os
 import socket
 import subprocess
@@ -40,6 +42,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_ranks_join_with_the_configured_timeout():
     port = _free_port()
     procs = []

@@ -70,12 +70,14 @@ def measured(model: str) -> dict:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 def test_A_and_B_intervals_cover_the_truth(model):
     m = measured(model)
     assert m["n_A"] >= MIN_COVERED and m["n_B"] >= MIN_COVERED, m
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 def test_A_intervals_are_not_uselessly_wide(model):
     # Coverage alone is passed by the interval [0, 1]. A median width under 0.08 (+-0.04, twice
@@ -96,6 +98,7 @@ def test_synthetic_sigmoid_hand_values():
     assert sy.sigmoid(1e9, 0.7, 2.0, 0.5, 0.1) == pytest.approx(0.7)
 
 
+@pytest.mark.slow
 def test_noise_models_have_their_shapes():
     tr = sy.Truth(A=0.6, B=1.5, C_mid=0.01, R0=0.1)
     c = np.linspace(0, C_MAX, N_POINTS + 1)

@@ -38,6 +38,7 @@ def test_noiseless_curve_is_recovered_in_any_unit(scale):
     assert f.compute_for(f.predict(0.5 * scale)) == pytest.approx(0.5 * scale, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_paper_method_reproduces_grid_and_default_is_no_worse():
     rng = np.random.default_rng(3)
     tr = sy.Truth(A=0.611, B=1.4, C_mid=3000.0, R0=0.1)
@@ -113,6 +114,7 @@ def _coverage(rng, n, drift_sd):
     return {k: h / n for k, h in hits.items()}, float(np.median(widths))
 
 
+@pytest.mark.slow
 def test_bootstrap_intervals_cover_truth_on_synthetic_curves():
     # Small-sample check of the benchmark's claim (~0.95 on 300 curves): a bootstrap that
     # trusted one noise estimate covered ~0.80-0.90 here; binomial slack for 40 curves.
@@ -121,6 +123,7 @@ def test_bootstrap_intervals_cover_truth_on_synthetic_curves():
     assert width < 0.08, width  # honest, not uselessly wide (drift sd is 0.006)
 
 
+@pytest.mark.slow
 def test_bootstrap_intervals_shrink_without_drift():
     cov, width = _coverage(np.random.default_rng(12), 20, drift_sd=0.0)
     assert all(v >= 0.85 for v in cov.values()), cov

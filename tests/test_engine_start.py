@@ -41,6 +41,7 @@ def test_another_vllm_is_refused_in_one_line():
     assert "\n" not in msg and "vLLM 0.10.2" in msg and f"vllm=={SUPPORTED_VLLM}" in msg
 
 
+@pytest.mark.slow
 def test_engine_start_failure_carries_the_child_process_cause():
     """A child started inside engine_start (as vLLM's engine core is) fails with its own
     error on its stderr; the trainer sees only a wrapper. The raised EngineStartError, and so

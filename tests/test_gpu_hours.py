@@ -45,6 +45,7 @@ def test_off_policy_modes_of_one_job_shape_share_the_x_axis(monkeypatch, world):
     assert devices("pipeline", 4) == 8
 
 
+@pytest.mark.slow
 def test_runs_of_two_modes_share_the_x_axis_on_cpu(tmp_path):
     """Run level, on the CPU proxy (one process = one device): both modes' metrics lines
     report gpu_hours = wall x 1 device, the same x axis."""

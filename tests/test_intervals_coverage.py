@@ -97,6 +97,7 @@ def measured(shape: str, n: int = N, seed: int = 0) -> dict:
             "needed_width": 2 * float(np.quantile(err, 0.95)), "mean_err": float(np.mean(err))}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", ["knee", "sag"])
 def test_misspecified_curve_covered(shape):
     m = measured(shape)
@@ -107,6 +108,7 @@ def test_misspecified_curve_covered(shape):
     assert m["new_mean_width"] <= 1.25 * m["needed_width"]
 
 
+@pytest.mark.slow
 def test_well_specified_sigmoid_covered_at_nominal():
     m = measured("sigmoid")
     print(m)

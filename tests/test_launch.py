@@ -22,6 +22,7 @@ def _settled(study_dir: Path):
     return s if all(x["state"] not in ("queued", "running") for x in s.values()) else None
 
 
+@pytest.mark.slow
 def test_local_sweep_runs_trainer_and_rerun_submits_only_new(tmp_path):
     results = tmp_path / "results"
     study = tiny_study(tmp_path, "loc", "  loss.aggregation: [prompt, token]", steps=4)
@@ -50,6 +51,7 @@ def test_local_sweep_runs_trainer_and_rerun_submits_only_new(tmp_path):
     assert st[more["submitted"][0]]["name"] == "loss.aggregation=sample"
 
 
+@pytest.mark.slow
 def test_failing_run_is_resubmitted_up_to_the_bound(tmp_path):
     results = tmp_path / "results"
     study = tiny_study(tmp_path, "bad", "  loss.type: [cispo]", steps=4,
@@ -69,6 +71,7 @@ def test_failing_run_is_resubmitted_up_to_the_bound(tmp_path):
     assert s["state"] == "failed" and s["attempts"] == 2
 
 
+@pytest.mark.slow
 def test_debug_executor_runs_in_process(tmp_path):
     results = tmp_path / "results"
     study = tiny_study(tmp_path, "dbg", "  loss.type: [ppo]", steps=2)

@@ -29,6 +29,7 @@ def _long(seed: int, n: int = 1000, **kw):
     return (tr, *sy.curve(tr, rng, c_max=1.0, n_points=n, **kw))
 
 
+@pytest.mark.slow
 def test_a_1000_point_run_gets_honest_intervals_and_an_ok_verdict():
     tr, c, y = _long(0)
     f = fit_sigmoid(c, y)

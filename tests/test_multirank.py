@@ -90,6 +90,7 @@ def check_job(engine: str, stage: int, prompts: int, cache: Path, work: Path,
     assert rows[3]["samples"] > rows[2]["samples"]
 
 
+@pytest.mark.slow
 def test_torch_engine_two_ranks_one_run_dir_rank1_empty(cache, single, tmp_path):
     """One prompt group per step: rank 1 only ever takes zero-weighted steps."""
     check_job("torch", 0, 1, cache, tmp_path, single(1))

@@ -75,6 +75,7 @@ def _wheel_build_reason() -> str | None:
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_wheel_build_reason() is not None, reason=str(_wheel_build_reason()))
 def test_wheel_ships_every_recipe_and_profile(tmp_path):
     """`pip wheel` of the project holds recipes/ and sweeps/ as ablate/recipes, ablate/sweeps:
@@ -99,6 +100,7 @@ def test_wheel_ships_every_recipe_and_profile(tmp_path):
     assert "ablate/cli/__init__.py" in names and "trainer/rundir.py" in names
 
 
+@pytest.mark.slow
 @needs_script
 def test_study_in_own_folder_uses_shipped_recipe_and_profile(tmp_path):
     (tmp_path / "study.yaml").write_text(
@@ -112,6 +114,7 @@ def test_study_in_own_folder_uses_shipped_recipe_and_profile(tmp_path):
     assert not (tmp_path / "results").exists()  # a dry run writes nothing
 
 
+@pytest.mark.slow
 @needs_script
 def test_user_files_of_those_names_win(tmp_path):
     """A scalerl.yaml next to the study, and a sweeps/local.yaml, are the ones used (each is
@@ -129,6 +132,7 @@ def test_user_files_of_those_names_win(tmp_path):
     assert "sweeps/local.yaml:2" in err and "max_parallel" in err, err
 
 
+@pytest.mark.slow
 @needs_script
 def test_a_missing_name_lists_each_place_once(tmp_path):
     sub = tmp_path / "studies"
@@ -149,6 +153,7 @@ def test_a_missing_name_lists_each_place_once(tmp_path):
     assert "profile 'slurm_gpus' not found" in err and "shipped: local, slurm, slurm_gpu" in err
 
 
+@pytest.mark.slow
 @needs_script
 def test_a_fit_column_typo_is_refused_before_submitting(tmp_path):
     body = "name: mine\nbase: proxy.yaml\naxes:\n  loss.aggregation: [sample, token]\n"
@@ -163,6 +168,7 @@ def test_a_fit_column_typo_is_refused_before_submitting(tmp_path):
     assert "fit.x 'compute' is not a compute column" in err and "gpu_hours, flops" in err
 
 
+@pytest.mark.slow
 @needs_script
 def test_init_writes_a_starter_study_that_sweeps(tmp_path):
     r = ablate("init", "proj", cwd=tmp_path)
@@ -188,6 +194,7 @@ def tiny(folder: Path, name: str, axes: str, steps: int) -> Path:
     return path
 
 
+@pytest.mark.slow
 @needs_script
 def test_wait_exits_nonzero_when_runs_fail_and_status_says_why(tmp_path):
     """The ppo run of the stand-in trainer (tests/_progress_entry.py) fails at step 3."""
@@ -263,6 +270,7 @@ def test_ctrl_c_stops_the_waiting_not_the_runs(tmp_path):
     assert r.returncode == 0 and "skipped" not in r.stdout.lower(), r
 
 
+@pytest.mark.slow
 @needs_script
 def test_status_cuts_a_long_cause_to_one_line(tmp_path):
     """A multi-line error longer than 100 columns: one line of at most 100, ending in ...;
@@ -279,6 +287,7 @@ def test_status_cuts_a_long_cause_to_one_line(tmp_path):
     assert run["error"].endswith("(detail) \nsecond line")
 
 
+@pytest.mark.slow
 @needs_script
 def test_run_takes_a_shipped_recipe_by_name_and_says_where_it_looked(tmp_path):
     """`ablate run NAME.yaml` from a user's folder: a missing name is one line listing where it
@@ -294,6 +303,7 @@ def test_run_takes_a_shipped_recipe_by_name_and_says_where_it_looked(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 @needs_script
 def test_sweep_takes_a_shipped_study_by_name(tmp_path):
     """`ablate sweep loss_agg.yaml` (or `recipes/loss_agg.yaml`, as the README writes it) from a
@@ -309,6 +319,7 @@ def test_sweep_takes_a_shipped_study_by_name(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 @needs_script
 def test_dry_run_on_a_100_column_terminal_folds_its_prose_not_its_rows(tmp_path):
     """On a terminal (a pty here, COLUMNS=100) the plan's long lines fold at words under their

@@ -146,6 +146,7 @@ def test_compare_prints_the_answer_and_json_has_one_window(tmp_path, capsys):
 
 @pytest.mark.parametrize("opts", [[], ["--bin", "20", "--baseline", "ppo", "--margin", "0.05"],
                                   ["--min-compute", "0.01", "--method", "paper"]])
+@pytest.mark.slow
 def test_report_numbers_equal_compare_json(tmp_path, capsys, opts):
     d = write_study(tmp_path, curves_frame(seed=7))
     code, out, err = run_cli(["compare", d, "--json", *opts], capsys)

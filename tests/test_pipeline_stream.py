@@ -94,6 +94,7 @@ def _lags(proxy, k: int, steps: int, train_seconds: float, timing: str = "wall",
             for step, b in enumerate(_stream(proxy, k, steps, train_seconds, timing, **over))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("timing", ["wall", "data"])
 def test_pipeline_staleness_reaches_k_and_never_passes_it(proxy, timing):
     lags = _lags(proxy, k=8, steps=14, train_seconds=0.4, timing=timing)
@@ -103,6 +104,7 @@ def test_pipeline_staleness_reaches_k_and_never_passes_it(proxy, timing):
         assert lags == [0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 8, 8, 8, 8], lags
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("timing", ["wall", "data"])
 def test_pipeline_k1_stays_within_one_step(proxy, timing):
     lags = _lags(proxy, k=1, steps=6, train_seconds=0.3, timing=timing, groups_per_call=1)
@@ -110,6 +112,7 @@ def test_pipeline_k1_stays_within_one_step(proxy, timing):
     assert max(lags) == 1, lags  # a faster generator does run one step ahead
 
 
+@pytest.mark.slow
 def test_data_timed_stream_does_not_depend_on_which_side_is_faster(proxy):
     """The same prompts, tokens, log-probs and per-token versions whether the trainer or the
     generator is the slow side (calls of 3 groups straddle the steps' 2)."""
@@ -143,6 +146,7 @@ def _planned_version(step: int, row: int, token: int, k: int, per_call: int, swi
     return min(start + token // switch, max(start, first // 2))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k,per_call,switch", [(2, 3, 2), (3, 2, 1)])
 def test_data_timed_inflight_switch_versions_follow_the_data(proxy, k, per_call, switch):
     """Every token's recorded version is the one the data-determined switch points give, some
@@ -164,6 +168,7 @@ def test_data_timed_inflight_switch_versions_follow_the_data(proxy, k, per_call,
     assert switched > 0  # in-flight updates happen
 
 
+@pytest.mark.slow
 def test_data_timed_resume_mid_call_replays_the_stream(proxy):
     """A checkpoint while calls are in flight (waiting at a switch point for a push that
     comes after it) saves them with the snapshots they need; the resumed stream is the
@@ -218,6 +223,7 @@ def test_stream_surfaces_generator_failure():
         s.take(0, lambda: ValueError("boom"))
 
 
+@pytest.mark.slow
 def test_run_logs_lag_within_k(tmp_path):
     """A real pipeline run logs pipeline/lag_mean and pipeline/lag_max at every eval point;
     the max over the window is at most k."""
@@ -258,6 +264,7 @@ def _eval(proxy, batch_rows, temperature: float, calls: list[int]) -> float:
                      temperature=temperature, batch_rows=batch_rows)
 
 
+@pytest.mark.slow
 def test_eval_batches_bound_rows_and_keep_the_near_greedy_pass_rate(proxy):
     small, whole = [], []
     pr_small = _eval(proxy, 10, 1e-4, small)  # 10 rows -> 2 prompts x 4 samples per call
@@ -298,6 +305,7 @@ def test_topology_refuses_with_one_line(kwargs, message):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_two_ranks_pipeline_rank0_feeds_the_stream(tmp_path):
     """A 2-rank gloo job in pipeline mode: only rank 0 runs a generator, both ranks train on
     its broadcast batches to the same weights, one writer, lag within k."""
@@ -318,6 +326,7 @@ def test_two_ranks_pipeline_rank0_feeds_the_stream(tmp_path):
     assert all(0 <= r["pipeline/lag_max"] <= 2 for r in rows[1:])
 
 
+@pytest.mark.slow
 def test_zero3_rank_without_generator_joins_the_push_gathers(tmp_path):
     """Pipeline mode feeds from rank 0 only, but under ZeRO-3 reading the weights for a push is
     a collective: the other ranks join each parameter's gather (else rank 0 hangs)."""

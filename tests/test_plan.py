@@ -61,6 +61,7 @@ def test_plan_says_when_scaling_further_buys_little(table):
     assert fast["scale_to"] < 1e6 / 100  # saturated long before the budget
 
 
+@pytest.mark.slow
 def test_plan_table_and_plot(table, tmp_path):
     png = tmp_path / "plan.png"
     r = cli("plan", str(table), "--budget", "20", "--plot", str(png))

@@ -46,6 +46,7 @@ def _signal_when(run_dir: Path, step: int) -> threading.Thread:
     return t
 
 
+@pytest.mark.slow
 def test_signal_checkpoints_at_the_next_boundary_and_the_rerun_resumes_there(tmp_path, usr2):
     c, d = _cfg(steps=16, every_eval=8), tmp_path / "run"
     t = _signal_when(d, 3)
@@ -71,6 +72,7 @@ def test_signal_checkpoints_at_the_next_boundary_and_the_rerun_resumes_there(tmp
     assert metric_steps(d) == [0, 8, 16]
 
 
+@pytest.mark.slow
 def test_every_minutes_saves_on_the_wall_clock(tmp_path):
     """A run whose step cadence never saves is killed (-9) mid-run: with every_minutes set,
     the checkpoint it leaves is recent; without it, only step 0's exists."""

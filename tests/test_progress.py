@@ -3,6 +3,8 @@ look as soon as a run fails."""
 
 from __future__ import annotations
 
+import pytest
+
 import io
 import json
 import os
@@ -66,6 +68,7 @@ def test_watch_shows_the_share_of_a_flops_budget_the_trainer_reports(tmp_path):
     assert "3 (25%)" in buf.getvalue()
 
 
+@pytest.mark.slow
 def test_sweep_wait_shows_runs_and_the_failure(tmp_path):
     study = tmp_path / "pv.yaml"
     study.write_text(f"name: pv\nbase: {ROOT / 'recipes' / 'proxy.yaml'}\naxes:\n"

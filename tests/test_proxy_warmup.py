@@ -15,6 +15,7 @@ SMALL = {"model": {"proxy": {"hidden_size": 64, "num_layers": 2, "num_heads": 4,
          "task": {"num_train_prompts": 2000, "num_eval_prompts": 64}}
 
 
+@pytest.mark.slow
 def test_warmup_stops_inside_the_band_and_eval_measures_the_same(tmp_path, monkeypatch):
     from trainer.evaluate import pass_rate
     from trainer.models.load import load_model
@@ -105,6 +106,7 @@ def test_unanswerable_share_is_exact_on_every_eval_prefix_and_caps_a_perfect_ans
     assert abs(sum(marked) / len(marked) - sum(rest) / len(rest)) < 0.25
 
 
+@pytest.mark.slow
 def test_cli_run_with_an_unreachable_warmup_target_is_one_line_exit_2(tmp_path):
     import os
     import subprocess

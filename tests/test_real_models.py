@@ -59,6 +59,7 @@ def overrides(*pairs: str) -> list[str]:
     return [x for p in pairs for x in ("--override", p)]
 
 
+@pytest.mark.slow
 def test_paper_study_runs_on_local_model_and_data_through_the_loop(tmp_path):
     model = tiny_chat_model(tmp_path / "model")
     data = math_jsonl(tmp_path / "math.jsonl")

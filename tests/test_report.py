@@ -99,6 +99,7 @@ def test_report_page_content(tmp_path):
     assert page.count(f"background: {data.colors['loss.aggregation=token']}") == 2
 
 
+@pytest.mark.slow
 def test_report_reproduce_block_pastes(tmp_path):
     """Each command of the reproduce block runs as pasted (absolute paths, real options)."""
     from ablate.analysis.report import write_report
@@ -128,6 +129,7 @@ def _chromium() -> str:
     return exe
 
 
+@pytest.mark.slow
 def test_report_renders_in_headless_chromium(tmp_path):
     exe = _chromium()
     from playwright.sync_api import sync_playwright
@@ -162,6 +164,7 @@ def test_report_renders_in_headless_chromium(tmp_path):
         shutil.copy(shot, out)
 
 
+@pytest.mark.slow
 def test_cli_report(tmp_path):
     d = make_study(tmp_path)
     env = {**os.environ, "PYTHONPATH": os.getcwd()}

@@ -97,6 +97,7 @@ def _kill_then_resume(path: Path, d: Path, at_step: int) -> int:
     return killed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_same_seed_same_metrics_under_load_and_after_kill_9(tmp_path, warm_proxy, mode):
     path = _write(tmp_path, mode)

@@ -4,6 +4,8 @@ stop that ends without a requeue marks the run failed, never leaving it `running
 
 from __future__ import annotations
 
+import pytest
+
 import os
 import subprocess
 import sys
@@ -31,6 +33,7 @@ def _run(tmp_path: Path, countdown: int) -> tuple[subprocess.CompletedProcess, f
     return out, time.monotonic() - t0, run
 
 
+@pytest.mark.slow
 def test_a_trainer_missing_the_window_is_requeued_by_submitits_handler(tmp_path):
     out, took, run = _run(tmp_path, countdown=3)
     assert out.returncode == 144, out.stderr[-2000:]  # submitit's local requeue exit code
@@ -40,6 +43,7 @@ def test_a_trainer_missing_the_window_is_requeued_by_submitits_handler(tmp_path)
     assert st["state"] == "running" and "fallback" in st["requeued"]
 
 
+@pytest.mark.slow
 def test_no_requeue_left_marks_the_run_failed(tmp_path):
     out, _, run = _run(tmp_path, countdown=-1)  # submitit: "timed-out too many times"
     assert out.returncode == 1, out.stderr[-2000:]

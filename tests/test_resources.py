@@ -94,6 +94,7 @@ def dry_run(*overrides: str) -> list[dict]:
     return json.loads(r.stdout)
 
 
+@pytest.mark.slow
 def test_paper_recipe_fits_80_gib_and_not_without_zero():
     runs = dry_run()
     assert len(runs) == 6
@@ -111,6 +112,7 @@ def test_paper_recipe_fits_80_gib_and_not_without_zero():
             12 * QWEN3_8B.params, rel=1e-3)
 
 
+@pytest.mark.slow
 def test_sweep_refuses_a_study_that_does_not_fit_and_force_overrides(tmp_path):
     results = tmp_path / "results"
     r = ablate("sweep", "recipes/loss_agg.yaml", "--profile", "slurm_gpu", "--results",
@@ -128,6 +130,7 @@ def test_sweep_refuses_a_study_that_does_not_fit_and_force_overrides(tmp_path):
     assert len(plan.submit) == 6 and not results.exists()
 
 
+@pytest.mark.slow
 def test_cpu_profile_has_no_gpu_check():
     r = ablate("sweep", "recipes/quickstart.yaml", "--profile", "local", "--dry-run", "--json")
     assert r.returncode == 0, r.stderr
@@ -136,6 +139,7 @@ def test_cpu_profile_has_no_gpu_check():
         assert res["gpu_gib"] is None and res["fits"] is None and res["train_gib_per_gpu"] > 0
 
 
+@pytest.mark.slow
 def test_dry_run_text_names_terms_and_verdict():
     r = ablate("sweep", "recipes/loss_agg.yaml", "--profile", "slurm_gpu", "--dry-run")
     assert r.returncode == 0, r.stderr

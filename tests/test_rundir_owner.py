@@ -56,6 +56,7 @@ def _readers(study: Path) -> dict[str, object]:
             "tune": _score(run, Objective()) if rows else None}
 
 
+@pytest.mark.slow
 def test_a_cut_anywhere_in_the_last_line_reads_as_without_it(tmp_path):
     whole = [json.dumps(r) + "\n" for r in ROWS]
     head, last = "".join(whole[:-1]), whole[-1]
@@ -87,6 +88,7 @@ def test_a_bad_line_in_the_middle_is_an_error_naming_file_and_line(tmp_path, bad
         gather(study, use_cache=False, write_cache=False)
 
 
+@pytest.mark.slow
 def test_cli_names_the_damaged_line(tmp_path):
     """Through the installed entry point: one line, exit 2, nothing cached."""
     lines = [json.dumps(r) for r in ROWS]
@@ -132,6 +134,7 @@ def _in_parallel(target, path: Path) -> None:
     assert [p.exitcode for p in procs] == [0] * WRITERS
 
 
+@pytest.mark.slow
 def test_64_processes_appending_to_one_run_lose_and_duplicate_nothing(tmp_path):
     _in_parallel(_append_rows, tmp_path)
     rows = rundir.read_metrics(tmp_path)  # no line torn or interleaved: it would raise
@@ -140,6 +143,7 @@ def test_64_processes_appending_to_one_run_lose_and_duplicate_nothing(tmp_path):
     assert all(len(r["pad"]) == 37 * r["writer"] * r["step"] % 12000 for r in rows)
 
 
+@pytest.mark.slow
 def test_64_processes_recording_submissions_in_one_study_lose_nothing(tmp_path):
     from ablate.studydir import StudyStore
 
@@ -228,6 +232,7 @@ def test_tune_ranks_its_trials_on_one_shared_window(tmp_path):
     assert best is max(trials, key=lambda t: t["value"])
 
 
+@pytest.mark.slow
 def test_ablate_tune_reports_the_shared_window_and_ranks_by_it(tmp_path):
     """Through `ablate tune` (2 trials of the synthetic entry, ~7 s): the best trial and every
     value come from the fits on the one window the output states."""

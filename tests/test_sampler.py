@@ -3,6 +3,8 @@ against the trainer's own log-prob recomputation, on tiny Llamas built from a co
 
 from __future__ import annotations
 
+import pytest
+
 import torch
 
 from trainer.generation.weights import GenerationWeights
@@ -86,6 +88,7 @@ def test_sampled_logprobs_match_trainer_recompute():
     assert float(diff.max()) < 1e-4
 
 
+@pytest.mark.slow
 def test_kv_cache_is_preallocated_once_for_a_2k_generation():
     """The static cache's buffers keep one address and their full length from the first step
     of a 2,048-token generation to the last, and the next call with the same shape reuses them:
@@ -231,6 +234,7 @@ def _recompute_error(model, rows, d) -> float:
     return float((lp - d.logprobs[:, : lp.shape[1]]).abs()[batch["mask"].bool()].mean())
 
 
+@pytest.mark.slow
 def test_cpu_generator_uses_the_static_cache_for_long_calls():
     """On CPU the hf backend's sampler picks the static cache from CPU_STATIC_FROM positions
     on (where a growing cache's copying starts to cost), the growing one below; both give the

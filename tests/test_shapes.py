@@ -160,6 +160,7 @@ def _published_like(tmp_path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@pytest.mark.slow
 def test_paper_mode_never_crashes_flags_edges_and_says_its_grid(tmp_path, capsys):
     p = tmp_path / "qwen3.csv"
     _published_like(tmp_path).to_csv(p, index=False)

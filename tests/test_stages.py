@@ -77,6 +77,7 @@ def test_collapse_rule_stops_a_refused_fit_whose_score_fell_below_the_best():
     assert decide(refused, levels=levels).stopped == {}
 
 
+@pytest.mark.slow
 def test_adaptive_sweep_stops_promotes_and_resumes_between_stages(tmp_path):
     study = tiny_study(tmp_path, "ad", AXES, seeds="[0, 1]", steps=100, extra=STAGES)
     res = tmp_path / "res"
@@ -122,6 +123,7 @@ def test_promotion_restates_a_runs_progress_against_its_new_budget(tmp_path):
         assert r["state"] == "pending" and r["progress"] == pytest.approx(0.4)
 
 
+@pytest.mark.slow
 def test_adaptive_sweep_wait_runs_every_stage_with_the_real_trainer(tmp_path):
     # Too few points to fit at stage 0: nothing can be judged, so everything continues, from
     # the real trainer's checkpoints.

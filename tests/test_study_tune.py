@@ -24,6 +24,7 @@ n_trials: 2
 """
 
 
+@pytest.mark.slow
 def test_tune_runs_trials_and_continues(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text(SPACE)

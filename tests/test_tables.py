@@ -210,6 +210,7 @@ def _ablate(*args: str, columns: int) -> subprocess.CompletedProcess:
     return subprocess.run([*cmd, *args], capture_output=True, text=True, env=env, timeout=300)
 
 
+@pytest.mark.slow
 def test_real_executable_compare_and_plan_at_100_columns(fitted):
     d, _ = fitted["one_axis"]
     r = _ablate("compare", str(d), "--budget", "1", columns=100)

@@ -188,6 +188,7 @@ def test_local_requeue_limit_is_submitits_default():
     assert LOCAL_MAX_NUM_TIMEOUT == default.default
 
 
+@pytest.mark.slow
 def test_sweep_refuses_a_study_that_cannot_reach_its_budget_and_force_overrides(tmp_path):
     """A CPU proxy study under a local profile whose jobs are too short to keep a step."""
     prof = tmp_path / "short.yaml"
@@ -208,6 +209,7 @@ def test_sweep_refuses_a_study_that_cannot_reach_its_budget_and_force_overrides(
     assert len(plan.submit) == 4 and not results.exists()
 
 
+@pytest.mark.slow
 def test_dry_run_json_carries_the_time_plan_and_where_jobs_go():
     """The paper study under slurm_gpu (`max_num_timeout: auto`): each run's requeues needed
     and the max_num_timeout its jobs would get (derived, with headroom); it reaches."""
@@ -226,6 +228,7 @@ def test_dry_run_json_carries_the_time_plan_and_where_jobs_go():
         assert where["time_min"] == 240 and where["gpus_per_node"] == 8
 
 
+@pytest.mark.slow
 def test_dry_run_text_says_where_warns_without_gpu_size_and_cuts_no_name():
     r = ablate("sweep", "recipes/loss_agg.yaml", "--profile", "slurm_gpu", "--dry-run")
     assert r.returncode == 0, r.stderr
@@ -247,6 +250,7 @@ def test_dry_run_text_says_where_warns_without_gpu_size_and_cuts_no_name():
     assert "no time estimate: GPUs not known here" in bare.stdout
 
 
+@pytest.mark.slow
 def test_dry_run_shows_a_command_trainers_command(tmp_path):
     script = ROOT / "tests" / "_command_trainer.py"
     study = tmp_path / "cmd.yaml"
@@ -362,6 +366,7 @@ def test_slurm_executor_gets_the_requeues_the_plan_derives(tmp_path):
     assert capped.limits("slurm").max_requeues == 7
 
 
+@pytest.mark.slow
 def test_max_num_timeout_that_is_neither_auto_nor_a_count_is_one_line(tmp_path):
     f = tmp_path / "p.yaml"
     f.write_text("executor: slurm\nslurm:\n  max_num_timeout: lots\n")

@@ -71,6 +71,7 @@ AXIS_RUNS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(AXIS_RUNS))
 def test_axis_value_runs(tmp_path, warm_proxy, name):
     rows, st = _run(tmp_path, name, AXIS_RUNS[name])
@@ -90,6 +91,7 @@ def test_axis_value_runs(tmp_path, warm_proxy, name):
         assert rows[-1]["data/zero_variance_dropped"] == 0
 
 
+@pytest.mark.slow
 def test_tasks_reasoning_gym_and_math(tmp_path):
     # A proxy with no warm-up (fresh char model): these only check the plumbing runs for real.
     fresh = {"model": {"proxy": {"warmup_target": None}}, "rollout": {"max_new_tokens": 4},
@@ -114,6 +116,7 @@ def test_math_verify_scores_equivalent_forms(tmp_path):
     assert not {q.prompt for q in t.train} & {q.prompt for q in t.eval}
 
 
+@pytest.mark.slow
 def test_pipeline_records_versions_and_staleness(tmp_path, warm_proxy):
     rows, st = _run(tmp_path, "pipe", {"off_policy": {"mode": "pipeline", "k": 2},
                                        "budget": {"steps": 6}, "eval": {"every_steps": 3}})
@@ -124,6 +127,7 @@ def test_pipeline_records_versions_and_staleness(tmp_path, warm_proxy):
     assert last["pipeline/staleness_max"] <= 2 + 1  # never more than k behind (+1: next step's push)
 
 
+@pytest.mark.slow
 def test_inflight_weight_push_changes_version_mid_sequence(warm_proxy):
     from trainer.generation.rollout import HFGenerator
 
@@ -148,6 +152,7 @@ def test_inflight_weight_push_changes_version_mid_sequence(warm_proxy):
     assert all(len(v) == len(t) == len(lp) for v, t, lp in zip(out.versions, out.tokens, out.logprobs))
 
 
+@pytest.mark.slow
 def test_ppo_off_policy_takes_k_steps_per_generation(warm_proxy):
     from trainer.generation.offpolicy import Context, PPOOffPolicy
     from trainer.algo.pool import PromptPool
@@ -166,6 +171,7 @@ def test_ppo_off_policy_takes_k_steps_per_generation(warm_proxy):
     assert ctx.gen_counter == 2
 
 
+@pytest.mark.slow
 def test_ppo_off_policy_later_minibatches_are_off_policy(tmp_path, warm_proxy):
     on, _ = _run(tmp_path, "k1", {"off_policy": {"mode": "ppo_off_policy", "k": 1},
                                   "optim": {"lr": 1e-3, "warmup_steps": 0}})
@@ -176,6 +182,7 @@ def test_ppo_off_policy_later_minibatches_are_off_policy(tmp_path, warm_proxy):
     assert dev(off) > 10 * dev(on)
 
 
+@pytest.mark.slow
 def test_forced_interruption_appends_text_and_masks_it(warm_proxy):
     from trainer.algo.length import generate_rollout
     from trainer.generation.rollout import HFGenerator
@@ -206,6 +213,7 @@ def test_forced_interruption_appends_text_and_masks_it(warm_proxy):
             assert ro.gen_tokens[i] == P + len(toks)
 
 
+@pytest.mark.slow
 def test_checkpoint_resume_is_exact(tmp_path, warm_proxy):
     over = {"off_policy": {"mode": "ppo_off_policy", "k": 2}, "budget": {"steps": 6},
             "eval": {"every_steps": 2}}
@@ -224,6 +232,7 @@ def test_checkpoint_resume_is_exact(tmp_path, warm_proxy):
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
 
 
+@pytest.mark.slow
 def test_kill_9_mid_run_then_resume_keeps_metrics_continuous(tmp_path, warm_proxy):
     import yaml
 
@@ -258,6 +267,7 @@ def test_kill_9_mid_run_then_resume_keeps_metrics_continuous(tmp_path, warm_prox
     assert samples == sorted(samples) and len(set(samples)) == len(samples)
 
 
+@pytest.mark.slow
 def test_nan_marks_diverged_and_stops_cleanly(tmp_path, warm_proxy):
     # Every reward NaN (and no filter to drop the groups) poisons the advantages, hence the
     # loss, on the first update whichever prompts the model happens to solve.
@@ -272,6 +282,7 @@ def test_nan_marks_diverged_and_stops_cleanly(tmp_path, warm_proxy):
     assert status(d)["state"] == "diverged"  # a diverged run is not silently restarted
 
 
+@pytest.mark.slow
 def test_cli_bad_config_exits_2_and_writes_nothing(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("loss:\n  type: cispo\n  agregation: token\n")
@@ -299,6 +310,7 @@ def test_short_real_run_pass_rate_rises(tmp_path, warm_proxy):
     assert status(d)["progress"] == 1.0  # the step budget, spent
 
 
+@pytest.mark.slow
 def test_shared_prefix_forward_equals_packed_forward(warm_proxy):
     """The training forward shares each prompt across its samples; it must be the same math."""
     from trainer.models.logprobs import completion_logprobs, pack, shared_prefix_logprobs
@@ -338,6 +350,7 @@ def _build(cache: str, q) -> None:
                                                        "warmup_target": None}})))))
 
 
+@pytest.mark.slow
 def test_concurrent_proxy_builders_share_one_cache_entry(tmp_path):
     import multiprocessing as mp
 

@@ -33,6 +33,7 @@ def _one_step(cfg, run_dir):
     return run, params, len(calls)
 
 
+@pytest.mark.slow
 def test_gradient_checkpointing_is_active_and_gives_the_same_step(tmp_path):
     base = tiny(precision={"dtype": "fp32"}, data={"zero_variance_filter": False},
                 rollout={"prompts_per_step": 4, "generations_per_prompt": 4},
@@ -50,6 +51,7 @@ def test_gradient_checkpointing_is_active_and_gives_the_same_step(tmp_path):
     assert (p_on - p_off).abs().max() < 1e-4
 
 
+@pytest.mark.slow
 def test_chat_template_prompts_through_the_loop(tmp_path):
     """model.chat_template with a real local checkpoint: prompts are token-id lists (not a
     BatchEncoding) wrapped in the template."""

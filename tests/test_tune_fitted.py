@@ -32,6 +32,7 @@ def _run(tmp_path: Path, text: str, *extra: str):
     return cli("tune", str(space), "--results", str(tmp_path / "res"), "--entry", ENTRY, *extra)
 
 
+@pytest.mark.slow
 def test_fitted_objective_and_curve_pruner(tmp_path):
     r = _run(tmp_path, SPACE, "--json")
     assert r.returncode == 0, r.stderr[-2000:]
@@ -58,6 +59,7 @@ def test_fitted_objective_and_curve_pruner(tmp_path):
     assert again["trials"] == trials
 
 
+@pytest.mark.slow
 def test_curve_pruner_stops_a_collapsed_trial_whose_curve_cannot_be_fitted(tmp_path):
     # From lr 1e-3 up a trial collapses (_stage_entry: score 0.5 -> 0.03, no fit at any rung);
     # below it, it rises to A = lr * 2000.
@@ -75,6 +77,7 @@ def test_curve_pruner_stops_a_collapsed_trial_whose_curve_cannot_be_fitted(tmp_p
     assert out["best"]["params"]["optim.lr"] < COLLAPSE_LR
 
 
+@pytest.mark.slow
 def test_predicted_objective_reports_its_interval(tmp_path):
     text = (SPACE.replace("reduce: asymptote, x: gpu_hours", "reduce: predicted, x: gpu_hours, at: 0.2")
             .replace("prune: {rungs: [{steps: 25}]}\n", "").replace("n_trials: 8", "n_trials: 2"))

@@ -67,6 +67,7 @@ def _one_line_error(r: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["None", "NA", "nan", "null", "N/A"])
 def test_a_variant_named_like_a_missing_value_is_a_variant(tmp_path, name):
     """pandas reads these cells as missing: the best variant vanished (with numpy warnings)."""
@@ -81,6 +82,7 @@ def test_a_variant_named_like_a_missing_value_is_a_variant(tmp_path, name):
     assert out["answer"].startswith(f"{name} has the higher ceiling"), out["answer"]
 
 
+@pytest.mark.slow
 def test_a_file_whose_only_variant_is_nan_and_a_blank_name(tmp_path):
     _long({"nan": HIGH}, seed=2).to_csv(tmp_path / "one.csv", index=False)
     r = ablate(tmp_path, "fit", "one.csv", "--json")
@@ -94,6 +96,7 @@ def test_a_file_whose_only_variant_is_nan_and_a_blank_name(tmp_path):
     assert "blank.csv: column 'variant' row 8 is blank" in line, line
 
 
+@pytest.mark.slow
 def test_runs_in_a_run_column_are_the_variants(tmp_path):
     """Pooled into one curve named after the file before (A between the two)."""
     df = _long({"a": HIGH, "b": MID}, seed=3, seeds=1, col="run").drop(columns="seed")
@@ -110,6 +113,7 @@ def test_runs_in_a_run_column_are_the_variants(tmp_path):
     assert r.returncode == 0 and "pass --by tag" in said(r), r.stderr
 
 
+@pytest.mark.slow
 def test_seed_names_in_a_variant_column_pool_as_seeds(tmp_path):
     rng = np.random.default_rng(4)
     parts = []
@@ -125,6 +129,7 @@ def test_seed_names_in_a_variant_column_pool_as_seeds(tmp_path):
     assert "pooled cispo (2 seeds), ppo (2 seeds)" in said(r), r.stderr
 
 
+@pytest.mark.slow
 def test_trl_rewards_in_minus_one_one_and_percent_scores(tmp_path):
     rng = np.random.default_rng(5)
     logs = tmp_path / "trl_out"
@@ -154,6 +159,7 @@ def test_trl_rewards_in_minus_one_one_and_percent_scores(tmp_path):
     assert "outside --y-range 0 50" in line, line
 
 
+@pytest.mark.slow
 def test_the_answer_leads_with_a_pinned_ceiling(tmp_path):
     """'slow' fits a higher A that its data does not hold (C_mid beyond the runs): the answer
     must not crown it, and must say what it would take to know."""
@@ -177,6 +183,7 @@ def _lr_table(tmp_path: Path) -> None:
                                                                        index=False)
 
 
+@pytest.mark.slow
 def test_labels_as_shown_and_one_json_object(tmp_path):
     _lr_table(tmp_path)
     r = ablate(tmp_path, "compare", "lr.csv", "--baseline", "1.0", "--json")
@@ -197,6 +204,7 @@ def test_labels_as_shown_and_one_json_object(tmp_path):
             assert f"`{key}`" in doc, (cmd, key)
 
 
+@pytest.mark.slow
 def test_wide_at_100_columns_and_the_plot_is_said(tmp_path):
     _lr_table(tmp_path)
     r = ablate(tmp_path, "compare", "lr.csv", "--wide", "--plot", "fig.png")
@@ -210,6 +218,7 @@ def test_wide_at_100_columns_and_the_plot_is_said(tmp_path):
     assert "plot -> fig.png" in r.stderr and (tmp_path / "fig.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_trainer_state_in_the_current_folder_is_named_after_it(tmp_path):
     run = tmp_path / "qwen-grpo"
     run.mkdir()
@@ -222,6 +231,7 @@ def test_trainer_state_in_the_current_folder_is_named_after_it(tmp_path):
     assert [x["variant"] for x in json.loads(r.stdout)] == ["qwen-grpo"]
 
 
+@pytest.mark.slow
 def test_study_cache_is_readable_by_lab_mates_and_the_report_says_ok(tmp_path):
     from _curves_util import write_study
 

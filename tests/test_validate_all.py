@@ -157,6 +157,7 @@ def test_trainer_refuses_at_start_before_writing_anything(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_sweep_dry_run_refuses_the_old_paper_default_exit_2(tmp_path):
     """recipes/scalerl.yaml used to ship hf + pipeline + ZeRO-3: the dry run now says no."""
     r = ablate("sweep", "recipes/loss_agg.yaml", "--profile", "slurm_gpu", "--dry-run",
@@ -168,6 +169,7 @@ def test_sweep_dry_run_refuses_the_old_paper_default_exit_2(tmp_path):
     assert "engine.zero_stage=3" in line and "rollout.backend: vllm" in line
 
 
+@pytest.mark.slow
 def test_sweep_refuses_before_writing_and_run_refuses_before_writing(tmp_path):
     results = tmp_path / "results"
     r = ablate("sweep", "recipes/quickstart.yaml", "--executor", "local", "--results",
