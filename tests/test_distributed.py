@@ -95,6 +95,7 @@ def test_slurm_gpu_profile_is_valid():
     assert p.slurm.nodes >= 2
 
 
+@pytest.mark.deepspeed
 def test_zero3_pipeline_hf_is_refused_with_a_clear_message():
     pytest.importorskip("deepspeed")
     from trainer.engine_deepspeed import make_deepspeed_engine

@@ -326,6 +326,7 @@ def test_two_ranks_pipeline_rank0_feeds_the_stream(tmp_path):
     assert all(0 <= r["pipeline/lag_max"] <= 2 for r in rows[1:])
 
 
+@pytest.mark.deepspeed
 @pytest.mark.slow
 def test_zero3_rank_without_generator_joins_the_push_gathers(tmp_path):
     """Pipeline mode feeds from rank 0 only, but under ZeRO-3 reading the weights for a push is
