@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from _study_util import ROOT, cli
 
 SPACE = f"""name: tt
