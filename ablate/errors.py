@@ -14,3 +14,10 @@ class InputError(Exception):
     The message should name where (file, line or key/column), what is wrong and what would be
     valid, in one line.
     """
+
+
+class NoDataYet(InputError):
+    """The input is well formed but holds nothing to analyse yet (a study whose runs have
+    logged no evaluation). A command that can say something without the data (the report's
+    run table) catches this one; every other InputError, a column that does not exist among
+    those logged included, is bad input wherever it is raised."""

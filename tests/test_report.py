@@ -89,7 +89,7 @@ def test_report_page_content(tmp_path):
     assert page.index('class="answer"') < page.index("<h2>Question</h2>")
     # variants named as the table names them: the axis once, then the values that differ
     assert data.answer.startswith("loss.aggregation: prompt has the higher ceiling: A 0.6")
-    assert "(baseline prompt; window 0-1 gpu_hours)" in data.answer
+    assert "(baseline prompt; window 0–1 gpu_hours)" in data.answer
     assert "<b>Variants</b>: loss.aggregation: prompt | token | sample" in page
     assert '<span title="loss.aggregation=token">token</span>' in page
     assert html.escape(data.answer) in page and "<b>Fit window</b>" in page
@@ -166,20 +166,75 @@ def test_report_renders_in_headless_chromium(tmp_path):
 
 @pytest.mark.slow
 def test_cli_report(tmp_path):
+    from _cli import ablate
+
     d = make_study(tmp_path)
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
     out = tmp_path / "share.html"
-    r = subprocess.run([sys.executable, "-m", "ablate", "report", str(d), "--out", str(out),
-                        "--json"], capture_output=True, text=True, env=env)
-    assert r.returncode == 0, r.stderr
+    r = ablate("report", d, "--out", out, "--json", cwd=tmp_path)
+    assert r.returncode == 0, r
     obj = json.loads(r.stdout)
     assert obj["report"] == str(out) and out.is_file() and obj["name"] == "loss_agg"
     assert len(obj["runs"]) == 6 and "figures" not in obj
-    r = subprocess.run([sys.executable, "-m", "ablate", "report", str(tmp_path / "nope")],
-                       capture_output=True, text=True, env=env)
-    assert r.returncode == 2 and "not a study results dir" in r.stderr
+    r = ablate("report", tmp_path / "nope", cwd=tmp_path)
+    assert r.returncode == 2 and "not a study results dir" in r.stderr, r
     assert "Traceback" not in r.stderr
-    r = subprocess.run([sys.executable, "-m", "ablate", "report", str(d), "--out",
-                        str(tmp_path / "r.pdf")], capture_output=True, text=True, env=env)
-    assert r.returncode == 2 and "is an .html file" in r.stderr
+    r = ablate("report", d, "--out", tmp_path / "r.pdf", cwd=tmp_path)
+    assert r.returncode == 2 and "is an .html file" in r.stderr, r
     assert not (tmp_path / "r.pdf").exists()
+
+
+def test_report_says_what_compare_says(tmp_path):
+    """The page's ranking is compare's, cell for cell (A, B, the predicted column), under the
+    same words about the band: one set of functions makes both (ablate/analysis/ranking_text)."""
+    from _cli import ablate
+    from ablate.analysis.ranking_text import PREDICTIVE
+
+    d = make_study(tmp_path)
+    out = tmp_path / "page.html"
+    r = ablate("report", d, "--out", out, cwd=tmp_path, columns=80)
+    assert r.returncode == 0, r
+    page = html.unescape(out.read_text())
+    c = ablate("compare", d, cwd=tmp_path, columns=200)
+    assert c.returncode == 0, c
+    rows = [line.split() for line in c.stdout.splitlines() if re.match(r"\s+\d+\s", line)]
+    assert len(rows) == 2, c
+    for row in rows:  # "1 prompt 0.619 [0.601, 0.638] 1.6 [1.3, 1.9] 0.61 [...] ok —"
+        cells = re.findall(r"[-\d.e+]+ \[[^\]]+\]", " ".join(row))
+        assert len(cells) == 3, row
+        for cell in cells:
+            assert f">{cell}<" in page, (cell, page[page.index("<table>"):][:3000])
+    said = " ".join(c.stdout.split())
+    assert "(max) [95% predictive]" in page and PREDICTIVE in page and PREDICTIVE in said, said
+    assert "may reach above" not in page
+
+
+@pytest.mark.parametrize("flag", ["--y", "--x"])
+def test_report_on_a_missing_column_exits_2_and_writes_nothing(tmp_path, flag):
+    """A column that does not exist is bad input for the report as for compare: exit 2, one
+    line naming the column and the ones there are; no page, no metrics cache."""
+    from _cli import ablate
+
+    d = make_study(tmp_path)
+    for cmd in ("report", "compare"):
+        r = ablate(cmd, d, flag, "eval/nonexistent", cwd=tmp_path, columns=80)
+        assert r.returncode == 2, r
+        assert "no column 'eval/nonexistent'" in r.stderr and "Traceback" not in r.stderr, r
+        assert len(r.stderr.strip().splitlines()) == 1, r
+    assert not (d / "report.html").exists() and not (d / "metrics.parquet").exists()
+
+
+def test_report_of_a_study_with_no_evaluations_yet(tmp_path):
+    """Not bad input: the page shows the runs and says there is nothing to fit yet (exit 0);
+    compare, which has nothing else to show, says so in one line (exit 2)."""
+    from _cli import ablate
+
+    d = tmp_path / "st"
+    (d / "r1").mkdir(parents=True)
+    (d / "variants.json").write_text(json.dumps([{"run_id": "r1", "name": "a", "seed": 0,
+                                                  "config": {}}]))
+    (d / "r1" / "status.json").write_text(json.dumps({"state": "running", "step": 3}))
+    r = ablate("report", d, cwd=tmp_path, columns=80)
+    assert r.returncode == 0 and (d / "report.html").is_file(), r
+    assert "no run has logged an evaluation yet" in (d / "report.html").read_text()
+    r = ablate("compare", d, cwd=tmp_path, columns=80)
+    assert r.returncode == 2 and "no run has logged an evaluation yet" in r.stderr, r

@@ -95,6 +95,9 @@ def _check(text: str, width: int, name: str) -> None:
     else:
         assert "variant = " not in text and ": base |" not in text, text
     assert "…" not in text, text  # nothing truncated
+    # a number never leaves its interval: `0.879 [0.861,` / `0.899]` read as two numbers
+    split = [line for line in lines if re.search(r"\[[-+\d.e∞]+,(?! [-+\d.e∞]+\])", line)]
+    assert not split, f"an interval split over two lines: {split}\n{text}"
 
 
 def _whole(label: str, lines: list[str]) -> bool:
@@ -136,6 +139,10 @@ def test_compare_and_fit_tables(fitted, name, width):
     if width >= 100:  # the columns that decide
         for head in ("rank", "B [95%]", "predicted at", "P(beats"):  # headers may wrap
             assert head in text, text
+    if width == 160:  # --budget keeps the max column the README promises beside its own
+        assert "(max)" in text and "predicted at 1 " in text, text
+    else:  # a column that gives way is named, never silently gone
+        assert "not shown at" not in text or "(see" in text, text
     assert "R0 [95%]" not in text and "C_mid" not in text  # --wide only
     wide = _render(width, lambda con: print_fit(con, groups, "gpu_hours", "eval/pass_rate",
                                                  wide=True))
@@ -210,7 +217,7 @@ def _ablate(*args: str, columns: int) -> subprocess.CompletedProcess:
     return subprocess.run([*cmd, *args], capture_output=True, text=True, env=env, timeout=300)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the console script, three times
 def test_real_executable_compare_and_plan_at_100_columns(fitted):
     d, _ = fitted["one_axis"]
     r = _ablate("compare", str(d), "--budget", "1", columns=100)

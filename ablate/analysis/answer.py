@@ -21,6 +21,7 @@ from ablate.analysis.fitters import refit_with_A
 from ablate.analysis.labels import differing_axes, shorten
 from ablate.analysis.pipeline import Analysis, analyze
 from ablate.errors import InputError
+from ablate.number_text import compute, interval, number
 
 SURE = 0.95  # P(beats) at or beyond this (or 1 - this) reads as a difference, else "no difference"
 
@@ -53,9 +54,14 @@ def names_for(labels: list[str]) -> Names:
     return Names(axes[0] + ": " if len(axes) == 1 else f"({', '.join(axes)}): ", short)
 
 
-def _ci(fit, name: str, fmt: str) -> str:
+def _ci(fit, name: str) -> str:
     lo, hi = fit.ci.get(name, (None, None))
-    return "" if lo is None else f" [{lo:{fmt}}, {hi:{fmt}}]"
+    return "" if lo is None else f" {interval(lo, hi)}"
+
+
+def _num(fit, name: str) -> str:
+    """A fitted parameter at its interval's precision (ablate/number_text.py)."""
+    return number(getattr(fit, name), fit.ci.get(name))
 
 
 def _pair(lead, follow, p_lead: Optional[float], margin: float, name: Names) -> str:
@@ -67,13 +73,15 @@ def _pair(lead, follow, p_lead: Optional[float], margin: float, name: Names) -> 
     p = "" if p_lead is None else f"P({la} beats {fb}) {p_lead:.2f}"
     if abs(a.A - b.A) >= margin:
         sure = p_lead is None or p_lead >= SURE
-        return (f"{la} has the higher ceiling: A {a.A:.3f} vs {b.A:.3f} for {fb}, more than the "
+        return (f"{la} has the higher ceiling: A {_num(a, 'A')} vs {_num(b, 'A')} for {fb}, more than the "
                 f"{margin:g} margin" + (f" ({p})" if sure and p else
                                         f", but the intervals overlap ({p})" if p else ""))
     shared = 0.5 * (a.A + b.A)
     ba, bb = refit_with_A(a, shared, n_boot=0).B, refit_with_A(b, shared, n_boot=0).B
-    head = (f"{la} and {fb} tie on A ({a.A:.3f} vs {b.A:.3f}, within {margin:g}); at the shared "
-            f"A {shared:.3f}, B {ba:.2f} vs {bb:.2f}: ")
+    # the refit values at the precision of the fits' own intervals (the shared A at the first's)
+    head = (f"{la} and {fb} tie on A ({_num(a, 'A')} vs {_num(b, 'A')}, within {margin:g}); at the "
+            f"shared A {number(shared, a.ci.get('A'))}, B {number(ba, a.ci.get('B'))} vs "
+            f"{number(bb, b.ci.get('B'))}: ")
     if p_lead is not None and p_lead >= SURE:
         return head + f"{name(lead.group.variant)} reaches it with less compute ({p})"
     return head + "no difference at this budget" + (f" ({p})" if p else "")
@@ -108,7 +116,7 @@ def _unpinned_clause(row, name: Names, x: str, leads: bool = False) -> str:
     lo, hi = f.ci.get("A", (f.A, f.A))
     who = (f"{name(row.group.variant)}'s ceiling is not pinned" if leads else
            f"{name(row.group.variant)} may still rank higher, but its ceiling is not pinned")
-    head = f"{who} ({row.group.verdict()[0]}: A {f.A:.3f}, 95% [{lo:.3f}, {hi:.3f}])"
+    head = f"{who} ({row.group.verdict()[0]}: A {_num(f, 'A')}, 95% {interval(lo, hi)})"
     return f"{head}: {pin_advice(f, x)}"
 
 
@@ -117,13 +125,13 @@ def pin_advice(f, x: str) -> str:
     reached = f.window_max()
     need = compute_to_pin(f)
     if reached is None or need > reached:
-        has = "" if reached is None else f"; its runs reach {reached:.3g}"
-        return (f"it needs about {need:.3g} {x} to pin it ({GAIN_TO_PIN:.0%} of its fitted "
+        has = "" if reached is None else f"; its runs reach {compute(reached)}"
+        return (f"it needs about {compute(need)} {x} to pin it ({GAIN_TO_PIN:.0%} of its fitted "
                 f"gain{has})")
     made = (float(f.predict(reached)) - f.R0) / max(f.A - f.R0, 1e-12)
-    return (f"its runs already reach {reached:.3g} {x}, where the fitted curve has made "
+    return (f"its runs already reach {compute(reached)} {x}, where the fitted curve has made "
             f"{min(made, 1.0):.0%} of its gain, and A is still open: more seeds (or a larger "
-            f"eval set) narrow it, or train past {2 * reached:.3g} to see the curve flatten")
+            f"eval set) narrow it, or train past {compute(2 * reached)} to see the curve flatten")
 
 
 def _fraction(budget: Optional[dict[str, float]], final: Optional[dict[str, float]]) -> str:
@@ -193,8 +201,8 @@ def answer_sentence(analysis: Analysis) -> str:
         rest = ("nothing to compare it with" if len(fitted) == 1 and not failed else
                 "the only variant that could be fit, so nothing is compared"
                 if len(fitted) == 1 else "the only variant whose ceiling is pinned")
-        parts = [f"{v}{' has' if name.prefix else ':'} A {f.A:.3f}{_ci(f, 'A', '.3f')}, "
-                 f"B {f.B:.2f}{_ci(f, 'B', '.2f')}; {rest}"]
+        parts = [f"{v}{' has' if name.prefix else ':'} A {_num(f, 'A')}{_ci(f, 'A')}, "
+                 f"B {_num(f, 'B')}{_ci(f, 'B')}; {rest}"]
         lead = one
         named = {one.group.variant}
     else:

@@ -20,6 +20,7 @@ import numpy as np
 
 from ablate.analysis.fit import predictive_draws, sigmoid
 from ablate.analysis.variant_fits import GroupFit
+from ablate.number_text import compute, estimate, interval, number
 
 
 @dataclass
@@ -100,11 +101,11 @@ def plan_answer(result: dict[str, Any], *, x: str) -> str:
     name = names_for([r["variant"] for r in result["rows"]])
     lo, hi = rec["ci"]
     extra = "" if rec["extra_compute"] is None else \
-        f", {rec['extra_compute']:.3g} more than its runs used"
+        f", {compute(rec['extra_compute'])} more than its runs used"
     return (f"Scale {name.prefix}{name(rec['variant'])} (P(best) {rec['p_best']:.2f}, expected regret "
-            f"{rec['expected_regret']:.4f}): to {rec['scale_to']:.3g} {x}{extra}; predicted "
-            f"{rec['score']:.3f} at the budget {result['budget']:.3g} (95% predictive "
-            f"[{lo:.3f}, {hi:.3f}]).")
+            f"{rec['expected_regret']:.4f}): to {compute(rec['scale_to'])} {x}{extra}; predicted "
+            f"{number(rec['score'], rec['ci'])} at the budget {compute(result['budget'])} "
+            f"(95% predictive {interval(lo, hi)}).")
 
 
 def plot_plan(groups: list[GroupFit], result: dict[str, Any], path: str | Path, *,
@@ -126,7 +127,7 @@ def plot_plan(groups: list[GroupFit], result: dict[str, Any], path: str | Path, 
         xs = np.geomspace(c0, budget, 200)
         rec = r["recommended"]
         ax.plot(xs, f.predict(xs), color=col, lw=2.6 if rec else 1.3,
-                label=f"{g.variant}: {r['score']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}], "
+                label=f"{g.variant}: {estimate(r['score'], r['ci'])}, "
                 f"P(best) {r['p_best']:.2f}" + (" (scale this)" if rec else ""))
         if f.samples:
             ax.fill_between(xs, *f.prediction_band(xs), color=col, alpha=0.12, lw=0)
@@ -139,7 +140,7 @@ def plot_plan(groups: list[GroupFit], result: dict[str, Any], path: str | Path, 
     ax.set_xscale("log")
     ax.set_xlabel(x)
     ax.set_ylabel(y)
-    ax.set_title(f"plan at budget {budget:.3g}: scale {result['recommended']} "
+    ax.set_title(f"plan at budget {compute(budget)}: scale {result['recommended']} "
                  f"(expected regret {result['expected_regret']:.4f})", fontsize=10)
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=7, loc="lower right")

@@ -16,10 +16,16 @@ from ablate.analysis import rank_reversals
 from ablate.analysis.compare import rank_order
 from ablate.analysis import A_MARGIN
 from ablate.analysis.variant_fits import GroupFit
+from ablate.number_text import compute, interval, number
 
 
 def _num(v: float) -> float | None:
     return None if v is None or not math.isfinite(v) else float(v)
+
+
+def _a(f, v: float) -> str:
+    """A value on A's scale at A's interval's precision."""
+    return number(v, f.ci.get("A"))
 
 
 def _fit_info(g: GroupFit) -> dict:
@@ -54,12 +60,12 @@ def extrapolate(groups: list[GroupFit], *, budget: float | None = None,
             lo, hi = f.compute_for_interval(target)
             if target >= a_hi:
                 rows.append({"variant": g.variant, "target": target, "compute": None, "ci": None,
-                             "note": f"not reachable: above A's upper bound ({a_hi:.3f})", **info})
+                             "note": f"not reachable: above A's upper bound ({_a(f, a_hi)})", **info})
                 continue
             c = f.compute_for(target)
             note = "" if math.isfinite(c) else (
-                f"not reachable at the fitted A={f.A:.3f}; possible only if A is near its "
-                f"upper bound ({a_hi:.3f})")
+                f"not reachable at the fitted A={_a(f, f.A)}; possible only if A is near its "
+                f"upper bound ({_a(f, a_hi)})")
             rows.append({"variant": g.variant, "target": target, "compute": _num(c),
                          "ci": [_num(lo), _num(hi)], "note": note, **info})
     _recommend(rows, budget is not None)
@@ -111,13 +117,14 @@ def extrapolate_answer(rows: list[dict], *, x: str, y: str, budget: float | None
             return (f"No variant is predicted to reach {y}={target:g} (see each row's note).")
         return "No variant could be fit, so nothing is predicted."
     lo, hi = best["ci"]
-    fmt = (lambda v: "∞" if v is None else f"{v:.3g}")
+    who = f"{name.prefix}{name(best['variant'])}"
     if budget is not None:
-        said = (f"{name.prefix}{name(best['variant'])} is predicted highest at {x}={budget:g}: {best['score']:.3f} "
-                f"(95% predictive [{lo:.3f}, {hi:.3f}])")
-    else:
-        said = (f"{name.prefix}{name(best['variant'])} is predicted to reach {y}={target:g} first: at {x} "
-                f"{fmt(best['compute'])} (95% predictive [{fmt(lo)}, {fmt(hi)}])")
+        said = (f"{who} is predicted highest at {x}={compute(budget)}: "
+                f"{number(best['score'], best['ci'])} (95% predictive {interval(lo, hi)})")
+    else:  # the compute's interval is the fitted curve's, not a run's (ranking_text.TARGET_INTERVAL)
+        said = (f"{who} is predicted to reach {y}={target:g} first: at {x} "
+                f"{number(best['compute'], best['ci'])} (95% interval of the fit "
+                f"{interval(lo, hi)})")
     rank = best.get("rank")
     if rank is not None and rank != 1:
         said += f"; compare ranks it #{rank} (see its note)"

@@ -87,10 +87,11 @@ class Window:
     starts: dict[str, Optional[float]] = field(default_factory=dict)
 
     def text(self, unit: str = "") -> str:
-        """"1.2e+11-2.5e+12 flops" (what the answer sentence and the report print)."""
-        lo = "first point" if self.lo is None else f"{self.lo:.2g}"
-        hi = "last point" if self.hi is None else f"{self.hi:.2g}"
-        return f"{lo}-{hi}" + (f" {unit}" if unit else "")
+        """"1.2e+11–2.5e+12 flops" (the answer sentence and the report; the tables' captions
+        say it with the same ablate/number_text.span)."""
+        from ablate.number_text import span
+
+        return span(self.lo, self.hi) + (f" {unit}" if unit else "")
 
     def to_json(self) -> dict[str, Any]:
         return {"min_compute": self.lo, "max_compute": self.hi, "rule": self.rule,

@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 import yaml
 
-from ablate.errors import InputError
+from ablate.errors import InputError, NoDataYet
 from ablate.analysis.gather import is_study_dir
 from ablate.studydir import PROBLEM_STATES, recorded_states, where_to_look
 from ablate.analysis.labels import shorten
@@ -54,9 +54,13 @@ class ReportData:
     # the axes once in the legend (ablate.analysis.labels.shorten); the full label is the tooltip.
     legend: str = ""
     short: dict[str, str] = field(default_factory=dict)
+    # The ranking's columns and notes in the words compare prints (ablate/analysis/ranking_text)
+    columns: list = field(default_factory=list)
+    row_notes: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("figures", "study_yaml")}
+        return {k: v for k, v in self.__dict__.items()
+                if k not in ("figures", "study_yaml", "columns", "row_notes")}
 
 
 def _png_b64(curves, groups, colors: dict[str, str], extend_to: Optional[float] = None) -> str:
@@ -193,9 +197,7 @@ def collect(study_dir: Path, *, options=None, n_boot: Optional[int] = None,
                       _commands(study_dir, text, name, options, runs))
     try:
         a = analyze(study_dir, options)
-    except InputError as e:  # no metrics yet: the page still shows the runs
-        if "--baseline" in str(e):
-            raise
+    except NoDataYet as e:  # the page still shows the runs; any other InputError is bad input
         data.notes.append(f"no curves to fit yet: {e}")
         return data
     data.x, data.y = a.curves.x, a.curves.y
@@ -205,6 +207,7 @@ def collect(study_dir: Path, *, options=None, n_boot: Optional[int] = None,
     colors = palette([g.variant for g in a.groups])
     data.colors = colors
     data.legend, data.short = shorten([r["variant"] for r in data.ranking])
+    _ranking_text(data)
     if any(g.fit for g in a.groups):
         data.figures["All variants"] = _png_b64(a.curves, a.groups, colors)
         for g in a.groups:
@@ -214,6 +217,19 @@ def collect(study_dir: Path, *, options=None, n_boot: Optional[int] = None,
     return data
 
 
+def _ranking_text(data: ReportData) -> None:
+    """The ranking's columns as compare prints them (with --wide: every fit column), and each
+    row's note, from the same rows and the same functions (ablate/analysis/ranking_text.py)."""
+    from ablate.analysis.ranking_text import (fit_columns, note_text, p_beats_column,
+                                              predicted_columns)
+
+    rows = data.ranking
+    base = data.short.get(data.baseline or "", data.baseline)
+    data.columns = [*fit_columns(rows, wide=True), *predicted_columns(rows, None),
+                    p_beats_column(rows, base)]
+    data.row_notes = [note_text(r, r.get("note")) for r in rows]
+
+
 def render(data: ReportData) -> str:
     """The HTML page (jinja2, autoescaped)."""
     import jinja2
@@ -221,13 +237,13 @@ def render(data: ReportData) -> str:
     env = jinja2.Environment(loader=jinja2.PackageLoader("ablate.analysis", "templates"),
                              autoescape=jinja2.select_autoescape(["html", "j2"]),
                              undefined=jinja2.StrictUndefined)
-    env.filters["num"] = _num
-    env.filters["ci"] = _ci
     counts: dict[str, int] = {}
     for r in data.runs:
         counts[r["state"]] = counts.get(r["state"], 0) + 1
+    from ablate.analysis.ranking_text import PREDICTIVE
+
     return env.get_template("report.html.j2").render(
-        d=data, counts=sorted(counts.items()), esc=html.escape,
+        d=data, counts=sorted(counts.items()), esc=html.escape, predictive=PREDICTIVE,
         generated=_dt.datetime.now().strftime("%Y-%m-%d %H:%M"))
 
 
@@ -247,15 +263,3 @@ def write_report(study_dir: Path, out: Optional[Path] = None, **kw: Any) -> tupl
     atomic_write(out, render(data))
     return out, data
 
-
-
-def _num(v: Any, fmt: str = ".3g") -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "—"
-    return format(v, fmt)
-
-
-def _ci(v: Any, fmt: str = ".3f") -> str:
-    if not v or v[0] is None or v[1] is None:
-        return ""
-    return f"[{format(v[0], fmt)}, {format(v[1], fmt)}]"

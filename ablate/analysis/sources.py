@@ -33,7 +33,7 @@ import pandas as pd
 
 from ablate import readers
 from ablate.analysis.gather import cache_is_fresh, gather, is_study_dir, study_fit_defaults, write_cache
-from ablate.errors import InputError
+from ablate.errors import InputError, NoDataYet
 from ablate.readers.common import split_seed
 from trainer.rundir import GPU_HOURS, PASS_RATE
 
@@ -90,6 +90,9 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
         y = y or defaults.get("y", PASS_RATE)
         fresh = cache_is_fresh(p)
         df = gather(p, write_cache=False)
+        if df.empty:  # not bad input: its runs have not evaluated yet
+            raise NoDataYet(f"{p}: no run has logged an evaluation yet (`ablate status {p}` "
+                            "shows where they are)")
         tidy = _tidy(df, str(p), x, y, by or "variant", drop_missing=True, y_range=y_range,
                      seed_names=False)
         if not fresh:  # only once the input is known good: bad input writes nothing

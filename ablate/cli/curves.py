@@ -19,17 +19,34 @@ from rich.console import Console
 from ablate.cli.app import app, margin_option
 from ablate.cli.delayed_progress import delayed_progress
 from ablate.errors import InputError
+from ablate.number_text import compute
 
 if TYPE_CHECKING:  # numpy/scipy/pandas load when a command fits, not for `ablate --help`
     from ablate.analysis.variant_fits import GroupFit
     from ablate.analysis.pipeline import Analysis, Options
     from ablate.analysis.sources import Curves
 
-# Wide when piped (rich would wrap at 80 columns): the tables carry intervals in every cell.
-# COLUMNS, when set, wins (a script or test asking for the table at a given width).
-_PIPE_WIDTH = None if "COLUMNS" in os.environ else 200
-out = Console(width=None if sys.stdout.isatty() else _PIPE_WIDTH)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else _PIPE_WIDTH)
+
+
+class _Stream:
+    """stdout or stderr as a rich Console made when it is used, so its width is the one at
+    the call: a terminal's; COLUMNS when set (a script or test asking for a given width; read
+    at import, an in-process caller's later COLUMNS went unseen); else, piped, wide (rich would
+    wrap at 80 columns and the tables carry intervals in every cell)."""
+
+    def __init__(self, stderr: bool) -> None:
+        self.stderr = stderr
+
+    def console(self) -> Console:
+        f = sys.stderr if self.stderr else sys.stdout
+        wide = None if f.isatty() or "COLUMNS" in os.environ else 200
+        return Console(stderr=self.stderr, width=wide)
+
+    def print(self, *args: Any, **kw: Any) -> None:
+        self.console().print(*args, **kw)
+
+
+out, err = _Stream(stderr=False), _Stream(stderr=True)
 
 SourceArg = typer.Argument(..., help="Study results dir, .csv/.jsonl/.parquet long table "
                            "(variant, seed, compute, score), W&B CSV export, MLflow tracking "
@@ -132,11 +149,11 @@ def _print_window_note(a: Analysis) -> None:
     if w.rule == "auto":
         g = skipped[0]
         err.print(f"{g.variant}: skipped {g.fit.skipped} early point(s) below {x}="
-                  f"{g.fit.min_compute:.4g}: they are off the sigmoid the later points follow "
+                  f"{compute(g.fit.min_compute)}: they are off the sigmoid the later points follow "
                   "(an early phase); --min-compute 0 keeps them", style="dim", markup=False)
         return
     by = [v for v, s in w.starts.items() if s is not None and s == w.lo]
-    err.print(f"one window for every variant: points below {x}={w.lo:.4g} are skipped for all "
+    err.print(f"one window for every variant: points below {x}={compute(w.lo)} are skipped for all "
               f"({', '.join(f'{g.variant} {g.fit.skipped}' for g in skipped)}) because "
               f"{', '.join(by)}'s early points are off the sigmoid its later points follow; "
               "--min-compute 0 keeps them", style="dim", markup=False)
@@ -154,7 +171,8 @@ def _analyze(source: Path, options: Options, quiet: bool, check=None) -> Analysi
     options = replace(options, baseline=check_baseline(curves, options.baseline))
     if check is not None:
         check(curves)
-    with delayed_progress(err, disable=quiet) as bar:
+    con = err.console()  # no bar on a pipe: nobody watches it, and it left a blank line there
+    with delayed_progress(con, disable=quiet or not con.is_terminal) as bar:
         task = bar.add_task("fitting", total=len(curves.variants()))
 
         def step(v: str) -> None:
@@ -190,9 +208,6 @@ def _print_json(obj) -> None:
 
 BaselineOpt = typer.Option(None, "--baseline", help="Variant to compare against, as written "
                            "or as the table shows it (default: the first variant fit).")
-# What a prediction's interval is, said in --json and under the tables (ablate/analysis/intervals.py)
-INTERVAL_KIND = ("95% predictive: the score a run reaches there, from the fit's parameter "
-                 "draws plus the run's drift and, in half the draws, a plateau after the window")
 MarginOpt = margin_option("A's within this are tied: refit with the shared A and compare B "
                           "(paper's rule).")
 
@@ -229,7 +244,7 @@ def fit(source: Path = SourceArg, x: Optional[str] = XOpt, y: Optional[str] = YO
     else:
         from ablate.cli.render import print_fit
 
-        print_fit(out, a.groups, a.curves.x, y_label(a.curves), wide)
+        print_fit(out.console(), a.groups, a.curves.x, y_label(a.curves), wide)
     _finish(a.groups)
 
 
@@ -260,7 +275,7 @@ def compare(source: Path = SourceArg,
         from ablate.cli.render import print_compare
 
         out.print(answer, markup=False, highlight=False)
-        print_compare(out, a.rows, a.groups, x=a.curves.x, y=y_label(a.curves), base=a.baseline,
+        print_compare(out.console(), a.rows, a.groups, x=a.curves.x, y=y_label(a.curves), base=a.baseline,
                       margin=a.options.margin, budget=budget, wide=wide)
         for r in a.rows:
             if r.disagreement:  # the paper's rank and the predictions disagree: say it plainly
@@ -302,14 +317,17 @@ def extrapolate(source: Path = SourceArg,
     _plot(a.curves, a.groups, plot, extend_to=budget)
     answer = extrapolate_answer(rows, x=a.curves.x, y=a.curves.y, budget=budget, target=target)
     if json_:
+        from ablate.analysis.ranking_text import INTERVAL_KIND, TARGET_INTERVAL_KIND
+
         _print_json(a.envelope("extrapolate", answer, rows, budget=budget, target=target,
-                               interval=INTERVAL_KIND))
+                               interval=INTERVAL_KIND if target is None
+                               else TARGET_INTERVAL_KIND))
     else:
-        what = f"score at {a.curves.x}={budget:g}" if budget is not None else \
+        what = f"score at {a.curves.x}={compute(budget)}" if budget is not None else \
             f"{a.curves.x} to reach {y_label(a.curves)}={target:g}"
         from ablate.cli.render import print_extrapolate
 
         out.print(answer, markup=False, highlight=False)
-        print_extrapolate(out, rows, what=what, key="score" if budget is not None else "compute",
+        print_extrapolate(out.console(), rows, what=what, key="score" if budget is not None else "compute",
                           wide=wide)
     _finish(a.groups)

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from ablate.cli.app import app
-from ablate.cli.curves import (INTERVAL_KIND, BaselineOpt, BinOpt, ByOpt, JsonOpt, MarginOpt,
+from ablate.cli.curves import (BaselineOpt, BinOpt, ByOpt, JsonOpt, MarginOpt,
                                MaxOpt, MethodOpt, MinOpt, PaperGridOpt, PlotOpt, SourceArg,
                                StepCostOpt, WideOpt, XOpt, YOpt, YRangeOpt, _analyze, _check_plot,
                                _finish, _opts, _print_json, out, said_plot, y_label)
@@ -46,12 +46,15 @@ def plan(source: Path = SourceArg,
     answer = plan_answer(result, x=a.curves.x)
     if json_:
         rows = result.pop("rows")
+        from ablate.analysis.ranking_text import INTERVAL_KIND
+
         _print_json(a.envelope("plan", answer, rows, **result, interval=INTERVAL_KIND))
         _finish(a.groups)
         return
     from ablate.cli.render import print_plan
+    from ablate.number_text import compute
 
     out.print(answer, markup=False, highlight=False)
-    print_plan(out, result, title=f"plan: budget {budget:.4g} {a.curves.x} ({y_label(a.curves)})",
+    print_plan(out.console(), result, title=f"plan: budget {compute(budget)} {a.curves.x} ({y_label(a.curves)})",
                tol=tol, wide=wide)
     _finish(a.groups)

@@ -16,48 +16,32 @@ from rich.console import Console, Group
 from rich.text import Text
 
 from ablate.analysis.labels import shorten
-from ablate.cli.tables import Col, ci, table
+from ablate.analysis.ranking_text import (PREDICTIVE, TARGET_INTERVAL, Column, fit_columns,
+                                          has_prediction, note_text, p_beats_column,
+                                          predicted_columns, rank_cells)
+from ablate.cli.tables import Col, table
+from ablate.number_text import compute, estimate, interval, number, span
 
 if TYPE_CHECKING:
     from ablate.analysis.compare import Ranked
     from ablate.analysis.variant_fits import GroupFit
     from ablate.studies.status import RunState
 
-# What a predicted score's interval is, under every table that shows one (ablate/analysis/intervals.py)
-PREDICTIVE = ("predicted: 95% predictive interval of a run's score (fit parameters, run drift, "
-              "a plateau past the window); never above A's interval")
 NOTE_CELL = 40  # in --wide, a longer note goes under the table as "(n) variant: text"
 WIDE = 10  # drop priority of the --wide columns: they give way before any default one
 
 
-# A fit's warning (fit_diagnosis.bound_warnings) that a verdict's reason (fit_trust.assess)
-# says again in other words: (how the reason starts, how the warning starts). The reason is kept
-# (it names the remedy); the warning would say the same thing twice in one note.
-_SAID_BY_REASON = (("C_mid ", "C_mid beyond the data"), ("A = ", "A at its bound"))
-
-
 def note(g: GroupFit, *more: str) -> str:
-    """A variant's note: the failure reason, or the fit's bound/identifiability warnings, and
-    the verdict's reason when it is not "ok" (a warning it repeats is left out)."""
-    parts = [g.error] if g.error else list(g.fit.warnings) if g.fit is not None else []
-    v, why = g.verdict()
-    if g.fit is not None and v != "ok":
-        parts = [*_not_said_by(why, parts), why]
-    return "; ".join(p for p in (*parts, *more) if p)
-
-
-def _not_said_by(reason: str, warnings: list[str]) -> list[str]:
-    """The warnings that `reason` (a verdict's) does not already say (`_SAID_BY_REASON`)."""
-    said = tuple(w for r, w in _SAID_BY_REASON if reason.startswith(r))
-    return [w for w in warnings if not (said and w.startswith(said))]
+    """A variant's note (ablate/analysis/ranking_text.note_text: the one rule, for the report
+    and every table alike)."""
+    return note_text(g.as_dict(), *more)
 
 
 def window(g: GroupFit) -> str:
     f = g.fit
     if f is None:
         return "—"
-    hi = f.window_max()
-    return (f"{f.min_compute:.3g}–{'' if hi is None else format(hi, '.3g')}"
+    return (span(f.min_compute, f.window_max(), hi_none="")
             + (f" ({f.skipped} skipped)" if f.skipped else ""))
 
 
@@ -90,28 +74,30 @@ def _window_cols(groups: list[GroupFit], x: str, wide: bool) -> tuple[str, list[
     # A comparison fits every variant from one start (ablate/analysis/pipeline.py); only the
     # ends (a stopped or shorter run) and the points skipped before the start differ, so the
     # start is said once and the per-variant spans are detail for --wide.
-    starts = {format(g.fit.min_compute, ".3g") for g in groups if g.fit is not None}
+    starts = {compute(g.fit.min_compute) for g in groups if g.fit is not None}
     if len(starts) == 1:
         return (f"window: {x} from {starts.pop()} for every variant",
                 [Col("window", spans, drop=WIDE)] if wide else [])
     return "", [Col("window", spans, drop=WIDE if wide and len(fitted) <= 1 else 6)]
 
 
+# How each ranking column (ablate/analysis/ranking_text.py) gives way to a narrow terminal:
+# higher is left out first; the A column is the answer's own, left out last.
+_DROP = {"A": 1, "B": 5, "C_mid": 3, "R0": 2, "r2": 1, "points": 1, "at_budget": 4,
+         "at_max": 4, "p_beats": 3}
+
+
+def _col(c: Column, drop: Optional[int] = None) -> Col:
+    """A ranking column as a terminal column: an estimate's cell is one unit, never split
+    from its interval (the header may wrap)."""
+    return Col(c.header, list(c.cells), drop=_DROP.get(c.key, 6) if drop is None else drop,
+               unbroken=c.key not in ("r2", "points"))
+
+
 def _fit_cols(groups: list[GroupFit], wide: bool) -> tuple[list[Col], list[Col]]:
     """(A and B, the --wide fit columns: C_mid, R0, R², points)."""
-    fits = [g.fit for g in groups]
-    dash = "—"
-    ab = [Col("A [95%]", [dash if f is None else ci(f.A, f.ci["A"], ".3f") for f in fits], drop=1),
-          Col("B [95%]", [dash if f is None else ci(f.B, f.ci["B"], ".2f") for f in fits], drop=5)]
-    if not wide:
-        return ab, []
-    more = [Col("C_mid [95%]", [dash if f is None else ci(f.C_mid, f.ci["C_mid"], ".3g")
-                                for f in fits], drop=3),
-            Col("R0 [95%]", [dash if f is None else ci(f.R0, f.ci["R0"], ".3f") for f in fits],
-                drop=2),
-            Col("R²", [dash if f is None else f"{f.r2:.3f}" for f in fits], drop=1),
-            Col("points", [str(0 if f is None else f.n_points) for f in fits], drop=1)]
-    return ab, more
+    cols = [_col(c) for c in fit_columns([g.as_dict() for g in groups], wide=wide)]
+    return cols[:2], cols[2:]
 
 
 def _details(console: Console, labels: list[str], legend: str, more: list[Col],
@@ -189,10 +175,6 @@ def print_fit(console: Console, groups: list[GroupFit], x: str, y: str, wide: bo
     notes.print(console)
 
 
-def _pred(d: Optional[dict]) -> str:
-    return "—" if d is None else ci(d["score"], d["ci"], ".3f")
-
-
 def print_compare(console: Console, rows: list[Ranked], groups: list[GroupFit], *, x: str,
                   y: str, base: Optional[str], margin: float, budget: Optional[float],
                   wide: bool) -> None:
@@ -203,25 +185,20 @@ def print_compare(console: Console, rows: list[Ranked], groups: list[GroupFit], 
     short_base = short.get(base or "", base)
     ab, more = _fit_cols(ranked, wide)
     win_caption, win = _window_cols(ranked, x, wide)
-    at_max = next((r.at_max for r in rows if r.at_max), None)
-    max_head = (f"predicted at {at_max['compute']:.3g} (max) [95% predictive]" if at_max
-                else "predicted at max")
-    preds = [Col(max_head, [_pred(r.at_max) for r in rows], drop=4 if budget is None else WIDE)]
-    if budget is not None:
-        preds = [Col(f"predicted at {budget:.3g} [95% predictive]",
-                     [_pred(r.at_budget) for r in rows], drop=4)] + (preds if wide else [])
+    dicts = [r.as_dict() for r in rows]
+    # at --budget the max column stays (the README's promise), giving way first when narrow
+    preds = [_col(c, None if c.key == "at_budget" or budget is None else 6)
+             for c in predicted_columns(dicts, budget)]
     notes = Notes(wide, short)
     cells = [notes.cell(r.group.variant, note(r.group, r.note if r.rank is not None else ""))
              for r in rows]
-    cols = [Col("rank", ["—" if r.rank is None else str(r.rank) for r in rows], keep=True),
-            _variant_col(labels), *ab, *preds,
+    cols = [Col("rank", rank_cells(dicts), keep=True), _variant_col(labels), *ab, *preds,
             verdict_col([g.verdict()[0] for g in ranked], 2),
-            Col(f"P(beats {short_base or 'baseline'})",
-                ["—" if r.p_beats is None else f"{r.p_beats:.2f}" for r in rows], drop=3),
+            _col(p_beats_column(dicts, short_base)),
             *[c for c in win if c.drop != WIDE]]
     caption = "; ".join(c for c in (f"baseline: {short_base or '—'}", f"margin on A: {margin:g}",
                                     win_caption, interval_caption(groups),
-                                    PREDICTIVE if any(r.at_max for r in rows) else "") if c)
+                                    PREDICTIVE if has_prediction(dicts) else "") if c)
     console.print(table(console, f"ranking by asymptote A ({y} vs {x})", cols, caption=caption,
                         legend=legend))
     if wide:
@@ -230,14 +207,9 @@ def print_compare(console: Console, rows: list[Ranked], groups: list[GroupFit], 
 
 
 def _row_note(r: dict) -> str:
-    """An extrapolation row's note: the verdict when the fit behind it is not "ok", the row's
-    own note and the fit's warnings."""
-    v = r.get("verdict")
-    reason = r.get("verdict_reason") or ""
-    why = "" if v in (None, "ok") or r.get("error") else f"{v}: {reason}"
-    warnings = list(r.get("warnings") or [])
-    warnings = _not_said_by(reason, warnings) if why else warnings
-    return "; ".join(x for x in (why, r.get("note"), *warnings) if x)
+    """An extrapolation row's note (ablate/analysis/ranking_text.note_text, the row's own
+    note after the verdict's)."""
+    return note_text(r, r.get("note"))
 
 
 def print_extrapolate(console: Console, rows: list[dict], *, what: str, key: str,
@@ -246,21 +218,20 @@ def print_extrapolate(console: Console, rows: list[dict], *, what: str, key: str
     legend, labels, short = _labels([r["variant"] for r in rows])
     notes = Notes(wide, short)
     cells = [notes.cell(r["variant"], _row_note(r)) for r in rows]
-    interval = ["—" if not r.get("ci") else
-                "[" + ", ".join("∞" if c is None else f"{c:.4g}" for c in r["ci"]) + "]"
-                for r in rows]
+    ends = ["—" if not r.get("ci") else interval(*r["ci"]) for r in rows]
     cols = [Col("", ["★" if r.get("recommended") else "" for r in rows], justify="left",
                 keep=True),
             _variant_col(labels),
-            Col("predicted", ["—" if r.get(key) is None else f"{r[key]:.4g}" for r in rows],
-                drop=1),
-            Col("95% predictive", interval, drop=2),
+            Col("predicted", [number(r.get(key), r.get("ci")) for r in rows], drop=1),
+            Col("95% predictive" if key == "score" else "95% interval", ends, drop=2,
+                unbroken=True),
             verdict_col([r.get("verdict") for r in rows], 4),
             Col("compare rank", ["—" if r.get("rank") is None else str(r["rank"]) for r in rows],
                 drop=3),
             *notes.column(cells)]
     console.print(table(console, f"extrapolation: {what}", cols,
-                        caption="★ = the variant to scale; " + PREDICTIVE, legend=legend))
+                        caption="★ = the variant to scale; "
+                        + (PREDICTIVE if key == "score" else TARGET_INTERVAL), legend=legend))
     notes.print(console)
 
 
@@ -279,14 +250,15 @@ def print_plan(console: Console, result: dict[str, Any], *, title: str, tol: flo
         if r["error"]:
             notes.cell(r["variant"], f"fit failed: {r['error']}")
     cols = [_variant_col(labels),
-            Col("predicted [95% predictive]", cells(lambda r: ci(r["score"], r["ci"], ".3f")),
-                drop=1),
+            Col("predicted [95% predictive]", cells(lambda r: estimate(r["score"], r["ci"])),
+                drop=1, unbroken=True),
             Col("P(best)", cells(lambda r: f"{r['p_best']:.2f}"), drop=2),
             Col("E[regret]", cells(lambda r: f"{r['expected_regret']:.4f}"), drop=3),
-            Col("scale to", cells(lambda r: f"{r['scale_to']:.3g}"), drop=4),
-            Col("extra compute", cells(lambda r: f"{r['extra_compute']:.3g}"), drop=5)]
+            Col("scale to", cells(lambda r: compute(r["scale_to"])), drop=4),
+            Col("extra compute", cells(lambda r: compute(r["extra_compute"])), drop=5)]
     if wide:
-        cols.append(Col("A [95%]", cells(lambda r: ci(r["A"], r["A_ci"], ".3f")), drop=WIDE))
+        cols.append(Col("A [95%]", cells(lambda r: estimate(r["A"], r["A_ci"])), drop=WIDE,
+                        unbroken=True))
     regret = result["expected_regret"]
     rec = result["recommended"]
     caption = (f"recommended: {short.get(rec, rec) if rec else '—'}; expected regret "

@@ -35,6 +35,7 @@ class Col:
     cells: list[Cell]
     justify: str = "right"
     whole: bool = False  # labels and ids: never wrapped, never truncated
+    unbroken: bool = False  # cells never wrapped (an estimate and its interval), header may
     keep: bool = False  # never left out (the rank and the label)
     drop: int = 0  # among the others, higher is left out first when the terminal is narrow
     width: Optional[int] = None  # a fixed-width renderable (a progress bar)
@@ -101,8 +102,10 @@ def _widths(console: Console, col: Col) -> Widths:
     if col.whole:
         return Widths(full, full, full)
     one_line = max((_span(t) for t in col.texts), default=0)
-    return Widths(full, max(one_line, _tightest(console, [header], cell_len(header.plain))),
-                  _tightest(console, [header, *col.texts], full))
+    cells = max(one_line, _tightest(console, [header], cell_len(header.plain)))
+    if col.unbroken:  # `0.879 [0.861, 0.899]` is one unit: split, the number loses its interval
+        return Widths(full, cells, cells)
+    return Widths(full, cells, _tightest(console, [header, *col.texts], full))
 
 
 def _grow(target: list[int], widths: list[int], room: int) -> tuple[list[int], int]:
@@ -173,8 +176,3 @@ def table(console: Console, title: str, cols: list[Col], *, caption: str = "",
 def _cell(c: Cell) -> RenderableType:
     return Text(c) if isinstance(c, str) else c
 
-
-def ci(v: float, interval, fmt: str) -> str:
-    """`v [lo, hi]`: a value and its 95% interval, in one cell."""
-    lo, hi = interval
-    return f"{v:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
