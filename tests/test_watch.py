@@ -173,14 +173,15 @@ def test_console_script_from_another_folder_at_80_and_100_columns(tmp_path):
     for cols in (80, 100):
         r = ablate_script("watch", "runs.csv", "--plot", "w.png", cwd=tmp_path, columns=cols)
         assert r.returncode == 0, r.stderr
-        head, *lines = r.stdout.splitlines()
-        assert head.startswith("score against compute (compute units)"), head
-        assert len(lines) == 3 and all(len(s) <= 100 for s in r.stdout.splitlines()), lines
+        assert all(len(s) <= cols for s in r.stdout.splitlines()), r.stdout
+        assert r.stdout.startswith("score against compute (compute units);"), r.stdout
+        runs = _verdict_lines(r.stdout)
+        assert len(runs) == 3, r.stdout
         # "run  verdict  latest [band] @C; @budget: forecast [band]; flat by C", nothing cut (~)
         verdicts = {m[1]: m[2] for m in (re.match(r"(\S+) +(on track|ahead|behind|departed|"
-                                                   r"waiting)( |$)", s) for s in lines)}
-        assert not any(s.endswith("~") for s in lines), lines
-        healthy = next(s for s in lines if s.startswith("healthy "))
+                                                   r"waiting)( |$)", s) for s in runs)}
+        assert not any(w.endswith("~") for w in r.stdout.split()), r.stdout
+        healthy = next(s for s in runs if s.startswith("healthy "))
         assert re.search(r"; @[\d.e]+: [\d.]+ \[[\d.]+, [\d.]+\]; flat by [\d.e]+$", healthy), \
             healthy
         assert verdicts["collapsing"] == "departed" and verdicts["short"] == "waiting"
@@ -190,6 +191,18 @@ def test_console_script_from_another_folder_at_80_and_100_columns(tmp_path):
     assert [o["verdict"] for o in js][1:] == ["departed", "waiting"]
     assert js[1]["departed_at"] >= _runs()[0][ONSET] and js[2]["needs"] == 5
     assert {o["x"] for o in js} == {"compute"}
+
+
+def _verdict_lines(stdout: str) -> list[str]:
+    """One string per run: its line and the indented lines that go on with it (a part that
+    did not fit the width goes whole onto the next line), the header left out."""
+    runs: list[str] = []
+    for s in stdout.splitlines():
+        if s.startswith(" "):
+            runs[-1] += " " + s.strip()
+        else:
+            runs.append(s)
+    return runs[1:]
 
 
 def _study(tmp_path: Path, runs: dict) -> Path:
@@ -270,9 +283,9 @@ def test_long_run_names_are_cut_so_the_whole_verdict_fits(tmp_path):
     src = _csv(tmp_path / "runs.csv", **{long: good, "b": good})
     r = ablate("watch", src)
     assert r.returncode == 0, r
-    lines = r.stdout.splitlines()[1:]
-    assert len(lines) == 2 and all(len(s) <= 100 for s in lines), lines
-    assert all("flat by" in s and not s.endswith("~") for s in lines), lines
+    assert all(len(s) <= 100 for s in r.stdout.splitlines()), r.stdout
+    lines = _verdict_lines(r.stdout)
+    assert len(lines) == 2 and all("flat by" in s for s in lines), lines
     name = lines[0].split()[0]
     assert name.endswith("~") and long.startswith(name[:-1]) and len(name) >= 12, lines
 

@@ -1,8 +1,9 @@
 """`ablate watch TARGET`: hold each run to its frozen forecast, once or while it runs.
 
 Thin over ablate.analysis.watch (the verdicts) and ablate.analysis.watch_source (the runs of a
-target). A header naming the axis and its unit once, then one line per run (at most 100
-columns); `--json` one object per run (a JSON list, docs/JSON.md); `--follow` re-reads as the
+target). A header naming the axis and its unit once, then one line per run, at the terminal's
+width (100 on a pipe; a part that does not fit goes whole onto an indented next line, so a
+number never leaves its band); `--json` one object per run (a JSON list, docs/JSON.md); `--follow` re-reads as the
 logs grow and prints a run's line only when its verdict changes. Run dirs (ours: a run dir or a
 study dir) get watch.json (ablate.analysis.watch_store, one record per axis), which `ablate
 status` reads; other tools' logs get nothing written. Exit codes: 0 a verdict for at least one
@@ -63,7 +64,7 @@ def watch(
     on_depart: Optional[str] = typer.Option(None, "--on-depart", help="Shell command run once "
                                             "per departure, with the run id and verdict "
                                             "appended as arguments (a notifier, or `scancel` "
-                                            "via a script); a run dir's forecast.json "
+                                            "via a script); a run dir's watch.json "
                                             "remembers it across invocations."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG: each run's frozen "
                                         "band, its points after the freeze, the departure."),
@@ -154,12 +155,14 @@ def _show(js, changed, looker: _Looker, as_json: bool, follow: bool) -> None:
             print(json.dumps(_clean([{**j.as_json(), "x": looker.x, "y": looker.y}
                                      for j in shown])), flush=True)
         return
+    width = terminal_width()
     if not looker.header_shown and shown:
-        print(header(looker.target, looker.x, looker.y, js[0].level, js[0].k), flush=True)
+        print(header(looker.target, looker.x, looker.y, js[0].level, js[0].k, width),
+              flush=True)
         looker.header_shown = True
-    name_w = name_width(js)
+    name_w = name_width(js, width)
     for j in shown:
-        print(line(j, name_w), flush=True)
+        print(line(j, name_w, width), flush=True)
 
 
 def unit(x: str) -> str:
@@ -167,11 +170,12 @@ def unit(x: str) -> str:
     return UNITS.get(x, x)
 
 
-def header(target: Path, x: str, y: str, level: float, k: int) -> str:
-    """The axis and unit, said once: every compute below is in it."""
-    text = (f"{y} against {x} ({unit(x)}); {level:.0%} band of one evaluation, departed after "
-            f"{k} below")
-    return _short(text, WIDTH)
+def header(target: Path, x: str, y: str, level: float, k: int, width: int = WIDTH) -> str:
+    """The axis and unit, said once: every compute below is in it (two lines when narrow)."""
+    axis = f"{y} against {x} ({unit(x)})"
+    rule = f"{level:.0%} band of one evaluation, departed after {k} below"
+    one = f"{axis}; {rule}"
+    return one if len(one) <= width else f"{axis};\n    {rule}"
 
 
 def _read(target, x, y, step_cost, follow, counts: Optional[dict[str, int]] = None):
@@ -271,57 +275,72 @@ def _notify(cmd: str, run: str, verdict: str) -> None:
         print(f"warning: --on-depart for {run} exited {rc}", file=sys.stderr)
 
 
-def name_width(js) -> int:
-    """The run column's width: the longest name, cut (down to 12, a run id's length) so that
-    every run's whole line fits WIDTH columns; at most NAME_W."""
+def name_width(js, width: int = WIDTH) -> int:
+    """The run column's width: the longest name, at most NAME_W, cut (down to 12, a run id's
+    length) on a terminal narrower than WIDTH; --json has every name whole."""
     longest = max((len(j.run) for j in js), default=0)
-    room = WIDTH - 10 - max((len(_body(j)) for j in js), default=0)  # 10: " verdict  "
-    return max(min(longest, 12), min(longest, NAME_W, room))
+    return max(min(longest, 12), min(longest, NAME_W - max(0, WIDTH - width)))
 
 
-def line(j, name_w: int = NAME_W) -> str:
-    """One run's verdict in at most WIDTH columns: the run (padded to `name_w`), its verdict,
-    then _body."""
-    return _short(f"{_short(j.run, name_w):<{name_w}} {j.verdict:<8} {_body(j)}", WIDTH)
+def line(j, name_w: int = NAME_W, width: int = WIDTH) -> str:
+    """One run's verdict: the run (padded to `name_w`), its verdict, then its parts (_parts),
+    as many a line as `width` holds; a part that does not fit goes whole onto the next line,
+    indented under the first: a number is never cut from its band, nothing is cut (~)."""
+    head = f"{_short(j.run, name_w):<{name_w}} {j.verdict:<8} "
+    indent = " " * (len(head) if width - len(head) >= 40 else 4)
+    lines, cur = [], head
+    for i, part in enumerate(_parts(j)):
+        piece = part if i == 0 else f"; {part}"
+        if i and len(cur) + len(piece) > width:
+            lines.append(cur + ";")
+            cur, piece = indent, part
+        cur += piece
+    return "\n".join([*lines, cur.rstrip()])
 
 
-def _body(j) -> str:
-    """The latest evaluation with its band (the verdict says on which side), today's forecast
-    at the budget, where it is flat; or what a waiting run needs."""
+def _parts(j) -> list[str]:
+    """The latest evaluation with its band (the verdict says on which side), a renewal, today's
+    forecast at the budget, where it is flat; or what a waiting run needs. Numbers as every
+    command prints them (ablate/number_text.py)."""
+    from ablate.number_text import compute, estimate, interval, number
+
     if j.verdict == "waiting":
-        return j.reason.replace("no forecast yet: needs about ", "needs ~")
+        return [j.reason.replace("no forecast yet: needs about ", "needs ~")]
     judged = [p for p in j.points if p.side != "past"]
     if j.verdict == "departed":
-        body = f"{j.departure} since {_g(j.departed_at)}" + ("; back inside" if j.returned
-                                                             else "")
+        parts = [f"{j.departure} since {compute(j.departed_at)}"
+                 + ("; back inside" if j.returned else "")]
     elif j.verdict == "behind" and judged and judged[-1].side != "below" and j.today_band:
         p = judged[-1]
-        body = (f"{p.score:.3f} below today's fit [{j.today_band[0]:.3f}, "
-                f"{j.today_band[1]:.3f}] @{_g(p.compute)}")
+        parts = [f"{number(p.score, j.today_band)} below today's fit "
+                 f"{interval(*j.today_band)} @{compute(p.compute)}"]
     elif judged:
         p = judged[-1]
-        body = f"{p.score:.3f} [{p.lo:.3f}, {p.hi:.3f}] @{_g(p.compute)}"
+        parts = [f"{estimate(p.score, (p.lo, p.hi))} @{compute(p.compute)}"]
     else:
-        body = f"frozen @{_g(j.forecast.frozen_at)}, nothing after it yet"
+        parts = [f"frozen @{compute(j.forecast.frozen_at)}, nothing after it yet"]
     if j.forecast.rule == "renewed":
-        body += f"; renewed @{_g(j.forecast.frozen_at)}"
+        parts.append(f"renewed @{compute(j.forecast.frozen_at)}")
     if j.at_budget:
         b = j.at_budget
-        body += f"; @{_g(j.budget)}: {b['score']:.3f} [{b['lo']:.3f}, {b['hi']:.3f}]"
+        parts.append(f"@{compute(j.budget)}: {estimate(b['score'], (b['lo'], b['hi']))}")
     if j.stops_paying is not None:
-        body += f"; flat by {_g(j.stops_paying)}"
-    return body
-
-
-def _g(x: float) -> str:
-    """A compute, short: 1234, 0.0123, 4.4e10, 1.5e-5 (4 digits below 10,000, else 3)."""
-    s = f"{x:.4g}" if 1e-3 <= abs(x) < 1e4 or x == 0 else f"{x:.3g}"
-    mant, _, exp = s.partition("e")
-    return f"{mant}e{int(exp)}" if exp else s
+        parts.append(f"flat by {compute(j.stops_paying)}")
+    return parts
 
 
 def _short(s: str, n: int) -> str:
     return s if len(s) <= n else s[:n - 1] + "~"
+
+
+def terminal_width() -> int:
+    """Columns to print in: the terminal's (COLUMNS when set), else WIDTH on a pipe."""
+    import os
+    import shutil
+
+    if "COLUMNS" in os.environ or sys.stdout.isatty():
+        return shutil.get_terminal_size((WIDTH, 24)).columns
+    return WIDTH
 
 
 def _clean(o: Any) -> Any:
