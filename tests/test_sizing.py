@@ -83,7 +83,8 @@ def test_proposal_is_a_study_the_sweep_runs_as_planned(tmp_path):
     assert {x["launch"]["runs_at_once"] for x in runs} == {p["runs_at_once"]}
     walls = {round(x["resources"]["wall_h"], 1) for x in runs}
     assert max(walls) == pytest.approx(p["run_wall_h"], abs=0.1), (walls, p)
-    text = ablate("sweep", out, "--dry-run", cwd=tmp_path).stdout.strip().splitlines()[-1]
+    text = ablate("sweep", out, "--dry-run", cwd=tmp_path).stdout
+    text = " ".join(text[text.rindex("\nstudy: ") + 1:].split())  # the last fact, unfolded
     assert f"{p['runs_at_once']} at once" in text, text
 
 
