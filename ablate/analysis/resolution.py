@@ -51,6 +51,8 @@ def useful_seeds() -> int:
 
 MAX_USEFUL_SEEDS = useful_seeds()
 
-HOW = (f"the smallest difference in A between two variants found 4 times in 5 at 95% "
-       f"(one run's A sd {SIGMA_A_ONE_RUN:.4f}: the paper's +-{A_MARGIN:g} and this project's "
-       "single-run intervals; ablate/analysis/resolution.py)")
+# What the margin means, and where its numbers come from, as the proposal says them.
+MEANS = "the smallest difference in A between two variants found 4 times in 5 at 95%"
+SOURCE = (f"one run's A sd {SIGMA_A_ONE_RUN:.4f}: the paper's +-{A_MARGIN:g} and this project's "
+          "single-run intervals; ablate/analysis/resolution.py")
+HOW = f"{MEANS} ({SOURCE})"

@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import math
 import re
+import textwrap
 from pathlib import Path
 from typing import Optional
 
-from ablate.analysis.resolution import HOW, MAX_USEFUL_SEEDS
+from ablate.analysis.resolution import HOW, MAX_USEFUL_SEEDS, MEANS, SOURCE
 from ablate.errors import InputError
 from ablate.studies.capacity import wall_text
 
@@ -66,14 +67,16 @@ def summary(study: Path, text: str, s, o) -> list[str]:
               "there, so the margin is a lower bound")
     seeds = ("" if o.seeds >= MAX_USEFUL_SEEDS else
              f" (more seeds did not fit; {MAX_USEFUL_SEEDS} would reach compare's 0.02)")
-    return [f"{study} within {text}: {s.variants} variants x {o.seeds} seed(s) = {o.runs} runs, "
-            f"{o.budget:,.0f} GPU-hours a run, {o.nodes_per_run} node(s) a run",
+    return [f"{study} within {text}: {o.runs} runs ({s.variants} variants x {o.seeds} seed(s)), "
+            f"{o.budget:,.0f} GPU-hours and {o.nodes_per_run} node(s) a run",
             f"  budget: {budget} (scalerl.md)",
             f"  seeds: {o.seeds}{seeds}",
             f"  nodes: {o.cap.text()}",
             f"  time: {wall_text(o.study_wall_h)}, each run ~{o.run_wall_h:,.0f} h; queue waits "
             "not counted",
-            f"  margin on A: {o.margin:.3f}: {HOW}"]
+            f"  margin on A: {o.margin:.3f}, {MEANS}",
+            # where it comes from: an explanation, folded to fit 100 columns
+            *textwrap.wrap(SOURCE, 92, initial_indent="    ", subsequent_indent="    ")]
 
 
 def within(study: Path, text: str, *, executor: Optional[str], profile: Optional[str],
