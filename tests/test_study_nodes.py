@@ -110,7 +110,8 @@ def test_dry_run_states_the_study_wall_time_on_the_nodes_it_has(tmp_path):
     the dry run assumes the profile's 2 nodes (one run at a time) and says so."""
     r = ablate("sweep", "recipes/loss_agg.yaml", "--profile", "slurm_gpu", "--dry-run")
     assert r.returncode == 0, r
-    line = r.stdout.strip().splitlines()[-1]
+    # the last fact, folded at the width's words (COLUMNS 100), read as one line
+    line = " ".join(r.stdout[r.stdout.rindex("\nstudy: ") + 1:].split())
     assert line.startswith("study: 6 planned runs") and "1 at once: 2-node runs on assumed " \
         "2 nodes (the profile's; " in line, line
     assert "~6,855 h wall (286 days" in line, line
