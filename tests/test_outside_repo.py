@@ -324,7 +324,8 @@ def test_sweep_takes_a_shipped_study_by_name(tmp_path):
 def test_dry_run_on_a_100_column_terminal_folds_its_prose_not_its_rows(tmp_path):
     """On a terminal (a pty here, COLUMNS=100) the plan's long lines fold at words under their
     indent instead of being cut mid-word by the terminal; each run's table row stays one line.
-    Piped (every other test), each fact stays on one line for grep."""
+    Piped with no COLUMNS, each fact stays on one line for grep (COLUMNS, when set, is the
+    width asked for, as every command reads it)."""
     import pty
 
     master, slave = pty.openpty()
@@ -350,6 +351,9 @@ def test_dry_run_on_a_100_column_terminal_folds_its_prose_not_its_rows(tmp_path)
     prose = [x for x in lines if x not in rows]
     assert all(len(x) <= 100 for x in prose), [x for x in prose if len(x) > 100]
     assert any(x.startswith("      ") for x in prose)  # a folded plan line under its indent
-    piped = ablate("sweep", "loss_agg.yaml", "--profile", "slurm_gpu", "--dry-run", cwd=tmp_path)
+    env = {k: v for k, v in user_env().items() if k != "COLUMNS"}
+    piped = subprocess.run([ABLATE, "sweep", "loss_agg.yaml", "--profile", "slurm_gpu",
+                            "--dry-run"], capture_output=True, text=True, timeout=120,
+                           cwd=tmp_path, env=env)
     assert any(len(x) > 100 for x in piped.stdout.splitlines())  # piped: nothing folded
     assert list(tmp_path.iterdir()) == []

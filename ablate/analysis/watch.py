@@ -41,6 +41,7 @@ from ablate.analysis.watch_forecast import (  # noqa: F401 - the watch API in on
     N_DRAWS, SAG_LEVEL, SCAN_DRAWS, Forecast, Freeze, band_at, falling, fit_quiet, freeze_index,
     identified, make_forecast, needs_more, one_eval_band, scan_freeze)
 from ablate.errors import InputError
+from ablate.number_text import compute, interval, number
 
 K = 3  # consecutive evaluations below the band that make a departure
 LEVEL = 0.99  # the band's central probability
@@ -336,8 +337,8 @@ def _reason(j: Judgement) -> str:
     judged = [p for p in j.points if p.side != "past"]
     f = j.forecast
     first = next((g for g in j.forecasts if g.rule != "provisional"), f)
-    renewed = (f"; re-forecast at compute {f.frozen_at:.3g} (A {f.A:.3f}): the run left its "
-               f"first forecast (A {first.A:.3f}) above for good" if f.rule == "renewed" else
+    renewed = (f"; re-forecast at compute {compute(f.frozen_at)} (A {f.A:.3f}): the run left "
+               f"its first forecast (A {first.A:.3f}) above for good" if f.rule == "renewed" else
                "; provisional forecast (the ceiling is not yet held)" if f.rule == "provisional"
                else "")
     if j.verdict == "departed":
@@ -345,15 +346,15 @@ def _reason(j: Judgement) -> str:
                 j.departure == "collapse" else
                 f"the mean of {f.w} evaluations below the {SAG_LEVEL:.0%} band of such a mean "
                 "(a sag)")
-        return (f"{what} from compute {j.departed_at:.4g}"
+        return (f"{what} from compute {compute(j.departed_at)}"
                 + ("; back inside since" if j.returned else "") + renewed)
     if not judged:
-        return f"forecast frozen at compute {f.frozen_at:.4g}; no evaluation after it yet"
+        return f"forecast frozen at compute {compute(f.frozen_at)}; no evaluation after it yet"
     p = judged[-1]
     if j.verdict == "behind" and p.side != "below" and j.today_band:
         lo, hi = j.today_band
-        return (f"latest {p.score:.3f} below today's fit's {j.level:.0%} band [{lo:.3f}, "
-                f"{hi:.3f}] (the forecast's band [{p.lo:.3f}, {p.hi:.3f}])" + renewed)
+        return (f"latest {number(p.score, (lo, hi))} below today's fit's {j.level:.0%} band "
+                f"{interval(lo, hi)} (the forecast's band {interval(p.lo, p.hi)})" + renewed)
     where = {"in": "inside", "above": "above", "below": "below"}[p.side]
-    return (f"latest {p.score:.3f} {where} the {j.level:.0%} band [{p.lo:.3f}, {p.hi:.3f}] at "
-            f"compute {p.compute:.4g}" + renewed)
+    return (f"latest {number(p.score, (p.lo, p.hi))} {where} the {j.level:.0%} band "
+            f"{interval(p.lo, p.hi)} at compute {compute(p.compute)}" + renewed)

@@ -6,8 +6,10 @@ training GPU by term and per generation GPU (trainer/plan/memory.py) against the
 `gpu_memory_gib`; and the time of a step, of an eval, to the budget (wall and GPU-hours) and
 the jobs/requeues that takes under the profile's time limit (trainer/plan/time_plan.py). The same
 checks refuse the study in `ablate sweep` (ablate/studies/sweep.py check_fit, check_time).
-Plain text, not a rich table: a table cut variant names (`off_po…`) and broke words when
-piped; here nothing is cut, the name comes last.
+The runs' table is laid out for the terminal (ablate/cli/tables.py): the name last and whole
+(a long multi-axis one breaks after an `axis=value,` at most), the least important columns
+left out and named when the width cannot hold them; piped with no COLUMNS, every column, one
+line a run, for grep. A plan on CPU speaks of CPUs: RAM per training process, CPU-hours.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ def _terms(terms: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:g}" for k, v in terms.items())
 
 
-def shape_text(shape: JobShape, plan: Any = None) -> str:
+def shape_text(shape: JobShape, cpu: bool = False) -> str:
+    if cpu:
+        return f"{shape.nodes} node(s) x {shape.ranks_per_node} rank(s), on CPU"
     gpus = ("GPUs not known here" if shape.gpus_per_node is None
             else f"{shape.gpus_per_node} GPUs" if shape.gpus_per_node else "no GPUs")
     mem = f" of {shape.gpu_memory_gib:g} GiB" if shape.gpu_memory_gib else ""
@@ -40,11 +44,12 @@ def plan_lines(name: str, p: Any) -> list[str]:
         return [f"{name}: {p.note}"]
     verdict = ("" if p.fits is None else f" of {p.train_budget_gib:g} -> "
                + ("fits" if p.fits else "DOES NOT FIT"))
+    per = "GiB of RAM per process" if p.device == "CPU" else "GiB/GPU"
     lines = [f"{name}: {p.model} ({p.params_b:g}B params), {p.dp} training rank(s), "
              f"{p.tokens_per_forward:,} tokens per forward/backward",
-             f"  training GiB/GPU {p.train_gib_per_gpu:g}{verdict}; largest: {p.largest}; "
+             f"  training {per} {p.train_gib_per_gpu:g}{verdict}; largest: {p.largest}; "
              f"{_terms(p.train)}",
-             f"  generation ({p.generation_where}) GiB/GPU {p.generation_gib_per_gpu:g}: "
+             f"  generation ({p.generation_where}) {per} {p.generation_gib_per_gpu:g}: "
              f"{_terms(p.generation)}" + (f" ({p.kv_sequences})" if p.kv_sequences else "")]
     if p.note:
         lines.append(f"  {p.note}")
@@ -65,14 +70,16 @@ def time_lines(t: Optional[TimePlan]) -> list[str]:
     if t.steps is None:
         lines.append(f"  {t.note}")
         return lines
+    dev = _device(t)
     to = (f"  to the budget: {t.steps:,} steps, {t.evals} evals: {_hours(t.wall_h)} h wall, "
-          f"{_hours(t.gpu_hours)} device-hours ({t.devices} device(s) held)")
+          f"{_hours(t.gpu_hours)} {dev}-hours ({t.devices} {dev}(s) held)")
     if t.job_h is not None:
         limit = (f"max {t.max_requeues}" if t.max_requeues is not None else
                  f"max_num_timeout auto: {t.max_num_timeout}" if t.max_num_timeout is not None
                  else "no limit")
         jobs = ("no job keeps a step" if t.jobs is None else
-                f"{t.steps_per_job:,} steps kept per job -> {t.jobs} jobs, {t.requeues} "
+                f"all {t.steps:,} steps in one job, no requeue needed ({limit})" if t.jobs == 1
+                else f"{t.steps_per_job:,} steps kept per job -> {t.jobs} jobs, {t.requeues} "
                 f"requeues needed ({limit})")
         to += f"; jobs of {t.job_h:g} h: {jobs}"
     lines.append(to)
@@ -84,6 +91,11 @@ def time_lines(t: Optional[TimePlan]) -> list[str]:
     return lines
 
 
+def _device(t: Optional[TimePlan]) -> str:
+    """"CPU" for a time plan on CPU, else "GPU": the word its hours and devices are said in."""
+    return "CPU" if t is not None and t.device.startswith("CPU") else "GPU"
+
+
 def resources_json(p: Any, t: Optional[TimePlan] = None) -> dict[str, Any]:
     """The `resources` object of one run in `sweep --dry-run --json`: the memory plan, and the
     time plan (its headline numbers at the top level, the whole plan under "time")."""
@@ -93,7 +105,7 @@ def resources_json(p: Any, t: Optional[TimePlan] = None) -> dict[str, Any]:
            "train_terms_gib": p.train, "generation_terms_gib": p.generation,
            "generation_where": p.generation_where, "kv_sequences": p.kv_sequences,
            "training_ranks": p.dp, "tokens_per_forward": p.tokens_per_forward,
-           "params_b": p.params_b, "model": p.model, "note": p.note}
+           "params_b": p.params_b, "model": p.model, "note": p.note, "device": p.device}
     tj = t.to_json() if t is not None else {}
     out.update({"step_s": tj.get("step_s"), "eval_s": tj.get("eval_s"),
                 "wall_h": tj.get("wall_h"), "gpu_hours": tj.get("gpu_hours"),
@@ -210,11 +222,13 @@ def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json:
                            **({"command": commands[v.run_id]} if commands[v.run_id] else {})}
                           for v in variants]))
         return
-    rows = table(variants, plans, times)
-    out = [launch_text(info), *warnings_of(shape, plans, info), "",
-           f"{study}: {len(variants)} runs", *rows]
-    out += ["", f"Resource plan per GPU ({shape_text(shape)}; GiB; trainer/plan/memory.py) and "
-            "time plan (trainer/plan/time_plan.py):"]
+    width = _width()
+    cpu = all(p.device == "CPU" for p in plans.values())
+    rows = table(variants, plans, times, f"{study}: {len(variants)} runs", width)
+    out = [launch_text(info), *warnings_of(shape, plans, info), "", *rows]
+    per = "CPU process (RAM)" if cpu else "GPU"
+    out += ["", f"Resource plan per {per} ({shape_text(shape, cpu)}; GiB; trainer/plan/memory.py)"
+            " and time plan (trainer/plan/time_plan.py):"]
     # Variants with the same plans (an axis that changes neither) are listed once.
     groups: dict[tuple[str, ...], list[str]] = {}
     for v in variants:
@@ -230,21 +244,29 @@ def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json:
     commands_text = [f"{v.run_id} {v.name} seed {v.seed}: {c}" for v, c in cmds]
     out += commands_text
     out += study_total(variants, times, cap)
-    # table rows and commands (to copy into a shell) stay one line each
-    print("\n".join(_fold(out, keep={*rows[:-1], *commands_text})))
+    # the table (laid out for the width) and commands (to copy into a shell) stay as they are
+    print("\n".join(_fold(out, {*rows, *commands_text}, width)))
 
 
-def _fold(lines: list[str], keep: set[str]) -> list[str]:
-    """On a terminal, prose lines wider than it fold at words under their own indent (the
-    terminal would cut them mid-word); table rows and commands (`keep`) stay whole. Piped,
-    every fact stays on one line for grep."""
+def _width() -> Optional[int]:
+    """The columns to fit: a terminal's, or COLUMNS when set; None piped without it (every
+    fact on one line for grep)."""
+    import os
     import shutil
     import sys
+
+    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit():
+        return max(60, shutil.get_terminal_size().columns)
+    return None
+
+
+def _fold(lines: list[str], keep: set[str], width: Optional[int]) -> list[str]:
+    """Prose lines wider than `width` fold at words under their own indent (a terminal would
+    cut them mid-word); the table and commands (`keep`) stay as they are."""
     import textwrap
 
-    if not sys.stdout.isatty():
+    if width is None:
         return lines
-    width = max(60, shutil.get_terminal_size().columns)
     out = []
     for line in lines:
         if line in keep or len(line) <= width:
@@ -256,11 +278,17 @@ def _fold(lines: list[str], keep: set[str]) -> list[str]:
     return out
 
 
-def table(variants: list[Variant], plans: dict[str, Any], times: dict[str, Any]) -> list[str]:
-    """One line per run, fixed-width columns, the variant's name last and whole."""
-    head = ("run_id", "seed", "train", "gen", "fits", "step", "eval", "wall h", "GPU-h",
-            "requeues", "reach", "name")
-    rows = []
+def table(variants: list[Variant], plans: dict[str, Any], times: dict[str, Any], title: str,
+          width: Optional[int]) -> list[str]:
+    """The runs, one a row, laid out for `width` (ablate/cli/tables.py; None: all columns);
+    the variant's name last and whole, the footnote under it."""
+    import io
+
+    from rich.console import Console
+
+    from ablate.cli.tables import Col, table as layout
+
+    cells: list[tuple[str, ...]] = []
     for v in variants:
         p, t = plans[v.run_id], times[v.run_id]
         fits = "" if p.fits is None else ("yes" if p.fits else "NO")
@@ -270,16 +298,25 @@ def table(variants: list[Variant], plans: dict[str, Any], times: dict[str, Any])
             req = ("-" if tt.jobs is None else f"{tt.requeues}") + (
                 "" if tt.max_num_timeout is None else f"/{tt.max_num_timeout}")
             reach = {True: "yes", False: "NO", None: ""}[tt.reaches_budget]
-        rows.append((v.run_id, str(v.seed), _num(p.train_gib_per_gpu),
-                     _num(p.generation_gib_per_gpu), fits,
-                     dur(tt.step_s) if tt else "", dur(tt.eval_s) if tt else "",
-                     _hours(tt.wall_h) if tt else "", _hours(tt.gpu_hours) if tt else "",
-                     req, reach, v.name))
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head) - 1)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths) + "  {}"
-    return [fmt.format(*head), *(fmt.format(*r) for r in rows),
-            "(train/gen: GiB per training/generation GPU; wall h, GPU-h: to the budget; "
-            "requeues: needed/allowed; reach: the budget under the profile)"]
+        cells.append((v.run_id, str(v.seed), _num(p.train_gib_per_gpu),
+                      _num(p.generation_gib_per_gpu), fits,
+                      dur(tt.step_s) if tt else "", dur(tt.eval_s) if tt else "",
+                      _hours(tt.wall_h) if tt else "", _hours(tt.gpu_hours) if tt else "",
+                      req, reach, v.name))
+    dev = _device(next((t for t in times.values() if t is not None), None))
+    # (header, drop: higher gives way first on a narrow terminal); the name is kept, whole
+    heads = [("run_id", 1), ("seed", 4), ("train", 2), ("gen", 4), ("fits", 3), ("step", 6),
+             ("eval", 7), ("wall h", 1), (f"{dev}-h", 2), ("requeues", 5), ("reach", 3)]
+    cols = [Col(h, [c[i] for c in cells], justify="left", whole=h == "run_id", drop=d)
+            for i, (h, d) in enumerate(heads) if any(c[i] for c in cells)]
+    cols.append(Col("name", [c[-1] for c in cells], justify="left", whole=True, keep=True))
+    per = ("GiB of RAM per training process" if dev == "CPU"
+           else "GiB per training/generation GPU")
+    caption = (f"train/gen: {per}; wall h, {dev}-h: to the budget; requeues: needed/allowed; "
+               "reach: the budget under the profile")
+    con = Console(width=width or 10_000, file=io.StringIO(), record=True, color_system=None)
+    con.print(layout(con, title, cols, caption=caption, split_last=True))
+    return [line.rstrip() for line in con.export_text().splitlines()]
 
 
 def study_total(variants: list[Variant], times: dict[str, Any], cap: Any) -> list[str]:
@@ -293,7 +330,8 @@ def study_total(variants: list[Variant], times: dict[str, Any], cap: Any) -> lis
         return []
     gpu_h = sum(t.gpu_hours for t in planned)
     wall = study_wall_h([t.wall_h for t in planned], cap.runs_at_once)
-    line = (f"study: {len(planned)} planned runs, {_hours(gpu_h)} device-hours; {cap.text()}"
+    line = (f"study: {len(planned)} planned runs, {_hours(gpu_h)} {_device(planned[0])}-hours; "
+            f"{cap.text()}"
             + (f": {wall_text(wall)}; queue waits not counted" if wall is not None else ""))
     refused = sum(1 for t in planned if t.reaches_budget is False)
     if refused:

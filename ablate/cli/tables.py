@@ -144,13 +144,17 @@ def _overhead(n: int) -> int:
 
 def table(console: Console, title: str, cols: list[Col], *, caption: str = "",
           legend: str = "", row_styles: Optional[list[str]] = None,
-          width: Optional[int] = None) -> Group:
+          width: Optional[int] = None, split_last: bool = False) -> Group:
     """The title (and legend) lines, a rich Table of `cols` laid out for `width` (default:
     the console's) columns, and the caption lines. Title and caption are lines of their own,
-    wrapped at the terminal's width rather than at a narrow table's."""
+    wrapped at the terminal's width rather than at a narrow table's. `split_last`: a long
+    label goes onto two lines only when it does not fit on one even beside the kept columns
+    alone (the dry run's full names, one a line for grep), not to keep more columns."""
     width = width or console.width
     shown, widths = _layout(console, cols, width)
-    if len(shown) < len(cols):  # a long label crowds columns out: try it on two lines
+    crowded = len(shown) < len(cols) and (
+        not split_last or sum(widths) + _overhead(len(shown)) > width)
+    if crowded:  # a long label crowds columns out: try it on two lines
         split = [replace(c, cells=[_two_lines(x) for x in c.cells]) if c.whole and c.keep
                  else c for c in cols]
         shown2, widths2 = _layout(console, split, width)

@@ -77,9 +77,16 @@ class Plan:
     largest: str = ""
     fits: Optional[bool] = None
     note: str = ""
+    device: str = "GPU"  # "CPU" (`on_cpu`): the terms are RAM of the training process
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+def on_cpu(c: TrainConfig, shape: JobShape) -> bool:
+    """The run trains on CPU: its nodes have no GPUs (or none known here) and the model is the
+    CPU proxy (a named model without GPUs gets no plan). The time plan uses the same rule."""
+    return not shape.gpus_per_node and c.model.name_or_path is None
 
 
 def training_dp(c: TrainConfig, shape: JobShape) -> int:
@@ -230,13 +237,16 @@ def plan(c: TrainConfig, shape: JobShape) -> Plan:
     p.tokens_per_forward = t = tokens_per_forward(c, dp)
     train = {**model_state_terms(c, m, dp), **activation_terms(c, m, t),
              "LM head logits chunk": logits_bytes(c, m, t), "CUDA context": CUDA_OVERHEAD_GIB * GIB}
+    if on_cpu(c, shape):  # RAM of one process: no CUDA context, generation beside training
+        p.device = "CPU"
+        del train["CUDA context"]
     gpu, gen, fits_gen = shape.gpu_memory_gib, {}, True
     budget = gpu
     if c.rollout.backend == "vllm":
         gen, budget, fits_gen = _vllm_generation(c, m, shape, p)
     else:
         gen = hf_generation_terms(c, m, dp)
-        p.generation_where = "training GPUs"
+        p.generation_where = "training process" if p.device == "CPU" else "training GPUs"
         if c.off_policy.mode == "pipeline":
             train.update({f"generation: {k}": v for k, v in gen.items()})
         else:  # generation and the training step take turns: the larger of the two counts

@@ -46,7 +46,8 @@ from trainer.config import TrainConfig
 from trainer.plan.placement import Engines, engines, eval_rows, rollout_rows
 from trainer.plan.model_shape import ModelShape, model_shape, proxy_shape
 from trainer.plan.memory import (CUDA_OVERHEAD_GIB, PROMPT_TOKENS, VLLM_SHARED_UTILIZATION,
-                               VLLM_UTILIZATION, kv_bytes_per_token, sequence_tokens, training_dp)
+                               VLLM_UTILIZATION, kv_bytes_per_token, on_cpu, sequence_tokens,
+                               training_dp)
 from trainer.validate import JobShape
 
 GIB = 2 ** 30
@@ -335,7 +336,7 @@ def plan_time(c: TrainConfig, shape: JobShape, limits: Limits = Limits()) -> Tim
     gpus = shape.gpus_per_node
     if gpus:
         _gpu_step(c, m, shape, limits, tp)
-    elif name is None:
+    elif on_cpu(c, shape):
         _cpu_step(c, m, shape, tp)
     else:
         tp.note = ("no time estimate: the profile names no GPUs for a "
