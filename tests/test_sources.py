@@ -41,6 +41,7 @@ def test_by_joins_several_columns(tmp_path):
 
 
 def test_table_errors_name_file_and_column(tmp_path):
+    """File, column, variant and the line an editor shows (the header is line 1)."""
     p = tmp_path / "t.csv"
     curves_frame(seeds=1, n_points=10).to_csv(p, index=False)
     with pytest.raises(InputError, match=r"t.csv: no column 'gpu_hours' for --x"):
@@ -48,17 +49,17 @@ def test_table_errors_name_file_and_column(tmp_path):
     df = pd.read_csv(p)
     df.loc[3, "score"] = np.inf
     df.to_csv(p, index=False)
-    with pytest.raises(InputError, match=r"column 'score' has NaN/inf \(variant 'cispo', row 4\)"):
+    with pytest.raises(InputError, match=r"column 'score' has NaN/inf \(variant 'cispo', line 5\)"):
         load(p)
     df.loc[3, "score"] = 1.5
     df.to_csv(p, index=False)
-    with pytest.raises(InputError, match=r"t.csv: column 'score' row 4 is 1.5 \(variant 'cispo'\); "
+    with pytest.raises(InputError, match=r"t.csv: column 'score' line 5 is 1.5 \(variant 'cispo'\); "
                                          r"scores are pass rates in \[0, 1\]"):
         load(p)
     df.loc[3, "score"] = 0.5
     df.loc[2, "compute"] = -1.0
     df.to_csv(p, index=False)
-    with pytest.raises(InputError, match=r"t.csv: column 'compute' row 3 is -1 \(variant 'cispo'\); "
+    with pytest.raises(InputError, match=r"t.csv: column 'compute' line 4 is -1 \(variant 'cispo'\); "
                                          "compute must be >= 0"):
         load(p)
     with pytest.raises(InputError, match="no such file"):
@@ -178,7 +179,8 @@ def test_names_are_text_in_every_table_format(tmp_path, suffix):
     assert load(p).variants() == ["null", "007"]
     df.loc[3, "variant"] = None
     write(df)
-    with pytest.raises(InputError, match="column 'variant' row 4 is blank"):
+    where = {".csv": "line 5", ".jsonl": "line 4", ".parquet": "row 4"}[suffix]  # as an
+    with pytest.raises(InputError, match=f"column 'variant' {where} is blank"):  # editor shows
         load(p)
 
 

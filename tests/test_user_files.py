@@ -93,7 +93,7 @@ def test_a_file_whose_only_variant_is_nan_and_a_blank_name(tmp_path):
     df.loc[7, "variant"] = ""  # a truly blank cell is no name: said, not pooled as "nan"
     df.to_csv(tmp_path / "blank.csv", index=False)
     line = _one_line_error(ablate(tmp_path, "fit", "blank.csv"))
-    assert "blank.csv: column 'variant' row 8 is blank" in line, line
+    assert "blank.csv: column 'variant' line 9 is blank" in line, line  # as an editor shows
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -131,7 +132,8 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
                                  f"{p.stem!r}; if {', '.join(map(repr, text[:3]))} names runs, "
                                  f"pass --by {text[0]}")
         tidy = _tidy(df, str(p), x, y, by or "variant", drop_missing=True, y_range=y_range,
-                     seed_names="seed" not in df.columns)
+                     seed_names="seed" not in df.columns,
+                     first_line={".csv": 2, ".jsonl": 1}.get(p.suffix))
         return Curves(tidy, str(p), x, y, dropped=int(tidy.attrs.get("dropped", 0)),
                       duplicates=tidy.attrs["duplicates"], readings=notes + tidy.attrs["notes"],
                       y_range=y_range)
@@ -197,78 +199,107 @@ def _scale_hint(scores: np.ndarray) -> str:
     return f"--y-range LO HI (the score's scale; these run from {lo:g} to {hi:g})"
 
 
-def _names(df: pd.DataFrame, by_cols: list[str], src: str) -> pd.Series:
+def _where(first_line: int | None) -> Callable[[int], str]:
+    """How an error names a row by its index in the file's frame: the line an editor shows
+    (`first_line`: the line of row 0, 2 under a CSV header, 1 in JSONL), else "row N"."""
+    if first_line is None:
+        return lambda i: f"row {i + 1}"
+    return lambda i: f"line {i + first_line}"
+
+
+def _names(df: pd.DataFrame, by_cols: list[str], src: str, at: Callable[[int], str]) -> pd.Series:
     """The variant of each row: the --by columns' text joined by "/". A blank cell is an
     error (a row of no variant would be pooled into a variant called "nan")."""
     for c in by_cols:
         blank = df[c].isna()
         if blank.any():
             i = int(np.flatnonzero(blank.to_numpy())[0])
-            raise InputError(f"{src}: column {c!r} row {i + 1} is blank; every row needs a "
-                             "variant name there")
+            raise InputError(f"{src}: column {c!r} {at(df.index[i])} is blank; every row needs "
+                             "a variant name there")
     text = df[by_cols].astype(str)
     return text.agg("/".join, axis=1) if len(by_cols) > 1 else text[by_cols[0]]
 
 
-def _tidy(df: pd.DataFrame, src: str, x: str, y: str, by: str, *, drop_missing: bool,
-          y_range: tuple[float, float] | None = None, seed_names: bool = False) -> pd.DataFrame:
-    by_cols = [c.strip() for c in by.split(",") if c.strip()]
-    cols = list(df.columns)
+def _check_columns(df: pd.DataFrame, src: str, x: str, y: str, by_cols: list[str]) -> None:
     for role, c in [("--x", x), ("--y", y)] + [("--by", b) for b in by_cols]:
         if c not in df.columns:
             hint = "" if by_cols != ["variant"] or c != "variant" else " (or pass --by COLS)"
             raise InputError(f"{src}: no column {c!r} for {role}{hint}; columns: "
-                             + ", ".join(map(str, cols[:30])))
-    out = pd.DataFrame({"variant": _names(df, by_cols, src),
+                             + ", ".join(map(str, list(df.columns)[:30])))
+
+
+def _numbers(df: pd.DataFrame, c: str, src: str, at: Callable[[int], str]) -> pd.Series:
+    """Column `c` as floats: a blank (or NA_TEXT) cell is no value, any other text an error."""
+    raw = df[c]
+    if not pd.api.types.is_numeric_dtype(raw):  # text cells (CSV read as written)
+        raw = raw.where(~raw.astype(str).str.strip().isin(NA_TEXT), None)
+    v = pd.to_numeric(raw, errors="coerce")
+    bad = v.isna() & raw.notna()
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy())[0])
+        raise InputError(f"{src}: column {c!r} {at(df.index[i])} is not a number "
+                         f"({df[c].iloc[i]!r})")
+    return v.astype(float)
+
+
+def _check_values(out: pd.DataFrame, src: str, x: str, y: str, at: Callable[[int], str],
+                  y_range: tuple[float, float] | None) -> None:
+    """Finite, compute >= 0, scores on their scale; the first bad row named. The fit would
+    reject these too, but without naming the file, column, variant or row."""
+    def first(bad) -> tuple[str, str]:
+        i = int(np.flatnonzero(np.asarray(bad))[0])
+        return at(out.index[i]), repr(out["variant"].iloc[i])
+
+    for name, c in (("compute", x), ("score", y)):
+        bad = ~np.isfinite(out[name].to_numpy())
+        if bad.any():
+            row, variant = first(bad)
+            raise InputError(f"{src}: column {c!r} has NaN/inf (variant {variant}, {row}); "
+                             "all values must be finite numbers")
+    if y_range is not None:
+        lo, hi = y_range
+        outside = (out["score"] < lo) | (out["score"] > hi)
+        if outside.any():
+            row, variant = first(outside)
+            raise InputError(f"{src}: column {y!r} {row} is {out['score'][outside].iloc[0]:g} "
+                             f"(variant {variant}), outside --y-range {lo:g} {hi:g}")
+        return
+    scale = "" if out.empty else "; for another scale pass " + _scale_hint(
+        out["score"].to_numpy())
+    for name, c, bad, valid in (("compute", x, out["compute"] < 0, "compute must be >= 0"),
+                                ("score", y, (out["score"] < 0) | (out["score"] > 1),
+                                 "scores are pass rates in [0, 1]" + scale)):
+        if bad.any():
+            row, variant = first(bad)
+            raise InputError(f"{src}: column {c!r} {row} is {out[name][bad].iloc[0]:g} "
+                             f"(variant {variant}); {valid}")
+
+
+def _tidy(df: pd.DataFrame, src: str, x: str, y: str, by: str, *, drop_missing: bool,
+          y_range: tuple[float, float] | None = None, seed_names: bool = False,
+          first_line: int | None = None) -> pd.DataFrame:
+    """The long frame (variant, seed, compute, score) the fits read, checked; errors name the
+    row as `_where(first_line)` says."""
+    by_cols = [c.strip() for c in by.split(",") if c.strip()]
+    _check_columns(df, src, x, y, by_cols)
+    at = _where(first_line)
+    out = pd.DataFrame({"variant": _names(df, by_cols, src, at),
                         "seed": df["seed"] if "seed" in df.columns else 0})
     notes = []
     if seed_names:  # no seed column: "cispo-seed1" is seed 1 of cispo, as in other tools' logs
         out, note = split_seed_names(out, src)
         notes += [note] if note else []
-    for name, c in (("compute", x), ("score", y)):
-        raw = df[c]
-        if not pd.api.types.is_numeric_dtype(raw):  # text cells (CSV read as written):
-            # NA_TEXT there means no value
-            raw = raw.where(~raw.astype(str).str.strip().isin(NA_TEXT), None)
-        v = pd.to_numeric(raw, errors="coerce")
-        bad = v.isna() & raw.notna()
-        if bad.any():
-            i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise InputError(f"{src}: column {c!r} row {i + 1} is not a number ({df[c].iloc[i]!r})")
-        out[name] = v.astype(float)
+    out["compute"], out["score"] = _numbers(df, x, src, at), _numbers(df, y, src, at)
     missing = out["compute"].isna() | out["score"].isna()
     if drop_missing:
         out = out[~missing]
     dropped = int(missing.sum()) if drop_missing else 0
-    for name, c in (("compute", x), ("score", y)):
-        v = out[name].to_numpy()
-        bad = ~np.isfinite(v)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise InputError(f"{src}: column {c!r} has NaN/inf (variant "
-                             f"{out['variant'].iloc[i]!r}, row {out.index[i] + 1}); all values "
-                             "must be finite numbers")
+    _check_values(out, src, x, y, at, y_range)
     if y_range is not None:
         lo, hi = y_range
-        outside = (out["score"] < lo) | (out["score"] > hi)
-        if outside.any():
-            i = int(np.flatnonzero(outside.to_numpy())[0])
-            raise InputError(f"{src}: column {y!r} row {out.index[i] + 1} is "
-                             f"{out['score'].iloc[i]:g} (variant {out['variant'].iloc[i]!r}), "
-                             f"outside --y-range {lo:g} {hi:g}")
         out["score"] = (out["score"] - lo) / (hi - lo)
         notes.append(f"{src}: scores mapped from [{lo:g}, {hi:g}] onto [0, 1] (--y-range): "
                      "A, predictions and targets are on that scale")
-    scale = "" if y_range is not None or out.empty else \
-        "; for another scale pass " + _scale_hint(out["score"].to_numpy())
-    # The fit would reject these too, but without naming the file, column, variant or row.
-    for name, c, bad, valid in (("compute", x, out["compute"] < 0, "compute must be >= 0"),
-                                ("score", y, (out["score"] < 0) | (out["score"] > 1),
-                                 "scores are pass rates in [0, 1]" + scale)):
-        if bad.any():
-            i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise InputError(f"{src}: column {c!r} row {out.index[i] + 1} is "
-                             f"{out[name].iloc[i]:g} (variant {out['variant'].iloc[i]!r}); {valid}")
     out["seed"] = pd.to_numeric(out["seed"], errors="coerce").fillna(0).astype(int)
     if out.empty:
         raise InputError(f"{src}: no rows with both {x!r} and {y!r}")

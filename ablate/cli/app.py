@@ -16,7 +16,12 @@ from ablate.errors import InputError
 app = typer.Typer(
     name="ablate",
     help="Run RL recipe ablations and compare them by fitted scaling curves (ScaleRL sigmoid: "
-    "asymptote A, efficiency B).",
+    "asymptote A, efficiency B).\n\n"
+    "Start here: `ablate init` writes a starter study (4 runs of the CPU proxy, minutes on a "
+    "laptop) into this folder; `ablate sweep study.yaml --wait` trains them; `ablate compare "
+    "results/NAME` prints the answer (NAME: the folder's name). Logs from another trainer "
+    "(CSV, JSONL, TensorBoard, MLflow, a W&B export): `ablate compare LOG`. Every command has "
+    "--help; the docs: docs/index.md in the repository.",
     add_completion=False,
     pretty_exceptions_enable=False,
 )

@@ -4,14 +4,16 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
 
 from ablate.cli.app import app
-from ablate.cli.waiting import clip, failed_runs, one_line
+from ablate.cli.waiting import clip, one_line
+from ablate.studydir import PROBLEM_STATES
 
 if TYPE_CHECKING:
     from ablate.studydir import RunState
@@ -29,7 +31,7 @@ def status(
     from ablate.studies.status import study_states
 
     states = study_states(study_dir)
-    from ablate.cli.watch import status_verdicts  # `ablate watch`'s verdicts (forecast.json)
+    from ablate.cli.watch import status_verdicts  # `ablate watch`'s verdicts (watch.json)
 
     watched = status_verdicts(study_dir, [s.run_id for s in states])
     stopped = stopped_variants(study_dir)  # adaptive studies: which variants stopped, why
@@ -51,9 +53,12 @@ def status(
     for name, why in stopped.items():
         con.print(f"stopped at stage {why['stage']} ({budget_text(why['budget'])}): {name}: "
                   f"{why['reason']}", style="yellow", markup=False)
-    failed = failed_runs(states)
-    for s in failed:  # each failure's cause, one line (the table has no room for it)
-        con.print(clip(f"{s.state} {s.name} seed {s.seed}: {cause(s)}", con.width),
+    failed = [s for s in states if s.state in PROBLEM_STATES]  # a diverged run's why too
+    # each failure's cause, one line (the table has no room for it): cut to a terminal's width
+    # (or COLUMNS), whole when piped with no COLUMNS (a log, a grep)
+    width = con.width if con.is_terminal or os.environ.get("COLUMNS") else None
+    for s in failed:
+        con.print(clip(f"{s.state} {s.name} seed {s.seed}: {cause(s, study_dir)}", width),
                   style="red", markup=False, highlight=False, soft_wrap=True)
     if failed:
         rid = failed[0].run_id if len(failed) == 1 else "<run_id>"
@@ -64,7 +69,7 @@ def status(
     stops = [s for s in states if s.state == "stopped"]
     if stops:  # stopped by the user: nothing failed, nothing lost
         which = ", ".join(f"{s.name} seed {s.seed} (step {s.step})" for s in stops)
-        con.print(clip(f"stopped at a checkpoint: {which}", con.width), markup=False,
+        con.print(clip(f"stopped at a checkpoint: {which}", width), markup=False,
                   highlight=False, soft_wrap=True)
         con.print("`ablate sweep` of the study resumes them (a stop costs no attempt)",
                   markup=False, highlight=False, soft_wrap=True)
@@ -82,11 +87,18 @@ def _title(study_dir: Path) -> str:
     return f"{name} ({study_dir})" if name and name != Path(study_dir).name else str(study_dir)
 
 
-def cause(s: RunState) -> str:
-    """Why a run ended without a verdict, in words: the trainer's one-line error (status.json
-    "error"), else what the scheduler says happened to its job."""
+def cause(s: RunState, study_dir: Optional[Path] = None) -> str:
+    """Why a run ended without a verdict (or diverged), in words: the trainer's one-line error
+    (status.json "error"), a divergence's reason, else what the scheduler says happened to its
+    job."""
     if s.error:
         return one_line(s.error)
+    if s.state == "diverged":
+        from trainer.rundir import read_status
+
+        why = read_status(Path(study_dir) / s.run_id).get("reason") if study_dir else None
+        return (f"{why or 'non-finite loss or grad'} at step {s.step}; its last good "
+                "checkpoint is kept")
     if s.state == "cancelled":
         return f"its job {s.job_id} was cancelled"
     if s.state == "interrupted":

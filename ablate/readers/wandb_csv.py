@@ -50,7 +50,7 @@ def read_wandb_csv(path: Path) -> Wide:
         bad = v.isna() & df[col].notna()
         if bad.any():
             i = int(bad.to_numpy().nonzero()[0][0])
-            raise InputError(f"{path}: column {col!r} row {i + 1} is not a number "
+            raise InputError(f"{path}: column {col!r} line {i + 2} is not a number "
                              f"({df[col].iloc[i]!r})")
         parts.append(pd.DataFrame({"run": run, "step": pd.to_numeric(df[step], errors="coerce"),
                                    "key": metric, "value": v}).dropna(subset=["value", "step"]))

@@ -1,0 +1,81 @@
+"""What the commands say, as a user meets them in a folder outside the repository (issue 41,
+point 9): `ablate --help` says where to start; piped, `compare` writes no blank stderr line and
+`status` of a failed study one table with each cause once, whole; `extrapolate --target`
+describes a compute under its compute column; a CSV error names the line an editor shows."""
+
+from __future__ import annotations
+
+import json
+
+from _cli import ablate
+from _curves_util import curves_frame, write_study
+
+
+def test_help_says_where_to_start(tmp_path):
+    r = ablate("--help", cwd=tmp_path, columns=80)
+    assert r.returncode == 0, r
+    text = " ".join(r.stdout.split())
+    assert "Start here: `ablate init`" in text and "ablate sweep study.yaml --wait" in text, text
+    assert "ablate compare results/NAME" in text and "ablate compare LOG" in text, text
+    assert max(len(x) for x in r.stdout.splitlines()) <= 80, r.stdout
+
+
+def test_piped_compare_writes_no_blank_stderr_line(tmp_path):
+    d = write_study(tmp_path, curves_frame(seeds=1, n_points=30))
+    r = ablate("compare", d, cwd=tmp_path, columns=80, env={"COLUMNS": None})
+    assert r.returncode == 0, r
+    assert "" not in r.stderr.splitlines(), repr(r.stderr)
+
+
+def test_extrapolate_target_says_its_interval_is_of_compute(tmp_path):
+    d = write_study(tmp_path, curves_frame(seeds=1, n_points=30))
+    r = ablate("extrapolate", d, "--target", "0.5", cwd=tmp_path, columns=100)
+    assert r.returncode == 0, r
+    text = " ".join(r.stdout.split())
+    assert "95% interval" in text and "the compute where the fitted curve reaches" in text, text
+    assert "run's score" not in text and "95% predictive" not in text, text
+    j = json.loads(ablate("extrapolate", d, "--target", "0.5", "--json", cwd=tmp_path).stdout)
+    assert j["interval"].startswith("95% interval of the compute"), j["interval"]
+
+
+def _failed_study(tmp_path):
+    d = tmp_path / "st"
+    d.mkdir()
+    runs = [("000000000000", "loss.type=ppo", {"state": "done", "step": 8}),
+            ("000000000001", "loss.type=cispo",
+             {"state": "failed", "step": 3, "error": "RuntimeError: CUDA out of memory: tried "
+              "to allocate 2.00 GiB (GPU 0; 79.35 GiB total capacity; 77.10 GiB already "
+              "allocated)"}),
+            ("000000000002", "loss.type=grpo",
+             {"state": "diverged", "step": 5, "reason": "non-finite loss or grad"})]
+    (d / "variants.json").write_text(json.dumps([
+        {"run_id": rid, "name": name, "seed": 0, "config": {}} for rid, name, _ in runs]))
+    for rid, _, st in runs:
+        (d / rid).mkdir()
+        (d / rid / "status.json").write_text(json.dumps(st))
+    return d
+
+
+def test_piped_status_of_a_failed_study_one_table_each_cause_once_whole(tmp_path):
+    d = _failed_study(tmp_path)
+    r = ablate("status", d, cwd=tmp_path, env={"COLUMNS": None})
+    assert r.returncode == 0, r
+    out = r.stdout
+    rules = [x for x in out.splitlines() if x.startswith("─")]
+    heads = [x for x in out.splitlines() if x.startswith("run_id")]
+    assert len(heads) == 1 and len(rules) == 1, out  # one table
+    assert out.count("CUDA out of memory") == 1, out
+    assert out.count("diverged loss.type=grpo seed 0: non-finite loss or grad at step 5") == 1, out
+    assert "77.10 GiB already allocated)" in out, out  # whole, not cut at 80 columns
+    assert "traceback: " in out and "job logs: " in out, out
+    at80 = ablate("status", "st", cwd=tmp_path, columns=80)  # as typed: results/NAME
+    assert max(len(x) for x in at80.stdout.splitlines()) <= 80, at80.stdout
+
+
+def test_a_csv_error_names_the_line_an_editor_shows(tmp_path):
+    rows = ["variant,compute,score"] + [f"a,{i},0.{i:02d}" for i in range(1, 21)] + ["a,21,oops"]
+    (tmp_path / "runs.csv").write_text("\n".join(rows) + "\n")
+    r = ablate("compare", "runs.csv", cwd=tmp_path)
+    assert r.returncode == 2, r
+    assert "runs.csv: column 'score' line 22 is not a number ('oops')" in r.stderr, r
+    assert (tmp_path / "runs.csv").read_text().splitlines()[21] == "a,21,oops"
