@@ -111,11 +111,14 @@ def test_cli_verdict_bin_and_duplicates(tmp_path, capsys):
 def test_progress_bar_appears_only_after_the_delay():
     buf = io.StringIO()
     con = Console(file=buf, force_terminal=True, width=80)
-    with delayed_progress(con, delay=0.3) as bar:
+    with delayed_progress(con, delay=60) as bar:  # ends long before its delay, however busy
         bar.add_task("quick", total=1)
     assert buf.getvalue() == ""  # finished before the delay: nothing shown
     with delayed_progress(con, delay=0.1) as bar:
         t = bar.add_task("slow fit", total=1)
-        time.sleep(0.5)
+        deadline = time.monotonic() + 60  # the delay's timer thread, on a busy machine
+        while not bar.live.is_started and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert bar.live.is_started, "the bar never appeared"
         bar.advance(t)
     assert "slow fit" in buf.getvalue()

@@ -96,7 +96,9 @@ def test_every_minutes_saves_on_the_wall_clock(tmp_path):
         return torch.load(rundir.checkpoint_dir(d / "out") / "state.pt", weights_only=False)["step"]
 
     assert killed_run("steps-only", None) == 0
-    assert killed_run("clock", 0.001) >= 20  # saved about every 60 ms of wall clock
+    # Checkpoints every 60 ms of wall clock: with steps-only saving none, any saved step
+    # comes from the clock rule, whatever the machine's speed (a proxy step takes > 10 ms).
+    assert killed_run("clock", 0.001) > 0
 
 
 # -- the real Slurm cluster ------------------------------------------------------------------

@@ -35,9 +35,10 @@ def _run(tmp_path: Path, countdown: int) -> tuple[subprocess.CompletedProcess, f
 
 @pytest.mark.slow
 def test_a_trainer_missing_the_window_is_requeued_by_submitits_handler(tmp_path):
-    out, took, run = _run(tmp_path, countdown=3)
-    assert out.returncode == 144, out.stderr[-2000:]  # submitit's local requeue exit code
-    assert took < 30  # not the minute the "trainer" would have taken
+    out, _, run = _run(tmp_path, countdown=3)
+    # submitit's local requeue exit code; a fallback that never fired would end the script's
+    # minute-long "step" with exit 0 and "the fallback did not fire"
+    assert out.returncode == 144 and "did not fire" not in out.stderr, out.stderr[-2000:]
     assert (tmp_path / "jobs" / "4242_submitted.pkl").exists()  # submitit pickled the job
     st = rundir.read_status(run)
     assert st["state"] == "running" and "fallback" in st["requeued"]
