@@ -240,7 +240,7 @@ def test_ctrl_c_stops_the_waiting_not_the_runs(tmp_path):
             s.state == "running" and (s.step or 0) >= 2 for s in study_states(study_dir)),
             timeout=120, what="both runs training")
         os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(timeout=60)
+        proc.wait(timeout=180)
     finally:
         if proc.poll() is None:
             proc.kill()
