@@ -21,7 +21,7 @@ import yaml
 from trainer.config import TrainConfig
 from trainer.models.load import load_model
 from trainer.generation.offpolicy import MODES, Context
-from trainer.algo.pool import PromptPool
+from trainer.algo.pool import DataPosition, PromptPool
 from trainer.tasks import build_task
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "proxy.yaml"
@@ -36,7 +36,7 @@ def lag_shares(switch: int | None, steps: int) -> tuple[Counter, float]:
     task = build_task(c.task, c.eval.split)
     prompts = [tok(p.prompt).input_ids for p in task.train]
     pool = PromptPool([p.difficulty for p in task.train], c.data, c.seed)
-    src = MODES.get("pipeline")(Context(c, model, tok, pool, prompts, 0))
+    src = MODES.get("pipeline")(Context(c, model, tok, DataPosition(pool), prompts))
     lags: Counter = Counter()
     try:
         src.after_step(model, 0)

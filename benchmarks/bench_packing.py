@@ -21,8 +21,9 @@ forward   Tokens/s of forward + backward through the trainer's own functions on 
           a config (random init, CPU), on the `reasoning` mix scaled to a 1k context (64 rows,
           budget 4096): one padded batch vs greedy vs split micro-batches; interleaved run by
           run so machine load hits every side alike.
-proxy     The real trainer step (`_Run.train_step`) of the tiny proxy on one fixed rollout
-          batch, engine.micro_batch_tokens None vs 40 (time per step, padding share).
+proxy     The real trainer step (`trainer.loop.train.train_step`) of the tiny proxy on one
+          fixed rollout batch, engine.micro_batch_tokens None vs 40 (time per step, padding
+          share).
 Results go to benchmarks/results_packing.json.
 """
 
@@ -203,11 +204,11 @@ def bench_proxy(reps: int) -> dict:
 
     from _microbatch_script import config, vary_lengths
 
-    from trainer.loop.train import _Run
+    from trainer.loop.train import start, train_step
     from trainer.generation.offpolicy import MODES
 
     work = Path(tempfile.mkdtemp(prefix="bench-packing-"))
-    runs = {m: _Run(config("torch", 0, "prompt", m), work / f"run-{m}") for m in (None, 40)}
+    runs = {m: start(config("torch", 0, "prompt", m), work / f"run-{m}") for m in (None, 40)}
     source = MODES.get("ppo_off_policy")(runs[None].ctx)
     batch = source.next(0)
     source.close()
@@ -217,14 +218,14 @@ def bench_proxy(reps: int) -> dict:
     for _ in range(reps):
         for m, run in runs.items():
             t0 = time.perf_counter()
-            run.train_step(batch)
+            train_step(run, batch)
             times[m].append(time.perf_counter() - t0)
     res = {}
     for m, run in runs.items():
-        acc = run.acc
+        means = run.state.window.means()
         res[str(m)] = {"median_step_s": statistics.median(times[m]),
-                       "padding_frac": acc["train/padding_frac"] / acc["n/train/padding_frac"],
-                       "micro_batches": acc["train/micro_batches"] / acc["n/train/micro_batches"]}
+                       "padding_frac": means["train/padding_frac"],
+                       "micro_batches": means["train/micro_batches"]}
         print(f"proxy micro_batch_tokens={m}: {res[str(m)]}")
     return res
 

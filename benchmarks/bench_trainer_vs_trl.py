@@ -52,14 +52,14 @@ def run_ablate(steps: int, mode: str) -> float:
 
     cfg = base_config(steps, mode)
     times: list[float] = []
-    status = loop._Run.status
+    status = loop.write_status
 
-    def clock(self, state: str) -> None:  # the loop marks every finished step "running"
-        status(self, state)
-        if state == "running" and self.step > 0:
+    def clock(run, state: str) -> None:  # the loop marks every finished step "running"
+        status(run, state)
+        if state == "running" and run.state.step > 0:
             times.append(time.perf_counter())
 
-    loop._Run.status = clock
+    loop.write_status = clock
     with tempfile.TemporaryDirectory() as d:
         trainer.run(cfg, Path(d))
     return PROMPTS * G / _median_step(times)

@@ -50,7 +50,7 @@ def flat_params(model):
 
 if __name__ == "__main__":
     from trainer import rundir
-    from trainer.loop.train import _Run
+    from trainer.loop.train import start, train
 
     stage, dtype, work = int(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
     rank = int(os.environ["SLURM_PROCID"])
@@ -59,14 +59,14 @@ if __name__ == "__main__":
     run_dir.mkdir(parents=True, exist_ok=True)
     if rank == 0:
         rundir.write_config(run_dir, cfg)
-    state = _Run(cfg, run_dir)
-    state.train()
+    run = start(cfg, run_dir)
+    train(run)
     import torch.distributed as dist
 
     from trainer.dist.groups import broadcast_object
 
     out = {"broadcast": broadcast_object("from-rank-0" if rank == 0 else "other"), "rank": rank, "world": dist.get_world_size(), "backend": dist.get_backend(),
-           "step": state.step, "params": flat_params(state.engine.model),
+           "step": run.state.step, "params": flat_params(run.parts.engine.model),
            "status": rundir.read_status(run_dir).get("state"),
            "metrics_steps": [m["step"] for m in rundir.read_metrics(run_dir)],
            "lr": [m["train/lr"] for m in rundir.read_metrics(run_dir) if "train/lr" in m]}

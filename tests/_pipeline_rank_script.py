@@ -42,22 +42,23 @@ if __name__ == "__main__":
     steps, work = int(sys.argv[1]), Path(sys.argv[2])
     rank = int(os.environ.get("SLURM_PROCID", "0"))
     built, generators = {}, []
-    orig, orig_start = loop._Run.__init__, threading.Thread.start
+    orig, orig_start = loop.start, threading.Thread.start
 
-    def keep(self, *a, **k):  # hold on to the run state to read its final weights
-        orig(self, *a, **k)
-        built["run"] = self
+    def keep(*a, **k):  # hold on to the run to read its final weights
+        built["run"] = orig(*a, **k)
+        return built["run"]
 
     def start(self):  # observe which threads this rank starts
         generators.append(self.name)
         orig_start(self)
 
-    loop._Run.__init__ = keep
+    loop.start = keep
     threading.Thread.start = start
     loop.run(config(steps), work / "run")
-    state = built["run"]
-    params = [float(x) for p in state.engine.model.parameters() for x in p.detach().flatten()[:50]]
-    out = {"rank": rank, "world": dist.get_world_size(), "step": state.step, "params": params,
+    run = built["run"]
+    params = [float(x) for p in run.parts.engine.model.parameters()
+              for x in p.detach().flatten()[:50]]
+    out = {"rank": rank, "world": dist.get_world_size(), "step": run.state.step, "params": params,
            "generator_threads": generators.count("ablate-generator")}
     (work / f"rank{rank}.json").write_text(json.dumps(out))
     from _multirank_util import leave_ranks

@@ -39,12 +39,12 @@ if __name__ == "__main__":
     rank = int(os.environ["SLURM_PROCID"])
     cfg = config(steps)
     built, threads, shares, batches = {}, [], [], []
-    orig_init, orig_start = loop._Run.__init__, threading.Thread.start
-    orig_next, orig_batch = offpolicy.Pipeline.next, loop._Run.next_batch
+    orig_init, orig_start = loop.start, threading.Thread.start
+    orig_next, orig_batch = offpolicy.Pipeline.next, loop.next_batch
 
-    def keep(self, *a, **k):  # the run state, to read its final weights
-        orig_init(self, *a, **k)
-        built["run"] = self
+    def keep(*a, **k):  # the run, to read its final weights
+        built["run"] = orig_init(*a, **k)
+        return built["run"]
 
     def start(self):  # which threads this rank starts
         threads.append(self.name)
@@ -58,17 +58,18 @@ if __name__ == "__main__":
                            "versions": sorted({v for vs in b.rollout.versions for v in vs})})
         return b
 
-    def joined(self, source):  # the step's batch as every rank trains on it
-        b = orig_batch(self, source)
+    def joined(source, step):  # the step's batch as every rank trains on it
+        b = orig_batch(source, step)
         batches.append(b.prompt_ids)
         return b
 
-    loop._Run.__init__, threading.Thread.start = keep, start
-    offpolicy.Pipeline.next, loop._Run.next_batch = share, joined
+    loop.start, threading.Thread.start = keep, start
+    offpolicy.Pipeline.next, loop.next_batch = share, joined
     loop.run(cfg, work / "run")
     run, src = built["run"], built["source"]
-    params = [float(x) for p in run.engine.model.parameters() for x in p.detach().flatten()[:20]]
-    out = {"rank": rank, "step": run.step, "generators": threads.count("ablate-generator"),
+    params = [float(x) for p in run.parts.engine.model.parameters()
+              for x in p.detach().flatten()[:20]]
+    out = {"rank": rank, "step": run.state.step, "generators": threads.count("ablate-generator"),
            "engine": type(src.gen).__name__ if src.gen is not None else None,
            "feeders": list(src.feeders.ranks), "shares": shares, "batches": batches,
            "params": params}

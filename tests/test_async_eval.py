@@ -64,15 +64,21 @@ def _signal_inside_generate(monkeypatch, when) -> list:
 def test_training_goes_on_while_an_eval_decodes(tmp_path, monkeypatch, warm_proxy):
     """Rows are written by the eval worker when each eval ends, carry their own step's
     counters, land in step order, and the trainer was past a row's step when it landed."""
-    from trainer.loop.train import _Run
+    from trainer.loop import train
+    from trainer.loop.eval_point import EvalPoint
 
-    seen, real = [], _Run.write_row
+    seen, runs, real_row, real_start = [], [], EvalPoint.write_row, train.start
+
+    def start(*a, **k):  # the run, to read its step when a row lands
+        runs.append(real_start(*a, **k))
+        return runs[-1]
 
     def write_row(self, row):
-        seen.append((row["step"], self.step))
-        real(self, row)
+        seen.append((row["step"], runs[-1].state.step))
+        real_row(self, row)
 
-    monkeypatch.setattr(_Run, "write_row", write_row)
+    monkeypatch.setattr(train, "start", start)
+    monkeypatch.setattr(EvalPoint, "write_row", write_row)
     c = tiny(budget={"steps": 6}, eval={"every_steps": 3, "num_prompts": 64,
                                         "samples_per_prompt": 8},
              checkpoint={"every_steps": 10_000})

@@ -3,8 +3,8 @@ in a collective (rank 0's lone vllm eval keeps the other ranks at a barrier, and
 minutes can be too short for a paper-scale eval), and the knob leaves the run id alone.
 
 Two real ranks (gloo, torchrun-style variables) join through the trainer's own entry
-(trainer.loop.train._setup_distributed) and report their group's timeout as the gloo backend holds it
-(a private torch attribute: no public getter exists)."""
+(trainer.loop.setup.setup_distributed) and report their group's timeout as the gloo backend
+holds it (a private torch attribute: no public getter exists)."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RANK_SCRIPT = """
 import torch, torch.distributed as dist
 from trainer.config import TrainConfig
-from trainer.loop.train import _setup_distributed
+from trainer.loop.setup import setup_distributed
 cfg = TrainConfig.model_validate({"engine": {"device": "cpu", "collective_timeout_minutes": 3}})
-_setup_distributed(cfg)
+setup_distributed(cfg)
 pg = dist.distributed_c10d._get_default_group()
 seconds = pg._get_backend(torch.device("cpu")).options._timeout.total_seconds()
 dist.barrier()

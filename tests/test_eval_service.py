@@ -1,8 +1,8 @@
 """Eval through the generation service (rollout.backend: vllm), and its data-parallel replicas.
 
-Marker `vllm`: the trainer's own `_Run` and its ppo_off_policy source serve a warmed CPU proxy
-from one real vLLM engine (tests/_eval_service_script.py, in the vllm venv); `_Run.evaluate`
-goes through that engine. The reference is the hf sampler on the same weights at a greedy
+Marker `vllm`: the trainer's own run (trainer/loop/train.py start) and its ppo_off_policy
+source serve a warmed CPU proxy from one real vLLM engine (tests/_eval_service_script.py, in
+the vllm venv); the loop's `evaluate` goes through that engine. The reference is the hf sampler on the same weights at a greedy
 temperature. About 30 s with the proxy already warmed (the session's cache), on the 2-core
 machine. The same check with two replicas (two engine processes) took 2 min on the loaded
 2-core machine, over CI's budget: it runs only with ABLATE_TEST_VLLM_REPLICAS=1. The replicas'

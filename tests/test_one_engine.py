@@ -3,7 +3,7 @@ vLLM engine (rank 0's), and every rank trains on rank 0's batches.
 
 Before, every rank of such a job built its own engine on the same generation GPUs (PPOOffPolicy
 made a generator on each rank). Real processes: 2 gloo ranks in the vllm venv, the trainer's
-own `_Run` and source (tests/_one_engine_script.py). About 1 min on the 2-core machine.
+own run and source (tests/_one_engine_script.py). About 1 min on the 2-core machine.
 """
 
 from __future__ import annotations

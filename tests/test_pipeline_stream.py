@@ -20,9 +20,9 @@ import pytest
 import torch
 
 from _trainer_util import config, tiny
-from trainer.algo.length import Rollout
+from trainer.generation.rollout import Rollout
 from trainer.generation.offpolicy import MODES, Batch, Context, GroupStream
-from trainer.algo.pool import PromptPool
+from trainer.algo.pool import DataPosition, PromptPool
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def _stream(proxy, k: int, steps: int, train_seconds: float, timing: str,
     task = build_task(c.task, c.eval.split)
     prompts = [tok(p.prompt).input_ids for p in task.train]
     pool = PromptPool([p.difficulty for p in task.train], c.data, c.seed)
-    ctx = Context(c, model, tok, pool, prompts, 0)
+    ctx = Context(c, model, tok, DataPosition(pool), prompts)
     src = MODES.get("pipeline")(ctx)
     if gen_seconds:
         generate = src.gen.generate
@@ -74,12 +74,14 @@ def _stream(proxy, k: int, steps: int, train_seconds: float, timing: str,
                 next(model.parameters()).add_(1e-4)
             src.after_step(model, step + 1)
             if step + 1 == resume_at:
-                saved = pickle.dumps((ctx.source_state(), pool.state_dict(), ctx.gen_counter))
+                saved = pickle.dumps((ctx.source_state(), pool.state_dict(),
+                                      ctx.data.gen_counter))
                 src.close()
                 state, pool_state, counter = pickle.loads(saved)
                 pool = PromptPool([p.difficulty for p in task.train], c.data, c.seed)
                 pool.load_state_dict(pool_state)
-                ctx = Context(c, model, tok, pool, prompts, counter, restored=state)
+                ctx = Context(c, model, tok, DataPosition(pool, counter), prompts,
+                              restored=state)
                 src = MODES.get("pipeline")(ctx)
                 src.after_step(model, step + 1)  # the resumed loop stamps the generator
     finally:

@@ -155,20 +155,20 @@ def test_inflight_weight_push_changes_version_mid_sequence(warm_proxy):
 @pytest.mark.slow
 def test_ppo_off_policy_takes_k_steps_per_generation(warm_proxy):
     from trainer.generation.offpolicy import Context, PPOOffPolicy
-    from trainer.algo.pool import PromptPool
+    from trainer.algo.pool import DataPosition, PromptPool
 
     model, tok = warm_proxy
     c = config(tiny(off_policy={"mode": "ppo_off_policy", "k": 3}))
     prompts = [tok(f"{i:02d}+{i:02d}=", add_special_tokens=False).input_ids for i in range(50)]
-    ctx = Context(c, model, tok, PromptPool([0.0] * 50, c.data, 0), prompts, 0)
+    ctx = Context(c, model, tok, DataPosition(PromptPool([0.0] * 50, c.data, 0)), prompts)
     src = PPOOffPolicy(ctx)
     batches = [src.next(0) for _ in range(3)]
-    assert ctx.gen_counter == 1  # one generation served three optimizer steps
+    assert ctx.data.gen_counter == 1  # one generation served three optimizer steps
     ids = [i for b in batches for i in b.prompt_ids]
     assert len(ids) == 3 * 8 and len(set(ids)) == len(ids)
     assert all(len(b.rollout.tokens) == 8 * 4 for b in batches)
     src.next(0)
-    assert ctx.gen_counter == 2
+    assert ctx.data.gen_counter == 2
 
 
 @pytest.mark.slow

@@ -1,12 +1,14 @@
 """Optimizer engines: what turns a loss into an update.
 
 Contract (DeepSpeed plugs in as `trainer.engine_deepspeed:make_deepspeed_engine`):
-`Engine.model` is the module to forward; `backward(loss, boundary)` accumulates one
-micro-batch's gradients (`boundary`: the step's last micro-batch, where a data-parallel engine
-may reduce them); `step(loss=None)` (backward of `loss` first, if given) does grad clip,
-optimizer and LR-scheduler step, zero grad, and returns the grad norm; `save(path)` / `load(path)` round-trip
-model + optimizer + scheduler. A non-finite grad norm skips the update (the loop then stops the
-run as diverged) so a NaN never reaches the weights that get checkpointed.
+`Engine.model` is the module to forward, on `Engine.device`; `backward(loss, boundary)`
+accumulates one micro-batch's gradients (`boundary`: the step's last micro-batch, where a
+data-parallel engine may reduce them); `step(loss=None)` (backward of `loss` first, if given)
+does grad clip, optimizer and LR-scheduler step, zero grad, and returns the grad norm;
+`save(path)` / `load(path)` round-trip model + optimizer + scheduler (`collective_save`: every
+rank takes part); `lr()` is the current learning rate. A non-finite grad norm skips the update
+(the loop then stops the run as diverged) so a NaN never reaches the weights that get
+checkpointed.
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ from trainer.registry import Registry
 
 class Engine(Protocol):
     model: nn.Module
+    device: torch.device  # where the model lives: this process's one GPU, or the CPU
+    collective_save: bool  # save/load are collectives every rank joins (else rank 0 saves)
+
+    def lr(self) -> float: ...
 
     def backward(self, loss: torch.Tensor, boundary: bool = True) -> None: ...
 
@@ -69,6 +75,7 @@ class TorchEngine:
     def __init__(self, config: TrainConfig, model: nn.Module) -> None:
         o = config.optim
         self.model = model
+        self.device = next(model.parameters()).device  # the loop moved it there
         self.clip = o.grad_clip
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=tuple(o.betas),
                                            eps=o.eps, weight_decay=o.weight_decay)
@@ -89,6 +96,9 @@ class TorchEngine:
             self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return norm
+
+    def lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
 
     def save(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)

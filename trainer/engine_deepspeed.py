@@ -160,7 +160,7 @@ class DeepSpeedEngine:
             raise FileNotFoundError(f"no DeepSpeed checkpoint under {path}")
 
     def lr(self) -> float:
-        """Current learning rate (the loop's `engine.lr()` hook for metrics)."""
+        """Current learning rate (the metrics row's train/lr)."""
         return float(self.ds.get_lr()[0])
 
 

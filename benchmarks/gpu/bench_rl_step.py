@@ -128,14 +128,14 @@ def random_prompts(n: int, length: int, vocab: int, seed: int) -> list[list[int]
 
 def bench_ours(args, path: Path, shapes: dict, mode: str = "ppo_off_policy",
                sampler: str = "static") -> dict:
-    """The trainer's own loop: `trainer.loop.train._Run` (what `trainer.run` builds) and the body of
-    its `train()` step by step: off-policy source -> `train_step` (rewards, filters,
+    """The trainer's own loop: the run `trainer.loop.train.start` builds (what `trainer.run`
+    trains) and the body of its `train()` step by step: off-policy source -> `train_step` (rewards, filters,
     advantages, CISPO + prompt aggregation, fp32 head, engine step) -> weight push. Only the
     task is synthetic: the random model's prompts are replaced by the fixed-length random
     prompts TRL gets, and the verifier by the same even-token reward (thresholded to the
     trainer's +1/-1). Eval and checkpoints are outside the timed steps on both sides."""
     from trainer.config import TrainConfig
-    from trainer.loop.train import _Run
+    from trainer.loop.train import start, train_step
     from trainer.generation.offpolicy import MODES
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -164,28 +164,30 @@ def bench_ours(args, path: Path, shapes: dict, mode: str = "ppo_off_policy",
         "optim": {"lr": 1e-6, "warmup_steps": 0},
         "budget": {"steps": n_steps},
     })
-    run = _Run(config, work / "run")
-    run.tok = run.ctx.tokenizer = load_tokenizer(path)  # same ids; decodes "t5 t77" for the reward
-    run.train_prompts[:] = random_prompts(len(run.train_prompts), args.prompt_len,
-                                          shapes["vocab_size"], 1234)
+    run = start(config, work / "run")
+    p, s = run.parts, run.state
+    # same ids; decodes "t5 t77" for the reward
+    p.tok = run.ctx.tokenizer = run.update.tok = load_tokenizer(path)
+    p.train_prompts[:] = random_prompts(len(p.train_prompts), args.prompt_len,
+                                        shapes["vocab_size"], 1234)
 
     def score(problem, text: str) -> bool:
         ids = [int(w[1:]) for w in text.split() if w[1:].isdigit()]
         return reward_even_share([ids])[0] > 0.5
 
-    run.task.score = score
+    p.task.score = score
     source = MODES.get(mode)(run.ctx)
     use_sampler(source, sampler)
-    source.after_step(run.model, run.step)
+    source.after_step(p.model, s.step)
     times, gen_tokens = [], []
     try:
         for step in range(n_steps):
             _sync(device)
             t0 = time.perf_counter()
-            batch = source.next(run.step)
-            run.train_step(batch)
-            run.step += 1
-            source.after_step(run.model, run.step)
+            batch = source.next(s.step)
+            train_step(run, batch)
+            s.step += 1
+            source.after_step(p.model, s.step)
             _sync(device)
             if step >= args.warmup:
                 times.append(time.perf_counter() - t0)

@@ -7,30 +7,11 @@ wrap any Generator, so forced interruption and the overlong penalty work for eve
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
 from typing import Callable
 
 from trainer.config import TrainConfig
 from trainer.registry import Registry
-from trainer.generation.rollout import Generator
-
-
-@dataclass
-class Rollout:
-    """Samples of one generate call, prompt-major (prompt i's n samples at i*n .. i*n+n-1)."""
-
-    prompts: list[list[int]]  # per sample
-    tokens: list[list[int]]
-    logprobs: list[list[float]]
-    versions: list[list[int]]
-    loss_mask: list[list[int]]  # 0 for tokens the policy did not sample (interruption text)
-    finished: list[bool]
-    interrupted: list[bool] = field(default_factory=list)
-    penalty: list[float] = field(default_factory=list)  # added to the reward
-    # Tokens the generator ran per sample (prompt prefill + every decoded token), for the
-    # generation FLOPs: more than prompt + final tokens when interruption cuts thinking tokens
-    # and re-prefills prompt + thinking + interruption text for the answer.
-    gen_tokens: list[int] = field(default_factory=list)
+from trainer.generation.rollout import Generator, Rollout
 
 
 CONTROLS: Registry[Callable[..., Rollout]] = Registry("length.control")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import threading
+from dataclasses import dataclass
 from typing import Callable
 
 from trainer.config import DataConfig
@@ -98,3 +99,20 @@ class PromptPool:
             self.pos, self.epoch = s["pos"], s["epoch"]
             st = s["rng"]
             self.rng.setstate((st[0], tuple(st[1]), st[2]))
+
+
+@dataclass
+class DataPosition:
+    """Where a run is in its data: the prompt pool (epoch, order, position, pass rates, retired
+    prompts) and the number of generate calls drawn so far, which numbers their seeds. Part of
+    the run's state (trainer/loop/state.py, checkpointed); the rollout sources draw from it
+    (trainer/generation/offpolicy.py Context)."""
+
+    pool: PromptPool
+    gen_counter: int = 0
+
+    def next_call_seed(self, run_seed: int) -> int:
+        """The seed of the next generate call (its prompt j samples with seed + j x G)."""
+        seed = run_seed * 1_000_003 + self.gen_counter
+        self.gen_counter += 1
+        return seed

@@ -24,10 +24,10 @@ from torch import nn
 
 from trainer.config import TrainConfig
 from trainer.dist.groups import rank
-from trainer.algo.length import Rollout, generate_rollout
-from trainer.algo.pool import PromptPool
+from trainer.algo.length import generate_rollout
+from trainer.algo.pool import DataPosition
 from trainer.registry import Registry
-from trainer.generation.rollout import Generator, make_generator
+from trainer.generation.rollout import Generator, Rollout, make_generator
 from trainer.generation.feeders import feeders, strided
 from trainer.generation.push import join_weight_gathers
 
@@ -47,9 +47,8 @@ class Context:
     config: TrainConfig
     model: nn.Module
     tokenizer: object
-    pool: PromptPool
+    data: DataPosition  # the prompt pool and the generate-call counter (the run's state)
     prompts: list[list[int]]  # token ids of every training prompt
-    gen_counter: int  # seeds of successive generate calls (checkpointed)
     # The source's state from the checkpoint this run resumed from (its `state()`), or None.
     restored: object = None
     # Set by the source: its state for a checkpoint (trainer/loop/checkpoint.py saves it).
@@ -77,10 +76,9 @@ def draw(ctx: Context, n_prompts: int, share: int = 0, count: int = 1) -> tuple[
     draw for all of them, and its seeds start past the shares before it: no two nodes' prompts
     share a seed. One feeder: the pool's next n prompts, as always."""
     c = ctx.config
-    idx = strided(ctx.pool.next_batch(n_prompts * count), share, count)
-    seed = (c.seed * 1_000_003 + ctx.gen_counter
+    idx = strided(ctx.data.pool.next_batch(n_prompts * count), share, count)
+    seed = (ctx.data.next_call_seed(c.seed)
             + share * n_prompts * c.rollout.generations_per_prompt)
-    ctx.gen_counter += 1
     return idx, seed
 
 

@@ -148,11 +148,10 @@ class DataPipeline:
         every step before `version` and before it records step `version`'s."""
         c = self.ctx
         while self.version_for(self.scheduled + self.per_call - 1) <= version:
-            seed = c.config.seed * 1_000_003 + c.gen_counter
-            c.gen_counter += 1
+            seed = c.data.next_call_seed(c.config.seed)
             v = self.version_for(self.scheduled + self.per_call - 1)
             cap = max(v, self.base + self.scheduled // self.per_step)  # step of its first group
-            call = Call(c.pool.next_batch(self.per_call), seed, v, cap, self.switch)
+            call = Call(c.data.pool.next_batch(self.per_call), seed, v, cap, self.switch)
             self.scheduled += self.per_call
             with self.cond:
                 self.calls.append(call)

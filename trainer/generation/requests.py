@@ -10,7 +10,7 @@ from typing import Hashable, Iterator, Optional, Union
 
 from torch import nn
 
-from trainer.algo.length import Rollout
+from trainer.generation.rollout import Rollout
 
 Weights = Union[nn.Module, dict]  # the trainer's module, or a snapshot of its state dict
 

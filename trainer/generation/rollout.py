@@ -2,7 +2,8 @@
 
 The contract other backends plug into (vLLM lives in `trainer.generation.vllm_engine`):
 `Generation` (per-sample tokens, behaviour log-probs, per-token policy versions, finished) and
-the `Generator` protocol (generate, sync_weights). Length control, the fp32 head choice for the
+the `Generator` protocol (generate, sync_weights); `Rollout`, a generation with its length
+control applied (trainer/algo/length.py), is what the loop trains on. Length control, the fp32 head choice for the
 trainer, rewards and losses live outside the backends so every backend gets them.
 
 "hf" is a lean sampling loop over any HF causal LM: one prefill, then one forward per token
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 import torch
@@ -40,6 +41,24 @@ class Generation:
     logprobs: list[list[float]]  # behaviour log-prob of each token under the weights that sampled it
     versions: list[list[int]]  # policy version that produced each token
     finished: list[bool]  # True: stopped by EOS; False: hit max_new_tokens
+
+
+@dataclass
+class Rollout:
+    """Samples of one generate call, prompt-major (prompt i's n samples at i*n .. i*n+n-1)."""
+
+    prompts: list[list[int]]  # per sample
+    tokens: list[list[int]]
+    logprobs: list[list[float]]
+    versions: list[list[int]]
+    loss_mask: list[list[int]]  # 0 for tokens the policy did not sample (interruption text)
+    finished: list[bool]
+    interrupted: list[bool] = field(default_factory=list)
+    penalty: list[float] = field(default_factory=list)  # added to the reward
+    # Tokens the generator ran per sample (prompt prefill + every decoded token), for the
+    # generation FLOPs: more than prompt + final tokens when interruption cuts thinking tokens
+    # and re-prefills prompt + thinking + interruption text for the answer.
+    gen_tokens: list[int] = field(default_factory=list)
 
 
 class Generator(Protocol):

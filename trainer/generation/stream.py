@@ -35,7 +35,8 @@ from typing import Iterator, Optional
 from trainer import preempt
 from trainer.config import TrainConfig
 from trainer.generation.requests import Request, Result, Weights, finished, version_range
-from trainer.algo.length import Rollout, closed_at, marker_ids, overlong
+from trainer.algo.length import closed_at, marker_ids, overlong
+from trainer.generation.rollout import Rollout
 
 
 def stream_service(gen, config: TrainConfig, tokenizer) -> Optional["StreamService"]:

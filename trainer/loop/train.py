@@ -1,9 +1,11 @@
 """The training loop, top to bottom: pool -> generate -> reward -> filter -> advantages ->
-loss -> step -> weight push -> eval + metrics + checkpoint. One function, `run`; the loop itself
-is `_Run.train`, and the stages it calls live here or, by job, in the classes `_Run` mixes in:
-the update math (trainer/loop/update.py), evaluation and the metrics row (trainer/loop/eval_point.py),
-checkpoint / resume / preemption stops (trainer/loop/checkpoint.py) and compute accounting
-(trainer/loop/accounting.py).
+loss -> step -> weight push -> eval + metrics + checkpoint. `run(config, run_dir)` is the
+entry; `train` is the loop, with the run's state (trainer/loop/state.py: step, counters, the
+window of step statistics, the data position) in view: every stage takes what it reads and
+writes as arguments. The stages with a job of their own are small objects built once at
+start: the update math (trainer/loop/update.py), evaluation and the metrics row
+(trainer/loop/eval_point.py), checkpoint / resume / preemption stops
+(trainer/loop/checkpoint.py) and the budget (trainer/loop/accounting.py).
 
 Multi-process jobs (Slurm srun / torchrun; trainer/dist/groups.py): data parallel on the
 training side, replicated generation. Every rank runs the same prompt source with the same
@@ -11,47 +13,39 @@ seeds, and rank 0's batch is then broadcast so all ranks hold byte-identical rol
 non-deterministic kernels could otherwise make them differ); rewards, pool statistics and the
 zero-variance filter therefore agree everywhere. The kept prompt groups are dealt out to the
 ranks by tokens and weighted so the rank-averaged gradient is the whole batch's
-(trainer/loop/update.py). Why not shard generation: the hf generator on a ZeRO-3 model all-gathers
-weights on every decode step, so ranks must decode in lockstep anyway; generation throughput at
-scale comes from the vllm backend. Only rank 0 writes the run dir (status, metrics, config);
-checkpoints are written by every rank (trainer/loop/checkpoint.py).
+(trainer/loop/update.py). Why not shard generation: the hf generator on a ZeRO-3 model
+all-gathers weights on every decode step, so ranks must decode in lockstep anyway; generation
+throughput at scale comes from the vllm backend. Only rank 0 writes the run dir (status,
+metrics, config); checkpoints are written by every rank (trainer/loop/checkpoint.py).
 """
 
 from __future__ import annotations
 
-import random
+import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from trainer import preempt, rundir, trackers
-from trainer.loop.accounting import Accounting, new_counters
-from trainer.models.chat import prompt_encoder
-from trainer.loop.checkpoint import Checkpointing
+from trainer.algo.filters import zero_variance_keep
+from trainer.algo.pool import DataPosition, PromptPool
+from trainer.algo.rewards import score_and_reward
 from trainer.config import TrainConfig
+from trainer.devices import job_devices
 from trainer.dist.abort import FailFast, error_line, exit_soon
 from trainer.dist.binding import bind_devices
-from trainer.dist.groups import (
-    broadcast_object,
-    group_timeout_s,
-    join_process_group,
-    rank,
-    read_env,
-    world_size,
-)
-from trainer.engine import make_engine
+from trainer.dist.groups import broadcast_object, read_env, world_size
 from trainer.generation.feeders import step_batch
-from trainer.generation.vllm_args import check_vllm_version
-from trainer.loop.eval_point import EvalPoint
-from trainer.evaluate import score
-from trainer.algo.filters import zero_variance_keep
-from trainer.models.load import load_model, pick_device
 from trainer.generation.offpolicy import MODES, Context, concat
-from trainer.algo.pool import PromptPool
-from trainer.models.precision import LMHead
-from trainer.tasks import build_task
+from trainer.generation.vllm_args import check_vllm_version
+from trainer.loop.accounting import Budget, count_generation
+from trainer.loop.checkpoint import Checkpoints
+from trainer.loop.eval_point import EvalPoint, metrics_row, rollout_stats
+from trainer.loop.setup import Parts, build, setup_distributed
+from trainer.loop.state import RunState, StepMark
 from trainer.loop.update import Diverged, PolicyUpdate
 
 
@@ -59,10 +53,10 @@ def run(config: TrainConfig, run_dir: Path) -> None:
     """Train (or resume) one run into `run_dir`. Returns when the budget is spent, or the run
     diverged (status.json says so with the step); raises after marking status `failed`.
 
-    First of all this process is bound to its devices (trainer/dist/binding.py: before anything
-    asks CUDA anything), and a vllm run refuses a vLLM other than the tested one. A rank that
-    raises ends every rank of the job within seconds (trainer/dist/abort.py FailFast), and
-    status.json's `error` is the failing rank's root cause in one line."""
+    First of all this process is bound to its devices (trainer/dist/binding.py: before
+    anything asks CUDA anything), and a vllm run refuses a vLLM other than the tested one. A
+    rank that raises ends every rank of the job within seconds (trainer/dist/abort.py
+    FailFast), and status.json's `error` is the failing rank's root cause in one line."""
     run_dir = Path(run_dir)
     try:
         bind_devices(config)
@@ -73,7 +67,7 @@ def run(config: TrainConfig, run_dir: Path) -> None:
             run_dir.mkdir(parents=True, exist_ok=True)
             rundir.write_status(run_dir, "failed", 0, error=error_line(e))
         raise
-    main = _setup_distributed(config)
+    main = setup_distributed(config)
     step = [0]
 
     def record_abort(reason: str) -> None:  # rank 0's watchdog: a peer failed
@@ -92,9 +86,9 @@ def run(config: TrainConfig, run_dir: Path) -> None:
         if broadcast_object(rundir.read_status(run_dir).get("state") == "diverged"
                             and rundir.checkpoint_dir(run_dir) is not None):
             return
-        state = _Run(config, run_dir)
-        step[0] = state.step
-        state.train()
+        r = start(config, run_dir)
+        step[0] = r.state.step
+        train(r)
     except Diverged as e:  # every rank sees the same verdict (it is all-reduced)
         if main:
             rundir.write_status(run_dir, "diverged", e.step,
@@ -112,201 +106,169 @@ def run(config: TrainConfig, run_dir: Path) -> None:
         trackers.close()  # after the final status: trackers record done / failed / diverged
 
 
-def _setup_distributed(config: TrainConfig) -> bool:
-    """Join the launcher's process group (multi-process jobs only); True on rank 0. The torch
-    engine is data parallel through its gradient all-reduce, the deepspeed engine through
-    DeepSpeed; both need the group before the engine is built. Its collectives wait up to
-    engine.collective_timeout_minutes (rank 0's lone vllm eval keeps the others at a barrier).
-    The process's device was bound before (trainer/dist/binding.py bind_devices)."""
-    return join_process_group(config.engine.device, timeout_s=group_timeout_s(config))
+@dataclass
+class Run:
+    """One run: its fixed parts, its state, and the parts of a step, each built once."""
+
+    config: TrainConfig
+    dir: Path
+    parts: Parts  # device, ranks, task, prompts, model, engine (setup.py)
+    state: RunState  # what the checkpoint saves (state.py)
+    ctx: Context  # what the rollout source draws from (trainer/generation/offpolicy.py)
+    budget: Budget  # accounting.py
+    update: PolicyUpdate  # update.py
+    evals: EvalPoint  # eval_point.py
+    ckpt: Checkpoints  # checkpoint.py
+    resumed: bool  # this attempt started from a checkpoint
+    redo: list  # the checkpoint's evals not written yet (checkpoint.py unwritten_evals)
 
 
-class _Run(Checkpointing, Accounting, EvalPoint, PolicyUpdate):
-    """State of one run; `train` is the loop, and the methods here are its stages in the order
-    they happen. Stages with a job of their own come from the classes mixed in: checkpoint,
-    resume and preemption stops (Checkpointing), counters and budget (Accounting), evaluation
-    and the metrics row (EvalPoint), the update math (PolicyUpdate)."""
+def start(config: TrainConfig, run_dir: Path) -> Run:
+    """The run's parts, and its state: fresh, or the latest checkpoint's."""
+    p = build(config, run_dir)
+    pool = PromptPool([x.difficulty for x in p.task.train], config.data, config.seed)
+    state = RunState(DataPosition(pool))
+    ckpt = Checkpoints(config, run_dir, p)
+    resumed, redo = ckpt.resume(state)
+    ctx = Context(config, p.model, p.tok, state.data, p.train_prompts, restored=state.source)
+    return Run(config, run_dir, p, state, ctx,
+               Budget(config, job_devices(config, p.device, p.world)), PolicyUpdate(config, p),
+               EvalPoint(config, run_dir, p), ckpt, resumed, redo)
 
-    def __init__(self, config: TrainConfig, run_dir: Path) -> None:
-        self.c, self.dir = config, run_dir
-        torch.set_flush_denormal(True)  # tiny models hit denormals: 10-50x slower CPU ops
-        if config.engine.threads:
-            torch.set_num_threads(config.engine.threads)
-        torch.manual_seed(config.seed)
-        random.seed(config.seed)
-        _setup_distributed(config)  # idempotent; also for callers that skip run()
-        self.rank, self.world = rank(), world_size()
-        self.main = self.rank == 0
-        if self.main:
-            run_dir.mkdir(parents=True, exist_ok=True)
-        self.device = pick_device(config.engine.device)
-        self.task = build_task(config.task, config.eval.split)  # first: a missing dataset fails fast
-        model, self.tok = load_model(config)
-        enc = self.encode
-        self.train_prompts = [enc(p.prompt) for p in self.task.train]
-        n_eval = config.eval.num_prompts or config.task.num_eval_prompts
-        self.eval_problems = self.task.eval[:n_eval]
-        self.eval_prompts = [enc(p.prompt) for p in self.eval_problems]
-        self.engine = make_engine(config, model.to(self.device))
-        self.device = getattr(self.engine, "device", self.device)
-        self.rank, self.world = rank(), world_size()  # single-process DeepSpeed: a world of 1
-        self.main = self.rank == 0
-        self.model = self.engine.model
-        self.model.eval()  # train() only around the update (gradient checkpointing, dropout)
-        self.zero3 = config.engine.type == "deepspeed" and config.engine.zero_stage == 3
-        self.head = LMHead(self.model.get_output_embeddings(), config.precision.trainer_lm_head_fp32)
-        self.body = self.model.get_decoder()
-        # ZeRO-3 leaves each rank an empty shard per parameter; ds_numel is the full size.
-        self.n_params = sum(getattr(p, "ds_numel", p.numel()) for p in self.model.parameters())
-        self.pool = PromptPool([p.difficulty for p in self.task.train], config.data, config.seed)
-        self.step = 0
-        self.counters = new_counters()
-        self.acc: dict[str, float] = {}
-        self._resume()
-        self.ctx = Context(config, self.model, self.tok, self.pool, self.train_prompts,
-                           self.counters["gen_counter"], getattr(self, "source_state", None))
 
-    @property
-    def encode(self):
-        """Prompt text -> ids; real chat models get their chat template (model.chat_template)."""
-        return prompt_encoder(self.tok, self.c.model.chat_template)
+def train(r: Run) -> None:
+    """The loop: first eval, then per step generate -> train -> push weights -> maybe eval
+    and checkpoint, until the budget is spent or a stop signal asks for a requeue. Evals
+    are launched, not waited for (trainer/loop/eval_point.py); the run is done when their
+    lines are written. A stop signal inside generation abandons the step in flight."""
+    c, s, model = r.config, r.state, r.parts.model
+    r.ckpt.start_attempt(s.step)
+    write_status(r, "running")
+    source = MODES.get(c.off_policy.mode)(r.ctx)
+    mark: StepMark | None = None
+    closed: list[bool] = []
 
-    # -- the loop ------------------------------------------------------------------------
-    def status(self, state: str) -> None:
-        """status.json (rank 0): state, step, progress, and the run's preemption record
-        (`preemptions`: over all attempts, per stop signal the step rank 0 was working on when
-        it arrived and the step checkpointed at; `resumed_from`: the checkpoint step this
-        attempt started from)."""
-        if self.main:
-            rundir.write_status(self.dir, state, self.step, total_steps=self.c.budget.steps,
-                                progress=round(self.budget_fraction(), 4),
-                                **getattr(self, "notes", {}))
+    def close() -> None:  # once: the eval worker, then the engine it may be using
+        if not closed:
+            closed.append(True)
+            r.evals.close()
+            source.close()
 
-    def train(self) -> None:
-        """The loop: first eval, then per step generate -> train -> push weights -> maybe eval
-        and checkpoint, until the budget is spent or a stop signal asks for a requeue. Evals
-        are launched, not waited for (trainer/loop/eval_point.py); the run is done when their
-        lines are written. A stop signal inside generation abandons the step in flight."""
-        c = self.c
-        self.start_attempt()
-        self.status("running")
-        source = MODES.get(c.off_policy.mode)(self.ctx)
-        mark, closed = None, []
+    try:
+        if not r.resumed:
+            evaluate(r, source)  # launched; decoded beside training (eval_service.py)
+            r.ckpt.save(s, r.ctx.source_state, r.evals)
+        source.after_step(model, s.step)  # resumed: stamp generator with this version
+        r.evals.redo(r.redo, s.step, source)  # evals a stop or a kill ended
+        while not r.budget.spent(s):
+            t0 = time.perf_counter()
+            preempt.at_step(s.step + 1)
+            mark = s.mark()
+            batch = next_batch(source, s.step)  # rank 0's data everywhere, or its stop
+            train_step(r, batch)
+            s.step += 1
+            source.after_step(model, s.step)  # the weight push
+            s.counters.wall += time.perf_counter() - t0
+            write_status(r, "running")
+            last = r.budget.spent(s)
+            stop, timely = r.ckpt.boundary_flags(r.evals)
+            if c.eval.due(s.step) or last:
+                evaluate(r, source)
+                r.ckpt.save(s, r.ctx.source_state, r.evals)
+            elif s.step % c.checkpoint.every_steps == 0 or timely or stop:
+                r.ckpt.save(s, r.ctx.source_state, r.evals)
+            if stop and not last:  # saved at this boundary; the launcher requeues
+                stop_for_preemption(r)
+                return
+        if r.parts.main:
+            r.evals.finish()  # training is over: only rank 0 waits, for the last lines
+    except preempt.Stopped:  # inside generation, or an eval at the end: every rank
+        close()  # the generator thread stops drawing from the pool before it is restored
+        abandon_step(r, mark if mark is not None and mark.step == s.step else None)
+        return
+    finally:
+        close()
+    write_status(r, "done")
 
-        def close() -> None:  # once: the eval worker, then the engine it may be using
-            if not closed:
-                closed.append(True)
-                self.close_evals()
-                source.close()
 
-        try:
-            if not self.resumed:
-                self.evaluate(source)  # launched; decoded beside training (eval_service.py)
-                self.checkpoint()
-            source.after_step(self.model, self.step)  # resumed: stamp generator with this version
-            self.redo_evals(source)  # evals a stop or a kill ended, on their step's weights
-            while not self.budget_spent():
-                t0 = time.perf_counter()
-                preempt.at_step(self.step + 1)
-                mark = self.step_mark()
-                batch = self.next_batch(source)  # rank 0's data everywhere, or its stop
-                self.train_step(batch)
-                self.step += 1
-                source.after_step(self.model, self.step)
-                self.counters["wall"] += time.perf_counter() - t0
-                self.status("running")
-                last = self.budget_spent()
-                stop, timely = self.boundary_flags()
-                if c.eval.due(self.step) or last:
-                    self.evaluate(source)
-                    self.checkpoint()
-                elif self.step % c.checkpoint.every_steps == 0 or timely or stop:
-                    self.checkpoint()
-                if stop and not last:  # saved at this boundary; the launcher requeues
-                    self.stop_for_preemption()
-                    return
-            if self.main:
-                self.finish_evals()  # training is over: only rank 0 waits, for the last lines
-        except preempt.Stopped:  # inside generation, or an eval at the end: every rank
-            close()  # the generator thread stops drawing from the pool before it is restored
-            self.abandon_step(mark if self.step_marked(mark) else None)
-            return
-        finally:
-            close()
-        self.status("done")
+def train_step(r: Run, batch) -> None:
+    """One optimizer step on one batch of rollouts: reward -> filter -> counters -> update;
+    its statistics join the window that the next metrics line averages."""
+    c, s, p = r.config, r.state, r.parts
+    G = c.rollout.generations_per_prompt
+    correct, rewards = score_and_reward(p.task, [p.task.train[i] for i in batch.prompt_ids],
+                                        p.tok, batch.rollout, G, c.reward)
+    for j, pid in enumerate(batch.prompt_ids):  # each prompt's pass count: curriculum, NPR
+        s.data.pool.record(pid, sum(correct[j * G:(j + 1) * G]), G)
+    keep = zero_variance_keep(rewards, G, c.data.zero_variance_filter)  # groups with a gradient
+    dropped = len(batch.prompt_ids) - len(keep)
+    s.counters.zero_variance_dropped += dropped
+    rows = [j * G + i for j in keep for i in range(G)]
+    count_generation(s.counters, batch, p.n_params)
+    stats = rollout_stats(s, batch, correct, rewards, rows, dropped)
+    if rows:
+        trained = r.update(batch.rollout, rows, rewards, s.step)
+        s.counters.tokens += trained.tokens
+        s.counters.flops_train += trained.flops
+        stats.update(trained.stats)
+    s.window.add(stats)
 
-    def step_mark(self) -> tuple:
-        """What a step changes before its update (the pool's draws, the generation counter,
-        the RNGs): restored if the step is abandoned, so its checkpoint is the finished step's."""
-        return (self.step, self.pool.state_dict(), self.ctx.gen_counter,
-                torch.get_rng_state(), random.getstate())
 
-    def step_marked(self, mark) -> bool:
-        return mark is not None and mark[0] == self.step
+def next_batch(source, step: int):
+    """The step's batch: rank 0's, broadcast, or each node's share joined (pipeline mode
+    with vLLM on several nodes: trainer/generation/feeders.py). A stop signal inside a
+    feeder's generation (trainer/preempt.py Stopped; from the pipeline's generator thread
+    it arrives as the cause of its failure) is sent instead, and every rank raises Stopped."""
+    try:
+        mine = source.next(step)
+    except preempt.Stopped:
+        mine = preempt.STOP
+    except RuntimeError as e:
+        if not isinstance(e.__cause__, preempt.Stopped):
+            raise
+        mine = preempt.STOP
+    feeders = getattr(source, "feeders", None)  # the sources that can have several
+    got = step_batch(mine, feeders.ranks if feeders else (0,), preempt.STOP, concat)
+    if isinstance(got, str) and got == preempt.STOP:
+        raise preempt.Stopped("stop signal inside generation")
+    return got
 
-    def next_batch(self, source):
-        """The step's batch: rank 0's, broadcast, or each node's share joined (pipeline mode
-        with vLLM on several nodes: trainer/generation/feeders.py). A stop signal inside a
-        feeder's generation (trainer/preempt.py Stopped; from the pipeline's generator thread
-        it arrives as the cause of its failure) is sent instead, and every rank raises Stopped."""
-        try:
-            mine = source.next(self.step)
-        except preempt.Stopped:
-            mine = preempt.STOP
-        except RuntimeError as e:
-            if not isinstance(e.__cause__, preempt.Stopped):
-                raise
-            mine = preempt.STOP
-        feeders = getattr(source, "feeders", None)
-        got = step_batch(mine, feeders.ranks if feeders else (0,), preempt.STOP, concat)
-        if isinstance(got, str) and got == preempt.STOP:
-            raise preempt.Stopped("stop signal inside generation")
-        return got
 
-    def abandon_step(self, mark) -> None:
-        """A stop signal inside a step (every rank): put back what the step drew, checkpoint
-        the last finished step unless that is saved already, record the stop."""
-        if mark is not None:
-            _, pool, gen_counter, trng, prng = mark
-            self.pool.load_state_dict(pool)
-            self.ctx.gen_counter = gen_counter
-            torch.set_rng_state(trng)
-            random.setstate(prng)
-        if self.saved[0] != self.step:
-            self.checkpoint()
-        self.stop_for_preemption()
+@torch.no_grad()
+def evaluate(r: Run, source) -> None:
+    """The eval point of this step: its metrics row (the counters now, the window's means)
+    handed with this step's weights to the eval, which writes the row when it is done."""
+    s = r.state
+    row = metrics_row(s, r.budget.gpu_hours(s.counters), source)
+    r.evals.launch(s.step, row, source, r.evals.step_weights(source, s.step))
 
-    def train_step(self, batch) -> None:
-        """One optimizer step on one batch of rollouts; its statistics join the running
-        means that the next metrics line reports."""
-        correct, rewards = self.reward(batch)
-        rows, dropped = self.keep_rows(batch, rewards)
-        self.count_generation(batch)
-        stats = self.rollout_stats(batch, correct, rewards, rows, dropped)
-        if rows:
-            stats.update(self.update(batch.rollout, rows, rewards))
-        for k, v in stats.items():
-            self.acc[k] = self.acc.get(k, 0.0) + v
-            self.acc["n/" + k] = self.acc.get("n/" + k, 0) + 1
 
-    def reward(self, batch) -> tuple[list[bool], list[float]]:
-        """Verdict and reward of every sample: the verifiable reward plus the length
-        control's penalty. Each prompt's pass count feeds the pool (curriculum, NPR)."""
-        c, ro, G = self.c, batch.rollout, self.c.rollout.generations_per_prompt
-        correct = score(self.task, [self.task.train[i] for i in batch.prompt_ids], self.tok,
-                        ro.tokens, G)
-        rewards = [(c.reward.correct if ok else c.reward.incorrect) + pen
-                   for ok, pen in zip(correct, ro.penalty)]
-        for j, pid in enumerate(batch.prompt_ids):
-            self.pool.record(pid, sum(correct[j * G:(j + 1) * G]), G)
-        return correct, rewards
+def abandon_step(r: Run, mark: StepMark | None) -> None:
+    """A stop signal inside a step (every rank): put back what the step drew, checkpoint
+    the last finished step unless that is saved already, record the stop."""
+    if mark is not None:
+        r.state.rewind(mark)
+    if r.ckpt.saved[0] != r.state.step:
+        r.ckpt.save(r.state, r.ctx.source_state, r.evals)
+    stop_for_preemption(r)
 
-    def keep_rows(self, batch, rewards: list[float]) -> tuple[list[int], int]:
-        """Rows of the prompt groups the zero-variance filter keeps (groups whose samples
-        all got the same reward carry no gradient), and how many groups it dropped."""
-        G = self.c.rollout.generations_per_prompt
-        keep = zero_variance_keep(rewards, G, self.c.data.zero_variance_filter)
-        dropped = len(batch.prompt_ids) - len(keep)
-        self.counters["zero_variance_dropped"] += dropped
-        return [j * G + s for j in keep for s in range(G)], dropped
 
+def stop_for_preemption(r: Run) -> None:
+    """Record the stop (status.json, stderr, trainer.preempt) after the boundary's save,
+    with the eval progress made since it (checkpoint.py save_eval_progress)."""
+    r.ckpt.save_eval_progress(r.evals)
+    r.ckpt.record_stop(r.state.step)
+    write_status(r, "running")  # still running as far as the study goes: the job requeues
+    if r.parts.main:
+        print(f"[trainer] stop signal: checkpointed at step {r.state.step}, stopping for the "
+              "requeue", file=sys.stderr, flush=True)
+
+
+def write_status(r: Run, state: str) -> None:
+    """status.json (rank 0): state, step, progress, and the run's preemption record
+    (`preemptions`: over all attempts, per stop signal the step rank 0 was working on when
+    it arrived and the step checkpointed at; `resumed_from`: the checkpoint step this
+    attempt started from)."""
+    if r.parts.main:
+        rundir.write_status(r.dir, state, r.state.step, total_steps=r.config.budget.steps,
+                            progress=round(r.budget.fraction(r.state), 4), **r.ckpt.notes)

@@ -3,9 +3,9 @@ loss -> one optimizer step, and the step's loss statistics.
 
 Why a module of its own: this is the math of the step (how rows are dealt to ranks, split into
 micro-batches, padded, weighted and reduced), and it reads best apart from the loop's order of
-stages (trainer/loop/train.py, whose `_Run` mixes this class in). The methods use the run's state:
-`c` (TrainConfig), `engine`, `model`, `body`, `head`, `tok`, `device`, `rank`, `world`,
-`n_params`, `step` and `counters`.
+stages (trainer/loop/train.py calls it with each step's kept rows). It holds the run's fixed
+parts it trains with (trainer/loop/setup.py Parts) and returns what the step did: its
+statistics, and the tokens and FLOPs the run's counters add (trainer/loop/state.py).
 
 Multi-process: the kept prompt groups are dealt out to the ranks by tokens, and each rank's
 rows split into micro-batches of engine.micro_batch_tokens; every token's loss weight carries
@@ -24,7 +24,9 @@ import torch
 
 from trainer import rundir as col
 from trainer.algo.advantages import compute_advantages
+from trainer.config import TrainConfig
 from trainer.dist.groups import all_reduce_floats
+from trainer.loop.setup import Parts
 from trainer.models.logprobs import (
     completion_logprobs,
     pack,
@@ -57,12 +59,28 @@ class LossBatch:
     weight: torch.Tensor  # [B, T] each token's weight in the whole batch's loss (microbatch.py)
 
 
-class PolicyUpdate:
-    """The update stage of `_Run` (trainer/loop/train.py): see the module doc for the state it uses."""
+@dataclass
+class Trained:
+    """What one update did: its statistics for the metrics row, and what it adds to the
+    run's counters (prompt + completion tokens trained on, and the FLOPs the forwards and
+    backwards computed, all ranks)."""
 
-    def update(self, ro, rows: list[int], rewards: list[float]) -> dict:
-        """Advantages -> policy loss -> one optimizer step on the kept samples: this rank's
-        share of them (groups dealt by tokens), in micro-batches of at most
+    stats: dict[str, float]
+    tokens: int
+    flops: float
+
+
+class PolicyUpdate:
+    """The update stage of the loop (see the module doc)."""
+
+    def __init__(self, config: TrainConfig, parts: Parts) -> None:
+        self.c, self.engine, self.model = config, parts.engine, parts.model
+        self.body, self.head, self.tok, self.device = parts.body, parts.head, parts.tok, parts.device
+        self.rank, self.world, self.n_params = parts.rank, parts.world, parts.n_params
+
+    def __call__(self, ro, rows: list[int], rewards: list[float], step: int) -> Trained:
+        """Advantages -> policy loss -> one optimizer step (step + 1) on the kept samples:
+        this rank's share of them (groups dealt by tokens), in micro-batches of at most
         engine.micro_batch_tokens whose gradients accumulate into the one step, each token
         weighted with the whole batch's denominators (trainer/loop/microbatch.py)."""
         adv_of = self.advantages(rows, rewards)
@@ -76,7 +94,7 @@ class PolicyUpdate:
             for i, (mb, live) in enumerate(micro):
                 b = self.loss_batch(ro, mb, adv_of, weight_of if real and live else None)
                 logp, ent, n_proc = self.forward(ro, b)
-                loss, st = self.policy_loss(logp, b)
+                loss, st = self.policy_loss(logp, b, step)
                 self.engine.backward(loss, boundary=i == len(micro) - 1)
                 if real and live:  # a zero-weighted line-up micro-batch counts for nothing
                     totals.add(float(loss.detach()), b.mask, ent, st["mismatch"], st["ratio"],
@@ -86,9 +104,10 @@ class PolicyUpdate:
         finally:
             self.model.eval()
         if not math.isfinite(gnorm):
-            raise Diverged(self.step + 1)
-        stats = self.count_and_average(totals, real, len(micro))
-        return {**stats, col.GRAD_NORM: gnorm, col.LR: self.engine_lr()}
+            raise Diverged(step + 1)
+        trained = self.count_and_average(totals, real, len(micro))
+        trained.stats.update({col.GRAD_NORM: gnorm, col.LR: self.engine.lr()})
+        return trained
 
     def advantages(self, rows: list[int], rewards: list[float]) -> dict[int, float]:
         """Advantage of each kept row, normalized over the whole kept batch (every rank
@@ -179,7 +198,8 @@ class PolicyUpdate:
         n_proc = sum(len(p) for p in uniq) + sum(max(len(ro.tokens[r]) - 1, 0) for r in rows)
         return logp, ent, n_proc
 
-    def policy_loss(self, logp: torch.Tensor, b: LossBatch) -> tuple[torch.Tensor, dict]:
+    def policy_loss(self, logp: torch.Tensor, b: LossBatch,
+                    step: int) -> tuple[torch.Tensor, dict]:
         """This micro-batch's part of the whole batch's loss: the configured loss type's
         per-token terms weighted by `b.weight` (the aggregation's, whole-batch denominators,
         trainer/loop/microbatch.py). A non-finite loss on any rank stops the run on every rank,
@@ -190,21 +210,18 @@ class PolicyUpdate:
         loss, st = policy_loss_and_stats(logp, b.old_logp, b.adv.to(dev), b.mask,
                                          b.weight.to(dev), loss_type=cfg.type, **options)
         if all_reduce_floats([float(not torch.isfinite(loss))], dev, "max")[0]:
-            raise Diverged(self.step + 1)
+            raise Diverged(step + 1)
         with torch.no_grad():
             st["mismatch"] = (b.old_logp - logp.detach()).abs()
         return loss, st
 
-    def count_and_average(self, t: StepTotals, real: bool, n_micro: int) -> dict:
-        """Add the step's tokens and training FLOPs (all ranks) to the counters; the step's
-        loss statistics: the loss sums to the global one, the rest is the mean over ranks
+    def count_and_average(self, t: StepTotals, real: bool, n_micro: int) -> Trained:
+        """The step's tokens and training FLOPs (all ranks), and its loss statistics: the loss sums to the global one, the rest is the mean over ranks
         that trained on real data; padding share, micro-batches, and (several ranks) the
         max/mean ratio of the ranks' tokens."""
         dev = self.device
         tokens, flops, slots = all_reduce_floats(
             [t.tokens, 6.0 * self.n_params * t.processed, t.slots], dev)
-        self.counters["tokens"] += int(tokens)  # prompt + completion per sample
-        self.counters["flops_train"] += flops  # what was actually computed (all ranks)
         m = max(t.loss_tokens, 1.0)
         means = {col.LOSS: t.loss, col.ENTROPY: t.entropy / m, col.IS_RATIO_MEAN: t.ratio / m,
                  col.CLIP_FRAC: t.clipped / m, col.LOGPROB_MISMATCH: t.mismatch / m}
@@ -219,11 +236,5 @@ class PolicyUpdate:
             out[col.RANK_TOKENS_MAX_OVER_MEAN] = top / max(tokens / self.world, 1.0)
         ratio_max = t.ratio_max if real and t.loss_tokens else 1.0
         ratio_max = all_reduce_floats([ratio_max if real else 0.0], dev, "max")[0]
-        return {**means, **out, col.IS_RATIO_MAX: ratio_max}
-
-    def engine_lr(self) -> float:
-        """The optimizer's current learning rate (the engine's scheduler, or the optimizer's)."""
-        if callable(getattr(self.engine, "lr", None)):
-            return float(self.engine.lr())
-        opt = getattr(self.engine, "optimizer", None)
-        return float(opt.param_groups[0]["lr"]) if opt is not None else float("nan")
+        # tokens: prompt + completion per sample; flops: what was actually computed
+        return Trained({**means, **out, col.IS_RATIO_MAX: ratio_max}, int(tokens), flops)
