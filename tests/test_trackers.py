@@ -60,6 +60,9 @@ def test_tensorboard_events_read_back_by_ablate_fit(tmp_path):
     _log_all(cfg, run)
     tb = root / "tensorboard"
     assert (tb / "loss.aggregation=prompt" / "seed1").is_dir()
+    # where it logged, recorded for `ablate watch`'s band (trainer.rundir's trackers.json)
+    assert rundir.read_trackers(run) == {
+        "tensorboard": {"dir": str((tb / "loss.aggregation=prompt" / "seed1").resolve())}}
     cur = load(tb)
     assert cur.variants() == ["loss.aggregation=prompt"] and set(cur.frame["seed"]) == {1}
     assert cur.x == "gpu_hours" and cur.y == "eval/pass_rate"

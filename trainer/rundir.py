@@ -5,6 +5,9 @@
     <run_dir>/metrics.jsonl   one JSON object per evaluation point, append-only
     <run_dir>/identity.json   who the run is (study, variant, seed), handed in by whoever
                               launches it; absent for a lone run
+    <run_dir>/trackers.json   where the trainer's trackers log the run (TensorBoard dir,
+                              MLflow run, W&B run), written when they open; `ablate watch`
+                              reads it to draw the forecast band beside the score there
     <run_dir>/checkpoint/     the latest resumable state
 
 Why one owner: the trainer writes these files and the orchestrator, the analysis and the CLI
@@ -38,6 +41,7 @@ from typing import Any, Optional
 import yaml
 
 CONFIG, STATUS, METRICS, IDENTITY = "config.yaml", "status.json", "metrics.jsonl", "identity.json"
+TRACKERS = "trackers.json"
 
 # -- metrics.jsonl columns: declared here once, imported by every reader ----------------------
 STEP, SAMPLES, TOKENS, FLOPS, GPU_HOURS = "step", "samples", "tokens", "flops", "gpu_hours"
@@ -171,6 +175,24 @@ def read_identity(run_dir: Path) -> Optional[dict]:
     except (OSError, ValueError):
         return None
     return ident if isinstance(ident, dict) else None
+
+
+def write_trackers(run_dir: Path, where: dict[str, dict]) -> None:
+    """Where each open tracker logs the run ({backend: {...}}: trainer/trackers.py says what
+    each holds), so a reader finds the run there without the trainer's environment (an
+    MLFLOW_TRACKING_URI, a W&B mode)."""
+    atomic_write(Path(run_dir) / TRACKERS, json.dumps({"version": 1, "backends": where}))
+
+
+def read_trackers(run_dir: Path) -> dict[str, dict]:
+    """{backend: where} of the run's trackers ({} when it logged to none, or the file cannot be
+    read)."""
+    try:
+        doc = json.loads((Path(run_dir) / TRACKERS).read_text())
+    except (OSError, ValueError):
+        return {}
+    got = doc.get("backends") if isinstance(doc, dict) else None
+    return {k: v for k, v in got.items() if isinstance(v, dict)} if isinstance(got, dict) else {}
 
 
 # -- metrics.jsonl -------------------------------------------------------------------------

@@ -12,8 +12,11 @@ group, MLflow experiment, TensorBoard folder <dir>/tensorboard/<variant>/seed<N>
 run dir's parent, which `ablate fit` reads back). A lone run (`ablate run --out DIR`) is named
 after its folder. The trainer reads nothing of the orchestrator's own files.
 
-The forecast band of `ablate watch` reaches the dashboards from `ablate watch`'s side
-(ablate/analysis/watch_trackers.py): the trainer reads nothing the orchestrator writes.
+Where each backend logs the run is recorded in the run dir's trackers.json when they open
+(trainer.rundir.write_trackers: a TensorBoard dir, an MLflow tracking URI and run id, a W&B
+project, id, dir and mode), so the forecast band of `ablate watch` reaches the same dashboards
+from `ablate watch`'s side (ablate/analysis/watch_trackers.py) without this process's
+environment: the trainer reads nothing the orchestrator writes.
 
 Resume: TensorBoard drops older events at or past the first step logged again (purge_step);
 W&B resumes the run with the same id; MLflow reopens the run tagged with the same run id.
@@ -30,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Protocol
 
 from trainer.config import TrainConfig
-from trainer.rundir import STEP, read_identity, read_status
+from trainer.rundir import STEP, read_identity, read_status, write_trackers
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,8 @@ def numeric_items(row: dict[str, Any]) -> dict[str, float]:
 
 
 class Backend(Protocol):
+    where: dict[str, Any]  # what trackers.json records of it (JSON)
+
     def log(self, step: int, values: dict[str, float]) -> None: ...
 
     def close(self, state: str) -> None: ...
@@ -84,6 +89,7 @@ class TensorBoardBackend:
     def __init__(self, config: TrainConfig, ident: Identity) -> None:
         self.dir = ident.root / "tensorboard" / _safe(ident.name) / f"seed{ident.seed}"
         self.config, self.writer = config, None
+        self.where = {"dir": str(self.dir.resolve())}
 
     def log(self, step: int, values: dict[str, float]) -> None:
         if self.writer is None:  # opened at the first row: purge what a killed attempt left
@@ -115,6 +121,9 @@ class WandbBackend:
             config={**config.model_dump(mode="json"), "run_id": ident.run_id},
             reinit="create_new",
             settings=wandb.Settings(console="off", quiet=True, x_disable_stats=True))
+        self.where = {"project": lc.project, "entity": getattr(self.run, "entity", None),
+                      "group": ident.study, "name": ident.name, "id": ident.run_id,
+                      "dir": str(ident.root.resolve()), "mode": mode}
 
     def log(self, step: int, values: dict[str, float]) -> None:
         self.run.log(values, step=step)
@@ -160,6 +169,8 @@ class MlflowBackend:
                     config.model_dump(mode="json")).items()]
                 for i in range(0, len(params), 100):  # log_batch takes at most 100 params
                     self.client.log_batch(self.run_id, params=params[i:i + 100])
+        where = uri if "://" in uri else Path(uri).resolve().as_uri()  # not this cwd's
+        self.where = {"tracking_uri": where, "run_id": self.run_id, "experiment": ident.study}
 
     def log(self, step: int, values: dict[str, float]) -> None:
         from mlflow.entities import Metric
@@ -189,6 +200,12 @@ class Trackers:
                 self.backends[name] = BACKENDS[name](config, self.ident)
             except Exception as e:  # noqa: BLE001 - an optional tracker must not kill the run
                 self._fail(name, "could not start", e)
+        if self.backends:  # where they log, for `ablate watch`'s band (trainer.rundir)
+            try:
+                write_trackers(self.run_dir, {n: b.where for n, b in self.backends.items()})
+            except OSError as e:
+                print(f"warning: could not record the trackers of run {self.ident.run_id}: "
+                      f"{e}", file=sys.stderr, flush=True)
 
     def _fail(self, name: str, what: str, e: BaseException) -> None:
         self.backends.pop(name, None)

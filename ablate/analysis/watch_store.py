@@ -55,3 +55,36 @@ def write(run_dir: Path, record: dict[str, Any]) -> None:
     axes = read_all(run_dir)
     axes[axis_key(record["x"], record["y"])] = {**record, "updated": time.time()}
     atomic_write(Path(run_dir) / NAME, json.dumps({"version": VERSION, "axes": axes}))
+
+
+def status_verdicts(study_dir: Path, run_ids: list[str]) -> list[str]:
+    """`ablate status`'s watch column: each run's verdict against the forecast `ablate watch`
+    froze on the study's axis (fit.x, fit.y) in its watch.json, re-judged on the run's metrics
+    now (no refit: the band is in the file); "" for a run that has none (nobody watched it on
+    that axis yet)."""
+    from ablate.analysis.gather import study_fit_defaults
+    from ablate.errors import InputError
+    from trainer import rundir
+
+    fit = study_fit_defaults(Path(study_dir))
+    x, y = fit.get("x", rundir.GPU_HOURS), fit.get("y", rundir.PASS_RATE)
+    out = []
+    for rid in run_ids:
+        d = Path(study_dir) / rid
+        doc = read(d, x, y)
+        if doc is None:
+            out.append("")
+            continue
+        from ablate.analysis import watch as w  # numpy and the fit: only once a forecast exists
+
+        try:
+            rows = rundir.read_metrics(d)
+            pts = [(float(r[x]), float(r[y])) for r in rows
+                   if isinstance(r.get(x), (int, float)) and isinstance(r.get(y), (int, float))]
+            c, s = (list(v) for v in zip(*pts)) if pts else ([], [])
+            j = w.judge(rid, rid, 0, c, s, k=int(doc["k"]), level=float(doc["level"]),
+                        frozen=doc["forecasts"], with_today=False)
+            out.append(j.verdict)
+        except (rundir.MetricsError, KeyError, TypeError, ValueError, InputError):
+            out.append("?")  # a damaged watch.json: `ablate watch` rewrites it
+    return out

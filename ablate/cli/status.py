@@ -31,7 +31,7 @@ def status(
     from ablate.studies.status import study_states
 
     states = study_states(study_dir)
-    from ablate.cli.watch import status_verdicts  # `ablate watch`'s verdicts (watch.json)
+    from ablate.analysis.watch_store import status_verdicts  # `ablate watch`'s (watch.json)
 
     watched = status_verdicts(study_dir, [s.run_id for s in states])
     stopped = stopped_variants(study_dir)  # adaptive studies: which variants stopped, why

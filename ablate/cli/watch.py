@@ -6,7 +6,8 @@ width (100 on a pipe; a part that does not fit goes whole onto an indented next 
 number never leaves its band); `--json` one object per run (a JSON list, docs/JSON.md); `--follow` re-reads as the
 logs grow and prints a run's line only when its verdict changes. Run dirs (ours: a run dir or a
 study dir) get watch.json (ablate.analysis.watch_store, one record per axis), which `ablate
-status` reads; other tools' logs get nothing written. Exit codes: 0 a verdict for at least one
+status` reads, and the band beside the score in the trackers the run logs to
+(ablate.analysis.watch_trackers); other tools' logs get nothing written. Exit codes: 0 a verdict for at least one
 run; 3 not yet (every run is waiting for its forecast: an answer, not an error); 2 bad input
 (one line, nothing written).
 """
@@ -118,6 +119,19 @@ class _Looker:
         self.counts: Optional[dict[str, int]] = None  # evaluations per run at the last read
         self.x = self.y = ""
         self.header_shown = False
+        self.last_drawn: dict[str, Any] = {}  # run -> the judgement its band was drawn from
+        self.said: set[str] = set()  # a tracker's warning, said once
+
+    def _draw(self, run_dir: Path, j) -> None:
+        """The band in the run's trackers (ablate/analysis/watch_trackers.py); what could not
+        be drawn is said once on stderr."""
+        from ablate.analysis.watch_trackers import publish
+
+        self.last_drawn[j.run] = j
+        for line in publish(run_dir, j, self.x, self.y):
+            if line not in self.said:
+                self.said.add(line)
+                print(line, file=sys.stderr, flush=True)
 
     def look(self):
         runs, self.x, self.y = _read(self.target, *self.xy, self.step_cost, self.follow,
@@ -134,6 +148,8 @@ class _Looker:
                     self.notified.add(j.run)
                 _write(r.run_dir, j, self.x, self.y, notified=bool(self.on_depart) and
                        j.verdict == "departed")
+                if self.last_drawn.get(j.run) is not j:  # the band beside the score
+                    self._draw(r.run_dir, j)
         changed = [j for j in js if self.seen.get(j.run) != _state(j)]
         for j in changed:
             self.seen[j.run] = _state(j)
@@ -353,35 +369,3 @@ def _clean(o: Any) -> Any:
         return [_clean(v) for v in o]
     return o
 
-
-def status_verdicts(study_dir: Path, run_ids: list[str]) -> list[str]:
-    """`ablate status`'s watch column: each run's verdict against the forecast `ablate watch`
-    froze on the study's axis (fit.x, fit.y) in its watch.json, re-judged on the run's metrics
-    now (no refit: the band is in the file); "" for a run that has none (nobody watched it on
-    that axis yet)."""
-    from ablate.analysis import watch_store
-    from ablate.analysis.gather import study_fit_defaults
-    from trainer import rundir
-
-    fit = study_fit_defaults(Path(study_dir))
-    x, y = fit.get("x", rundir.GPU_HOURS), fit.get("y", rundir.PASS_RATE)
-    out = []
-    for rid in run_ids:
-        d = Path(study_dir) / rid
-        doc = watch_store.read(d, x, y)
-        if doc is None:
-            out.append("")
-            continue
-        from ablate.analysis import watch as w  # numpy and the fit: only once a forecast exists
-
-        try:
-            rows = rundir.read_metrics(d)
-            pts = [(float(r[x]), float(r[y])) for r in rows
-                   if isinstance(r.get(x), (int, float)) and isinstance(r.get(y), (int, float))]
-            c, s = (list(v) for v in zip(*pts)) if pts else ([], [])
-            j = w.judge(rid, rid, 0, c, s, k=int(doc["k"]), level=float(doc["level"]),
-                        frozen=doc["forecasts"], with_today=False)
-            out.append(j.verdict)
-        except (rundir.MetricsError, KeyError, TypeError, ValueError, InputError):
-            out.append("?")  # a damaged watch.json: `ablate watch` rewrites it
-    return out

@@ -7,6 +7,21 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+# The forecast band `ablate watch` draws beside a run's score in its trackers
+# (ablate/analysis/watch_trackers.py): `<score>_forecast_lo`, `_median`, `_hi`. A reader of
+# those logs never takes one of them for a score or a compute of their own.
+BAND = ("lo", "median", "hi")
+
+
+def band_names(y: str) -> tuple[str, ...]:
+    """The band's three series beside score `y`."""
+    return tuple(f"{y}_forecast_{b}" for b in BAND)
+
+
+def is_band(name: str) -> bool:
+    return any(name.endswith(f"_forecast_{b}") for b in BAND)
+
+
 # "cispo/seed1", "cispo-seed1", "cispo_seed_1", "cispo seed1" -> ("cispo", 1)
 _SEED = re.compile(r"^(?:(.*?)[/_\- .]+)?seed[_\-]?(\d+)$", re.IGNORECASE)
 

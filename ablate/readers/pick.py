@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ablate.errors import InputError
-from ablate.readers.common import Wide, split_seed
+from ablate.readers.common import Wide, is_band, split_seed
 from trainer.rundir import FLOPS, GPU_HOURS, PASS_RATE, STEP
 
 # ablate's own run-dir columns (trainer/rundir.py) first, then other tools' names.
@@ -71,6 +71,7 @@ def _score(cols: list[str], src: str, y: Optional[str]) -> tuple[str, str]:
         if y not in cols:
             raise InputError(f"{src}: no metric {y!r} for --y; metrics: {_listing(cols)}")
         return y, "as given"
+    cols = [c for c in cols if not is_band(c)]  # `ablate watch`'s band is never the score
     if len(cols) == 1:
         return cols[0], "the only metric"
     rule, hits = _matches(SCORE_RULES, cols)
