@@ -6,6 +6,9 @@ describes a compute under its compute column; a CSV error names the line an edit
 from __future__ import annotations
 
 import json
+import re
+
+import pytest
 
 from _cli import ablate
 from _curves_util import curves_frame, write_study
@@ -79,3 +82,22 @@ def test_a_csv_error_names_the_line_an_editor_shows(tmp_path):
     assert r.returncode == 2, r
     assert "runs.csv: column 'score' line 22 is not a number ('oops')" in r.stderr, r
     assert (tmp_path / "runs.csv").read_text().splitlines()[21] == "a,21,oops"
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_compare_fits_the_width_and_keeps_each_number_with_its_interval(tmp_path, columns):
+    """compare, from a folder outside the repository: no line over the width, no interval
+    split over two lines, the value and both ends at one precision (never `[0.7532, 0.805]`),
+    a column left out named (issue 41, point 8)."""
+    d = write_study(tmp_path, curves_frame(seeds=2, n_points=40))
+    r = ablate("compare", d.name, "--budget", "0.2", cwd=tmp_path, columns=columns)
+    assert r.returncode == 0, r
+    lines = r.stdout.splitlines()
+    assert max(len(x) for x in lines) <= columns, r.stdout
+    cells = re.findall(r"(-?[\d.]+) \[(-?[\d.]+), (-?[\d.]+)\]", r.stdout)
+    assert len(cells) >= 4, r.stdout  # A and a prediction for each of two variants
+    for cell in cells:
+        assert len({len(x.partition(".")[2]) for x in cell}) == 1, (cell, r.stdout)
+    assert not [x for x in lines if re.search(r"\[[-\d.]+,\s*$", x)], r.stdout
+    if columns == 80:
+        assert "not shown at 80 columns:" in " ".join(r.stdout.split()), r.stdout
