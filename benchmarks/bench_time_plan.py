@@ -136,13 +136,13 @@ def calibrate(fits: list[tuple[dict, dict]]) -> dict:
 
     from trainer.config import TrainConfig
     from trainer.plan.model_shape import proxy_shape
-    from trainer.plan.time_plan import _sample_counts, train_flops
+    from trainer.plan.time_model import sample_counts, train_flops
 
     g_rows, g_y, t_rows, t_y = [], [], [], []
     for over, m in fits:
         c = TrainConfig.model_validate(config_tree(over))
         sh = proxy_shape(c)
-        samples, prompt, completion = _sample_counts(c)
+        samples, prompt, completion = sample_counts(c)
         iters = completion + 1
         g_rows.append([iters, samples * (prompt + completion) * 2.0 * sh.params])
         g_y.append(m["generation_s"])
@@ -168,10 +168,10 @@ def main() -> None:
             fits.append((over, m))
             out.append({"run": name, "used_to_fit": True, **m})
         consts = calibrate(fits)
-        import trainer.plan.time_plan as tp
+        import trainer.plan.time_model as tm  # where the constants live
 
         for k, v in consts.items():
-            setattr(tp, k, v)
+            setattr(tm, k, v)
         print("# fitted:", json.dumps(consts), file=sys.stderr)
     for name, over in CHECK:
         m = measure(over)

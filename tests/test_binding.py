@@ -3,9 +3,10 @@
 The contract, checked without CUDA by running the trainer's real start-up function
 (bind_devices) for every process of a job, from the environment Slurm gives each task: each
 training rank sees one GPU (its own, a training GPU), uses cuda:0 and hands DeepSpeed
-LOCAL_RANK=0; each node's local rank 0 is bound to the node's vLLM engines, whose processes
-see only the node's generation GPUs (or share the host's GPU when there are none); no two
-processes share a GPU otherwise. The paper's 2-node x 8-GPU profile first, then every split
+LOCAL_RANK=0; the local rank 0 of each node that starts engines (every node in pipeline mode,
+rank 0's otherwise) is bound to the node's vLLM engines, whose processes see only the node's
+generation GPUs (or share the host's GPU when there are none); no two processes share a GPU
+otherwise. Which GPUs those are is the job's topology (tests/test_topology.py). The paper's 2-node x 8-GPU profile first, then every split
 the validation accepts on 1-, 2-, 4- and 8-GPU nodes."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainer.dist.binding import bind_devices, plan_binding
+from trainer.dist.binding import bind_devices, usable_gpus
 from trainer.config import TrainConfig
 from trainer.validate import JobShape, problems, separate_generation
 
@@ -75,7 +76,10 @@ def check_job(c: TrainConfig, nodes: int, tasks: int, visible: str, gib: str = "
         train = Counter(b.gpu for _, b in here)
         assert max(train.values()) == 1, train  # never two ranks on one GPU
         hosts = [b for _, b in here if b.hosts_engines]
-        assert [b.local_rank for b in hosts] == [0]  # every node's first rank, only it
+        if node > 0 and not separate_generation(c):  # rank 0 alone starts engines
+            assert hosts == []
+            continue
+        assert [b.local_rank for b in hosts] == [0]  # the node's first rank, only it
         host = hosts[0]
         engine_gpus = [g for i in range(len(host.engines))
                        for g in host.engine_env(i)["CUDA_VISIBLE_DEVICES"].split(",")]
@@ -149,8 +153,7 @@ def test_a_rank_without_a_gpu_of_its_own_is_refused():
     with pytest.raises(ValueError, match="local rank 4 has no GPU of its own.*tasks_per_node: 4"):
         bind_devices(config(), slurm_env(1, 5, 0, 4, "0,1,2,3,4,5,6,7"))
     with pytest.raises(ValueError, match="no GPUs"):
-        plan_binding(rank=0, world_size=1, node=0, local_rank=0, local_world_size=1, gpus=(),
-                     device="cuda", vllm=False, separate=False)
+        usable_gpus("cuda", ())
 
 
 def test_cpu_jobs_keep_their_local_rank():

@@ -1,5 +1,6 @@
-"""trainer/dist/groups.py: process-group settings from Slurm / torchrun environments, the
-generation/training GPU split, and the DeepSpeed config built from a TrainConfig."""
+"""trainer/dist/groups.py: process-group settings from Slurm / torchrun environments, and the
+DeepSpeed config built from a TrainConfig. (The generation/training GPU split is
+tests/test_topology.py's.)"""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import shutil
 import pytest
 
 from trainer.config import TrainConfig
-from trainer.dist.groups import default_port, first_host, gpu_split_args, read_env, split_gpus
+from trainer.dist.groups import default_port, first_host, read_env
 
 
 def test_slurm_env_multi_node():
@@ -46,24 +47,6 @@ def test_first_host(nodelist, first):
 @pytest.mark.skipif(shutil.which("scontrol") is None, reason="scontrol not installed")
 def test_first_host_uses_scontrol_expansion():
     assert first_host("n[009-011]") == "n009"
-
-
-def test_gpu_split_for_pipeline_mode():
-    s = split_gpus(8)
-    assert s.generation == (0, 1, 2, 3) and s.training == (4, 5, 6, 7) and not s.shared
-    assert split_gpus(4, generation_gpus=1).training == (1, 2, 3)
-    one = split_gpus(1)
-    assert one.shared
-    with pytest.raises(ValueError, match="between 1 and 3"):
-        split_gpus(4, generation_gpus=4)
-
-
-def test_gpu_split_is_a_config_setting():
-    cfg = TrainConfig.model_validate({"rollout": {"backend": "vllm", "vllm": {"generation_gpus": 3}},
-                                      "off_policy": {"mode": "pipeline"}})
-    assert gpu_split_args(cfg) == {"separate_generation": True, "generation_gpus": 3}
-    cfg = TrainConfig.model_validate({"off_policy": {"mode": "ppo_off_policy"}})
-    assert gpu_split_args(cfg) == {"separate_generation": False, "generation_gpus": None}
 
 
 def test_deepspeed_config_follows_train_config():

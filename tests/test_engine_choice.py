@@ -18,11 +18,10 @@ from _trainer_util import set_dotted
 
 from trainer.config import TrainConfig
 from trainer.plan.engine_fit import tensor_parallel
-from trainer.plan.placement import engines
 from trainer.plan.model_shape import model_shape
 from trainer.plan.memory import VLLM_UTILIZATION, kv_room
 from trainer.plan.memory import plan as memory_plan
-from trainer.validate import JobShape
+from trainer.plan.topology import JobShape, topology
 
 ROOT = Path(__file__).resolve().parents[1]
 # A 70B-class dense shape (Llama-3-70B's config.json fields): 141 GB of bf16 weights.
@@ -66,11 +65,11 @@ def shape(gib) -> JobShape:
 
 def test_paper_recipe_on_80_gib_gpus_is_four_one_gpu_replicas_in_plan_and_start_up():
     c = paper()
-    e = engines(c, shape(80))
-    assert (e.tp, e.replicas, e.own_gpus, e.nodes) == (1, 4, True, 2)  # each node its own
+    e = topology(c, shape(80))
+    assert (e.tp, len(e.engines), e.own_gpus, e.engine_nodes) == (1, 4, True, 2)  # each node its own
     started = started_engines(c, 80)
     assert started == [(("0",), ("1",), ("2",), ("3",)), (), (), ()] * 2
-    assert len(started[0]) == e.replicas and len(started[0][0]) == e.tp
+    assert started[0] == tuple(tuple(str(g) for g in eng) for eng in e.engines)
     p = memory_plan(c, shape(80))
     assert p.fits and "4 vLLM engines of 1 GPU each on every node (2 nodes, 8 in all)" in p.note
     assert "idle" not in p.note, p.note  # every node's generation GPUs run its engines
@@ -82,20 +81,20 @@ def test_a_model_too_large_for_one_gpu_gets_the_smallest_tp_that_holds_it(tmp_pa
     # the rule, by hand: tp=1 has no KV room for one full-length sequence, tp=2 has
     assert kv_room(c, m, 1, 80, VLLM_UTILIZATION) == 0
     assert kv_room(c, m, 2, 80, VLLM_UTILIZATION) >= 1
-    e = engines(c, shape(80))
-    assert (e.tp, e.replicas) == (2, 2)
+    e = topology(c, shape(80))
+    assert (e.tp, len(e.engines)) == (2, 2)
     assert started_engines(c, 80) == [(("0", "1"), ("2", "3")), (), (), ()] * 2
     # 40 GiB GPUs: only all four generation GPUs hold it
     assert kv_room(c, m, 2, 40, VLLM_UTILIZATION) == 0
-    assert (engines(c, shape(40)).tp, engines(c, shape(40)).replicas) == (4, 1)
+    assert (topology(c, shape(40)).tp, len(topology(c, shape(40)).engines)) == (4, 1)
     assert started_engines(c, 40)[0] == (("0", "1", "2", "3"),)
 
 
 def test_no_divisor_fits_plans_the_largest_engine_and_says_it_does_not_fit(tmp_path):
     c = paper(model__name_or_path=big_model(tmp_path))
     assert tensor_parallel(c, 4, 24) is None
-    e = engines(c, shape(24))
-    assert (e.tp, e.replicas) == (4, 1)
+    e = topology(c, shape(24))
+    assert (e.tp, len(e.engines)) == (4, 1)
     assert started_engines(c, 24)[0] == (("0", "1", "2", "3"),)
     p = memory_plan(c, shape(24))
     assert not p.fits and "KV room for 0 " in p.kv_sequences, p.kv_sequences
@@ -103,10 +102,10 @@ def test_no_divisor_fits_plans_the_largest_engine_and_says_it_does_not_fit(tmp_p
 
 def test_explicit_size_is_honoured_and_unknown_gpu_size_keeps_one_engine():
     c = paper(rollout__vllm__tensor_parallel_size=2)
-    assert (engines(c, shape(80)).tp, engines(c, shape(80)).replicas) == (2, 2)
+    assert (topology(c, shape(80)).tp, len(topology(c, shape(80)).engines)) == (2, 2)
     assert started_engines(c, 80)[0] == (("0", "1"), ("2", "3"))
     # GPU size unknown (no profile size; no nvidia-smi, ABLATE_GPU_MEMORY_GIB ""): as before
-    assert (engines(paper(), shape(None)).tp, engines(paper(), shape(None)).replicas) == (4, 1)
+    assert (topology(paper(), shape(None)).tp, len(topology(paper(), shape(None)).engines)) == (4, 1)
     assert started_engines(paper(), None)[0] == (("0", "1", "2", "3"),)
 
 

@@ -114,28 +114,6 @@ def test_merge_puts_every_replicas_rows_back_in_the_order_asked():
     assert g.finished == [i % 2 == 0 for i in range(prompts) for _ in range(n)]
 
 
-def test_replica_count_from_the_plan_and_its_limits():
-    from trainer.config import TrainConfig
-    from trainer.dist.groups import plan_topology
-    from trainer.generation.replicas import replica_count
-
-    def cfg(**vllm):
-        return TrainConfig.model_validate({"rollout": {"backend": "vllm", "vllm": vllm}})
-
-    assert replica_count(cfg(), 0) == 1  # CPU: one engine unless asked
-    assert replica_count(cfg(data_parallel_replicas=2), 0) == 2
-    assert replica_count(cfg(), 8) == 1  # tensor-parallel over the 4 generation GPUs
-    assert replica_count(cfg(tensor_parallel_size=1), 8) == 4  # generation GPUs / tp
-    assert replica_count(cfg(tensor_parallel_size=2, data_parallel_replicas=1), 8) == 1
-    t = plan_topology(2, 8, separate_generation=True, tensor_parallel_size=1,
-                      data_parallel_replicas=3)
-    # 3 on each node (every node's local rank 0 starts its own: trainer/generation/feeders.py)
-    assert t.replicas == (((0, 0),), ((0, 1),), ((0, 2),), ((1, 0),), ((1, 1),), ((1, 2),))
-    with pytest.raises(ValueError, match=r"data_parallel_replicas=3 .* valid: 1..2"):
-        plan_topology(2, 8, separate_generation=True, tensor_parallel_size=2,
-                      data_parallel_replicas=3)
-
-
 def test_validation_refuses_more_replicas_than_rank0s_node_holds():
     from trainer.config import TrainConfig
     from trainer.validate import JobShape, problems

@@ -276,37 +276,6 @@ def test_eval_batches_bound_rows_and_keep_the_near_greedy_pass_rate(proxy):
     assert 0 < pr_small == pr_whole < 1  # near-greedy: same answers whatever the chunking
 
 
-# -- topology: one rank per GPU, the job's GPUs split into training and generation ------------
-
-
-def test_topology_splits_each_node_and_groups_replicas_by_tensor_parallel_size():
-    from trainer.dist.groups import plan_topology
-
-    t = plan_topology(2, 8, separate_generation=True, tensor_parallel_size=2, ranks_per_node=4)
-    assert t.training == tuple((n, g) for n in (0, 1) for g in (4, 5, 6, 7))  # rank r -> GPU
-    assert len(set(t.training)) == 8 and not set(t.training) & set(t.generation)
-    assert t.replicas == (((0, 0), (0, 1)), ((0, 2), (0, 3)), ((1, 0), (1, 1)), ((1, 2), (1, 3)))
-    one = plan_topology(2, 8, separate_generation=True, generation_gpus=2)  # tp: all of them
-    assert one.replicas == (((0, 0), (0, 1)), ((1, 0), (1, 1))) and one.ranks_per_node == 6
-    colocated = plan_topology(2, 8, separate_generation=False, ranks_per_node=8)
-    assert len(colocated.training) == 16 and colocated.replicas == ()
-    shared = plan_topology(1, 1, separate_generation=True, ranks_per_node=1)
-    assert shared.training == ((0, 0),) == shared.replicas[0]
-
-
-@pytest.mark.parametrize("kwargs, message", [
-    ({"ranks_per_node": 8}, "8 ranks per node on 4 training GPUs per node .* tasks_per_node=4"),
-    ({"tensor_parallel_size": 3}, "tensor_parallel_size=3 does not divide the 4 .* divisor of 4"),
-    ({"generation_gpus": 8}, "between 1 and 7"),
-])
-def test_topology_refuses_with_one_line(kwargs, message):
-    from trainer.dist.groups import plan_topology
-
-    with pytest.raises(ValueError, match=message) as e:
-        plan_topology(2, 8, separate_generation=True, **kwargs)
-    assert "\n" not in str(e.value)
-
-
 @pytest.mark.slow
 def test_two_ranks_pipeline_rank0_feeds_the_stream(tmp_path):
     """A 2-rank gloo job in pipeline mode: only rank 0 runs a generator, both ranks train on

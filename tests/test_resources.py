@@ -217,56 +217,6 @@ def test_kv_cache_is_sized_for_each_nodes_share_and_eval_on_rank0s_node():
     assert " of 128 sequences" in ppo.kv_sequences  # max(2 x 4 x 16, 4 x 16)
 
 
-CASES = [(mode, gpus, gen, tp, dp) for mode in ("pipeline", "ppo_off_policy")
-         for gpus in (1, 2, 4, 8) for gen in (None, 1, 2, 3) for tp in (None, 1, 2)
-         for dp in (None, 1, 2, 3)]
-
-
-def test_engine_placement_is_the_trainers():
-    """trainer/plan/placement.py (pure Python, for the plan) against what the trainer
-    binds at start (trainer/dist/binding.py plan_binding, run for every process of a 2-node job):
-    the engines and their GPUs, and the GPUs each node leaves without a rank or an engine,
-    over every split the validation accepts. In pipeline mode with vLLM every node's local rank
-    0 starts its node's engines; otherwise rank 0 alone (trainer/generation/offpolicy.py), so only rank
-    0's node's engines count as running."""
-    from trainer.dist.binding import plan_binding
-    from trainer.plan.placement import engines, idle_gpus
-    from trainer.generation.replicas import replica_count
-    from trainer.validate import problems, separate_generation
-
-    checked = 0
-    for mode, gpus, gen, tp, dp in CASES:
-        c = small(off_policy__mode=mode, rollout__vllm__generation_gpus=gen,
-                  rollout__vllm__tensor_parallel_size=tp, rollout__vllm__data_parallel_replicas=dp)
-        sep = separate_generation(c)
-        ranks = gpus - (gen or max(1, gpus // 2)) if sep and gpus >= 2 else gpus
-        shape = JobShape(nodes=2, ranks_per_node=max(1, ranks), gpus_per_node=gpus)
-        if problems(c, shape):
-            continue
-        ids = tuple(str(i) for i in range(gpus))
-        binds = [plan_binding(rank=n * shape.ranks_per_node + r, world_size=shape.world, node=n,
-                              local_rank=r, local_world_size=shape.ranks_per_node, gpus=ids,
-                              device="cuda", vllm=True, separate=sep, generation_gpus=gen,
-                              tensor_parallel_size=tp, data_parallel_replicas=dp)
-                 for n in range(2) for r in range(shape.ranks_per_node)]
-        rank0 = binds[0]
-        e = engines(c, shape)
-        assert e.replicas == len(rank0.engines) == replica_count(c, gpus), (mode, gpus, gen, tp, dp)
-        assert e.tp == len(rank0.engines[0]) and e.own_gpus == (sep and gpus >= 2)
-        assert e.per_gpu == (1 if e.own_gpus else e.replicas)
-        started = [b for b in binds if b.engines and (sep or b.rank == 0)]
-        assert e.nodes == len(started) == (2 if sep else 1), (mode, gpus, gen, tp, dp)
-        assert all(len(b.engines) == e.replicas for b in started)
-        if gpus >= 2:
-            used = [{b.gpu for b in binds if b.node == n} for n in range(2)]
-            for b in started:
-                used[b.node] |= {g for eng in b.engines for g in eng}
-            assert idle_gpus(c, shape, e) == (gpus - len(used[0]), gpus - len(used[1])), \
-                (mode, gpus, gen, tp, dp)
-        checked += 1
-    assert checked >= 60, checked  # the grid is not all refused
-
-
 def test_dry_run_says_where_engines_run_and_which_gpus_idle():
     from trainer.plan.memory import plan as plan_of
 

@@ -1,5 +1,5 @@
-"""The time plan (trainer/plan/time_plan.py): its formulas against hand counts, requeues derived from
-the profile's limits (not a constant), and what `ablate sweep` does with it: the dry run says
+"""The time plan (trainer/plan/time_plan.py, time_model.py, time_jobs.py): its formulas against
+hand counts, requeues derived from the profile's limits (not a constant), and what `ablate sweep` does with it: the dry run says
 where jobs go and how long they take, and a study that cannot reach its budget under the
 profile is refused in one line (`--force` overrides). The plan's CPU constants against real
 proxy step times: benchmarks/bench_time_plan.py (not a timed test)."""
@@ -17,10 +17,11 @@ from test_validate_all import ablate
 
 from trainer.config import TrainConfig
 from trainer.plan.model_shape import KNOWN, ModelShape
-from trainer.plan.time_plan import (DECODE_BW_EFFICIENCY, GPUS, JOB_START_S_GPU, TRAIN_MFU, Limits,
-                               auto_max_num_timeout,
-                               attention_flops_per_token, decode_rate, plan_time, train_flops,
-                               trained_tokens)
+from trainer.plan.time_jobs import Limits, auto_max_num_timeout
+from trainer.plan.time_model import (DECODE_BW_EFFICIENCY, GPUS, JOB_START_S_GPU, TRAIN_MFU,
+                                     attention_flops_per_token, decode_rate, train_flops,
+                                     trained_tokens)
+from trainer.plan.time_plan import plan_time
 from trainer.validate import JobShape
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,7 +73,7 @@ def test_paper_recipe_plan_is_generation_bound_and_its_eval_outlasts_a_job():
     assert t.steps == 2000 and t.devices == 16 and t.evals == 21  # step 0, every 100, the last
     assert t.generation_s > t.train_s and t.step_s == t.generation_s  # pipeline: the slower
     # Training: 768 samples x (2,048 + completion) tokens at 8N + attention over 8 ranks.
-    from trainer.plan.time_plan import lengths
+    from trainer.plan.time_model import lengths
 
     prompt, completion = lengths(paper())
     flops = train_flops(paper(), QWEN3_8B, 768 * (prompt + completion), (prompt + completion) / 2)
@@ -142,7 +143,7 @@ def test_requeues_are_derived_from_the_time_limit_not_a_constant():
 
 # The lockstep case (hf generation under ZeRO-3: every rank decodes, eval on every rank, a stop
 # only between generate calls): the one configuration where eval blocks the steps and a stop
-# saves at the next step boundary (trainer/plan/time_plan.py _lockstep).
+# saves at the next step boundary (trainer/plan/time_model.py _lockstep).
 LOCKSTEP = {"rollout": {"backend": "hf"}, "off_policy": {"mode": "ppo_off_policy", "k": 1}}
 
 
@@ -170,7 +171,7 @@ def test_budget_in_flops_and_gpu_hours_gives_steps():
     proxy = TrainConfig.model_validate({"budget": {"flops": 1e12}})
     tp = plan_time(proxy, JobShape(), Limits())
     from trainer.plan.model_shape import proxy_shape
-    from trainer.plan.time_plan import lengths
+    from trainer.plan.time_model import lengths
 
     n = proxy_shape(proxy).params
     prompt, completion = lengths(proxy)
@@ -277,14 +278,14 @@ def test_with_the_eval_service_eval_runs_beside_training_and_a_stop_saves_at_onc
     finished step at once): eval no longer blocks the steps, an eval longer than a job ends
     over several (its chunks kept), and a job keeps its steps without a 35-minute
     signal_delay_s: the warning needs only a checkpoint plus the stop's margin."""
-    import trainer.plan.time_plan as time_plan
+    import trainer.plan.time_model as time_model
 
     c = paper(eval={"num_prompts": 50})
     before = plan_time(paper(eval={"num_prompts": 2}, **LOCKSTEP), PAPER_SHAPE, PAPER_LIMITS)
     after = plan_time(c, PAPER_SHAPE, PAPER_LIMITS)
     assert before.eval_blocks_training and not after.eval_blocks_training
-    assert not time_plan.stop_saves_at_once(paper(**LOCKSTEP))
-    assert time_plan.stop_saves_at_once(c)
+    assert not time_model.stop_saves_at_once(paper(**LOCKSTEP))
+    assert time_model.stop_saves_at_once(c)
     assert before.steps_per_job == 0 and after.steps_per_job > 0
     assert not any("signal_delay_s" in w for w in after.warnings)
     long_eval = plan_time(paper(), PAPER_SHAPE, PAPER_LIMITS)
@@ -330,7 +331,7 @@ def test_dry_run_with_no_profile_on_a_slurm_machine_says_where_and_warns():
 def test_eval_count_is_the_trainers_eval_due_walk(per_decade):
     """count_evals counts without walking every step; it must equal step 0 + every step
     eval.due accepts + the last."""
-    from trainer.plan.time_plan import count_evals
+    from trainer.plan.time_model import count_evals
 
     for every in (1, 7, 100):
         c = TrainConfig.model_validate({"eval": {"every_steps": every, "per_decade": per_decade}})

@@ -14,7 +14,7 @@ import ast
 from test_layers import module_files, statement_imports
 
 TORCH_FREE = ("trainer.config", "trainer.validate", "trainer.plan.memory", "trainer.plan.time_plan",
-              "trainer.dist.binding", "trainer.algo.losses",
+              "trainer.plan.topology", "trainer.dist.binding", "trainer.algo.losses",
               "trainer.algo.advantages")
 HEAVY = ("torch", "transformers", "deepspeed", "vllm", "numpy")
 

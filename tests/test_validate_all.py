@@ -79,7 +79,7 @@ def test_every_shipped_recipe_passes_on_every_profile(recipe, profile):
 
 # Each combination the trainer refuses at start: (config, job shape, keys the line names,
 # the alternative it offers). Sources: engine_deepspeed.make_deepspeed_engine, chat.prompt_encoder,
-# distributed.resolve_device, distributed.split_gpus.
+# distributed.resolve_device, plan/topology.split.
 REFUSED = [
     ({"engine": {"type": "deepspeed", "zero_stage": 3}, "off_policy": {"mode": "pipeline"},
       "rollout": {"backend": "hf"}}, JobShape(),

@@ -17,30 +17,20 @@ variants with it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable, Optional
 
-from trainer.dist.binding import separate_generation  # noqa: F401  (re-exported: one statement)
 from trainer.config import TrainConfig
+from trainer.plan.topology import (  # noqa: F401  (JobShape, separate_generation: re-exported)
+    JobShape,
+    TopologyError,
+    separate_generation,
+    split,
+    topology,
+)
 
 
 class ConfigConflict(ValueError):
     """Fields that are each valid but cannot be used together (one line: keys, why, fix)."""
-
-
-@dataclass(frozen=True)
-class JobShape:
-    """Where a run's processes land. None = not known here (a check that needs it is skipped:
-    the trainer repeats it at start on the machine it actually runs on)."""
-
-    nodes: int = 1
-    ranks_per_node: int = 1
-    gpus_per_node: Optional[int] = None
-    gpu_memory_gib: Optional[float] = None
-
-    @property
-    def world(self) -> int:
-        return self.nodes * self.ranks_per_node
 
 
 def _zero3_pipeline_hf(c: TrainConfig, shape: JobShape) -> Optional[str]:
@@ -73,36 +63,33 @@ def _cuda_without_gpus(c: TrainConfig, shape: JobShape) -> Optional[str]:
 
 
 def _generation_split(c: TrainConfig, shape: JobShape) -> Optional[str]:
-    # trainer/dist/groups.py split_gpus: 1 <= generation GPUs < GPUs per node (one GPU: shared).
-    g, n = c.rollout.vllm.generation_gpus, shape.gpus_per_node
-    if not separate_generation(c) or not n or n < 2 or g is None or 1 <= g < n:
+    # trainer/plan/topology.py split: 1 <= generation GPUs < GPUs per node (one GPU: shared).
+    try:
+        split(c, shape.gpus_per_node or 0)
+    except TopologyError as e:
+        return str(e)
+    return None
+
+
+def _engines(c: TrainConfig, shape: JobShape) -> Optional[str]:
+    # trainer/plan/topology.py: the engines' tensor-parallel groups and replicas the node's
+    # generation GPUs cannot hold (the binding at start raises the same).
+    if _generation_split(c, shape):
         return None
-    return (f"rollout.vllm.generation_gpus={g} on a {n}-GPU node (off_policy.mode=pipeline, "
-            f"rollout.backend=vllm): the trainer needs at least one GPU of the node; use a value "
-            f"in 1..{n - 1}, or null (half: {max(1, n // 2)})")
-
-
-def generation_gpus_per_node(c: TrainConfig, gpus: int) -> int:
-    """trainer/dist/groups.py split_gpus' count: rollout.vllm.generation_gpus, else half (>= 1).
-    The one torch-free statement of it (validation, the memory plan, the engine placement)."""
-    return c.rollout.vllm.generation_gpus or max(1, gpus // 2)
-
-
-def training_gpus_per_node(c: TrainConfig, gpus: int) -> int:
-    """trainer/dist/groups.py resolve_device: pipeline + vLLM keeps split_gpus' generation
-    GPUs (rollout.vllm.generation_gpus, default half) out of the training ranks' choice."""
-    if separate_generation(c) and gpus >= 2:
-        return gpus - generation_gpus_per_node(c, gpus)
-    return gpus
+    try:
+        topology(c, shape)
+    except TopologyError as e:
+        return str(e)
+    return None
 
 
 def _ranks_per_gpu(c: TrainConfig, shape: JobShape) -> Optional[str]:
-    # trainer/dist/groups.py resolve_device: a local rank beyond the node's training GPUs has
+    # trainer/dist/binding.py plan_binding: a local rank beyond the node's training GPUs has
     # no GPU of its own and stops at start (one rank per GPU, never two).
     n = shape.gpus_per_node
     if not n or c.engine.device == "cpu" or _generation_split(c, shape):
         return None
-    train = training_gpus_per_node(c, n)
+    train = len(split(c, n)[1])
     if shape.ranks_per_node <= train:
         return None
     why = (f" (off_policy.mode=pipeline, rollout.backend=vllm: {n - train} of the {n} GPUs "
@@ -110,42 +97,6 @@ def _ranks_per_gpu(c: TrainConfig, shape: JobShape) -> Optional[str]:
     return (f"{shape.ranks_per_node} ranks per node (tasks_per_node) on {train} training GPUs "
             f"per node{why}: one rank per GPU needs slurm.tasks_per_node: {train}, or set "
             f"rollout.vllm.generation_gpus")
-
-
-def _tensor_parallel(c: TrainConfig, shape: JobShape) -> Optional[str]:
-    # trainer/dist/binding.py plan_binding: a replica's tensor-parallel group must divide the node's
-    # generation GPUs; without generation GPUs of their own the engines share one GPU.
-    tp, n = c.rollout.vllm.tensor_parallel_size, shape.gpus_per_node
-    if c.rollout.backend != "vllm" or not n or n < 2 or tp is None or _generation_split(c, shape):
-        return None
-    if not separate_generation(c):  # trainer/dist/binding.py: the engines share rank 0's one GPU
-        return None if tp == 1 else (
-            f"rollout.vllm.tensor_parallel_size={tp} with off_policy.mode="
-            f"{c.off_policy.mode}: without generation GPUs of their own (pipeline mode) the "
-            f"vLLM engines share local rank 0's one GPU; valid: 1 or null")
-    gen = generation_gpus_per_node(c, n)
-    if gen % tp == 0:
-        return None
-    divisors = [d for d in range(1, gen + 1) if gen % d == 0]
-    return (f"rollout.vllm.tensor_parallel_size={tp} does not divide the {gen} generation GPUs "
-            f"per node ({n}-GPU nodes); valid: {', '.join(map(str, divisors))}")
-
-
-def _data_parallel_replicas(c: TrainConfig, shape: JobShape) -> Optional[str]:
-    # trainer/dist/binding.py plan_binding: a node's replicas are tensor_parallel_size of its
-    # generation GPUs each.
-    dp, n = c.rollout.vllm.data_parallel_replicas, shape.gpus_per_node
-    if (c.rollout.backend != "vllm" or dp is None or not n or n < 2 or not separate_generation(c)
-            or _generation_split(c, shape) or _tensor_parallel(c, shape)):
-        return None
-    gen = generation_gpus_per_node(c, n)
-    per_node = gen // (c.rollout.vllm.tensor_parallel_size or gen)
-    if dp <= per_node:
-        return None
-    return (f"rollout.vllm.data_parallel_replicas={dp} needs {dp} x tensor_parallel_size GPUs "
-            f"on every node (it counts engines per node), which has {gen} generation GPUs "
-            f"({n}-GPU nodes); valid: 1..{per_node}, or a smaller "
-            f"rollout.vllm.tensor_parallel_size")
 
 
 def prompts_per_node(c: TrainConfig, shape: JobShape) -> Optional[str]:
@@ -163,7 +114,7 @@ def prompts_per_node(c: TrainConfig, shape: JobShape) -> Optional[str]:
 # Each returns the one-line problem, or None. Order: the most fundamental first.
 CHECKS: tuple[Callable[[TrainConfig, JobShape], Optional[str]], ...] = (
     _zero3_pipeline_hf, _chat_template_proxy, _cuda_without_gpus, _generation_split,
-    _ranks_per_gpu, _tensor_parallel, _data_parallel_replicas, prompts_per_node,
+    _ranks_per_gpu, _engines, prompts_per_node,
 )
 
 
@@ -187,10 +138,13 @@ def local_shape() -> JobShape:
     # launcher's variables (binding.node_gpus).
     import os
 
-    from trainer.dist.binding import node_gpus
+    from trainer.dist.binding import gpu_memory_gib, node_gpus
     from trainer.dist.groups import read_env  # torch: only the trainer calls local_shape
 
     env = read_env()
-    gpus = len(node_gpus(os.environ))
+    gpus = node_gpus(os.environ)
+    # The GPU size too, as the binding reads it: the engines the check sees are the ones the
+    # trainer then starts (trainer/plan/topology.py chooses them by it).
     return JobShape(nodes=max(1, env.world_size // max(env.local_world_size, 1)),
-                    ranks_per_node=env.local_world_size, gpus_per_node=gpus)
+                    ranks_per_node=env.local_world_size, gpus_per_node=len(gpus),
+                    gpu_memory_gib=gpu_memory_gib(os.environ, gpus))

@@ -99,7 +99,7 @@ def last_logged(path: Path, column: str, tail: int = 65536) -> float | None:
 def devices() -> int:
     """Devices the job holds, for gpu_hours = wall x devices: the GPUs this node sees times
     the job's nodes (the child trainer uses the whole job, as ablate's own trainer counts it:
-    trainer/devices.py); a CPU job counts as one device."""
+    trainer/plan/topology.py Topology.devices); a CPU job counts as one device."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
     gpus = len([d for d in visible.split(",") if d.strip()]) if visible and visible != "-1" \
         else int(os.environ.get("SLURM_GPUS_ON_NODE", "0") or 0)

@@ -17,15 +17,17 @@ vLLM then refused to start. Instead every process is bound by construction:
   ABLATE_LOCAL_RANK (trainer/dist/groups.py read_env). NCCL between ranks that each see one
   GPU is the usual `srun --gpus-per-task=1` setup: NCCL finds peers by PCI bus id, not by
   CUDA ordinal (read, not run here).
-- Each node's local rank 0 is bound to that node's vLLM engines (every node, not only rank
-  0's; in pipeline mode each starts them and generates its node's share of every step,
-  trainer/generation/feeders.py; ppo_off_policy starts rank 0's only): each engine process is
-  started with CUDA_VISIBLE_DEVICES = its own GPUs (the node's
-  generation GPUs, `tensor_parallel_size` per engine) and V1 multiprocessing, so the engine
-  core (a child process that inherits the environment: vllm/v1/engine/utils.py
-  launch_core_engines -> CoreEngineProcManager) and its workers never see a training GPU.
-  Without generation GPUs of their own (on-policy/ppo_off_policy modes, one-GPU nodes) the
-  engines share the host's training GPU with a smaller memory share.
+- The local rank 0 of each node that starts engines is bound to that node's vLLM engines (in
+  pipeline mode every node, each generating its node's share of every step,
+  trainer/generation/feeders.py; otherwise rank 0's alone): each engine process is started
+  with CUDA_VISIBLE_DEVICES = its own GPUs (the node's generation GPUs,
+  `tensor_parallel_size` per engine) and V1 multiprocessing, so the engine core (a child
+  process that inherits the environment: vllm/v1/engine/utils.py launch_core_engines ->
+  CoreEngineProcManager) and its workers never see a training GPU. Without generation GPUs
+  of their own (on-policy/ppo_off_policy modes, one-GPU nodes) the engines share the host's
+  training GPU with a smaller memory share.
+- Which GPUs train, which generate and the engines are not decided here: the job's topology
+  (trainer/plan/topology.py) is, and this module maps it onto the GPU names of the node.
 - The node's GPU list as the launcher gave it (Slurm's CUDA_VISIBLE_DEVICES: ordinals or UUIDs)
   is kept in ABLATE_NODE_GPUS, so a second call (or an engine placement later) sees the node,
   not the narrowed view.
@@ -43,7 +45,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Mapping, MutableMapping, Optional
 
-from trainer.gpu_split import GpuSplit, split_gpus  # noqa: F401
+from trainer.plan.topology import JobShape, Topology, topology
 
 NODE_GPUS = "ABLATE_NODE_GPUS"  # the node's GPUs as the launcher gave them (before narrowing)
 LOCAL_RANK = "ABLATE_LOCAL_RANK"  # the real local rank (LOCAL_RANK becomes the device index)
@@ -153,32 +155,25 @@ def gpu_memory_gib(env: Mapping[str, str], gpus: tuple[str, ...]) -> Optional[fl
     return _nvidia_smi_gib()
 
 
-def plan_binding(*, rank: int, world_size: int, node: int, local_rank: int,
-                 local_world_size: int, gpus: tuple[str, ...], device: str, vllm: bool,
-                 separate: bool, generation_gpus: Optional[int] = None,
-                 tensor_parallel_size: Optional[int] = None,
-                 data_parallel_replicas: Optional[int] = None) -> Binding:
-    """The binding of one process (pure; ValueError with one line when it cannot be bound).
-
-    `device`: engine.device ('auto', 'cuda', 'cpu'); `vllm`: rollout.backend is vllm;
-    `separate`: pipeline mode with vLLM (generation GPUs of their own on nodes of >= 2 GPUs,
-    trainer/validate.py separate_generation). The node's GPUs split as trainer/dist/groups.py
-    split_gpus says: the first `generation_gpus` (default half) generate, the rest train; the
-    engines are tensor_parallel_size of the generation GPUs each (None: all of them, one
-    engine; config_binding passes the size trainer/plan/engine_fit.py tensor_parallel
-    chooses), at most data_parallel_replicas of them."""
+def usable_gpus(device: str, gpus: tuple[str, ...]) -> tuple[str, ...]:
+    """The node's GPUs this job uses for `engine.device` ('auto', 'cuda', 'cpu'): none on CPU;
+    a one-line ValueError for 'cuda' on a node without GPUs."""
     if device == "cpu" or (device == "auto" and not gpus):
-        gpus = ()
-    elif not gpus:
+        return ()
+    if not gpus:
         raise ValueError("engine.device is 'cuda' but this node has no GPUs (CUDA_VISIBLE_DEVICES "
                          "empty and no NVIDIA driver); use engine.device: auto or cpu")
-    own = separate and len(gpus) >= 2
-    if own:
-        split = split_gpus(len(gpus), generation_gpus)
-        gen = tuple(gpus[i] for i in split.generation)
-        train = tuple(gpus[i] for i in split.training)
-    else:
-        gen, train = (), gpus
+    return gpus
+
+
+def plan_binding(t: Topology, gpus: tuple[str, ...], *, rank: int, world_size: int, node: int,
+                 local_rank: int, local_world_size: int) -> Binding:
+    """The binding of one process (pure): the job's topology (trainer/plan/topology.py, the
+    one statement of which GPUs train and which generate, and of the engines) on this node's
+    GPUs as the launcher named them; a one-line ValueError when this process has no GPU of
+    its own. `gpus`: the node's usable GPUs (usable_gpus), () on CPU."""
+    train = tuple(gpus[i] for i in t.training)
+    gen = tuple(gpus[i] for i in t.generation)
     gpu = None
     if gpus:
         if local_rank >= len(train):  # one rank per GPU: never two ranks on one device
@@ -188,31 +183,31 @@ def plan_binding(*, rank: int, world_size: int, node: int, local_rank: int,
                 f"training GPU (slurm.tasks_per_node: {len(train)})")
         gpu = train[local_rank]
     engines: tuple[tuple[str, ...], ...] = ()
-    if vllm and local_rank == 0:  # each node's first rank hosts the node's engines
-        if own:
-            tp = tensor_parallel_size or len(gen)
-            if len(gen) % tp:
-                raise ValueError(f"rollout.vllm.tensor_parallel_size={tp} does not divide the "
-                                 f"{len(gen)} generation GPUs per node")
-            engines = tuple(gen[i:i + tp] for i in range(0, len(gen), tp))
-            if data_parallel_replicas is not None:
-                if not 1 <= data_parallel_replicas <= len(engines):
-                    raise ValueError(f"rollout.vllm.data_parallel_replicas="
-                                     f"{data_parallel_replicas}: valid 1..{len(engines)}")
-                engines = engines[:data_parallel_replicas]
-        else:  # no GPUs of their own: on this rank's GPU (shared), or the CPU
-            engines = tuple((gpu,) if gpu is not None else ()
-                            for _ in range(data_parallel_replicas or 1))
+    if t.starts_engines(node, local_rank):  # a starting node's first rank hosts its engines
+        engines = tuple(tuple(gpus[i] for i in e) for e in t.engines)
     return Binding(rank=rank, world_size=world_size, node=node, local_rank=local_rank,
                    local_world_size=local_world_size, node_gpus=tuple(gpus), training_gpus=train,
                    generation_gpus=gen, gpu=gpu, engines=engines,
-                   shared=bool(engines) and not own and gpu is not None)
+                   shared=bool(engines) and not t.own_gpus and gpu is not None)
 
 
-def separate_generation(c) -> bool:
-    """Pipeline mode with vLLM: generation GPUs of their own (on nodes of >= 2 GPUs), which
-    the training ranks do not use. The one statement of it (trainer/validate.py re-exports)."""
-    return c.off_policy.mode == "pipeline" and c.rollout.backend == "vllm"
+def job_shape(config, env: Mapping[str, str]) -> tuple[JobShape, tuple[str, ...]]:
+    """The job's shape as the process described by `env` sees it (nodes from the launcher's
+    variables, its node's usable GPUs and their size), and those GPUs' names."""
+    from trainer.dist.groups import read_env  # torch import deferred: callers may be torch-free
+
+    d = read_env(env)
+    gpus = usable_gpus(config.engine.device,
+                       () if config.engine.device == "cpu" else node_gpus(env))
+    nodes = max(1, -(-d.world_size // max(d.local_world_size, 1)))
+    return JobShape(nodes=nodes, ranks_per_node=d.local_world_size, gpus_per_node=len(gpus),
+                    gpu_memory_gib=gpu_memory_gib(env, gpus)), gpus
+
+
+def job_topology(config, env: Mapping[str, str] = os.environ) -> Topology:
+    """The topology of the job this process belongs to (trainer/plan/topology.py topology on
+    job_shape): what the binding reads, and the devices gpu_hours counts."""
+    return topology(config, job_shape(config, env)[0])
 
 
 def config_binding(config, env: Mapping[str, str]) -> Binding:
@@ -220,29 +215,9 @@ def config_binding(config, env: Mapping[str, str]) -> Binding:
     from trainer.dist.groups import read_env  # torch import deferred: callers may be torch-free
 
     d = read_env(env)
-    gpus = node_gpus(env)
-    if config.engine.device == "cpu":
-        gpus = ()
-    return plan_binding(rank=d.rank, world_size=d.world_size, node=d.node,
-                        local_rank=d.local_rank, local_world_size=d.local_world_size,
-                        gpus=gpus, device=config.engine.device,
-                        vllm=config.rollout.backend == "vllm",
-                        separate=separate_generation(config),
-                        **engine_choice(config, gpus, gpu_memory_gib(env, gpus)))
-
-
-def engine_choice(config, gpus: tuple[str, ...], gpu_gib: Optional[float]) -> dict:
-    """plan_binding's engine arguments for a node of `gpus` of `gpu_gib` GiB each: the
-    configured generation split and replicas, and the tensor-parallel size
-    trainer/plan/engine_fit.py tensor_parallel chooses (the plan's own choice)."""
-    from trainer.plan.engine_fit import tensor_parallel  # pure; deferred: imports config
-
-    vc = config.rollout.vllm
-    gen = len(split_gpus(len(gpus), vc.generation_gpus).generation) \
-        if separate_generation(config) and len(gpus) >= 2 else 0
-    return {"generation_gpus": vc.generation_gpus,
-            "tensor_parallel_size": tensor_parallel(config, gen, gpu_gib),
-            "data_parallel_replicas": vc.data_parallel_replicas}
+    shape, gpus = job_shape(config, env)
+    return plan_binding(topology(config, shape), gpus, rank=d.rank, world_size=d.world_size,
+                        node=d.node, local_rank=d.local_rank, local_world_size=d.local_world_size)
 
 
 def _cuda_started() -> bool:

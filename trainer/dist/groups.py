@@ -1,6 +1,6 @@
 """torch.distributed from the launcher's environment (Slurm srun or torchrun), this process's
-device (bound beforehand by trainer/dist/binding.py bind_devices), and the GPU split between
-generation and training for pipeline mode.
+device (bound beforehand by trainer/dist/binding.py bind_devices, from the job's topology,
+trainer/plan/topology.py), and the collectives the trainer uses.
 
 Why its own module: every job of a study is launched by submitit (one Slurm task per process)
 or by torchrun; both describe the process group in environment variables, but with different
@@ -23,7 +23,6 @@ from typing import Literal, Mapping, Optional
 
 import torch
 
-from trainer.gpu_split import GpuSplit, split_gpus  # noqa: F401  (the split's one statement)
 
 @dataclass(frozen=True)
 class DistEnv:
@@ -162,14 +161,6 @@ def group_timeout_s(config) -> float:
     return float(config.engine.collective_timeout_minutes) * 60.0
 
 
-def gpu_split_args(config) -> dict:
-    """A TrainConfig's GPU split (gpu_hours accounting, trainer/devices.py): pipeline mode with
-    vllm keeps the node's generation GPUs out of the training ranks (trainer/dist/binding.py)."""
-    return {"separate_generation": (config.off_policy.mode == "pipeline"
-                                    and config.rollout.backend == "vllm"),
-            "generation_gpus": config.rollout.vllm.generation_gpus}
-
-
 def init_distributed(device: str = "auto", backend: Optional[str] = None,
                      timeout_s: float = 1800.0) -> tuple[DistEnv, torch.device]:
     """Initialise the default process group once (gloo on CPU, nccl on GPU).
@@ -192,83 +183,6 @@ def init_distributed(device: str = "auto", backend: Optional[str] = None,
             timeout=datetime.timedelta(seconds=timeout_s),
         )
     return d, dev
-
-
-Gpu = tuple[int, int]  # (node index in the job, local GPU index on that node)
-
-
-@dataclass(frozen=True)
-class Topology:
-    """Where a job's processes and engines sit: one training rank per training GPU (rank r on
-    `training[r]`), the generation GPUs, and the vLLM replicas (each a tensor-parallel group
-    of GPUs on one node; the replicas are data parallel)."""
-
-    training: tuple[Gpu, ...]
-    generation: tuple[Gpu, ...]
-    replicas: tuple[tuple[Gpu, ...], ...]
-
-    @property
-    def ranks_per_node(self) -> int:
-        return sum(1 for node, _ in self.training if node == 0)
-
-
-def plan_topology(nodes: int, gpus_per_node: int, *, separate_generation: bool,
-                  generation_gpus: Optional[int] = None,
-                  tensor_parallel_size: Optional[int] = None, ranks_per_node: Optional[int] = None,
-                  data_parallel_replicas: Optional[int] = None) -> Topology:
-    """The split of a job's GPUs (nodes x gpus_per_node) into training ranks and vLLM replicas,
-    or a one-line ValueError naming the setting and what is valid.
-
-    Every node splits alike (split_gpus: rollout.vllm.generation_gpus per node, default half);
-    a replica's tensor-parallel group stays inside a node (TP all-reduces every layer: NVLink,
-    not the network), so tensor_parallel_size must divide the node's generation GPUs. Without
-    separate generation (on-policy modes, hf backend) every GPU trains and generation runs on
-    the training ranks. tensor_parallel_size None: one replica per node over all its
-    generation GPUs. One rank per GPU: `ranks_per_node` (the launcher's tasks per node),
-    when given, must equal the training GPUs per node; more would put two ranks on one GPU.
-    `data_parallel_replicas` (rollout.vllm.data_parallel_replicas), when given, keeps that many
-    replicas on each node, its first: every node's local rank 0 starts its node's
-    (trainer/dist/binding.py plan_binding; trainer/generation/feeders.py), so at most a node's
-    generation GPUs / tensor_parallel_size."""
-    if nodes < 1 or gpus_per_node < 1:
-        raise ValueError(f"a GPU job needs nodes >= 1 and gpus_per_node >= 1, got {nodes} x "
-                         f"{gpus_per_node}")
-    if separate_generation:
-        split = split_gpus(gpus_per_node, generation_gpus)
-    else:
-        split = GpuSplit((), tuple(range(gpus_per_node)))
-    gen_local = split.generation
-    if tensor_parallel_size is None:  # one replica over all of a node's generation GPUs
-        tensor_parallel_size = max(1, len(gen_local))
-    if tensor_parallel_size < 1:
-        raise ValueError(f"rollout.vllm.tensor_parallel_size must be >= 1, got {tensor_parallel_size}")
-    if gen_local and len(gen_local) % tensor_parallel_size:
-        raise ValueError(
-            f"rollout.vllm.tensor_parallel_size={tensor_parallel_size} does not divide the "
-            f"{len(gen_local)} generation GPUs per node; valid: a divisor of {len(gen_local)}")
-    train_local = split.training
-    if ranks_per_node is not None and ranks_per_node != len(train_local):
-        raise ValueError(
-            f"{ranks_per_node} ranks per node on {len(train_local)} training GPUs per node "
-            f"({gpus_per_node} GPUs, {len(gen_local) if not split.shared else 0} for "
-            f"generation): one rank per GPU needs tasks_per_node={len(train_local)}")
-    tp = tensor_parallel_size
-    replicas = tuple(tuple((n, g) for g in gen_local[i:i + tp])
-                     for n in range(nodes) for i in range(0, len(gen_local), tp))
-    if data_parallel_replicas is not None:
-        per_node = len(gen_local) // tp if gen_local else 0
-        if not 1 <= data_parallel_replicas <= per_node:
-            raise ValueError(
-                f"rollout.vllm.data_parallel_replicas={data_parallel_replicas} with "
-                f"tensor_parallel_size={tp} on {len(gen_local)} generation GPUs per node: "
-                f"that many replicas run on each node; valid: 1..{per_node}" if per_node else
-                f"rollout.vllm.data_parallel_replicas={data_parallel_replicas}: no generation "
-                f"GPUs of their own on {gpus_per_node}-GPU nodes; valid: null")
-        replicas = tuple(r for n in range(nodes)
-                         for r in [x for x in replicas if x[0][0] == n][:data_parallel_replicas])
-    return Topology(training=tuple((n, g) for n in range(nodes) for g in train_local),
-                    generation=tuple((n, g) for n in range(nodes) for g in gen_local),
-                    replicas=replicas)
 
 
 def join_process_group(device: str, timeout_s: float = 1800.0) -> bool:

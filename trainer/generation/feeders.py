@@ -1,6 +1,6 @@
 """Which ranks generate a step's rollouts, and how a step's batch is put together from them.
 
-Why: in pipeline mode with vLLM (trainer/dist/binding.py separate_generation) each node's local
+Why: in pipeline mode with vLLM (trainer/plan/topology.py separate_generation) each node's local
 rank 0 is bound to its own node's engines (binding.py plan_binding). If only rank 0 fed the
 trainer, every other node's generation GPUs would be held and idle: half the generation of a
 2-node job. So every node's local rank 0 is a *feeder*: it runs the pipeline's generator over
@@ -24,9 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from trainer.dist.binding import current_binding, separate_generation
+from trainer.dist.binding import current_binding
 from trainer.dist.groups import all_gather_objects, broadcast_object, rank
-from trainer.validate import ConfigConflict, JobShape, prompts_per_node
+from trainer.plan.topology import JobShape, separate_generation
+from trainer.validate import ConfigConflict, prompts_per_node
 
 
 @dataclass(frozen=True)

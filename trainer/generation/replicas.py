@@ -36,30 +36,10 @@ from typing import Optional, Sequence
 import torch
 
 from trainer.config import TrainConfig
-from trainer.dist.binding import current_binding, engine_choice, plan_binding
-from trainer.validate import separate_generation
+from trainer.dist.binding import current_binding
 from trainer.generation.rollout import Generation
 from trainer.generation.vllm_engine import VLLMGenerator
 from trainer.generation.push import named_weights, push_to_all, weight_specs
-
-
-def node_engines(config: TrainConfig, gpus: int,
-                 gpu_gib: Optional[float] = None) -> tuple[tuple[str, ...], ...]:
-    """The GPUs of each engine a node's local rank 0 starts on a node of `gpus` GPUs of
-    `gpu_gib` GiB (trainer/dist/binding.py plan_binding, the one statement of it, with the engine
-    arguments its config_binding passes): tensor_parallel_size of the node's generation GPUs
-    each in pipeline mode (default: the fewest that hold the model; GPU size unknown: all of
-    them); else data_parallel_replicas (default 1) sharing the host rank's GPU (or the CPU)."""
-    ids = tuple(str(i) for i in range(gpus))
-    return plan_binding(rank=0, world_size=1, node=0, local_rank=0, local_world_size=1,
-                        gpus=ids, device="cuda" if gpus else "cpu", vllm=True,
-                        separate=separate_generation(config),
-                        **engine_choice(config, ids, gpu_gib)).engines
-
-
-def replica_count(config: TrainConfig, gpus: int, gpu_gib: Optional[float] = None) -> int:
-    """Engines serving the job from a node of `gpus` GPUs of `gpu_gib` GiB (node_engines)."""
-    return len(node_engines(config, gpus, gpu_gib))
 
 
 def replica_placements(config: TrainConfig, replicas: int) -> list[dict[str, str]]:

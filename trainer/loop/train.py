@@ -34,9 +34,8 @@ from trainer.algo.filters import zero_variance_keep
 from trainer.algo.pool import DataPosition, PromptPool
 from trainer.algo.rewards import score_and_reward
 from trainer.config import TrainConfig
-from trainer.devices import job_devices
 from trainer.dist.abort import FailFast, error_line, exit_soon
-from trainer.dist.binding import bind_devices
+from trainer.dist.binding import bind_devices, job_topology
 from trainer.dist.groups import broadcast_object, read_env, world_size
 from trainer.generation.feeders import step_batch
 from trainer.generation.offpolicy import MODES, Context, concat
@@ -132,7 +131,7 @@ def start(config: TrainConfig, run_dir: Path) -> Run:
     resumed, redo = ckpt.resume(state)
     ctx = Context(config, p.model, p.tok, state.data, p.train_prompts, restored=state.source)
     return Run(config, run_dir, p, state, ctx,
-               Budget(config, job_devices(config, p.device, p.world)), PolicyUpdate(config, p),
+               Budget(config, job_topology(config).devices), PolicyUpdate(config, p),
                EvalPoint(config, run_dir, p), ckpt, resumed, redo)
 
 

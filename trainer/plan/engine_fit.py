@@ -1,6 +1,6 @@
 """Whether a vLLM engine of `tp` GPUs holds the model, and the default tensor-parallel size
-that follows: the one rule the dry run's plan (trainer/plan/placement.py engines,
-trainer/plan/memory.py) and the trainer's start-up (trainer/dist/binding.py config_binding) share.
+that follows: the one rule the job's topology (trainer/plan/topology.py) reads, so the dry
+run's plan and the trainer's start-up (trainer/dist/binding.py config_binding) share it.
 
 Why a module of its own: both sides must choose the same engines, and the start-up binding
 runs before torch or CUDA (pure Python here: no torch, no import of the plan's modules, which
@@ -75,7 +75,7 @@ def tensor_parallel(c: TrainConfig, gen_gpus: int, gpu_gib: Optional[float]) -> 
     planned and the plan says it does not fit).
 
     The one statement of the choice: the plan calls it with the launch profile's
-    gpu_memory_gib (trainer/plan/placement.py engines), the trainer at start with the
+    gpu_memory_gib (trainer/plan/topology.py topology), the trainer at start with the
     bound node's GPU size read without CUDA (trainer/dist/binding.py gpu_memory_gib), so both
     choose the same engines.
 

@@ -43,11 +43,11 @@ from typing import Optional
 
 from trainer.config import TrainConfig
 from trainer.plan.model_shape import KNOWN, ModelShape, model_shape, proxy_shape, shape_from_hf  # noqa: F401
-from trainer.validate import JobShape, separate_generation, training_gpus_per_node
+from trainer.plan.topology import JobShape, Topology, TopologyError, topology
 from trainer.plan.engine_fit import (  # noqa: F401 - re-exported: the plan's terms
     CUDA_OVERHEAD_GIB, GIB, PROMPT_TOKENS, VLLM_UTILIZATION, engine_gpu_bytes, kv_bytes_per_token,
     kv_room, sequence_tokens)
-from trainer.plan.placement import Engines, engines, placement_note, rows_per_engine
+from trainer.plan.placement import placement_note, rows_per_engine
 
 # trainer/models/logprobs.py MAX_LOGITS_PER_CHUNK (kept equal by tests/test_resources.py; not imported,
 # as that module imports torch).
@@ -87,16 +87,6 @@ def on_cpu(c: TrainConfig, shape: JobShape) -> bool:
     """The run trains on CPU: its nodes have no GPUs (or none known here) and the model is the
     CPU proxy (a named model without GPUs gets no plan). The time plan uses the same rule."""
     return not shape.gpus_per_node and c.model.name_or_path is None
-
-
-def training_dp(c: TrainConfig, shape: JobShape) -> int:
-    """Data-parallel degree: one training rank per training GPU (pipeline + vLLM keeps the
-    generation GPUs out); on CPU or an unknown node, every rank trains."""
-    gpus = shape.gpus_per_node
-    if not gpus:
-        return shape.world
-    per_node = training_gpus_per_node(c, gpus)
-    return shape.nodes * max(1, min(per_node, shape.ranks_per_node))
 
 
 def model_state_terms(c: TrainConfig, m: ModelShape, dp: int) -> dict[str, float]:
@@ -162,19 +152,19 @@ def logits_bytes(c: TrainConfig, m: ModelShape, t: int) -> float:
     return chunk + (4 * m.vocab * m.hidden if c.precision.trainer_lm_head_fp32 else 0)
 
 
-def vllm_terms(c: TrainConfig, m: ModelShape, e: Engines, gpu_gib: Optional[float],
+def vllm_terms(c: TrainConfig, m: ModelShape, t: Topology, gpu_gib: Optional[float],
                util: float) -> tuple[dict[str, float], str]:
-    """One vLLM GPU: its share of the weights (tensor parallel over `e.tp` GPUs) and the KV cache
+    """One vLLM GPU: its share of the weights (tensor parallel over `t.tp` GPUs) and the KV cache
     of the sequences its engine decodes at once: what fits in `util` of the GPU, at most what
     the busiest engine is sent (trainer/plan/placement.py: its node's rollouts, plus eval
     on rank 0's node) and vLLM's max_num_seqs. Returns (terms in bytes, what the KV cache
     holds)."""
-    weights, per_seq = engine_gpu_bytes(c, m, e.tp)
-    sent = rows_per_engine(c, e)
+    weights, per_seq = engine_gpu_bytes(c, m, t.tp)
+    sent = rows_per_engine(c, t)
     held = min(sent, VLLM_MAX_NUM_SEQS)
     note = f"{held} sequences at full length"
     if gpu_gib is not None:
-        room = kv_room(c, m, e.tp, gpu_gib, util)
+        room = kv_room(c, m, t.tp, gpu_gib, util)
         note = f"KV room for {room} of {held} sequences at full length"
         held = min(held, room)
     if sent > VLLM_MAX_NUM_SEQS:
@@ -227,7 +217,12 @@ def plan(c: TrainConfig, shape: JobShape) -> Plan:
     """The resource plan of one run on `shape` (gpu_memory_gib None: no GPU check)."""
     name = c.model.name_or_path
     m, why = (proxy_shape(c), "") if name is None else model_shape(name)
-    dp = training_dp(c, shape)
+    try:
+        topo = topology(c, shape)
+    except TopologyError as e:  # what the validation refuses: the plan says why, no numbers
+        return Plan(model=name or "proxy", params_b=0.0, dp=shape.world, tokens_per_forward=0,
+                    gpu_gib=shape.gpu_memory_gib, note=f"no memory plan: {e}")
+    dp = topo.training_ranks
     p = Plan(model=name or "proxy", params_b=0.0, dp=dp, tokens_per_forward=0,
              gpu_gib=shape.gpu_memory_gib)
     if m is None:
@@ -243,7 +238,7 @@ def plan(c: TrainConfig, shape: JobShape) -> Plan:
     gpu, gen, fits_gen = shape.gpu_memory_gib, {}, True
     budget = gpu
     if c.rollout.backend == "vllm":
-        gen, budget, fits_gen = _vllm_generation(c, m, shape, p)
+        gen, budget, fits_gen = _vllm_generation(c, m, topo, p)
     else:
         gen = hf_generation_terms(c, m, dp)
         p.generation_where = "training process" if p.device == "CPU" else "training GPUs"
@@ -259,44 +254,41 @@ def plan(c: TrainConfig, shape: JobShape) -> Plan:
     p.train_gib_per_gpu = round(sum(train.values()) / GIB, 2)
     p.generation_gib_per_gpu = round(sum(gen.values()) / GIB, 2)
     p.largest = max(p.train, key=p.train.get)
-    p.note = "; ".join(x for x in (rank_note(c, shape), p.note) if x)
+    p.note = "; ".join(x for x in (rank_note(topo), p.note) if x)
     if gpu is not None:
         p.train_budget_gib = round(budget, 2)
         p.fits = p.train_gib_per_gpu <= budget and fits_gen
     return p
 
 
-def _vllm_generation(c: TrainConfig, m: ModelShape, shape: JobShape,
+def _vllm_generation(c: TrainConfig, m: ModelShape, t: Topology,
                      p: Plan) -> tuple[dict[str, float], Optional[float], bool]:
     """The vllm backend's side of the plan: (generation terms in bytes, the training GPU's
     budget in GiB, whether a full-length sequence fits the engine's KV room). Sets the plan's
     generation_where, kv_sequences and the engines' placement sentence (its note)."""
+    shape = t.shape
     gpus, gpu = shape.gpus_per_node or 0, shape.gpu_memory_gib
-    e = engines(c, shape)
     # The engine's arguments (trainer/generation/vllm_engine.py, see vllm_args.py): 0.3 only on a
     # one-GPU node; on a multi-GPU node vLLM takes 0.9 of its replica's GPUs, which outside
     # pipeline mode are training GPUs too.
     util = c.rollout.vllm.gpu_memory_utilization or (
         VLLM_UTILIZATION if gpus >= 2 else VLLM_SHARED_UTILIZATION)
-    gen, p.kv_sequences = vllm_terms(c, m, e, gpu, util)
-    p.generation_where = "own GPUs" if e.own_gpus else "training GPUs (shared)"
+    gen, p.kv_sequences = vllm_terms(c, m, t, gpu, util)
+    p.generation_where = "own GPUs" if t.own_gpus else "training GPUs (shared)"
     if gpus:
-        p.note = placement_note(c, shape, e)
+        p.note = placement_note(c, shape, t)
     if gpu is None:
         return gen, None, True
     # Sharing: each engine on the GPU reserves its share of it up front.
-    budget = gpu if e.own_gpus else gpu * (1 - util * e.per_gpu)
+    budget = gpu if t.own_gpus else gpu * (1 - util * t.per_gpu)
     return gen, budget, "room for 0 " not in p.kv_sequences
 
 
-def rank_note(c: TrainConfig, shape: JobShape) -> str:
+def rank_note(t: Topology) -> str:
     """Say so when the profile starts more ranks per node than there are training GPUs: the
     plan assumes one rank per training GPU (the generation GPUs hold no trainer rank)."""
-    gpus = shape.gpus_per_node or 0
-    if not (separate_generation(c) and gpus >= 2):
-        return ""
-    train = training_gpus_per_node(c, gpus)
-    if shape.ranks_per_node <= train:
+    gpus, shape, train = t.shape.gpus_per_node or 0, t.shape, len(t.training)
+    if not t.own_gpus or shape.ranks_per_node <= train:
         return ""
     return (f"planned as one rank per training GPU: {train} of the node's {gpus} GPUs train, "
             f"{gpus - train} generate (the profile starts {shape.ranks_per_node} ranks per node)")

@@ -1,0 +1,175 @@
+"""Where a job's processes and engines go: one pure function of (config, job shape).
+
+`topology(config, shape)` decides, for every node alike, which GPUs run a training rank, which
+GPUs are the vLLM engines' own, the engines (how many, tensor_parallel_size GPUs each) and which
+nodes start them. Everything that depends on that reads it here: the binding of every process
+at start (trainer/dist/binding.py), the memory and time plans (memory.py, time_plan.py), the
+validation shared by the dry run and the trainer (trainer/validate.py), the engines' placement
+sentence (placement.py) and the GPU-hours accounting (trainer/loop/accounting.py).
+
+The rules:
+- Pipeline mode with vLLM (`separate_generation`) on nodes of >= 2 GPUs: the first
+  `generation_gpus` GPUs of every node are the engines' (rollout.vllm.generation_gpus, default
+  half, at least one), the rest train, one rank per GPU. Every node's local rank 0 starts its
+  node's engines, which generate its node's share of each step (trainer/generation/feeders.py).
+- Otherwise every GPU trains; the engines (vllm backend) share local rank 0's GPU (or run on
+  the CPU), started by rank 0 alone (ppo_off_policy: trainer/generation/offpolicy.py), or by
+  every node's local rank 0 in pipeline mode on one-GPU nodes.
+- An engine's tensor-parallel group stays inside a node (TP all-reduces every layer: NVLink,
+  not the network): rollout.vllm.tensor_parallel_size must divide the node's generation GPUs;
+  by default the fewest GPUs that hold the model (engine_fit.py tensor_parallel), all of them
+  when the GPU size is unknown. rollout.vllm.data_parallel_replicas engines a node, by default
+  as many as fit.
+- The job holds every GPU of its nodes (gpu_hours = wall x nodes x GPUs per node, idle or not);
+  a CPU job holds one device per process.
+
+The split is an argument (`generation_gpus`, default the config's): evaluating the topology of
+every candidate split is cheap (no I/O past the model shape, which is cached), so a caller may
+choose the split that minimises the planned step time.
+
+Pure Python (no torch): `ablate` plans thousands of variants with it, and the binding runs it
+before CUDA starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from trainer.config import TrainConfig
+from trainer.plan.engine_fit import tensor_parallel
+
+
+class TopologyError(ValueError):
+    """A split, tensor-parallel size or replica count the job's nodes cannot hold (one line:
+    the keys, why, the valid values)."""
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """Where a run's processes land. None = not known here (a check that needs it is skipped:
+    the trainer repeats it at start on the machine it actually runs on)."""
+
+    nodes: int = 1
+    ranks_per_node: int = 1
+    gpus_per_node: Optional[int] = None
+    gpu_memory_gib: Optional[float] = None
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+
+def separate_generation(c: TrainConfig) -> bool:
+    """Pipeline mode with vLLM: generation GPUs of their own (on nodes of >= 2 GPUs), which
+    the training ranks do not use, and engines on every node."""
+    return c.off_policy.mode == "pipeline" and c.rollout.backend == "vllm"
+
+
+@dataclass(frozen=True)
+class Topology:
+    """One job's layout (see the module doc). GPU numbers are a node's local indices, the same
+    on every node; trainer/dist/binding.py maps them to the GPU names the launcher gave."""
+
+    shape: JobShape
+    training: tuple[int, ...]  # local GPUs of the training ranks: local rank r on training[r]
+    generation: tuple[int, ...]  # local GPUs of the engines' own (empty: none of their own)
+    engines: tuple[tuple[int, ...], ...]  # a starting node's engines: each one's local GPUs
+    tp: int  # each engine's tensor-parallel size
+    engine_nodes: int  # nodes whose local rank 0 starts engines (node 0 .. engine_nodes - 1)
+
+    @property
+    def own_gpus(self) -> bool:
+        """The engines run on GPUs of their own (no training rank there)."""
+        return bool(self.generation)
+
+    @property
+    def per_gpu(self) -> int:
+        """Engines on one GPU: each on its own GPUs, or all on the host rank's."""
+        return 1 if self.own_gpus else len(self.engines)
+
+    def starts_engines(self, node: int, local_rank: int) -> bool:
+        """Whether this process starts its node's engines."""
+        return bool(self.engines) and local_rank == 0 and node < self.engine_nodes
+
+    @property
+    def training_ranks(self) -> int:
+        """The data-parallel degree: one rank per training GPU (the profile's tasks per node,
+        at most the node's training GPUs); on CPU or an unknown node, every process trains."""
+        if not self.shape.gpus_per_node:
+            return self.shape.world
+        return self.shape.nodes * max(1, min(len(self.training), self.shape.ranks_per_node))
+
+    @property
+    def devices(self) -> int:
+        """Devices the job holds, the multiplier of gpu_hours: every GPU of its nodes (the
+        scheduler allocates them, busy or idle), or one per process on CPU. Why not the
+        training ranks: generation GPUs hold no rank, and an on-policy and a pipeline variant of
+        one job shape must be fitted on the same x axis."""
+        gpus = self.shape.gpus_per_node
+        return self.shape.nodes * gpus if gpus else self.shape.world
+
+    def idle_gpus(self, node: int) -> int:
+        """GPUs of `node` that neither a training rank nor a running engine uses."""
+        gpus = self.shape.gpus_per_node or 0
+        used = set(self.training[:self.shape.ranks_per_node])
+        if self.own_gpus and node < self.engine_nodes:
+            used |= {g for e in self.engines for g in e}
+        return max(0, gpus - len(used))
+
+
+def split(c: TrainConfig, gpus: int, generation_gpus: Optional[int] = None
+          ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(generation GPUs of their own, training GPUs) of one node of `gpus` GPUs: the first
+    `generation_gpus` (default the config's rollout.vllm.generation_gpus, else half, at least
+    one) in pipeline mode with vLLM on >= 2 GPUs; otherwise none of their own, all train."""
+    if not separate_generation(c) or gpus < 2:
+        return (), tuple(range(gpus))
+    g = generation_gpus or c.rollout.vllm.generation_gpus or max(1, gpus // 2)
+    if not 1 <= g < gpus:
+        raise TopologyError(
+            f"rollout.vllm.generation_gpus={g} on a {gpus}-GPU node (off_policy.mode=pipeline, "
+            f"rollout.backend=vllm): the trainer needs at least one GPU of the node; use a "
+            f"value in 1..{gpus - 1}, or null (half: {max(1, gpus // 2)})")
+    return tuple(range(g)), tuple(range(g, gpus))
+
+
+def topology(c: TrainConfig, shape: JobShape,
+             generation_gpus: Optional[int] = None) -> Topology:
+    """The job's layout (module doc); TopologyError when the nodes cannot hold it."""
+    gpus = shape.gpus_per_node or 0
+    gen, train = split(c, gpus, generation_gpus)
+    nodes = max(1, shape.nodes) if separate_generation(c) else 1
+    if c.rollout.backend != "vllm":
+        return Topology(shape, train, gen, (), 1, nodes)
+    vc = c.rollout.vllm
+    if not gen:  # sharing local rank 0's GPU (or the CPU): one GPU each
+        if vc.tensor_parallel_size not in (None, 1) and gpus >= 2:
+            raise TopologyError(
+                f"rollout.vllm.tensor_parallel_size={vc.tensor_parallel_size} with off_policy."
+                f"mode={c.off_policy.mode}: without generation GPUs of their own (pipeline "
+                f"mode) the vLLM engines share local rank 0's one GPU; valid: 1 or null")
+        host = (train[0],) if train else ()
+        return Topology(shape, train, (), (host,) * (vc.data_parallel_replicas or 1), 1, nodes)
+    tp = tensor_parallel(c, len(gen), shape.gpu_memory_gib) or len(gen)
+    if len(gen) % tp:
+        divisors = [d for d in range(1, len(gen) + 1) if len(gen) % d == 0]
+        raise TopologyError(
+            f"rollout.vllm.tensor_parallel_size={tp} does not divide the {len(gen)} generation "
+            f"GPUs per node ({gpus}-GPU nodes); valid: {', '.join(map(str, divisors))}")
+    engines = tuple(gen[i:i + tp] for i in range(0, len(gen), tp))
+    dp = vc.data_parallel_replicas
+    if dp is not None and dp > len(engines):
+        raise TopologyError(
+            f"rollout.vllm.data_parallel_replicas={dp} needs {dp} x tensor_parallel_size GPUs "
+            f"on every node (it counts engines per node), which has {len(gen)} generation GPUs "
+            f"({gpus}-GPU nodes); valid: 1..{len(engines)}, or a smaller "
+            f"rollout.vllm.tensor_parallel_size")
+    return Topology(shape, train, gen, engines[:dp] if dp else engines, tp, nodes)
+
+
+def split_choices(c: TrainConfig, shape: JobShape) -> list[int]:
+    """The generation GPUs a node could give its engines (each a valid `generation_gpus` of
+    `topology`): 1 .. GPUs - 1 in pipeline mode with vLLM on >= 2 GPUs, else none to choose."""
+    gpus = shape.gpus_per_node or 0
+    return list(range(1, gpus)) if separate_generation(c) and gpus >= 2 else []
