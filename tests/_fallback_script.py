@@ -21,7 +21,8 @@ from submitit.core.utils import DelayedSubmission, JobPaths
 from submitit.local.local import LocalJobEnvironment
 
 from ablate.studies.launch.job import Fallback, RunJob
-from trainer import preempt, rundir
+from trainer import rundir
+from trainer.dist import preempt
 
 run, folder = Path(sys.argv[1]), Path(sys.argv[2])
 countdown, within = int(sys.argv[3]), float(sys.argv[4])

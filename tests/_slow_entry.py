@@ -9,9 +9,10 @@ from pathlib import Path
 
 
 def run(config, run_dir: Path) -> None:
-    """Honours a stop signal as the trainer does (trainer.preempt): at the next step boundary
+    """Honours a stop signal as the trainer does (trainer.dist.preempt): at the next step boundary
     it records the step it stops at and returns."""
-    from trainer import preempt, rundir
+    from trainer import rundir
+    from trainer.dist import preempt
 
     run_dir = Path(run_dir)
     total = config.budget.steps

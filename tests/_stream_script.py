@@ -32,7 +32,7 @@ def collect(svc, tags: set) -> dict:
 def main(work: Path) -> None:
     import torch
 
-    from trainer import preempt
+    from trainer.dist import preempt
     from trainer.generation.rollout import make_generator
     from trainer.generation.service import Request, make_service
     from trainer.algo.length import generate_rollout

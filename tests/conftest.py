@@ -36,9 +36,9 @@ os.environ.setdefault("ABLATE_CACHE", tempfile.mkdtemp(prefix="ablate-test-cache
 
 @pytest.fixture
 def usr2():
-    """The trainer's stop-flag handler on USR2 for the test (trainer/preempt.py), restored
+    """The trainer's stop-flag handler on USR2 for the test (trainer/dist/preempt.py), restored
     afterwards (test_preempt.py, test_async_eval.py)."""
-    from trainer import preempt
+    from trainer.dist import preempt
 
     preempt.reset()
     old = preempt.install(signal.SIGUSR2)

@@ -302,7 +302,7 @@ def test_command_trainer_adaptive_study(tmp_path):
 
 
 RUN_WITH_USR2_FLAG = (
-    "import json, signal, sys; from pathlib import Path; from trainer import preempt; "
+    "import json, signal, sys; from pathlib import Path; from trainer.dist import preempt; "
     "from ablate.adapters.runner import run_foreign; preempt.install(signal.SIGUSR2); "
     "run_foreign(json.loads(sys.argv[1]), Path(sys.argv[2])); print(preempt.stopped_at())")
 

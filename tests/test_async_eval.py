@@ -17,7 +17,8 @@ import torch
 from _trainer_util import close, config, metrics, status, tiny
 
 import trainer
-from trainer import preempt, rundir
+from trainer import rundir
+from trainer.dist import preempt
 from trainer.generation.rollout import HFGenerator
 
 KEYS = ["step", "samples", "tokens", "flops", "eval/pass_rate", "train/reward"]

@@ -22,7 +22,8 @@ from _study_util import ROOT, cli_json, metric_steps, release_requeued, states, 
 from _trainer_util import config, tiny
 
 import trainer
-from trainer import preempt, rundir
+from trainer import rundir
+from trainer.dist import preempt
 
 
 def _cfg(steps: int, every_eval: int, **over):

@@ -6,7 +6,7 @@ while it runs, the last step of its log is copied into status.json every few sec
 `ablate status` shows the step from the trainer's own log.
 
 Stopping it (ablate/adapters/child.py sends `trainer.stop_signal` to its process group):
-  * preemption: Slurm's USR2 sets the job's preemption flag (trainer/preempt.py); the runner
+  * preemption: Slurm's USR2 sets the job's preemption flag (trainer/dist/preempt.py); the runner
     stops the trainer, records the stop in status.json (`preemptions`) and marks the attempt
     stopped, so the job hands over to submitit, which requeues it; the next attempt resumes
     through the trainer's own checkpoint flag.
@@ -30,7 +30,7 @@ from ablate.adapters import adapter_for, child
 from ablate.adapters.budget import devices, gpu_hours_limit, stop_when_reached
 from ablate.adapters.curve import log_path
 from ablate.adapters.study import ForeignConfig, run_overrides
-from trainer import preempt
+from trainer.dist import preempt
 from trainer.rundir import read_status, write_status
 
 POLL_S = 2.0  # status.json from the trainer's log

@@ -146,7 +146,7 @@ def eval_pass_rate(source, model: torch.nn.Module, step: int, zero3: bool, task:
 # copy loads; vllm: the engine is brought up to the step's weights), and rank 0's worker
 # thread decodes it beside the rollouts while training goes on; the row gets its pass rate
 # and is appended when the eval ends. One worker, first in first out: rows land in step
-# order. A stop signal ends the eval in flight (trainer/preempt.py); evals not written yet
+# order. A stop signal ends the eval in flight (trainer/dist/preempt.py); evals not written yet
 # are in the checkpoint (trainer/loop/checkpoint.py) with the chunks they finished (EvalJob.done),
 # and on resume decode only the rest: an eval longer than a Slurm job ends over several.
 
@@ -197,7 +197,7 @@ class EvalWorker:
             return list(self.open)
 
     def _work(self) -> None:
-        from trainer import preempt
+        from trainer.dist import preempt
 
         while (job := self.jobs.get()) is not None:
             try:
@@ -222,7 +222,7 @@ class EvalWorker:
     def drain(self, poll_s: float = 0.2) -> None:
         """Wait until every launched eval is written (end of the run); raises the worker's
         error, or preempt.Stopped when a stop signal ended one (it stays pending)."""
-        from trainer import preempt
+        from trainer.dist import preempt
 
         while self.pending():
             if self.error is not None:

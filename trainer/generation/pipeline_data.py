@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from trainer import preempt
+from trainer.dist import preempt
 from trainer.dist.groups import rank
 from trainer.generation.rollout import make_generator
 from trainer.algo.length import generate_rollout

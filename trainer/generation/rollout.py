@@ -25,7 +25,7 @@ from typing import Callable, Protocol
 import torch
 from torch import nn
 
-from trainer import preempt
+from trainer.dist import preempt
 from trainer.config import TrainConfig
 from trainer.dist.groups import world_size
 from trainer.models.precision import LMHead
@@ -143,7 +143,7 @@ class HFGenerator:
 
     def _with_stop(self, weights: Callable[[], None]) -> Callable[[], None]:
         """Between decode steps: in-flight weights (`weights`), then a stop signal ends the
-        call (trainer/preempt.py; not under ZeRO-3, whose lockstep decode would hang the others)."""
+        call (trainer/dist/preempt.py; not under ZeRO-3, whose lockstep decode would hang the others)."""
         def between() -> None:
             weights()
             if not self.synced:

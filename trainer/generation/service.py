@@ -17,7 +17,7 @@ Two backends sit behind it:
   drawn budget, its answer pass added the moment its thinking ends; a request's result is
   ready when its last sample is, whatever else the engine is decoding.
 
-A stop signal (trainer/preempt.py) ends the work in flight: its result carries
+A stop signal (trainer/dist/preempt.py) ends the work in flight: its result carries
 preempt.Stopped as its error, and the caller redoes it on resume.
 """
 
@@ -29,7 +29,7 @@ from typing import Iterator, Optional, Protocol, Union
 
 import torch
 
-from trainer import preempt
+from trainer.dist import preempt
 from trainer.config import TrainConfig
 from trainer.generation.requests import Request, Result, Weights, finished, version_range
 from trainer.generation.rollout import Generator

@@ -32,7 +32,7 @@ import random
 import threading
 from typing import Iterator, Optional
 
-from trainer import preempt
+from trainer.dist import preempt
 from trainer.config import TrainConfig
 from trainer.generation.requests import Request, Result, Weights, finished, version_range
 from trainer.algo.length import closed_at, marker_ids, overlong

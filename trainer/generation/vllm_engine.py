@@ -46,7 +46,7 @@ from typing import Optional
 
 import torch
 
-from trainer import preempt
+from trainer.dist import preempt
 from trainer.config import TrainConfig
 from trainer.generation.rollout import Generation
 from trainer.generation.vllm_args import CPU_STEP_TOKENS  # noqa: F401  (gen_service's eval chunks)

@@ -25,7 +25,8 @@ from typing import Callable, Optional
 
 import torch
 
-from trainer import preempt, rundir
+from trainer import rundir
+from trainer.dist import preempt
 from trainer.config import TrainConfig
 from trainer.dist.groups import all_reduce_floats, barrier, broadcast_object
 from trainer.loop.eval_point import EvalPoint
@@ -183,7 +184,7 @@ class Checkpoints:
             rundir.write_eval_progress(self.dir, progress)
 
     def record_stop(self, step: int) -> None:
-        """The stop in the preemption record (status.json) and in trainer.preempt."""
+        """The stop in the preemption record (status.json) and in trainer.dist.preempt."""
         self.notes["preemptions"].append({"signal_in_step": preempt.signal_step(),
                                           "checkpoint_step": step})
         preempt.mark_stopped(step)

@@ -29,7 +29,8 @@ from pathlib import Path
 
 import torch
 
-from trainer import preempt, rundir, trackers
+from trainer import rundir, trackers
+from trainer.dist import preempt
 from trainer.algo.filters import zero_variance_keep
 from trainer.algo.pool import DataPosition, PromptPool
 from trainer.algo.rewards import score_and_reward
@@ -216,7 +217,7 @@ def train_step(r: Run, batch) -> None:
 def next_batch(source, step: int):
     """The step's batch: rank 0's, broadcast, or each node's share joined (pipeline mode
     with vLLM on several nodes: trainer/generation/feeders.py). A stop signal inside a
-    feeder's generation (trainer/preempt.py Stopped; from the pipeline's generator thread
+    feeder's generation (trainer/dist/preempt.py Stopped; from the pipeline's generator thread
     it arrives as the cause of its failure) is sent instead, and every rank raises Stopped."""
     try:
         mine = source.next(step)
@@ -253,7 +254,7 @@ def abandon_step(r: Run, mark: StepMark | None) -> None:
 
 
 def stop_for_preemption(r: Run) -> None:
-    """Record the stop (status.json, stderr, trainer.preempt) after the boundary's save,
+    """Record the stop (status.json, stderr, trainer.dist.preempt) after the boundary's save,
     with the eval progress made since it (checkpoint.py save_eval_progress)."""
     r.ckpt.save_eval_progress(r.evals)
     r.ckpt.record_stop(r.state.step)

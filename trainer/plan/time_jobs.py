@@ -86,7 +86,7 @@ def auto_max_num_timeout(requeues: int) -> int:
 # A stop's margin besides the checkpoint: the job requeues itself max(30 s, a tenth of the
 # warning) before the limit whatever the trainer does (ablate/studies/launch/slurm.py
 # requeue_within), and the stop reaches generation and eval at their next decode step and the
-# trainer at its next all-reduce (seconds; trainer/preempt.py): STOP_REACH_S, an assumption.
+# trainer at its next all-reduce (seconds; trainer/dist/preempt.py): STOP_REACH_S, an assumption.
 STOP_REACH_S = 30.0
 
 

@@ -209,7 +209,7 @@ def eval_overlaps_training(c: TrainConfig) -> bool:
 
 def stop_saves_at_once(c: TrainConfig) -> bool:
     """Whether a stop signal inside a step saves the last finished step at once (the stop is
-    checked between decode steps and engine steps: trainer/preempt.py check), or only at the
+    checked between decode steps and engine steps: trainer/dist/preempt.py check), or only at the
     next step boundary (the lockstep case)."""
     return not _lockstep(c)
 

@@ -8,10 +8,10 @@ the trainer resumes the unfinished one from its checkpoint.
 Preemption keeps work: Slurm's USR2 (sent `signal_delay_s` before the time limit, or on
 preemption) would make submitit's own handler requeue at once, killing the trainer mid-step
 so the next attempt restarts from the last periodic checkpoint. So the job puts the trainer's
-flag handler (trainer/preempt.py) on USR2 and keeps submitit's: the trainer checkpoints at the
+flag handler (trainer/dist/preempt.py) on USR2 and keeps submitit's: the trainer checkpoints at the
 next step boundary and returns, and only then is submitit's handler called (rank 0 pickles
 this object and runs `scontrol requeue`; other ranks log and return). The trainer honours the
-stop inside generation and eval too (trainer/preempt.py), so the wait is for the last finished
+stop inside generation and eval too (trainer/dist/preempt.py), so the wait is for the last finished
 step's checkpoint, not for a whole step. Whatever happens the job requeues: `Fallback` calls
 submitit's handler itself `requeue_within_s` after the signal if the trainer has not returned
 by then (the resume starts from the last checkpoint there is), and a job that ends without a
@@ -40,7 +40,7 @@ from typing import Callable
 import submitit
 
 from ablate.adapters.study import is_foreign
-from trainer import preempt
+from trainer.dist import preempt
 from trainer.config import TrainConfig
 from trainer.rundir import FINAL_STATES, read_config, read_status, write_status
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import submitit
 
 from ablate.studies.launch.job import RunJob
-from trainer import preempt
+from trainer.dist import preempt
 
 if TYPE_CHECKING:
     from ablate.studies.launch.profile import Profile
