@@ -43,7 +43,8 @@ def test_the_split_is_an_argument_and_every_choice_is_a_topology():
     assert split(c, 8, generation_gpus=3) == ((0, 1, 2), (3, 4, 5, 6, 7))
     assert split(cfg(generation_gpus=1), 4) == ((0,), (1, 2, 3))  # the config's
     assert split_choices(c, shape()) == [1, 2, 3, 4, 5, 6, 7]
-    layouts = {g: topology(c, shape(ranks=8 - g), generation_gpus=g) for g in split_choices(c, shape())}
+    layouts = {g: topology(c, shape(ranks=8 - g), generation_gpus=g)
+               for g in split_choices(c, shape())}
     assert [len(t.engines) for t in layouts.values()] == [1, 2, 3, 4, 5, 6, 7]  # one GPU each
     assert [t.training_ranks for t in layouts.values()] == [14, 12, 10, 8, 6, 4, 2]
     assert {t.devices for t in layouts.values()} == {16}  # the job holds its GPUs either way

@@ -1,14 +1,15 @@
 """Engine `deepspeed`: ZeRO stages 0-3 (engine.zero_stage), bf16 body with an fp32 LM head.
 
 Why DeepSpeed: models of 0.5B-8B+ do not fit optimizer state (fp32 master + two Adam moments =
-16 bytes/param) on one GPU; ZeRO-1/2/3 partition optimizer state / gradients / parameters
-across the data-parallel ranks. Same contract as the torch engine (trainer/engine.py):
-`model`, `backward(loss, boundary)`, `step(loss=None) -> grad norm`, `save(path)`, `load(path)`.
-Micro-batches (engine.micro_batch_tokens, trainer/loop/microbatch.py) are accumulated with DeepSpeed's
-manual accumulation boundary: the config keeps gradient_accumulation_steps 1 (the number of
-micro-batches varies from step to step with the rollouts' lengths), each `backward` sets the
-boundary (False until the step's last micro-batch) and does not rescale by the accumulation
-steps, because the trainer's micro-batch losses already carry the whole batch's denominators.
+16 bytes/param) on one GPU; ZeRO-1/2/3 partition optimizer state / gradients / parameters across
+the data-parallel ranks. Same contract as the torch engine (trainer/engine.py): `model`,
+`backward(loss, boundary)`, `step(loss=None) -> grad norm`, `save(path)`, `load(path)`.
+Micro-batches (engine.micro_batch_tokens, trainer/loop/microbatch.py) are accumulated with
+DeepSpeed's manual accumulation boundary: the config keeps gradient_accumulation_steps 1 (the
+number of micro-batches varies from step to step with the rollouts' lengths), each `backward`
+sets the boundary (False until the step's last micro-batch) and does not rescale by the
+accumulation steps, because the trainer's micro-batch losses already carry the whole batch's
+denominators.
 
 Precision: with precision.dtype=bf16 DeepSpeed casts the module to bf16 and keeps fp32 master
 weights in its optimizer. The LM head's *computation* stays fp32 because the trainer applies

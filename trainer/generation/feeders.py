@@ -70,8 +70,8 @@ def strided(draw: list[int], share: int, count: int) -> list[int]:
 
 
 def step_batch(mine, ranks: tuple[int, ...], stop: str, join: Callable[[list], object]):
-    """The step's batch on every rank: rank 0's, broadcast, or with several feeders their
-    shares joined in node order by `join` (trainer/generation/offpolicy.py concat) after an all-gather.
+    """The step's batch on every rank: rank 0's, broadcast, or with several feeders their shares
+    joined in node order by `join` (trainer/generation/offpolicy.py concat) after an all-gather.
     `mine` is this rank's share (None on a rank that does not feed) or `stop` (a stop signal
     inside its generation); if any feeder stopped, every rank gets `stop`."""
     if ranks == (0,):

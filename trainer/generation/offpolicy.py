@@ -8,8 +8,9 @@ weights are pushed, each token recording the version that sampled it; each step'
 next prompts_per_step finished groups. The generator runs at most k steps ahead (PipelineRL's
 max_lag rule), so the staleness of the tokens trained on reaches k when generation outpaces
 training and never exceeds it. `rollout.async_timing` picks who decides where the weights
-change: the data (trainer/generation/pipeline_data.py DataPipeline: reproducible, the default with hf)
-or the wall clock (`Pipeline` below: free-running, pushes land mid-sequence when they arrive).
+change: the data (trainer/generation/pipeline_data.py DataPipeline: reproducible, the default
+with hf) or the wall clock (`Pipeline` below: free-running, pushes land mid-sequence when they
+arrive).
 """
 
 from __future__ import annotations

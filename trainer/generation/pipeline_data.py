@@ -55,8 +55,8 @@ from trainer.dist import preempt
 from trainer.dist.groups import rank
 from trainer.generation.rollout import make_generator
 from trainer.algo.length import generate_rollout
-from trainer.generation.offpolicy import (Batch, Context, Pipeline, Source, _close, _join_push, concat,
-                               oldest_version, split)
+from trainer.generation.offpolicy import (Batch, Context, Pipeline, Source, _close, _join_push,
+                                          concat, oldest_version, split)
 
 
 class _Stopped(Exception):
@@ -64,8 +64,9 @@ class _Stopped(Exception):
 
 
 def pipeline(ctx: Context) -> Source:
-    """off_policy.mode pipeline (registered in trainer/generation/offpolicy.py MODES): PipelineRL-k timed
-    by the data (DataPipeline below, reproducible) or by the wall clock (offpolicy.Pipeline)."""
+    """off_policy.mode pipeline (registered in trainer/generation/offpolicy.py MODES):
+    PipelineRL-k timed by the data (DataPipeline below, reproducible) or by the wall clock
+    (offpolicy.Pipeline)."""
     return Pipeline(ctx) if ctx.config.rollout.timing == "wall" else DataPipeline(ctx)
 
 

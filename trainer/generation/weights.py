@@ -1,6 +1,6 @@
-"""The weights the hf sampler multiplies by (trainer/generation/sampler.py): the training module itself, or
-on CUDA with a bf16 body a private copy whose matmul weights are bf16, refreshed in place at
-each weight push; its LM heads; and a grouped-query decode attention for that copy.
+"""The weights the hf sampler multiplies by (trainer/generation/sampler.py): the training module
+itself, or on CUDA with a bf16 body a private copy whose matmul weights are bf16, refreshed in
+place at each weight push; its LM heads; and a grouped-query decode attention for that copy.
 
 Why a module of its own: how the generator's numerics relate to the trainer's (what is rounded
 when, what is shared) is one question, apart from the decode loop's control flow.

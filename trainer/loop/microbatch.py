@@ -17,13 +17,13 @@ over ranks. Summed over micro-batches and ranks this is exactly the one-big-batc
 whatever the split: rows need not keep their prompt group together, and micro-batch
 boundaries may cut a group.
 
-Rows are length-bucketed (sorted longest first, cut into runs by an exact dynamic programme:
-the fewest micro-batches whose padding stays under PADDING_TARGET) and each micro-batch holds
-its rows back to back, right-padded (trainer.models.logprobs.pack_right), so rows of similar length share a
-micro-batch and padding stays small; this replaces the shared-prefix forward (one prompt forward
-per group) where micro-batching is on, as bucketing scatters a group's samples anyway. Prompt
-groups are dealt to ranks longest-first to the lightest rank so that ranks carry about equal
-tokens; groups stay whole on a rank (exactness does not need it; without micro-batches the
+Rows are length-bucketed (sorted longest first, cut into runs by an exact dynamic programme: the
+fewest micro-batches whose padding stays under PADDING_TARGET) and each micro-batch holds its
+rows back to back, right-padded (trainer.models.logprobs.pack_right), so rows of similar length
+share a micro-batch and padding stays small; this replaces the shared-prefix forward (one prompt
+forward per group) where micro-batching is on, as bucketing scatters a group's samples anyway.
+Prompt groups are dealt to ranks longest-first to the lightest rank so that ranks carry about
+equal tokens; groups stay whole on a rank (exactness does not need it; without micro-batches the
 shared-prefix forward does).
 """
 
@@ -80,9 +80,9 @@ def deal_groups(group_tokens: dict[int, int], world: int) -> list[list[int]]:
 
 def padded_tokens(lengths: list[Lengths], contiguous: bool = True) -> int:
     """Token slots one padded micro-batch of these rows occupies. Contiguous (micro-batches,
-    trainer.models.logprobs.pack_right): every row right-padded to the longest row. Not (one batch,
-    trainer.models.logprobs.pack): every prompt left-padded to the longest prompt and every completion
-    right-padded to the longest completion."""
+    trainer.models.logprobs.pack_right): every row right-padded to the longest row. Not (one
+    batch, trainer.models.logprobs.pack): every prompt left-padded to the longest prompt and
+    every completion right-padded to the longest completion."""
     if not lengths:
         return 0
     if contiguous:

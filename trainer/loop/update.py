@@ -75,7 +75,8 @@ class PolicyUpdate:
 
     def __init__(self, config: TrainConfig, parts: Parts) -> None:
         self.c, self.engine, self.model = config, parts.engine, parts.model
-        self.body, self.head, self.tok, self.device = parts.body, parts.head, parts.tok, parts.device
+        self.body, self.head, self.tok = parts.body, parts.head, parts.tok
+        self.device = parts.device
         self.rank, self.world, self.n_params = parts.rank, parts.world, parts.n_params
 
     def __call__(self, ro, rows: list[int], rewards: list[float], step: int) -> Trained:
@@ -216,9 +217,10 @@ class PolicyUpdate:
         return loss, st
 
     def count_and_average(self, t: StepTotals, real: bool, n_micro: int) -> Trained:
-        """The step's tokens and training FLOPs (all ranks), and its loss statistics: the loss sums to the global one, the rest is the mean over ranks
-        that trained on real data; padding share, micro-batches, and (several ranks) the
-        max/mean ratio of the ranks' tokens."""
+        """The step's tokens and training FLOPs (all ranks), and its loss statistics: the loss
+        sums to the global one, the rest is the mean over ranks that trained on real data;
+        padding share, micro-batches, and (several ranks) the max/mean ratio of the ranks'
+        tokens."""
         dev = self.device
         tokens, flops, slots = all_reduce_floats(
             [t.tokens, 6.0 * self.n_params * t.processed, t.slots], dev)

@@ -98,10 +98,10 @@ def build_proxy(config: TrainConfig):
         tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id, attn_implementation="sdpa",
     )
-    # The trainer runs with denormals flushed (trainer/loop/train.py); the warm-up must too, whichever
-    # process builds the proxy first (a run, a test fixture, a benchmark's parent): with and
-    # without flushing, one warm-up lands at different steps and weights (the recipe's: 1,066
-    # vs 1,069 steps), and the cache would keep whichever came first. No getter exists, so
+    # The trainer runs with denormals flushed (trainer/loop/setup.py); the warm-up must too,
+    # whichever process builds the proxy first (a run, a test fixture, a benchmark's parent):
+    # with and without flushing, one warm-up lands at different steps and weights (the recipe's:
+    # 1,066 vs 1,069 steps), and the cache would keep whichever came first. No getter exists, so
     # the process stays in the trainer's mode afterwards.
     torch.set_flush_denormal(True)
     torch.manual_seed(config.task.data_seed)

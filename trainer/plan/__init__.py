@@ -5,8 +5,8 @@ same functions, so what the plan prints is what the trainer does.
 
     topology.py     which GPUs of every node train and which generate, the engines, who starts
                     them, the devices a job holds: one pure function of (config, job shape)
-    model_shape.py  a model's layers, widths, vocabulary: from its HF config, known shapes, the proxy
-    engine_fit.py   whether a vLLM engine of tp GPUs holds the model: the default tensor_parallel_size
+    model_shape.py  a model's layers, widths, vocabulary: its HF config, known shapes, the proxy
+    engine_fit.py   whether a vLLM engine of tp GPUs holds the model: the default tp size
     placement.py    what each engine is sent, and the sentence saying where the engines run
     memory.py       GiB per training rank and per generation GPU, term by term
     time_plan.py    seconds per step and per eval, wall and GPU-hours to the budget

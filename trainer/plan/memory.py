@@ -1,10 +1,10 @@
 """GPU memory a run will need, per training rank and per generation GPU, from first principles.
 
 Why here (trainer/) and not in ablate/: the model is a description of what *this trainer*
-allocates (ZeRO partitioning through DeepSpeed, the chunked fp32 LM head of trainer/models/logprobs.py,
-the hf/vLLM generators), so it changes when the trainer changes; `ablate sweep --dry-run` only
-shows it, and benchmarks/gpu/bench_memory_plan.py checks it against
-torch.cuda.max_memory_allocated on a GPU. Pure Python (no torch import): ablate plans
+allocates (ZeRO partitioning through DeepSpeed, the chunked fp32 LM head of
+trainer/models/logprobs.py, the hf/vLLM generators), so it changes when the trainer changes;
+`ablate sweep --dry-run` only shows it, and benchmarks/gpu/bench_memory_plan.py checks it
+against torch.cuda.max_memory_allocated on a GPU. Pure Python (no torch import): ablate plans
 thousands of variants with it.
 
 Sources of the formulas (bytes; Psi = parameters, d = data-parallel degree):
@@ -23,9 +23,9 @@ Sources of the formulas (bytes; Psi = parameters, d = data-parallel degree):
   "full recomputation") only each layer's input (s*b*h 16-bit values) is kept, plus one
   layer's working set while it is recomputed in the backward (its activations and their
   gradients: twice the forward set).
-- LM head: trainer/models/logprobs.py computes the head over at most MAX_LOGITS_PER_CHUNK logits at once
-  (fp32); at its peak a chunk holds the logits, the tempered copy and their gradient (3 x 4
-  bytes per logit), plus the fp32 copy of the head weight (precision.trainer_lm_head_fp32).
+- LM head: trainer/models/logprobs.py computes the head over at most MAX_LOGITS_PER_CHUNK logits
+  at once (fp32); at its peak a chunk holds the logits, the tempered copy and their gradient (3
+  x 4 bytes per logit), plus the fp32 copy of the head weight (precision.trainer_lm_head_fp32).
 - KV cache (vLLM's PagedAttention, Kwon et al. 2023, and HF's DynamicCache alike):
   2 (K and V) x layers x kv_heads x head_dim x bytes per token of every sequence in flight.
   Which sequences an engine holds follows from where the trainer starts its engines (pipeline
@@ -42,15 +42,16 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from trainer.config import TrainConfig
-from trainer.plan.model_shape import KNOWN, ModelShape, model_shape, proxy_shape, shape_from_hf  # noqa: F401
+from trainer.plan.model_shape import (  # noqa: F401 (KNOWN, shape_from_hf: re-exported)
+    KNOWN, ModelShape, model_shape, proxy_shape, shape_from_hf)
 from trainer.plan.topology import JobShape, Topology, TopologyError, topology
 from trainer.plan.engine_fit import (  # noqa: F401 - re-exported: the plan's terms
     CUDA_OVERHEAD_GIB, GIB, PROMPT_TOKENS, VLLM_UTILIZATION, engine_gpu_bytes, kv_bytes_per_token,
     kv_room, sequence_tokens)
 from trainer.plan.placement import placement_note, rows_per_engine
 
-# trainer/models/logprobs.py MAX_LOGITS_PER_CHUNK (kept equal by tests/test_resources.py; not imported,
-# as that module imports torch).
+# trainer/models/logprobs.py MAX_LOGITS_PER_CHUNK (kept equal by tests/test_resources.py; not
+# imported, as that module imports torch).
 MAX_LOGITS_PER_CHUNK = 2 ** 28
 VLLM_SHARED_UTILIZATION = 0.3  # ... when it shares the one GPU with the trainer
 VLLM_MAX_NUM_SEQS = 256  # vLLM's default cap on sequences decoded at once per engine
@@ -145,8 +146,8 @@ def activation_terms(c: TrainConfig, m: ModelShape, t: int) -> dict[str, float]:
 
 
 def logits_bytes(c: TrainConfig, m: ModelShape, t: int) -> float:
-    """trainer/models/logprobs.py head_logprobs: one chunk of <= MAX_LOGITS_PER_CHUNK fp32 logits (logits,
-    tempered copy, gradient) plus the fp32 copy of the head weight."""
+    """trainer/models/logprobs.py head_logprobs: one chunk of <= MAX_LOGITS_PER_CHUNK fp32
+    logits (logits, tempered copy, gradient) plus the fp32 copy of the head weight."""
     rows = max(1, MAX_LOGITS_PER_CHUNK // m.vocab)
     chunk = min(t, rows) * m.vocab * 4 * 3
     return chunk + (4 * m.vocab * m.hidden if c.precision.trainer_lm_head_fp32 else 0)
@@ -246,9 +247,10 @@ def plan(c: TrainConfig, shape: JobShape) -> Plan:
             train.update({f"generation: {k}": v for k, v in gen.items()})
         else:  # generation and the training step take turns: the larger of the two counts
             _add_phase(train, "generation: KV cache (beyond the training step)", sum(gen.values()))
-        # Eval (trainer/loop/eval_point.py evaluate): the hf sampler on the trainer's own weights, on
-        # every ZeRO-3 rank, between steps: model states stay, the step's activations are
-        # gone. With vllm, eval goes through the engines (trainer/generation/eval_service.py) instead.
+        # Eval (trainer/loop/eval_point.py EvalPoint.launch): the hf sampler on the trainer's own
+        # weights, on every ZeRO-3 rank, between steps: model states stay, the step's
+        # activations are gone. With vllm, eval goes through the engines
+        # (trainer/generation/eval_service.py) instead.
         _add_phase(train, "eval: KV cache (beyond the training step)", eval_kv_bytes(c, m))
     p.train, p.generation = _gib(train), _gib(gen)
     p.train_gib_per_gpu = round(sum(train.values()) / GIB, 2)

@@ -24,10 +24,10 @@ from trainer.plan.topology import JobShape, Topology
 
 
 def rollout_rows(c: TrainConfig, nodes: int = 1) -> int:
-    """Sequences one node's rollout generate call sends (trainer/generation/offpolicy.py): pipeline, a
-    call of off_policy.groups_per_call (default the node's share of a step,
-    prompts_per_step / nodes) groups; ppo_off_policy, one big generation of
-    k x prompts_per_step prompts on rank 0's node; G samples each."""
+    """Sequences one node's rollout generate call sends (trainer/generation/offpolicy.py):
+    pipeline, a call of off_policy.groups_per_call (default the node's share of a step,
+    prompts_per_step / nodes) groups; ppo_off_policy, one big generation of k x prompts_per_step
+    prompts on rank 0's node; G samples each."""
     g = c.rollout.generations_per_prompt
     if c.off_policy.mode == "pipeline":
         share = max(1, c.rollout.prompts_per_step // max(1, nodes))
@@ -36,8 +36,8 @@ def rollout_rows(c: TrainConfig, nodes: int = 1) -> int:
 
 
 def eval_rows(c: TrainConfig) -> int:
-    """Sequences the held-out eval sends the engines (trainer/generation/eval_service.py: the whole eval,
-    one call on GPUs)."""
+    """Sequences the held-out eval sends the engines (trainer/generation/eval_service.py: the
+    whole eval, one call on GPUs)."""
     return (c.eval.num_prompts or c.task.num_eval_prompts) * c.eval.samples_per_prompt
 
 

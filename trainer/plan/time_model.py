@@ -195,8 +195,9 @@ def count_evals(c: TrainConfig, steps: int) -> int:
 
 def _lockstep(c: TrainConfig) -> bool:
     """hf generation under ZeRO-3: every rank holds a shard and decodes in lockstep, so eval
-    runs on every rank at once (trainer/loop/eval_point.py launch_eval) and a stop is taken only
-    between generate calls (trainer/generation/rollout.py `synced`), not between decode steps."""
+    runs on every rank at once (trainer/loop/eval_point.py EvalPoint.launch) and a stop is taken
+    only between generate calls (trainer/generation/rollout.py `synced`), not between decode
+    steps."""
     return (c.rollout.backend == "hf" and c.engine.type == "deepspeed"
             and c.engine.zero_stage == 3)
 
