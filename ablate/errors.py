@@ -21,3 +21,14 @@ class NoDataYet(InputError):
     logged no evaluation). A command that can say something without the data (the report's
     run table) catches this one; every other InputError, a column that does not exist among
     those logged included, is bad input wherever it is raised."""
+
+
+#: The exit code of "not yet" (docs/JSON.md): the input is fine, the data cannot answer yet.
+EXIT_NOT_YET = 3
+
+
+class NoAnswerYet(Exception):
+    """Well-formed input whose data cannot answer yet: no variant's curve can be fit (each one
+    still rising without a bend, too few evaluations), no forecast yet. Not bad input (exit 2):
+    a script polling an early study must be able to tell "wait" from "fix your file". The CLI
+    prints it as one line and exits EXIT_NOT_YET, after whatever answer could be printed."""

@@ -106,7 +106,6 @@ def test_a_failed_variant_is_reported_not_dropped(tmp_path, capsys):
     (["compare", "{t}", "--plot", "{d}/fig.pdf"], "must be a .png"),
     (["extrapolate", "{t}"], "exactly one of --budget"),
     (["extrapolate", "{t}", "--target", "1.5"], "strictly between 0 and 1"),
-    (["fit", "{short}"], "only 3 point"),
     (["fit", "{nan}"], "NaN/inf"),
 ])
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, table, capsys, args, msg):
@@ -121,6 +120,23 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, table, cap
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and msg in lines[0] and "Traceback" not in err
+    assert set(tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("command", ["fit", "compare"])
+def test_curves_too_short_to_fit_are_not_yet_exit_3_not_bad_input(tmp_path, capsys, command):
+    """A well-formed log whose curves cannot be fit yet (3 evaluations) is "not yet" (exit 3,
+    docs/JSON.md), so a script polling an early study can tell it from a broken file (exit 2);
+    the JSON answer still comes, with each variant's reason."""
+    short = tmp_path / "short.csv"
+    short.write_text("variant,compute,score\na,1,0.1\na,2,0.2\na,3,0.3\n")
+    before = set(tmp_path.iterdir())
+    code, out, err = run_cli([command, short, "--json"], capsys)
+    assert code == 3, (code, err)
+    (line,) = err.strip().splitlines()
+    assert line.startswith("not yet: no variant could be fit yet") and "only 3 point" in line
+    rows = json.loads(out) if command == "fit" else json.loads(out)["rows"]
+    assert [r["variant"] for r in rows] == ["a"] and "only 3 point" in rows[0]["error"]
     assert set(tmp_path.iterdir()) == before
 
 

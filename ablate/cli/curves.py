@@ -18,7 +18,7 @@ from rich.console import Console
 
 from ablate.cli.app import app, margin_option
 from ablate.cli.delayed_progress import delayed_progress
-from ablate.errors import InputError
+from ablate.errors import InputError, NoAnswerYet
 from ablate.number_text import compute
 
 if TYPE_CHECKING:  # numpy/scipy/pandas load when a command fits, not for `ablate --help`
@@ -186,10 +186,11 @@ def _analyze(source: Path, options: Options, quiet: bool, check=None) -> Analysi
 
 
 def _finish(groups: list[GroupFit]) -> None:
-    """Exit 2 when no variant could be fit at all (every reason is already in the output)."""
+    """Exit 3 ("not yet", not bad input) when no variant could be fit at all: the file was read
+    and every reason is already in the output; more evaluations may answer."""
     failed = [g for g in groups if g.fit is None]
     if groups and len(failed) == len(groups):
-        raise InputError(f"no variant could be fit; {failed[0].error}")
+        raise NoAnswerYet(f"no variant could be fit yet; {failed[0].error}")
 
 
 def _clean(v):

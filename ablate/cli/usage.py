@@ -18,7 +18,7 @@ from typing import Any
 
 import typer
 
-from ablate.errors import InputError
+from ablate.errors import EXIT_NOT_YET, InputError, NoAnswerYet
 
 
 def _names(e: BaseException) -> set[str]:
@@ -62,6 +62,9 @@ def exit_for(e: BaseException, path: str = "ablate") -> int:
     if isinstance(e, InputError):
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if isinstance(e, NoAnswerYet):
+        print(f"not yet: {e}", file=sys.stderr)
+        return EXIT_NOT_YET
     if isinstance(e, KeyboardInterrupt):
         print("interrupted", file=sys.stderr)
         return 130

@@ -26,12 +26,12 @@ from typing import Any, Optional
 import typer
 
 from ablate.cli.app import app
-from ablate.errors import InputError
+from ablate.errors import EXIT_NOT_YET, InputError
 
 WIDTH = 100
 RETRIES = 10  # --follow: re-reads of a file caught changing or shorter than before
 NAME_W = 22  # a longer run name is cut (~) in the one-line verdict; --json has it whole
-EXIT_WAITING = 3  # every run is waiting for its forecast: "not yet" (docs/JSON.md exit codes)
+EXIT_WAITING = EXIT_NOT_YET  # every run is waiting for its forecast (docs/JSON.md exit codes)
 UNITS = {"gpu_hours": "GPU-hours", "flops": "FLOPs", "samples": "samples", "tokens": "tokens",
          "step": "steps", "compute": "compute units"}
 
