@@ -51,3 +51,23 @@ def test_bad_seeds_override_from_the_cli_exits_2_without_traceback(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert "--override seeds=[0,0]: seeds: seed(s) [0] listed twice" in r.stderr
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_axis_override_runs_a_subset_as_the_same_runs():
+    """`--override 'axes.KEY=[...]'`: some values of an axis (the rehearsal runs two of three),
+    the same runs (ids) as the full study's for those values."""
+    full = _expansion("seeds=[0]")
+    two = _expansion("seeds=[0]", "axes.loss.aggregation=[prompt, token]")
+    assert [n for n, _, _ in two] == ["loss.aggregation=prompt", "loss.aggregation=token"]
+    assert {rid for *_, rid in two} <= {rid for *_, rid in full}
+
+
+@pytest.mark.parametrize("item,says", [
+    ("axes.loss.agg=[prompt]", "the study has no axis 'loss.agg' (its axes: loss.aggregation)"),
+    ("axes.loss.aggregation=[]", "expected a non-empty list of values"),
+    ("axes.loss.aggregation=prompt", "expected a non-empty list of values")])
+def test_bad_axis_override_is_one_line_naming_it(item, says):
+    with pytest.raises(InputError) as e:
+        load_study(LOSS_AGG, [item])
+    msg = str(e.value)
+    assert msg.startswith(f"--override {item}: ") and says in msg and "\n" not in msg, msg

@@ -60,7 +60,8 @@ def sweep(
         help="KEY=VALUE on top of the study for every run (dotted TrainConfig key, YAML value; "
         "repeatable), e.g. --override model.name_or_path=/models/qwen3-8b "
         "--override task.path=data/polaris.jsonl. Existing relative paths become absolute. "
-        "seeds=[0] replaces the study's seeds instead (a quick one-seed pass).",
+        "seeds=[0] replaces the study's seeds instead (a quick one-seed pass), and "
+        "'axes.KEY=[a,b]' one axis' values (the same runs as the full study's).",
     ),
 ) -> None:
     """Expand a study into runs and launch the ones not done, queued or running.
