@@ -80,8 +80,16 @@ cat "$BESIDE/log"
 [ -f "$BESIDE/env" ] && source "$BESIDE/env"
 while read -r what; do unavailable "$what"; done < <(sed -n 's/^UNAVAILABLE //p' "$BESIDE/log")
 
-step "pytest: integration and system tiers (-m 'not fast')"
-python3 -m pytest -m "not fast" "$@"
+# Two workers (ABLATE_TEST_WORKERS): many of these tests wait on subprocesses, Slurm or an
+# engine's start rather than on this process's CPU. --dist loadgroup keeps a module's tests on
+# one worker and every vLLM test in one group (tests/conftest.py _group).
+workers=${ABLATE_TEST_WORKERS:-2}
+xdist=()
+if [ "$workers" -gt 1 ] && python3 -c "import xdist" 2>/dev/null; then
+  xdist=(-n "$workers" --dist loadgroup)
+fi
+step "pytest: integration and system tiers (-m 'not fast' ${xdist[*]})"
+python3 -m pytest -m "not fast" "${xdist[@]}" "$@"
 rest_rc=$?
 [ "${ABLATE_TEST_SLURM:-}" = 1 ] && bash tests/slurm/cluster.sh stop
 # 5 = this selection has no test in that tier (e.g. `bash tests/run.sh tests/test_slurm.py`).
