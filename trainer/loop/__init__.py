@@ -3,7 +3,7 @@ state to, each with its inputs in its signature.
 
     train.py       `run(config, run_dir)` and the loop: generate -> reward -> filter ->
                    update -> push -> eval point -> checkpoint, until the budget is spent
-    state.py       RunState: exactly what a checkpoint saves (step, counters, the window of
+    state.py       TrainState: exactly what a checkpoint saves (step, counters, the window of
                    step statistics, data position, RNG, the source's state, pending evals)
     setup.py       the run's fixed parts: device, task, prompts, model, engine
     update.py      the policy update of one step (advantages -> loss -> one optimizer step)

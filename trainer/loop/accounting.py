@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from trainer.config import TrainConfig
 from trainer.dist.groups import broadcast_object
-from trainer.loop.state import Counters, RunState
+from trainer.loop.state import Counters, TrainState
 
 
 def count_generation(counters: Counters, batch, n_params: int) -> None:
@@ -37,18 +37,18 @@ class Budget:
         axis) x every device the job holds."""
         return counters.wall * self.devices / 3600
 
-    def used(self, state: RunState) -> list[tuple[float, float]]:
+    def used(self, state: TrainState) -> list[tuple[float, float]]:
         """(used, limit) for each limit the budget sets: steps, device-hours, FLOPs."""
         b, k = self.budget, state.counters
         return [(used, limit) for used, limit in (
             (state.step, b.steps), (self.gpu_hours(k), b.gpu_hours),
             (k.flops_gen + k.flops_train, b.flops)) if limit is not None]
 
-    def spent(self, state: RunState) -> bool:
+    def spent(self, state: TrainState) -> bool:
         """Rank 0's verdict on every rank: wall-clock budgets would differ between ranks."""
         return broadcast_object(any(used >= limit for used, limit in self.used(state)))
 
-    def fraction(self, state: RunState) -> float:
+    def fraction(self, state: TrainState) -> float:
         """How much of the budget is spent, 0-1: the largest share of any limit (a FLOPs or
         device-hour budget has no step total for a progress bar to count to)."""
         return min(1.0, max(used / limit for used, limit in self.used(state)))

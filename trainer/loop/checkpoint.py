@@ -4,7 +4,7 @@ trainer/rundir.py, and the agreement between ranks on when to save and stop.
 Why a module of its own: every step here is a collective protocol (barriers, one broadcast
 verdict, DeepSpeed's collective save) that must line up on every rank; kept together it can be
 read and checked as one. A checkpoint holds the engine (weights, optimizer, scheduler) and the
-run's state (trainer/loop/state.py RunState: exactly its fields), plus the weights of an
+run's state (trainer/loop/state.py TrainState: exactly its fields), plus the weights of an
 earlier step's eval that is still running (hf). `Checkpoints` also keeps the attempt's record
 for status.json: when it last saved, and the preemptions so far.
 
@@ -31,7 +31,7 @@ from trainer.config import TrainConfig
 from trainer.dist.groups import all_reduce_floats, barrier, broadcast_object
 from trainer.loop.eval_point import EvalPoint
 from trainer.loop.setup import Parts
-from trainer.loop.state import RunState
+from trainer.loop.state import TrainState
 
 # Where the classes a checkpoint pickles (a rollout source's batches and calls) lived before
 # trainer/ had subpackages: a run checkpointed then resumes now.
@@ -46,7 +46,7 @@ class _Unpickler(pickle.Unpickler):
 
 
 def load_state(path: Path) -> dict:
-    """A checkpoint's state.pt (RunState.to_checkpoint's dict)."""
+    """A checkpoint's state.pt (TrainState.to_checkpoint's dict)."""
     # torch.load unpickles through pickle_module.Unpickler (torch/serialization.py _load)
     moved = SimpleNamespace(__name__="pickle", Unpickler=_Unpickler,
                             load=lambda f, **kw: _Unpickler(f, **kw).load())
@@ -61,7 +61,7 @@ class Checkpoints:
         self.saved = (0, time.monotonic())  # (step, time) of the last save or the start
         self.notes: dict = {}  # status.json's preemption record (start_attempt)
 
-    def resume(self, state: RunState) -> tuple[bool, list]:
+    def resume(self, state: TrainState) -> tuple[bool, list]:
         """Load the latest checkpoint if there is one (every rank) into the engine and
         `state`, dropping metrics rows past its step; without one, start from scratch with an
         empty metrics file. Returns (resumed, the evals to launch again: see unwritten_evals)."""
@@ -104,7 +104,7 @@ class Checkpoints:
                         torch.load(ck / f, weights_only=True) if f else None, done))
         return out
 
-    def save(self, state: RunState, source_state: Callable[[], object],
+    def save(self, state: TrainState, source_state: Callable[[], object],
              evals: EvalPoint) -> None:
         """Engine and run state (`source_state`: the rollout source's, taken on rank 0 as
         the state is written). Every rank writes into the same deterministic temp dir

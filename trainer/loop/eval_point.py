@@ -24,10 +24,10 @@ from trainer.generation import eval_service
 from trainer.generation.rollout import HFGenerator
 from trainer.generation.service import make_service
 from trainer.loop.setup import Parts
-from trainer.loop.state import RunState
+from trainer.loop.state import TrainState
 
 
-def rollout_stats(state: RunState, batch, correct: list[bool], rewards: list[float],
+def rollout_stats(state: TrainState, batch, correct: list[bool], rewards: list[float],
                   rows: list[int], dropped: int) -> dict[str, float]:
     """The step's rollout statistics: reward, pass rate, truncation, interruption, length,
     the zero-variance filter's share, generation time and (when the tokens carry policy
@@ -55,7 +55,7 @@ def rollout_stats(state: RunState, batch, correct: list[bool], rewards: list[flo
     return stats
 
 
-def metrics_row(state: RunState, gpu_hours: float, source) -> dict:
+def metrics_row(state: TrainState, gpu_hours: float, source) -> dict:
     """One metrics line: the required columns, the counters behind them, the means of the
     step statistics since the last line, the window's max lag and the source's record. The
     window starts over (the next line averages the steps after this one)."""

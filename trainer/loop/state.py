@@ -6,6 +6,8 @@ FLOPs, the eval point takes the window's means, the checkpoint saves it all), an
 state in one visible place a reader of trainer/loop/train.py sees what a step changes. The
 parts get what they need as arguments; none keeps a copy.
 
+(Named TrainState, not RunState: trainer/rundir.py RunState is a run's status, pending to done.)
+
 On disk (checkpoint/state.pt) the layout is the one runs have always written: a plain dict
 with the keys of `to_checkpoint` (counters with gen_counter, the window as "acc" sums with
 "n/<key>" counts, lag_max_window), so a run checkpointed before this module existed resumes.
@@ -64,7 +66,7 @@ class Window:
 
 
 @dataclass
-class RunState:
+class TrainState:
     """Step, counters, the window of step statistics and the data position, live: the loop
     and its parts update them in place. The process's RNGs, the rollout source's own state and
     the evals launched but not written live elsewhere while the run goes on (torch and random,
@@ -123,7 +125,7 @@ class RunState:
 
 @dataclass(frozen=True)
 class StepMark:
-    """The data position and RNGs at a step's start (RunState.mark)."""
+    """The data position and RNGs at a step's start (TrainState.mark)."""
 
     step: int
     pool: dict

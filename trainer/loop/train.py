@@ -45,7 +45,7 @@ from trainer.loop.accounting import Budget, count_generation
 from trainer.loop.checkpoint import Checkpoints
 from trainer.loop.eval_point import EvalPoint, metrics_row, rollout_stats
 from trainer.loop.setup import Parts, build, setup_distributed
-from trainer.loop.state import RunState, StepMark
+from trainer.loop.state import TrainState, StepMark
 from trainer.loop.update import Diverged, PolicyUpdate
 
 
@@ -113,7 +113,7 @@ class Run:
     config: TrainConfig
     dir: Path
     parts: Parts  # device, ranks, task, prompts, model, engine (setup.py)
-    state: RunState  # what the checkpoint saves (state.py)
+    state: TrainState  # what the checkpoint saves (state.py)
     ctx: Context  # what the rollout source draws from (trainer/generation/offpolicy.py)
     budget: Budget  # accounting.py
     update: PolicyUpdate  # update.py
@@ -127,7 +127,7 @@ def start(config: TrainConfig, run_dir: Path) -> Run:
     """The run's parts, and its state: fresh, or the latest checkpoint's."""
     p = build(config, run_dir)
     pool = PromptPool([x.difficulty for x in p.task.train], config.data, config.seed)
-    state = RunState(DataPosition(pool))
+    state = TrainState(DataPosition(pool))
     ckpt = Checkpoints(config, run_dir, p)
     resumed, redo = ckpt.resume(state)
     ctx = Context(config, p.model, p.tok, state.data, p.train_prompts, restored=state.source)
