@@ -238,6 +238,7 @@ def test_dry_run_says_where_engines_run_and_which_gpus_idle():
     assert "tasks_per_node=4 starts fewer ranks than the node's 8 training GPUs" in ppo, ppo
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("regime", ["deepspeed-bf16", "torch-autocast-bf16", "fp32"])
 def test_layer_activations_match_the_tensors_autograd_saves(regime):
     """The per-token activation count of one block against the bytes autograd really saves for
