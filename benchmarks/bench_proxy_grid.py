@@ -136,7 +136,7 @@ ONE = ("import sys, torch; torch.set_num_threads(1); import yaml, trainer; from 
 
 
 def config_for(overrides: dict) -> dict:
-    from ablate.studies.provenance import set_path
+    from ablate.adapters.builtin.provenance import set_path
 
     cfg = yaml.safe_load((ROOT / "recipes" / "proxy.yaml").read_text())
     for path, value in overrides.items():

@@ -21,7 +21,7 @@ from trainer.rundir import read_status
 def load_train_config(path: Path):
     """Parse + validate a TrainConfig YAML (a recipe, `base:` chains included) with the same
     loader and one-line, file:line messages as study files."""
-    from ablate.studies.provenance import load_recipe, validate_config
+    from ablate.adapters.builtin.provenance import load_recipe, validate_config
     from ablate.yamlio import load_yaml
 
     # A shipped recipe by name (`ablate run proxy.yaml` from the user's own folder): the same

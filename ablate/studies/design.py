@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ablate.errors import InputError
-from ablate.studies.provenance import Provenance
+from ablate.adapters.builtin.provenance import Provenance
 from ablate.studies.schema import Study
 from ablate.value_text import value_text
 from ablate.yamlio import YamlDoc

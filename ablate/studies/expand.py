@@ -14,7 +14,7 @@ from ablate.errors import InputError
 # The design's pieces live in `design` (shared with ablate.adapters.study); imported from here too.
 from ablate.studies.design import (Assignment, LoadedStudy, Variant, check_size, design_points,
                                    points, run_id_of)
-from ablate.studies.provenance import Provenance, set_path, validate_config
+from ablate.adapters.builtin.provenance import Provenance, set_path, validate_config
 from ablate.studies.study import base_is_a_run
 
 __all__ = ["Variant", "check_size", "design_points", "expand", "points", "run_id_of"]

@@ -21,7 +21,7 @@ from ablate import shipped
 from ablate.errors import InputError
 from ablate.studies.design import LoadedStudy
 from ablate.studies.launch.profile import Profile, find_profile
-from ablate.studies.provenance import find_recipe
+from ablate.adapters.builtin.provenance import find_recipe
 from ablate.studies.sizing import Option, with_seeds
 from ablate.studies.study_overrides import split_study_overrides
 from ablate.yamlio import load_yaml

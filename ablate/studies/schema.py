@@ -10,7 +10,7 @@ from typing import Any, Literal, Optional
 from pydantic import Field, field_validator
 
 from ablate.adapters.base import TrainerSpec
-from ablate.studies.config_paths import leaf_paths
+from ablate.adapters.builtin.config_paths import leaf_paths
 from ablate.studies.stagespec import StageSpec
 from ablate.validation import Strict
 from trainer.config import BudgetConfig

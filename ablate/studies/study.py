@@ -1,5 +1,5 @@
 """Loading a study file: parse, validate against its schema (ablate/studies/schema.py),
-resolve its base recipe chain (ablate/studies/provenance.py) and check its axes.
+resolve its base recipe chain (ablate/adapters/builtin/provenance.py) and check its axes.
 
 A study is small on purpose: `base` names a recipe (a YAML of TrainConfig values, which may
 itself name a `base` to build on), `axes` maps dotted TrainConfig paths to the values to try,
@@ -19,9 +19,9 @@ from pydantic import ValidationError
 
 from ablate.adapters.study import load_foreign
 from ablate.errors import InputError
-from ablate.studies.config_paths import check_config_path
+from ablate.adapters.builtin.config_paths import check_config_path
 from ablate.studies.design import LoadedStudy  # its home is `design`; imported from here too
-from ablate.studies.provenance import apply_cli_overrides, resolve_base, validate_config
+from ablate.adapters.builtin.provenance import apply_cli_overrides, resolve_base, validate_config
 from ablate.studies.schema import Study
 from ablate.studies.study_overrides import apply_study_overrides, split_study_overrides
 from ablate.validation import validate_model

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from ablate import shipped
 from ablate.errors import InputError
-from ablate.studies.config_paths import check_config_path
+from ablate.adapters.builtin.config_paths import check_config_path
 from ablate.validation import fields_at, format_validation_error
 from ablate.yamlio import KeyPath, YamlDoc, load_yaml
 from trainer.config import BudgetConfig, TrainConfig
