@@ -31,36 +31,43 @@ PAPER = {"model": {"name_or_path": "Qwen/Qwen2.5-0.5B"}, "rollout": {"backend": 
 
 
 def config(mode: str = "pipeline", **vllm) -> TrainConfig:
+    """PAPER with `vllm`; the split null (half) unless given: these tests are about binding a
+    layout, which split `auto` picks is tests/test_topology.py's (and the paper profile's
+    test below binds the split it picks)."""
+    vllm = {"generation_gpus": None, **vllm}
     return TrainConfig.model_validate({**PAPER, "off_policy": {"mode": mode},
                                        "rollout": {"backend": "vllm", "vllm": vllm}})
 
 
 def slurm_env(nodes: int, tasks: int, node: int, local: int, visible: str,
-              gib: str = "") -> dict[str, str]:
+              gib: str = "", model: str = "") -> dict[str, str]:
     """One task's environment as `srun` gives it under --ntasks-per-node/--gpus-per-node, and
-    the GPU size the default engines are chosen for (ABLATE_GPU_MEMORY_GIB; "" = unknown, so
-    that no nvidia-smi of the machine running the test decides)."""
+    the GPU size and model the default engines and split are chosen for
+    (ABLATE_GPU_MEMORY_GIB, ABLATE_GPU_MODEL; "" = unknown, so that no nvidia-smi of the
+    machine running the test decides)."""
     return {"SLURM_PROCID": str(node * tasks + local), "SLURM_LOCALID": str(local),
             "SLURM_NODEID": str(node), "SLURM_NTASKS": str(nodes * tasks),
             "SLURM_TASKS_PER_NODE": f"{tasks}(x{nodes})" if nodes > 1 else str(tasks),
             "SLURM_JOB_NODELIST": f"gpu[01-{nodes:02d}]", "SLURM_JOB_ID": "4242",
             "CUDA_VISIBLE_DEVICES": visible, "PATH": os.environ.get("PATH", ""),
-            "ABLATE_GPU_MEMORY_GIB": gib}
+            "ABLATE_GPU_MEMORY_GIB": gib, "ABLATE_GPU_MODEL": model}
 
 
-def start_job(c: TrainConfig, nodes: int, tasks: int, visible: str, gib: str = ""):
+def start_job(c: TrainConfig, nodes: int, tasks: int, visible: str, gib: str = "",
+              model: str = ""):
     """bind_devices for every task of the job: [(env after start-up, binding)]."""
     out = []
     for node in range(nodes):
         for local in range(tasks):
-            env = slurm_env(nodes, tasks, node, local, visible, gib)
+            env = slurm_env(nodes, tasks, node, local, visible, gib, model)
             out.append((env, bind_devices(c, env)))
     return out
 
 
-def check_job(c: TrainConfig, nodes: int, tasks: int, visible: str, gib: str = "") -> list:
+def check_job(c: TrainConfig, nodes: int, tasks: int, visible: str, gib: str = "",
+              model: str = "") -> list:
     node_gpus = visible.split(",")
-    procs = start_job(c, nodes, tasks, visible, gib)
+    procs = start_job(c, nodes, tasks, visible, gib, model)
     assert len(procs) == nodes * tasks
     own = separate_generation(c) and len(node_gpus) >= 2
     for node in range(nodes):
@@ -99,12 +106,28 @@ def check_job(c: TrainConfig, nodes: int, tasks: int, visible: str, gib: str = "
 
 
 def test_paper_profile_2_nodes_x_8_gpus():
-    """sweeps/slurm_gpu.yaml (2 nodes, 8 GPUs, 4 tasks per node) with the paper's recipe: GPUs
-    0-3 of each node generate, 4-7 train."""
-    prof = yaml.safe_load((ROOT / "sweeps" / "slurm_gpu.yaml").read_text())["slurm"]
-    nodes, tasks, gpus = prof["nodes"], prof["tasks_per_node"], prof["gpus_per_node"]
-    assert (nodes, tasks, gpus) == (2, 4, 8)
-    procs = check_job(config(), nodes, tasks, ",".join(map(str, range(gpus))))
+    """sweeps/slurm_gpu.yaml (2 nodes x 8 GPUs of 80 GiB, tasks_per_node auto) with
+    recipes/scalerl.yaml: the split the dry run plans (6 generate, 2 train, worked out in
+    tests/test_topology.py) is the one every process of the launched job binds to. Slurm
+    starts the tasks per node that split asks for (ablate/studies/launch/slurm.py
+    tasks_per_node), and each process resolves `auto` again at start on the job it is in,
+    through the same function."""
+    from ablate.studies.launch.profile import load_profile
+    from trainer.plan.topology import topology
+
+    prof = load_profile(ROOT / "sweeps" / "slurm_gpu.yaml")
+    paper = TrainConfig.model_validate(yaml.safe_load((ROOT / "recipes" / "scalerl.yaml")
+                                                      .read_text()))
+    planned = topology(paper, prof.job_shape("slurm"))
+    nodes, tasks, gpus = prof.slurm.nodes, planned.shape.ranks_per_node, prof.slurm.gpus_per_node
+    assert (nodes, tasks, gpus, prof.slurm.tasks_per_node) == (2, 2, 8, "auto")
+    job = check_job(paper, nodes, tasks, "0,1,2,3,4,5,6,7", gib="80", model="h100")
+    assert [b.gpu for _, b in job] == ["6", "7"] * 2
+    assert [b.engines for _, b in job] == [tuple((str(i),) for i in range(6)), ()] * 2
+    assert {b.training_gpus for _, b in job} == {tuple(str(i) for i in planned.training)}
+    # Half set by hand, 4 tasks a node: GPUs 0-3 of each node generate, 4-7 train.
+    tasks = 4
+    procs = check_job(config(generation_gpus=4), nodes, tasks, ",".join(map(str, range(gpus))))
     assert [b.gpu for _, b in procs] == ["4", "5", "6", "7"] * 2
     assert [b.engines for _, b in procs] == [(("0", "1", "2", "3"),), (), (), ()] * 2
     assert procs[0][1].engine_env(0)["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
@@ -186,7 +209,7 @@ def test_start_up_binds_before_cuda_in_a_real_process():
         for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "ABLATE_NODE_GPUS", "ABLATE_LOCAL_RANK",
                   "ABLATE_NODE", "MASTER_ADDR", "MASTER_PORT"):
             env.pop(k, None)
-        out = subprocess.run([sys.executable, "-c", code, json.dumps(PAPER)], env=env,
+        out = subprocess.run([sys.executable, "-c", code, config().model_dump_json()], env=env,
                              capture_output=True, text=True, timeout=120, check=True)
         seen.append(json.loads(out.stdout.strip().splitlines()[-1]))
     assert seen[0] == {"CUDA_VISIBLE_DEVICES": "4", "LOCAL_RANK": "0", "RANK": "0",

@@ -74,7 +74,7 @@ def test_the_named_profile_is_one_the_study_fits_next_to_it(tmp_path):
     sweeps = tmp_path / "sweeps"
     sweeps.mkdir()
     gpus = ("executor: slurm\ngpu_memory_gib: {mem}\nslurm:\n  nodes: 2\n  tasks_per_node: 4\n"
-            "  gpus_per_node: 8\n")
+            "  gpus_per_node: 8\n  time_min: 240\n  signal_delay_s: 300\n")
     (sweeps / "a_small.yaml").write_text(gpus.format(mem=16))
     (sweeps / "b_big.yaml").write_text(gpus.format(mem=80))
     (sweeps / "cpu.yaml").write_text("executor: slurm\nslurm:\n  nodes: 1\n")

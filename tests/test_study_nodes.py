@@ -114,7 +114,11 @@ def test_dry_run_states_the_study_wall_time_on_the_nodes_it_has(tmp_path):
     line = " ".join(r.stdout[r.stdout.rindex("\nstudy: ") + 1:].split())
     assert line.startswith("study: 6 planned runs") and "1 at once: 2-node runs on assumed " \
         "2 nodes (the profile's; " in line, line
-    assert "~6,855 h wall (286 days" in line, line
+    # one run at a time: the runs' own plans end to end
+    runs = __import__("json").loads(ablate("sweep", "recipes/loss_agg.yaml", "--profile",
+                                           "slurm_gpu", "--dry-run", "--json").stdout)
+    total = sum(run["resources"]["wall_h"] for run in runs)
+    assert f"~{total:,.0f} h wall ({total / 24:.0f} days" in line, (line, total)
     prof = tmp_path / "eight.yaml"
     prof.write_text("executor: slurm\ngpu_memory_gib: 80\ngpu_model: h100\nslurm:\n"
                     "  partition: gpu\n  nodes: 2\n  tasks_per_node: 4\n  gpus_per_node: 8\n"

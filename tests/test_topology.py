@@ -7,12 +7,19 @@ not that copies agree."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from trainer.config import TrainConfig
 from trainer.dist.binding import plan_binding
 from trainer.plan.placement import placement_note, rows_per_engine
+from trainer.plan.engine_fit import scheduler_limits
+from trainer.plan.split_choice import choose_split
 from trainer.plan.topology import JobShape, TopologyError, split, split_choices, topology
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SMALL = "Qwen/Qwen2.5-0.5B"  # ~1 GiB of bf16 weights: fits one 40/80 GiB GPU
 
@@ -28,8 +35,8 @@ def shape(nodes=2, ranks=4, gpus=8, gib=None) -> JobShape:
     return JobShape(nodes=nodes, ranks_per_node=ranks, gpus_per_node=gpus, gpu_memory_gib=gib)
 
 
-def test_pipeline_with_vllm_splits_every_node_in_half_by_default():
-    t = topology(cfg(), shape())
+def test_pipeline_with_vllm_gives_four_ranks_per_node_their_four_gpus():
+    t = topology(cfg(), shape())  # `auto` with 4 ranks a node: the 4 GPUs they leave generate
     assert t.generation == (0, 1, 2, 3) and t.training == (4, 5, 6, 7)
     assert t.engines == ((0, 1, 2, 3),) and t.tp == 4  # GPU size unknown: one engine of all
     assert t.engine_nodes == 2 and t.own_gpus and t.per_gpu == 1
@@ -42,9 +49,10 @@ def test_the_split_is_an_argument_and_every_choice_is_a_topology():
     assert split(c, 8) == ((0, 1, 2, 3), (4, 5, 6, 7))
     assert split(c, 8, generation_gpus=3) == ((0, 1, 2), (3, 4, 5, 6, 7))
     assert split(cfg(generation_gpus=1), 4) == ((0,), (1, 2, 3))  # the config's
-    assert split_choices(c, shape()) == [1, 2, 3, 4, 5, 6, 7]
-    layouts = {g: topology(c, shape(ranks=8 - g), generation_gpus=g)
-               for g in split_choices(c, shape())}
+    free = JobShape(nodes=2, gpus_per_node=8, ranks_auto=True)  # tasks_per_node: auto
+    assert split_choices(c, free) == [1, 2, 3, 4, 5, 6, 7]
+    assert split_choices(c, shape()) == [1, 2, 3, 4]  # 4 ranks a node: each keeps a GPU
+    layouts = {g: topology(c, free, generation_gpus=g) for g in split_choices(c, free)}
     assert [len(t.engines) for t in layouts.values()] == [1, 2, 3, 4, 5, 6, 7]  # one GPU each
     assert [t.training_ranks for t in layouts.values()] == [14, 12, 10, 8, 6, 4, 2]
     assert {t.devices for t in layouts.values()} == {16}  # the job holds its GPUs either way
@@ -83,7 +91,7 @@ def test_colocated_and_shared_engines():
                                   r"GPUs per node \(8-GPU nodes\); valid: 1, 2, 4"),
     (cfg(tensor_parallel_size=2, data_parallel_replicas=3),
      r"data_parallel_replicas=3 needs 3 x tensor_parallel_size .* valid: 1..2"),
-    (cfg(generation_gpus=8), r"generation_gpus=8 on a 8-GPU node .* 1..7, or null \(half: 4\)"),
+    (cfg(generation_gpus=8), r"generation_gpus=8 on a 8-GPU node .* 1..7, or auto \(the split"),
     (cfg("ppo_off_policy", tensor_parallel_size=2), r"tensor_parallel_size=2 with off_policy."
                                                    r"mode=ppo_off_policy: .* valid: 1 or null"),
 ])
@@ -125,3 +133,85 @@ def test_what_the_engines_are_sent_and_the_idle_gpus_said():
     assert note.startswith("3 vLLM engines of 1 GPU each on every node (2 nodes, 6 in all)")
     assert "2 of the job's 16 GPUs are idle (1 on rank 0's node, 1 on the other node)" in note
     assert "3 engine(s) x tensor_parallel_size 1 use 3 of each node's 4 generation GPUs" in note
+
+
+# --- rollout.vllm.generation_gpus: auto (trainer/plan/split_choice.py) -------------------------
+
+def paper(**vllm) -> TrainConfig:
+    """recipes/scalerl.yaml as written: Qwen/Qwen3-8B, ZeRO-3, pipeline mode with vLLM."""
+    tree = yaml.safe_load((ROOT / "recipes" / "scalerl.yaml").read_text())
+    tree["rollout"].setdefault("vllm", {}).update(vllm)
+    return TrainConfig.model_validate(tree)
+
+
+H100 = dict(nodes=2, gpus_per_node=8, gpu_memory_gib=80, gpu_model="h100")
+
+
+def test_auto_picks_six_generating_two_training_gpus_for_the_paper_recipe():
+    """Worked by hand on 2 nodes x 8 H100s of 80 GiB, one rank per training GPU:
+    - training memory per GPU with d = 2 x (8 - g) ranks: ZeRO-3's 16 bytes a parameter over
+      d, 16 x 8.191e9 / d, plus what does not shrink with d (the gathered layers and head
+      1.88 GiB, checkpoints 9.25, recomputed layer 10.88, logits chunk 5.32, CUDA 1: 28.33).
+      g = 7 (d = 2): 61.03 + 28.33 = 89.36 GiB > 80, out; g = 6 (d = 4): 30.52 + 28.33 = 58.85.
+    - every engine decodes the same number of sequences at any g (its KV room, 44 at the mean
+      context, is below the 384 / g it is sent), so generation takes G / g; training's FLOPs
+      divide over the ranks, T / (8 - g). The step is max(G / g, T / (8 - g)), shortest near
+      g = 8G / (G + T) ~ 6.04: g = 6 (the two are balanced there; g = 5 is generation-bound)."""
+    c = paper()
+    ch = choose_split(c, JobShape(**H100, ranks_auto=True))
+    by = {o.generation_gpus: o for o in ch.options}
+    assert by[7].train_gib == pytest.approx(89.36, abs=0.02) and "89.35 GiB of 80" in by[7].out
+    assert by[6].train_gib == pytest.approx(58.85, abs=0.02) and by[6].fits and not by[6].out
+    G, T = by[1].generation_s, by[1].train_s * 7
+    for g, o in by.items():
+        assert o.generation_s == pytest.approx(G / g, rel=1e-9), g
+        assert o.train_s == pytest.approx(T / (8 - g), rel=1e-9), g
+        assert o.step_s == pytest.approx(max(G / g, T / (8 - g)), rel=1e-9), g
+    assert 8 * G / (G + T) == pytest.approx(6.04, abs=0.01)
+    assert ch.generation_gpus == 6 and [o.generation_gpus for o in ch.neighbours()] == [5, 7]
+    t = topology(c, JobShape(**H100, ranks_auto=True))
+    assert t.generation == (0, 1, 2, 3, 4, 5) and t.training == (6, 7)
+    assert t.shape.ranks_per_node == 2 and t.training_ranks == 4 and len(t.engines) == 6
+
+
+def test_auto_with_the_ranks_fixed_and_a_set_split():
+    """Ranks per node fixed (a profile's number, or the job the launcher started): only the
+    splits that leave each rank a GPU; with the ranks fixed, training is the same at every
+    candidate and more engines only shorten generation, so the GPUs the ranks leave generate.
+    A set number wins; null keeps the old half."""
+    c = paper()
+    assert choose_split(c, JobShape(**H100, ranks_per_node=4)).generation_gpus == 4
+    assert [o.generation_gpus for o in choose_split(c, JobShape(**H100, ranks_per_node=4))
+            .options] == [1, 2, 3, 4]
+    launched = topology(c, JobShape(**H100, ranks_per_node=2))  # what the dry run chose
+    assert launched.generation == tuple(range(6)) and launched.training == (6, 7)
+    assert topology(paper(generation_gpus=3), JobShape(**H100, ranks_auto=True)).training == \
+        (3, 4, 5, 6, 7)
+    assert len(topology(paper(generation_gpus=None), JobShape(**H100, ranks_auto=True))
+               .generation) == 4
+    with pytest.raises(TopologyError, match="8 ranks per node .* leave none of a node's 8 GPUs"
+                       ".*tasks_per_node: auto"):
+        topology(c, JobShape(**H100, ranks_per_node=8))
+
+
+def test_auto_leaves_out_what_vllm_or_the_nodes_refuse():
+    """tensor_parallel_size 2 set: an odd split cannot hold 2-GPU engines; a model whose shape
+    is not known cannot be planned: the GPUs the ranks leave (fixed), or half (auto ranks)."""
+    ch = choose_split(paper(tensor_parallel_size=2), JobShape(**H100, ranks_auto=True))
+    outs = {o.generation_gpus: o.out for o in ch.options}
+    assert all("does not divide" in outs[g] for g in (1, 3, 5, 7)), outs
+    assert ch.generation_gpus == 6 and not outs[6]
+    unknown = cfg(model="no-such/model")
+    fixed = choose_split(unknown, shape(ranks=3, gib=80))
+    assert fixed.generation_gpus == 5 and "no split could be planned" in fixed.why
+    assert choose_split(unknown, JobShape(**H100, ranks_auto=True)).generation_gpus == 4
+
+
+@pytest.mark.parametrize("gib, model, limits", [
+    (80, "h100", (1024, 16384)), (141, "h200", (1024, 16384)), (192, "b200", (1024, 16384)),
+    (80, "a100", (256, 8192)), (48, None, (256, 8192)), (None, "h100", (256, 8192))])
+def test_vllm_032_scheduler_limits_by_gpu(gib, model, limits):
+    """vllm/engine/arg_utils.py:2894-2985 (0.32.0) for an LLM-class engine: >= 70 GiB and
+    not an A100, or >= 160 GiB: 1,024 sequences, 16,384 tokens a step; else (and where the
+    GPU is not known) 256 and 8,192."""
+    assert scheduler_limits(gib, model) == limits

@@ -87,9 +87,12 @@ def _ranks_per_gpu(c: TrainConfig, shape: JobShape) -> Optional[str]:
     # trainer/dist/binding.py plan_binding: a local rank beyond the node's training GPUs has
     # no GPU of its own and stops at start (one rank per GPU, never two).
     n = shape.gpus_per_node
-    if not n or c.engine.device == "cpu" or _generation_split(c, shape):
+    if not n or c.engine.device == "cpu" or shape.ranks_auto or _generation_split(c, shape):
         return None
-    train = len(split(c, n)[1])
+    try:
+        train = len(topology(c, shape).training)  # `auto` resolved as the binding resolves it
+    except TopologyError:
+        return None  # _engines says why
     if shape.ranks_per_node <= train:
         return None
     why = (f" (off_policy.mode=pipeline, rollout.backend=vllm: {n - train} of the {n} GPUs "
@@ -138,7 +141,7 @@ def local_shape() -> JobShape:
     # launcher's variables (binding.node_gpus).
     import os
 
-    from trainer.dist.binding import gpu_memory_gib, node_gpus
+    from trainer.dist.binding import gpu_memory_gib, gpu_model, node_gpus
     from trainer.dist.groups import read_env  # torch: only the trainer calls local_shape
 
     env = read_env()
@@ -147,4 +150,5 @@ def local_shape() -> JobShape:
     # trainer then starts (trainer/plan/topology.py chooses them by it).
     return JobShape(nodes=max(1, env.world_size // max(env.local_world_size, 1)),
                     ranks_per_node=env.local_world_size, gpus_per_node=len(gpus),
-                    gpu_memory_gib=gpu_memory_gib(os.environ, gpus))
+                    gpu_memory_gib=gpu_memory_gib(os.environ, gpus),
+                    gpu_model=gpu_model(os.environ, gpus))

@@ -15,6 +15,7 @@ line a run, for grep. A plan on CPU speaks of CPUs: RAM per training process, CP
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Optional
@@ -30,12 +31,14 @@ def _terms(terms: dict[str, float]) -> str:
 
 
 def shape_text(shape: JobShape, cpu: bool = False) -> str:
+    ranks = ("one rank per training GPU" if shape.ranks_auto
+             else f"{shape.ranks_per_node} rank(s)")
     if cpu:
-        return f"{shape.nodes} node(s) x {shape.ranks_per_node} rank(s), on CPU"
+        return f"{shape.nodes} node(s) x {ranks}, on CPU"
     gpus = ("GPUs not known here" if shape.gpus_per_node is None
             else f"{shape.gpus_per_node} GPUs" if shape.gpus_per_node else "no GPUs")
     mem = f" of {shape.gpu_memory_gib:g} GiB" if shape.gpu_memory_gib else ""
-    return f"{shape.nodes} node(s) x {shape.ranks_per_node} rank(s), {gpus}{mem} per node"
+    return f"{shape.nodes} node(s) x {ranks}, {gpus}{mem} per node"
 
 
 def plan_lines(name: str, p: Any) -> list[str]:
@@ -143,6 +146,11 @@ def _requeue_cap(cap: Any) -> str:
             else f"up to {cap} requeues")
 
 
+def _tasks(n: Any) -> str:
+    return ("a task per training GPU of each run's split (tasks_per_node auto)"
+            if n == "auto" else f"{n} task(s) per node")
+
+
 def launch_text(info: dict[str, Any]) -> str:
     ex = info["executor"]
     head = f"where: executor {ex} ({info['executor_from']})"
@@ -153,7 +161,7 @@ def launch_text(info: dict[str, Any]) -> str:
                " (size not set: gpu_memory_gib)") if gpus else ""
         extra = "".join(f", {k} {info[k]}" for k in ("account", "qos") if info[k])
         return (f"{head}, partition {part}{extra}; {info['nodes']} node(s) x {gpus} GPUs{mem}, "
-                f"{info['tasks_per_node']} task(s) per node; time limit {info['time_min']} min "
+                f"{_tasks(info['tasks_per_node'])}; time limit {info['time_min']} min "
                 f"per job, {_requeue_cap(info['max_num_timeout'])}, stop signal "
                 f"{info['signal_delay_s']} s before; at most {info['array_parallelism']} runs "
                 "at once (array_parallelism)")
@@ -202,6 +210,7 @@ def warnings_of(shape: JobShape, plans: dict[str, Any], info: dict[str, Any]) ->
 def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json: bool,
                   prof: Optional[Profile] = None, executor: Optional[str] = None,
                   results: Path = Path("results"), study_name: str = "") -> None:
+    from ablate.cli.split_text import split_json, split_lines
     from ablate.studies.capacity import capacity
     from ablate.studies.sweep import executor_reason, resource_plans, time_plans
     from ablate.studydir import study_dir_for
@@ -218,7 +227,8 @@ def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json:
     commands = {v.run_id: command_of(v, root / v.run_id) for v in variants}
     if as_json:
         print(json.dumps([{**v.to_json(), "launch": info,
-                           "resources": resources_json(plans[v.run_id], times[v.run_id]),
+                           "resources": {**resources_json(plans[v.run_id], times[v.run_id]),
+                                         "split": split_json(v.config, shape)},
                            **({"command": commands[v.run_id]} if commands[v.run_id] else {})}
                           for v in variants]))
         return
@@ -232,7 +242,8 @@ def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json:
     # Variants with the same plans (an axis that changes neither) are listed once.
     groups: dict[tuple[str, ...], list[str]] = {}
     for v in variants:
-        key = tuple(plan_lines("", plans[v.run_id]) + time_lines(times[v.run_id]))
+        key = tuple(plan_lines("", plans[v.run_id]) + split_lines(v.config, shape)
+                    + time_lines(times[v.run_id]))
         names = groups.setdefault(key, [])
         if v.name not in names:
             names.append(v.name)
@@ -354,11 +365,16 @@ def _num(x: Any) -> str:
 def dry_run(study: Path, *, executor: Optional[str], profile: Optional[str],
             overrides: list[str], as_json: bool, results: Path = Path("results"),
             force: bool = False) -> None:
-    """`ablate sweep --dry-run`: check the study exactly as `sweep` does (exit 2 where it
-    would refuse the inputs, `force` as there), print, write nothing."""
-    from ablate.studies.sweep import check_inputs
+    """`ablate sweep --dry-run`: check the study exactly as `sweep` does, print, write
+    nothing. Exit 2 where `sweep` would refuse (`force` as there): on its inputs before
+    printing, on a plan that does not fit or cannot reach its budget after printing the plans
+    that say why (ablate/studies/sweep.py check_plans, the same rule)."""
+    from ablate.studies.sweep import check_inputs, check_plans
 
     loaded, variants, prof = check_inputs(study, executor=executor, profile=profile,
                                           overrides=overrides, force=force)
     print_dry_run(str(study), variants, prof.job_shape(executor), as_json, prof=prof,
                   executor=executor, results=results, study_name=loaded.study.name)
+    if not force:
+        sys.stdout.flush()  # the plans first, then the refusal's line on stderr
+        check_plans(study, variants, prof, executor)

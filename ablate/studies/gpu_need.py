@@ -51,7 +51,8 @@ def gpu_reason(c: TrainConfig, prof: Profile) -> Optional[str]:
     if c.engine.device == "cpu" or c.model.name_or_path is None:
         return None
     s = prof.slurm
-    cores = s.nodes * s.tasks_per_node * s.cpus_per_task
+    tasks = 1 if s.tasks_per_node == "auto" else s.tasks_per_node  # auto: one on a CPU node
+    cores = s.nodes * tasks * s.cpus_per_task
     step = cpu_step_s(c, cores)
     if step is None or step <= s.time_min * 60:
         return None

@@ -23,7 +23,7 @@ ablate/studies/proposal.py writes it as a study YAML that `ablate sweep` runs as
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from ablate.adapters.study import ForeignConfig
@@ -35,7 +35,7 @@ from ablate.studies.expand import Variant
 from ablate.studies.launch.profile import Profile
 from trainer.plan.memory import plan
 from trainer.plan.time_plan import plan_time
-from trainer.validate import JobShape, problems
+from trainer.validate import problems
 
 # GPU-hours per run of the paper's stages (scalerl.md, "The staged workflow"), largest first.
 STAGE_BUDGETS = {"single-axis": (4000.0, 3500.0), "leave-one-out": (16000.0,)}
@@ -125,9 +125,7 @@ def run_walls(variants: list[Variant], prof: Profile, budget: float,
     profile's limits)."""
     from ablate.studies.sweep import stage_variant
 
-    s = prof.slurm
-    shape = JobShape(nodes=nodes, ranks_per_node=s.tasks_per_node, gpus_per_node=s.gpus_per_node,
-                     gpu_memory_gib=prof.gpu_memory_gib)
+    shape = replace(prof.job_shape("slurm"), nodes=nodes)
     limits, walls = prof.limits("slurm"), []
     for v in {v.name: v for v in variants}.values():
         c = stage_variant(v, {"gpu_hours": budget}).config

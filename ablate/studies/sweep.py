@@ -3,7 +3,8 @@
 Planning reads and checks (study, expansion, profile, executor, existing run states) and
 writes nothing, so bad input leaves no trace: `load_sweep` checks the inputs (and, unless
 forced, that every run fits the profile's GPU memory and can reach its budget under its time
-limit and requeues: check_fit, check_time), `choose_runs` picks the runs to submit. Submitting (`run_sweep`) writes the study dir, submits the runs
+limit and requeues: check_plans, where `sweep --dry-run` exits 2 too), `choose_runs` picks
+the runs to submit. Submitting (`run_sweep`) writes the study dir, submits the runs
 that are not done and not queued/running (failed ones until `max_attempts`), records the job
 ids, and returns; ablate.studies.status.wait_for_runs waits for those who ask. An adaptive
 study (ablate.studies.adaptive) goes through the same three functions at every stage.
@@ -137,6 +138,18 @@ def check_fit(study_path: Path | str, variants: list[Variant], shape: JobShape) 
                 "submits anyway)")
 
 
+def check_plans(study_path: Path | str, variants: list[Variant], prof: Profile,
+                executor: Optional[str]) -> None:
+    """What `sweep` refuses past its inputs, one line (InputError, exit 2): a variant whose
+    memory plan does not fit the profile's GPUs (check_fit), then one whose time plan cannot
+    reach its budget (check_time). The one rule for both: `sweep` refuses before it writes
+    anything, `sweep --dry-run` exits 2 on it after showing the plans (ablate/cli/dryrun.py);
+    `--force` skips it in both."""
+    shape = prof.job_shape(executor)
+    check_fit(study_path, variants, shape)
+    check_time(study_path, variants, shape, prof.limits(intended_executor(executor, prof)))
+
+
 def plan_sweep(study_path: Path | str, *, executor: Optional[str] = None,
                overrides: Sequence[str] = (),
                profile: Optional[str] = None, results: Path | str = "results",
@@ -156,9 +169,7 @@ def load_sweep(study_path: Path | str, *, executor: Optional[str] = None,
     loaded, variants, prof = check_inputs(study_path, executor=executor, profile=profile,
                                           overrides=overrides, force=force)
     if not force:
-        shape = prof.job_shape(executor)
-        check_fit(study_path, variants, shape)
-        check_time(study_path, variants, shape, prof.limits(intended_executor(executor, prof)))
+        check_plans(study_path, variants, prof, executor)
     store = StudyStore(study_dir_for(Path(results), loaded.study.name))
     return SweepPlan(loaded, variants, prof, launch.choose_executor(executor, prof), store)
 

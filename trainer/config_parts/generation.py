@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
-from pydantic import Field, model_validator
+from pydantic import Field, PositiveInt, model_validator
 
 from trainer.config_parts.base import Strict
 
@@ -23,10 +23,15 @@ class VLLMConfig(Strict):
         description="Share of its GPU's memory vLLM may take (weights + KV cache). None = 0.9 "
         "on generation GPUs of its own, 0.3 when it shares the one GPU with the trainer.",
     )
-    generation_gpus: Optional[int] = Field(
-        None, gt=0,
+    generation_gpus: Union[Literal["auto"], PositiveInt, None] = Field(
+        "auto",
         description="Pipeline mode on a multi-GPU node: how many of the node's GPUs run vLLM "
-        "(the rest train). None = half, rounded down. A one-GPU node is always shared.",
+        "(the rest train, one rank each). 'auto' = the split whose planned step is shortest "
+        "with the training (and engine) memory fitting: the dry run's time and memory plans "
+        "for every split, the same function at the trainer's start "
+        "(trainer/plan/split_choice.py); the dry run shows the choice and its neighbours. "
+        "A number wins over the plan. None = half, rounded down (the layout before 'auto'). "
+        "A one-GPU node is always shared.",
     )
     tensor_parallel_size: Optional[int] = Field(
         None, gt=0,

@@ -52,6 +52,8 @@ LOCAL_RANK = "ABLATE_LOCAL_RANK"  # the real local rank (LOCAL_RANK becomes the 
 NODE = "ABLATE_NODE"  # the node index of this process in the job
 GPU_MEMORY = "ABLATE_GPU_MEMORY_GIB"  # the node's GPU size in GiB ("" = unknown): recorded at
 # bind time from nvidia-smi, or set by whoever starts the trainer; it sizes the default engines
+GPU_MODEL = "ABLATE_GPU_MODEL"  # the node's GPU as the time plan names it (h100, h200, a100;
+# "" = not in its table): recorded at bind time from nvidia-smi; `auto` splits are planned on it
 BOUND_PID = "ABLATE_BOUND_PID"  # the process these describe: a child (an engine, a test's
 # subprocess) inherits them but is not that process, and reads its launcher's variables instead
 
@@ -125,19 +127,41 @@ def node_gpus(env: Mapping[str, str]) -> tuple[str, ...]:
         return ()
 
 
-@lru_cache(maxsize=1)
-def _nvidia_smi_gib() -> Optional[float]:
-    """The smallest GPU the NVIDIA driver lists on this machine, in GiB (nvidia-smi's
-    memory.total is MiB); None without nvidia-smi. A separate process: the trainer's CUDA is
-    not initialised (bind_devices must run first)."""
+@lru_cache(maxsize=2)
+def _nvidia_smi(field: str) -> tuple[str, ...]:
+    """One nvidia-smi field of every GPU the NVIDIA driver lists on this machine (empty
+    without nvidia-smi). A separate process: the trainer's CUDA is not initialised
+    (bind_devices must run first)."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total",
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={field}",
                               "--format=csv,noheader,nounits"], capture_output=True, text=True,
                              timeout=30, check=True).stdout
-        sizes = [float(x) for x in out.split() if x.strip()]
-    except (OSError, subprocess.SubprocessError, ValueError):
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return tuple(x.strip() for x in out.splitlines() if x.strip())
+
+
+def _nvidia_smi_gib() -> Optional[float]:
+    """The smallest GPU the NVIDIA driver lists, in GiB (memory.total is MiB); None without."""
+    try:
+        sizes = [float(x) for x in _nvidia_smi("memory.total")]
+    except ValueError:
         return None
     return min(sizes) / 1024 if sizes else None
+
+
+def gpu_model(env: Mapping[str, str], gpus: tuple[str, ...]) -> Optional[str]:
+    """The node's GPU as the time plan names it (trainer/plan/time_model.py GPUS): GPU_MODEL
+    when set, else nvidia-smi's first GPU name; None on CPU, unknown or not in the table (the
+    plan then assumes its default GPU, as the dry run does for a profile without gpu_model)."""
+    from trainer.plan.time_model import gpu_key
+
+    if not gpus:
+        return None
+    if GPU_MODEL in env:
+        return env[GPU_MODEL].strip().lower() or None
+    names = _nvidia_smi("name")
+    return gpu_key(names[0]) if names else None
 
 
 def gpu_memory_gib(env: Mapping[str, str], gpus: tuple[str, ...]) -> Optional[float]:
@@ -201,7 +225,7 @@ def job_shape(config, env: Mapping[str, str]) -> tuple[JobShape, tuple[str, ...]
                        () if config.engine.device == "cpu" else node_gpus(env))
     nodes = max(1, -(-d.world_size // max(d.local_world_size, 1)))
     return JobShape(nodes=nodes, ranks_per_node=d.local_world_size, gpus_per_node=len(gpus),
-                    gpu_memory_gib=gpu_memory_gib(env, gpus)), gpus
+                    gpu_memory_gib=gpu_memory_gib(env, gpus), gpu_model=gpu_model(env, gpus)), gpus
 
 
 def job_topology(config, env: Mapping[str, str] = os.environ) -> Topology:
@@ -248,9 +272,10 @@ def bind_devices(config, env: Optional[MutableMapping[str, str]] = None) -> Bind
         LOCAL_RANK: str(b.local_rank), NODE: str(b.node), NODE_GPUS: ",".join(b.node_gpus),
         BOUND_PID: str(os.getpid()),
     })
-    if b.node_gpus:  # the size the engines were chosen for: later calls choose the same
+    if b.node_gpus:  # the GPU the engines and split were chosen for: later calls, the same
         gib = gpu_memory_gib(env, b.node_gpus)
         env[GPU_MEMORY] = "" if gib is None else f"{gib:g}"
+        env[GPU_MODEL] = gpu_model(env, b.node_gpus) or ""
     if b.visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = b.visible
     elif b.node_gpus == () and config.engine.device == "cpu" and "CUDA_VISIBLE_DEVICES" in env:

@@ -161,6 +161,23 @@ def group_timeout_s(config) -> float:
     return float(config.engine.collective_timeout_minutes) * 60.0
 
 
+# How NCCL errors end a process (torch 2.13, torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp:
+# 64-69 reads TORCH_NCCL_ASYNC_ERROR_HANDLING, then the deprecated NCCL_ASYNC_ERROR_HANDLING;
+# :160-176 the modes: 1 TearDown aborts the communicators and ends the process, the default 3
+# SkipCleanUp ends it without aborting them). 1: a collective that fails or times out (a peer
+# died) ends this rank with its communicators aborted, so the job fails (trainer/dist/abort.py
+# records why) instead of a rank hanging on a half-open communicator.
+NCCL_ERROR_HANDLING = {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+
+
+def nccl_error_handling(env) -> None:
+    """Set TORCH_NCCL_ASYNC_ERROR_HANDLING before the NCCL process group starts (it is read at
+    ProcessGroupNCCL's construction), unless the job set it, or its deprecated name, itself."""
+    if "NCCL_ASYNC_ERROR_HANDLING" not in env:
+        for k, v in NCCL_ERROR_HANDLING.items():
+            env.setdefault(k, v)
+
+
 def init_distributed(device: str = "auto", backend: Optional[str] = None,
                      timeout_s: float = 1800.0) -> tuple[DistEnv, torch.device]:
     """Initialise the default process group once (gloo on CPU, nccl on GPU).
@@ -178,6 +195,8 @@ def init_distributed(device: str = "auto", backend: Optional[str] = None,
     dev = resolve_device(device)
     if not dist.is_initialized():
         backend = backend or ("nccl" if dev.type == "cuda" else "gloo")
+        if backend == "nccl":
+            nccl_error_handling(os.environ)
         dist.init_process_group(
             backend=backend, init_method="env://", rank=d.rank, world_size=d.world_size,
             timeout=datetime.timedelta(seconds=timeout_s),

@@ -57,6 +57,35 @@ def kv_room(c: TrainConfig, m: ModelShape, tp: int, gpu_gib: float, util: float)
     return int(max(0.0, util * gpu_gib * GIB - weights - CUDA_OVERHEAD_GIB * GIB) // per_seq)
 
 
+# vLLM 0.32.0's scheduler limits for an engine made by `vllm.LLM` (UsageContext.LLM_CLASS:
+# vllm/entrypoints/llm.py:343) that is passed neither max_num_seqs nor max_num_batched_tokens,
+# as trainer/generation/vllm_args.py engine_args starts them on GPUs:
+# vllm/engine/arg_utils.py:2894-2985 get_batch_defaults picks them by the device's total memory
+# (NVML, platforms/cuda.py:801-804) and name: >= 160 GiB, or >= 70 GiB and not an A100 (H100,
+# H200): 1,024 sequences and 16,384 tokens a scheduler step; otherwise 256 and 8,192; applied at
+# arg_utils.py:3112-3127 when unset (performance_mode "throughput" doubles them, :3130; the
+# default is "balanced", vllm/config/vllm.py:433). Where the device cannot be queried vLLM uses
+# the last pair, and so does the plan where the GPU size is not known.
+LARGE_GPU_LIMITS = (1024, 16384)
+OTHER_GPU_LIMITS = (256, 8192)
+
+
+def scheduler_limits(gpu_gib: Optional[float], gpu_model: Optional[str]) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) of one engine on GPUs of `gpu_gib` GiB of model
+    `gpu_model` (the profile's gpu_model key, e.g. "a100"; None: not an A100), per the table
+    above. max_num_seqs bounds the sequences an engine decodes at once; each of them takes one
+    of the step's max_num_batched_tokens, so that bounds them too."""
+    if gpu_gib is None:
+        return OTHER_GPU_LIMITS
+    large = gpu_gib >= 160 or (gpu_gib >= 70 and "a100" not in (gpu_model or "").lower())
+    return LARGE_GPU_LIMITS if large else OTHER_GPU_LIMITS
+
+
+def max_num_seqs(gpu_gib: Optional[float], gpu_model: Optional[str]) -> int:
+    """Sequences one engine decodes at once at most (scheduler_limits)."""
+    return min(scheduler_limits(gpu_gib, gpu_model))
+
+
 # The KV room an engine must have beside its weights to be chosen: one full-length sequence.
 # It is vLLM's own start-up minimum (vllm/v1/core/kv_cache_utils.py
 # _check_enough_kv_cache_memory raises "To serve at least one request with the model's max seq

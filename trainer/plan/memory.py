@@ -47,14 +47,13 @@ from trainer.plan.model_shape import (  # noqa: F401 (KNOWN, shape_from_hf: re-e
 from trainer.plan.topology import JobShape, Topology, TopologyError, topology
 from trainer.plan.engine_fit import (  # noqa: F401 - re-exported: the plan's terms
     CUDA_OVERHEAD_GIB, GIB, PROMPT_TOKENS, VLLM_UTILIZATION, engine_gpu_bytes, kv_bytes_per_token,
-    kv_room, sequence_tokens)
+    kv_room, max_num_seqs, sequence_tokens)
 from trainer.plan.placement import placement_note, rows_per_engine
 
 # trainer/models/logprobs.py MAX_LOGITS_PER_CHUNK (kept equal by tests/test_resources.py; not
 # imported, as that module imports torch).
 MAX_LOGITS_PER_CHUNK = 2 ** 28
 VLLM_SHARED_UTILIZATION = 0.3  # ... when it shares the one GPU with the trainer
-VLLM_MAX_NUM_SEQS = 256  # vLLM's default cap on sequences decoded at once per engine
 
 
 
@@ -158,19 +157,20 @@ def vllm_terms(c: TrainConfig, m: ModelShape, t: Topology, gpu_gib: Optional[flo
     """One vLLM GPU: its share of the weights (tensor parallel over `t.tp` GPUs) and the KV cache
     of the sequences its engine decodes at once: what fits in `util` of the GPU, at most what
     the busiest engine is sent (trainer/plan/placement.py: its node's rollouts, plus eval
-    on rank 0's node) and vLLM's max_num_seqs. Returns (terms in bytes, what the KV cache
+    on rank 0's node) and vLLM's max_num_seqs on that GPU. Returns (terms in bytes, what the KV cache
     holds)."""
     weights, per_seq = engine_gpu_bytes(c, m, t.tp)
     sent = rows_per_engine(c, t)
-    held = min(sent, VLLM_MAX_NUM_SEQS)
+    cap = max_num_seqs(gpu_gib, t.shape.gpu_model)  # vLLM 0.32's scheduler limit (engine_fit)
+    held = min(sent, cap)
     note = f"{held} sequences at full length"
     if gpu_gib is not None:
         room = kv_room(c, m, t.tp, gpu_gib, util)
-        note = f"KV room for {room} of {held} sequences at full length"
+        note = f"KV room for {room} of {held:,} sequences at full length"
         held = min(held, room)
-    if sent > VLLM_MAX_NUM_SEQS:
-        note += (f"; each engine is sent up to {sent:,}: vLLM decodes at most "
-                 f"{VLLM_MAX_NUM_SEQS} at once, the rest wait")
+    if sent > cap:
+        note += (f"; each engine is sent up to {sent:,}: vLLM decodes at most {cap:,} at "
+                 "once (max_num_seqs), the rest wait")
     return {"generation weights": weights, "KV cache": held * per_seq,
             "CUDA context": CUDA_OVERHEAD_GIB * GIB}, note
 

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 from trainer.config import TrainConfig
 from trainer.plan.memory import (CUDA_OVERHEAD_GIB, PROMPT_TOKENS, VLLM_SHARED_UTILIZATION,
-                                 VLLM_UTILIZATION, kv_bytes_per_token, sequence_tokens)
+                                 VLLM_UTILIZATION, kv_bytes_per_token, max_num_seqs,
+                                 sequence_tokens)
 from trainer.plan.model_shape import ModelShape
 from trainer.plan.topology import Topology
 
@@ -55,6 +57,13 @@ GPUS: dict[str, Gpu] = {
 }
 DEFAULT_GPU = "h100"  # a profile with GPUs but no `gpu_model`: planned as an H100 (said so)
 
+
+def gpu_key(name: str) -> Optional[str]:
+    """The GPUS key of a device name as nvidia-smi prints it ("NVIDIA H100 80GB HBM3" ->
+    "h100"); None for a GPU not in the table."""
+    low = name.lower()
+    return next((k for k in GPUS if k in low), None)
+
 # Training MFU. Source: Llama 3 (Dubey et al. 2024, "The Llama 3 Herd of Models", Table 4):
 # 38-43% BF16 MFU on H100s with tuned 4D parallelism. We take less: ZeRO-3 gathers every layer
 # over the network for each micro-batch and recomputes activations (the recompute is counted in
@@ -75,7 +84,6 @@ HF_DECODE_BW_EFFICIENCY = 0.5  # the hf sampler's memory reads on GPUs (static K
 # 257 decode iterations: ~30 ms each. Taken before the sampler's captured decode step (issue
 # 25), so an upper bound for today's sampler.
 HF_GPU_DECODE_ITER_S = 0.03
-VLLM_MAX_NUM_SEQS = 256  # vLLM's default max_num_seqs (vllm/config: SchedulerConfig)
 # Planned length of a completion, as a share of its cap. 1.0: every sample runs to its cap, an
 # upper bound on the step time (the paper interrupts thinking at a budget drawn in [10k, 12k]
 # of 12,288 and reports truncation under 5%, so long reasoning samples sit near the cap). A
@@ -158,10 +166,12 @@ def hf_rate(m: ModelShape, c: TrainConfig, gpu: Gpu, rows: int, ctx: float) -> f
 
 def engine_concurrency(c: TrainConfig, m: ModelShape, t: Topology, rows: int,
                        ctx: float) -> float:
-    """Sequences one engine decodes at once: the fewest of max_num_seqs, those it is sent and
-    what its KV room holds at the mean context (trainer/plan/memory.py's KV room, per token)."""
+    """Sequences one engine decodes at once: the fewest of vLLM 0.32's max_num_seqs on this GPU
+    (trainer/plan/engine_fit.py scheduler_limits: 1,024 on an H100), those it is sent and what
+    its KV room holds at the mean context (trainer/plan/memory.py's KV room, per token)."""
     shape = t.shape
-    held, gpu_gib = float(min(VLLM_MAX_NUM_SEQS, rows)), shape.gpu_memory_gib
+    gpu_gib = shape.gpu_memory_gib
+    held = float(min(max_num_seqs(gpu_gib, shape.gpu_model), rows))
     if gpu_gib is None:
         return held
     util = c.rollout.vllm.gpu_memory_utilization or (  # as trainer/plan/memory.py plans it

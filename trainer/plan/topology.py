@@ -9,9 +9,11 @@ sentence (placement.py) and the GPU-hours accounting (trainer/loop/accounting.py
 
 The rules:
 - Pipeline mode with vLLM (`separate_generation`) on nodes of >= 2 GPUs: the first
-  `generation_gpus` GPUs of every node are the engines' (rollout.vllm.generation_gpus, default
-  half, at least one), the rest train, one rank per GPU. Every node's local rank 0 starts its
-  node's engines, which generate its node's share of each step (trainer/generation/feeders.py).
+  `generation_gpus` GPUs of every node are the engines' (rollout.vllm.generation_gpus: a
+  number; `auto`, the default: the split whose planned step is shortest with its memory
+  fitting, trainer/plan/split_choice.py; null: half, the layout before `auto`), the rest train,
+  one rank per GPU. Every node's local rank 0 starts its node's engines, which generate its
+  node's share of each step (trainer/generation/feeders.py).
 - Otherwise every GPU trains; the engines (vllm backend) share local rank 0's GPU (or run on
   the CPU), started by rank 0 alone (ppo_off_policy: trainer/generation/offpolicy.py), or by
   every node's local rank 0 in pipeline mode on one-GPU nodes.
@@ -24,8 +26,12 @@ The rules:
   a CPU job holds one device per process.
 
 The split is an argument (`generation_gpus`, default the config's): evaluating the topology of
-every candidate split is cheap (no I/O past the model shape, which is cached), so a caller may
-choose the split that minimises the planned step time.
+every candidate split is cheap (no I/O past the model shape, which is cached), so
+trainer/plan/split_choice.py plans every candidate (split_choices) and `topology` resolves
+`auto` through it. The dry run and the trainer's start-up binding both call `topology`, so
+both resolve `auto` with the one function, each on the job shape it knows: the launch
+profile's, where a `tasks_per_node: auto` job starts one rank per training GPU of the chosen
+split (JobShape.ranks_auto), and at start the ranks the launcher did start.
 
 Pure Python (no torch): `ablate` plans thousands of variants with it, and the binding runs it
 before CUDA starts.
@@ -33,7 +39,7 @@ before CUDA starts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from trainer.config import TrainConfig
@@ -54,6 +60,10 @@ class JobShape:
     ranks_per_node: int = 1
     gpus_per_node: Optional[int] = None
     gpu_memory_gib: Optional[float] = None
+    gpu_model: Optional[str] = None  # the time plan's GPU key ("h100", ...; None: assumed)
+    # The launcher starts one rank per training GPU of the split (slurm.tasks_per_node: auto):
+    # ranks_per_node is not known until the split is, and `topology` sets it.
+    ranks_auto: bool = False
 
     @property
     def world(self) -> int:
@@ -118,19 +128,33 @@ class Topology:
         return max(0, gpus - len(used))
 
 
+def set_split(c: TrainConfig) -> Optional[int]:
+    """rollout.vllm.generation_gpus when it is a number (an explicit split always wins)."""
+    g = c.rollout.vllm.generation_gpus
+    return g if isinstance(g, int) else None
+
+
+def auto_split(c: TrainConfig, shape: JobShape) -> bool:
+    """The split is the plan's to choose: rollout.vllm.generation_gpus `auto` where there is
+    a split (pipeline mode with vLLM on nodes of >= 2 GPUs)."""
+    return (c.rollout.vllm.generation_gpus == "auto" and separate_generation(c)
+            and (shape.gpus_per_node or 0) >= 2)
+
+
 def split(c: TrainConfig, gpus: int, generation_gpus: Optional[int] = None
           ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(generation GPUs of their own, training GPUs) of one node of `gpus` GPUs: the first
-    `generation_gpus` (default the config's rollout.vllm.generation_gpus, else half, at least
-    one) in pipeline mode with vLLM on >= 2 GPUs; otherwise none of their own, all train."""
+    `generation_gpus` (a resolved split; default the config's number, else half, at least one:
+    `auto` is resolved by `topology`, which knows the job) in pipeline mode with vLLM on >= 2
+    GPUs; otherwise none of their own, all train."""
     if not separate_generation(c) or gpus < 2:
         return (), tuple(range(gpus))
-    g = generation_gpus or c.rollout.vllm.generation_gpus or max(1, gpus // 2)
+    g = generation_gpus or set_split(c) or max(1, gpus // 2)
     if not 1 <= g < gpus:
         raise TopologyError(
             f"rollout.vllm.generation_gpus={g} on a {gpus}-GPU node (off_policy.mode=pipeline, "
             f"rollout.backend=vllm): the trainer needs at least one GPU of the node; use a "
-            f"value in 1..{gpus - 1}, or null (half: {max(1, gpus // 2)})")
+            f"value in 1..{gpus - 1}, or auto (the split the plan picks)")
     return tuple(range(g)), tuple(range(g, gpus))
 
 
@@ -138,7 +162,13 @@ def topology(c: TrainConfig, shape: JobShape,
              generation_gpus: Optional[int] = None) -> Topology:
     """The job's layout (module doc); TopologyError when the nodes cannot hold it."""
     gpus = shape.gpus_per_node or 0
+    if generation_gpus is None and auto_split(c, shape):
+        from trainer.plan.split_choice import choose_split  # it plans every split with this
+
+        generation_gpus = choose_split(c, shape).resolved()
     gen, train = split(c, gpus, generation_gpus)
+    if shape.ranks_auto:  # one rank per training GPU (one process on a CPU job)
+        shape = replace(shape, ranks_per_node=max(1, len(train)), ranks_auto=False)
     nodes = max(1, shape.nodes) if separate_generation(c) else 1
     if c.rollout.backend != "vllm":
         return Topology(shape, train, gen, (), 1, nodes)
@@ -170,6 +200,11 @@ def topology(c: TrainConfig, shape: JobShape,
 
 def split_choices(c: TrainConfig, shape: JobShape) -> list[int]:
     """The generation GPUs a node could give its engines (each a valid `generation_gpus` of
-    `topology`): 1 .. GPUs - 1 in pipeline mode with vLLM on >= 2 GPUs, else none to choose."""
+    `topology`): 1 .. GPUs - 1 in pipeline mode with vLLM on >= 2 GPUs, else none to choose;
+    where the ranks per node are fixed (not ranks_auto), only the splits that leave each of
+    them a training GPU."""
     gpus = shape.gpus_per_node or 0
-    return list(range(1, gpus)) if separate_generation(c) and gpus >= 2 else []
+    if not separate_generation(c) or gpus < 2:
+        return []
+    top = gpus - 1 if shape.ranks_auto else min(gpus - 1, gpus - shape.ranks_per_node)
+    return list(range(1, top + 1))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Optional, Union
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 
 from ablate import shipped
 from ablate.errors import InputError
@@ -43,10 +43,14 @@ class SlurmProfile(Strict):
     account: Optional[str] = Field(None, description="sbatch --account.")
     qos: Optional[str] = Field(None, description="sbatch --qos.")
     nodes: int = Field(1, ge=1, description="Nodes per run.")
-    tasks_per_node: int = Field(
-        1, ge=1, description="Processes per node (one per GPU for multi-GPU training: each runs "
-        "the trainer under srun with RANK/WORLD_SIZE/MASTER_ADDR set from Slurm)."
+    tasks_per_node: Union[Literal["auto"], int] = Field(
+        1, description="Processes per node (one per GPU for multi-GPU training: each runs "
+        "the trainer under srun with RANK/WORLD_SIZE/MASTER_ADDR set from Slurm). `auto`: one "
+        "per training GPU of each run's split (trainer/plan/topology.py: the GPUs its vLLM "
+        "engines leave in pipeline mode, all of them otherwise; one on a CPU job), so a run "
+        "whose split the plan picks (rollout.vllm.generation_gpus: auto) gets its ranks."
     )
+
     gpus_per_node: int = Field(0, ge=0, description="GPUs per node (0: CPU-only job).")
     cpus_per_task: int = Field(1, ge=1, description="CPU cores per process.")
     mem_gb: Optional[float] = Field(None, gt=0, description="Memory per node in GB (None: default).")
@@ -61,12 +65,13 @@ class SlurmProfile(Strict):
         "requeues its time plan derives (trainer/plan/time_plan.py auto_max_num_timeout); an "
         "integer caps them (the plan refuses a run that needs more).")
 
-    @field_validator("max_num_timeout", mode="before")
+    @field_validator("tasks_per_node", "max_num_timeout", mode="before")
     @classmethod
-    def _auto_or_count(cls, v: object) -> object:
-        if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+    def _auto_or_count(cls, v: object, info: ValidationInfo) -> object:
+        least = 1 if info.field_name == "tasks_per_node" else 0
+        if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= least):
             return v
-        raise ValueError("must be auto or a whole number >= 0")
+        raise ValueError(f"must be auto or a whole number >= {least}")
 
     array_parallelism: int = Field(64, ge=1, description="Array tasks running at once.")
     study_nodes: Optional[int] = Field(
@@ -111,9 +116,11 @@ class Profile(Strict):
         and GPUs; local/debug: one process, GPUs not known here (the trainer checks at start)."""
         if (executor or self.executor) == "slurm":
             s = self.slurm
-            return JobShape(nodes=s.nodes, ranks_per_node=s.tasks_per_node,
-                            gpus_per_node=s.gpus_per_node, gpu_memory_gib=self.gpu_memory_gib)
-        return JobShape(gpu_memory_gib=self.gpu_memory_gib)
+            auto = s.tasks_per_node == "auto"  # each run's topology sets its ranks
+            return JobShape(nodes=s.nodes, ranks_per_node=1 if auto else s.tasks_per_node,
+                            gpus_per_node=s.gpus_per_node, gpu_memory_gib=self.gpu_memory_gib,
+                            gpu_model=self.gpu_model, ranks_auto=auto)
+        return JobShape(gpu_memory_gib=self.gpu_memory_gib, gpu_model=self.gpu_model)
 
     def limits(self, executor: Optional[str] = None) -> Limits:
         """What one run may take under this profile (trainer/plan/time_plan.py plans against it):

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import submitit
 
@@ -87,12 +87,34 @@ def max_num_timeout(run_dirs: list[Path], profile: Profile) -> int:
     return max(need, default=AUTO_FALLBACK)
 
 
+def tasks_per_node(run_dir: Path, profile: Profile) -> int:
+    """The Slurm tasks of one run's job on each node: the profile's number, or under
+    `tasks_per_node: auto` one per training GPU of the run's topology (trainer/plan/topology.py
+    on the profile's job shape: the split `auto` resolves to, as the dry run showed it); a run
+    of another trainer, whose config the topology cannot read, gets one per GPU."""
+    n = profile.slurm.tasks_per_node
+    if n != "auto":
+        return int(n)
+    from trainer import rundir
+    from trainer.config import TrainConfig
+    from trainer.plan.topology import topology
+
+    try:
+        c = TrainConfig.model_validate(rundir.read_config(Path(run_dir)))
+    except Exception:  # noqa: BLE001 - another trainer's config: one task per GPU
+        return max(1, profile.slurm.gpus_per_node)
+    return topology(c, profile.job_shape("slurm")).shape.ranks_per_node
+
+
 def executor(folder: Path, prof: SlurmProfile, job_name: str,
-             max_num_timeout: int) -> submitit.SlurmExecutor:
+             max_num_timeout: int, tasks: Optional[int] = None) -> submitit.SlurmExecutor:
+    """submitit's executor for runs of `tasks` tasks per node (None: the profile's number)."""
+    if tasks is None:
+        tasks = 1 if prof.tasks_per_node == "auto" else prof.tasks_per_node
     ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=max_num_timeout,
                                 python=prof.python)
     params = dict(
-        job_name=job_name, nodes=prof.nodes, ntasks_per_node=prof.tasks_per_node,
+        job_name=job_name, nodes=prof.nodes, ntasks_per_node=tasks,
         cpus_per_task=prof.cpus_per_task, time=prof.time_min, signal_delay_s=prof.signal_delay_s,
         array_parallelism=prof.array_parallelism, setup=list(prof.setup),
         srun_args=list(prof.srun_args), additional_parameters=dict(prof.sbatch),
@@ -110,10 +132,23 @@ def executor(folder: Path, prof: SlurmProfile, job_name: str,
 
 def submit(run_dirs: list[Path], folder: Path, profile: Profile, *, entry: str,
            job_name: str) -> dict[str, str]:
-    """Submit one array task per run (several arrays if above MaxArraySize), per profile.slurm."""
+    """Submit one array task per run (several arrays if above MaxArraySize, or where the runs'
+    tasks per node differ under `tasks_per_node: auto`), per profile.slurm."""
     if not run_dirs:
         return {}
-    ex = executor(folder, profile.slurm, job_name, max_num_timeout(run_dirs, profile))
+    by_tasks: dict[int, list[Path]] = {}
+    for d in run_dirs:
+        by_tasks.setdefault(tasks_per_node(d, profile), []).append(d)
+    out: dict[str, str] = {}
+    for tasks, dirs in by_tasks.items():
+        ex = executor(folder, profile.slurm, job_name, max_num_timeout(dirs, profile), tasks)
+        out.update(_submit_arrays(ex, dirs, profile, entry))
+    return out
+
+
+def _submit_arrays(ex: submitit.SlurmExecutor, run_dirs: list[Path], profile: Profile,
+                   entry: str) -> dict[str, str]:
+    """The runs as arrays of one executor's parameters, each below MaxArraySize."""
     # Balanced chunks (not limit + remainder) so no run is left alone outside an array.
     n_arrays = -(-len(run_dirs) // max(1, max_array_size()))  # indices 0..MaxArraySize-1
     size = -(-len(run_dirs) // n_arrays)

@@ -1,0 +1,90 @@
+"""The dry run's line on a run's split of every node's GPUs between the vLLM engines and the
+training ranks: the split the job will get, how it was chosen, its planned step, and its
+neighbours' (one generation GPU fewer and one more), so a reader sees why it is that one.
+
+The choice itself is trainer/plan/split_choice.py (through trainer/plan/topology.py, which the
+trainer's start-up binding also calls); this module only says it in words and in `--json`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Optional
+
+from trainer.config import TrainConfig
+from trainer.plan.split_choice import SplitChoice, SplitOption, choose_split, plan_option
+from trainer.plan.time_plan import dur
+from trainer.plan.topology import JobShape, TopologyError, split_choices, topology
+
+
+def _pair(o: SplitOption) -> str:
+    return f"{o.generation_gpus}/{o.training_gpus}"
+
+
+def _option(o: SplitOption) -> str:
+    """A candidate in a few words: its step, or why it is out."""
+    return f"{_pair(o)} {o.out}" if o.out else f"{_pair(o)} step {dur(o.step_s)}"
+
+
+def _auto(c: TrainConfig) -> TrainConfig:
+    """`c` with the split left to the plan, to say what `auto` would choose."""
+    vllm = c.rollout.vllm.model_copy(update={"generation_gpus": "auto"})
+    return c.model_copy(update={"rollout": c.rollout.model_copy(update={"vllm": vllm})})
+
+
+def _elsewhere(c: TrainConfig, shape: JobShape, got: int) -> str:
+    """What `auto` would choose where the run does not choose it: a set split, or ranks per
+    node the profile fixes (the candidates they leave); "" when it is the same split."""
+    free = replace(shape, ranks_auto=True)
+    other = choose_split(_auto(c), free)
+    o = other.option(other.generation_gpus)
+    if o is None or other.generation_gpus == got:
+        return ""
+    mine = plan_option(c, shape, got)  # the run's own split on its own ranks
+    vs = f" against {dur(mine.step_s)}" if mine.step_s else ""
+    how = ("" if shape.ranks_auto else " with slurm.tasks_per_node: auto")
+    return f"; auto{how} would choose {_pair(o)}, step {dur(o.step_s)}{vs}"
+
+
+def split_lines(c: Any, shape: JobShape) -> list[str]:
+    """One line on the run's split per node, or none where there is no split to choose
+    (another trainer, not pipeline mode with vLLM, nodes of one GPU or unknown GPUs)."""
+    if not isinstance(c, TrainConfig) or not split_choices(c, replace(shape, ranks_auto=True)):
+        return []
+    try:
+        t = topology(c, shape)
+    except TopologyError:
+        return []  # the validation's line says why
+    g, train = len(t.generation), len(t.training)
+    head = f"  split per node: {g} generate, {train} train"
+    set_to = c.rollout.vllm.generation_gpus
+    if set_to != "auto":
+        how = "as set" if set_to is not None else "null: half"
+        return [f"{head} (rollout.vllm.generation_gpus {how}){_elsewhere(c, shape, g)}"]
+    ch = choose_split(c, shape)
+    pinned = ("" if shape.ranks_auto else
+              f", among the splits that leave each of slurm.tasks_per_node "
+              f"{shape.ranks_per_node} ranks a GPU")
+    mine = ch.option(g)
+    step = f": step {dur(mine.step_s)}" if mine is not None and mine.step_s else ""
+    near = ", ".join(_option(o) for o in ch.neighbours())
+    return [f"{head} (rollout.vllm.generation_gpus {ch.why}{pinned}){step}"
+            + (f"; neighbours {near}" if near else "") + _elsewhere(c, shape, g)]
+
+
+def split_json(c: Any, shape: JobShape) -> Optional[dict[str, Any]]:
+    """`resources.split` of `sweep --dry-run --json`: the split, how it was chosen, and every
+    candidate `auto` weighed (with step_s and train_gib_per_gpu, or why it is out)."""
+    if not isinstance(c, TrainConfig) or not split_choices(c, replace(shape, ranks_auto=True)):
+        return None
+    try:
+        t = topology(c, shape)
+    except TopologyError:
+        return None
+    set_to = c.rollout.vllm.generation_gpus
+    ch: SplitChoice = choose_split(_auto(c) if set_to != "auto" else c, shape)
+    return {"generation_gpus": len(t.generation), "training_gpus": len(t.training),
+            "ranks_per_node": t.shape.ranks_per_node,
+            "set": set_to if set_to != "auto" else None, "why": ch.why,
+            "options": [o.to_json() for o in ch.options]}
+

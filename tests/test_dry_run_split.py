@@ -1,0 +1,116 @@
+"""`ablate sweep --dry-run` on the split the plan picks (rollout.vllm.generation_gpus auto,
+trainer/plan/split_choice.py): the line that shows the choice, its step and its neighbours',
+its `--json`, the Slurm tasks a run's jobs get under `tasks_per_node: auto`, and the exit code:
+2 wherever `ablate sweep` would refuse (ablate/studies/sweep.py check_plans), after the plans.
+
+Which split is chosen, worked by hand, is tests/test_topology.py's; here the CLI says it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from _cli import ablate
+
+from trainer.config import TrainConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def paper(**vllm) -> TrainConfig:
+    tree = yaml.safe_load((ROOT / "recipes" / "scalerl.yaml").read_text())
+    tree["rollout"].setdefault("vllm", {}).update(vllm)
+    return TrainConfig.model_validate(tree)
+
+
+def profile(tmp_path: Path, **slurm) -> Path:
+    """sweeps/slurm_gpu.yaml with some `slurm` keys changed, as a file."""
+    tree = yaml.safe_load((ROOT / "sweeps" / "slurm_gpu.yaml").read_text())
+    tree["slurm"].update(slurm)
+    out = tmp_path / "gpu.yaml"
+    out.write_text(yaml.safe_dump(tree))
+    return out
+
+
+def test_the_dry_run_shows_the_split_its_step_and_its_neighbours():
+    r = ablate("sweep", "recipes/loss_agg.yaml", "--profile", "slurm_gpu", "--dry-run")
+    assert r.returncode == 0, r
+    text = " ".join(r.stdout.split())  # folded at the terminal's width: read as one text
+    assert ("split per node: 6 generate, 2 train (rollout.vllm.generation_gpus auto: the "
+            "shortest planned step whose memory fits): step 13 min; neighbours 5/3 step 16 min, "
+            "7/1 training needs 89.35 GiB of 80") in text, text
+    assert "a task per training GPU of each run's split (tasks_per_node auto)" in text
+    assert "4 training rank(s)" in text and "6 vLLM engines of 1 GPU each on every node" in text
+    runs = json.loads(ablate("sweep", "recipes/loss_agg.yaml", "--profile", "slurm_gpu",
+                             "--dry-run", "--json").stdout)
+    split = runs[0]["resources"]["split"]
+    assert (split["generation_gpus"], split["training_gpus"], split["ranks_per_node"]) == (6, 2, 2)
+    steps = {o["generation_gpus"]: o["step_s"] for o in split["options"]}
+    assert min((s, -g) for g, s in steps.items() if g != 7) == (steps[6], -6)
+    assert split["options"][-1]["out"] and split["set"] is None
+    assert runs[0]["resources"]["wall_h"] < 900  # issue 40: under 900 h a run
+
+
+def test_a_set_split_or_pinned_tasks_say_what_auto_would_choose(tmp_path):
+    half = ablate("sweep", "recipes/loss_agg.yaml", "--profile", "slurm_gpu", "--dry-run",
+                  "--override", "rollout.vllm.generation_gpus=4")
+    text = " ".join(half.stdout.split())
+    assert half.returncode == 0, half
+    assert "split per node: 4 generate, 4 train (rollout.vllm.generation_gpus as set); auto " \
+           "would choose 6/2, step 13 min against 20 min" in text, text
+    pinned = ablate("sweep", "recipes/loss_agg.yaml", "--profile",
+                    str(profile(tmp_path, tasks_per_node=4)), "--dry-run")
+    text = " ".join(pinned.stdout.split())
+    assert "among the splits that leave each of slurm.tasks_per_node 4 ranks a GPU): step " \
+           "20 min; neighbours 3/5 step 26 min" in text, text
+    assert "auto with slurm.tasks_per_node: auto would choose 6/2, step 13 min" in text
+
+
+def test_slurm_jobs_get_the_tasks_their_split_asks_for(tmp_path):
+    """`tasks_per_node: auto`: a run's jobs start one task per training GPU of its topology on
+    the profile's shape (the split the dry run showed); a number in the profile is passed as
+    it is. Built, not submitted (no sbatch needed)."""
+    from ablate.studies.launch import slurm
+    from ablate.studies.launch.profile import load_profile
+    from trainer import rundir
+
+    prof = load_profile(ROOT / "sweeps" / "slurm_gpu.yaml")
+    runs = {}
+    for name, c in (("auto", paper()), ("half", paper(generation_gpus=4)),
+                    ("ppo", paper(generation_gpus=4).model_copy(update={
+                        "off_policy": paper().off_policy.model_copy(
+                            update={"mode": "ppo_off_policy"})}))):
+        runs[name] = tmp_path / name
+        runs[name].mkdir()
+        rundir.write_config(runs[name], c)
+    assert {k: slurm.tasks_per_node(d, prof) for k, d in runs.items()} == \
+        {"auto": 2, "half": 4, "ppo": 8}
+    pinned = load_profile(profile(tmp_path, tasks_per_node=4))
+    assert slurm.tasks_per_node(runs["auto"], pinned) == 4
+    ex = slurm.executor(tmp_path / "submitit", prof.slurm, "ablate-test", 7, tasks=2)
+    assert ex.parameters["ntasks_per_node"] == 2
+
+
+def test_the_dry_run_exits_2_where_the_sweep_refuses(tmp_path):
+    """One rule (check_plans): a plan that does not fit, or cannot reach its budget, is shown
+    and then refused in the sweep's own line; --force shows it and exits 0."""
+    few = profile(tmp_path, max_num_timeout=50)
+    r = ablate("sweep", "recipes/loss_agg.yaml", "--profile", str(few), "--dry-run")
+    assert r.returncode == 2, r
+    assert "CANNOT REACH THE BUDGET" in r.stdout  # the plan that says why, first
+    line = r.stderr.strip()
+    assert len(line.splitlines()) == 1 and "cannot reach its budget under this profile" in line
+    assert "the profile allows 50 requeues" in line and "Traceback" not in line, line
+    sweep = ablate("sweep", "recipes/loss_agg.yaml", "--profile", str(few),
+                   "--results", str(tmp_path / "results"))
+    assert sweep.returncode == 2 and sweep.stderr.strip() == line  # the same refusal
+    assert not (tmp_path / "results").exists()
+    small = tmp_path / "small.yaml"  # no split fits 16 GiB: the memory refusal
+    small.write_text(few.read_text().replace("gpu_memory_gib: 80", "gpu_memory_gib: 16"))
+    m = ablate("sweep", "recipes/loss_agg.yaml", "--profile", str(small), "--dry-run")
+    assert m.returncode == 2 and "does not fit 16 GiB GPUs" in m.stderr, m
+    assert "no split could be planned" in " ".join(m.stdout.split()), m.stdout
+    forced = ablate("sweep", "recipes/loss_agg.yaml", "--profile", str(few), "--dry-run",
+                    "--force")
+    assert forced.returncode == 0 and "CANNOT REACH THE BUDGET" in forced.stdout, forced
