@@ -12,11 +12,13 @@ accumulation steps, because the trainer's micro-batch losses already carry the w
 denominators.
 
 Precision: with precision.dtype=bf16 DeepSpeed casts the module to bf16 and keeps fp32 master
-weights in its optimizer. The LM head's *computation* stays fp32 because the trainer applies
-the head through trainer/models/precision.py's LMHead (hidden states and head weight upcast, fp32
-matmul) when precision.trainer_lm_head_fp32 is set: ScaleRL's "FP32 at the LM head" (the vLLM
-generator does the same, see trainer/generation/vllm_engine.py). The head's stored weight stays bf16
-because ZeRO flattens each parameter group into one dtype.
+weights in its optimizer. The LM head's logits stay fp32 because the trainer applies the head
+through trainer/models/precision.py's LMHead when precision.trainer_lm_head_fp32 is set:
+ScaleRL's "FP32 at the LM head". On GPUs that is one GEMM of the bf16 hidden state and bf16
+head weight with fp32 accumulation and fp32 logits, the same function vLLM 0.32's fp32 head
+computes in the generator (vllm/model_executor/layers/logits_processor.py:170); on CPU both are
+upcast and multiplied in fp32. The head's stored weight stays bf16 because ZeRO flattens each
+parameter group into one dtype.
 
 Distributed: one process per device, launched by Slurm or torchrun (trainer/dist/groups.py
 turns their environment into the one torch.distributed reads); gloo on CPU, nccl on GPU.

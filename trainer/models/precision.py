@@ -1,10 +1,24 @@
 """Compute precision: the fp32 LM head and the body's compute dtype.
 
 ScaleRL's precision fix is the LM head computed in fp32 on both the generator and the trainer
-(the log-prob mismatch between them comes mostly from the final projection). Model weights stay
-fp32 (master copy); the body runs under autocast in `precision.dtype`, and the head either in
-fp32 or in the body dtype. This lives outside the rollout/engine backends so every backend
-gets the same treatment.
+(the log-prob mismatch between them comes mostly from the final projection). The body runs in
+`precision.dtype`; the head either in the body dtype or, "fp32", with fp32 logits. This lives
+outside the rollout/engine backends so every backend gets the same treatment.
+
+What runs as the fp32 head (LMHead, head_operands):
+- GPUs, bf16 body, DeepSpeed (the paper recipe: DeepSpeed's bf16 module holds the head weight
+  in bf16, the hidden state is bf16): ONE GEMM of bf16 operands with fp32 accumulation and fp32
+  logits (torch.mm(..., out_dtype=torch.float32), aten::mm.dtype, CUDA only in torch 2.13).
+  That is exactly vLLM 0.32.0's head with hf_overrides {"head_dtype": "float32"} on CUDA, which
+  the generator runs (trainer/generation/vllm_args.py engine_args): vllm/model_executor/layers/
+  logits_processor.py:136-173 _apply_head, `torch.mm(flat, lm_head.weight.t(),
+  out_dtype=self.head_dtype)` at :170 on the model-dtype (bf16) weight and hidden state. So
+  generator and trainer compute the same function of the same bf16 numbers.
+- GPUs, bf16 autocast over fp32 weights (the torch engine): the fp32 weight is split into two
+  bf16 parts (hi + lo) and the fp32-accumulated cross terms summed ("bf16x3": closer to an fp32
+  GEMM than vLLM's head, whose weight is bf16 there too).
+- CPU, or an fp32 body: an fp32 GEMM (vLLM's CPU path casts both operands to fp32 too,
+  logits_processor.py:174-177).
 """
 
 from __future__ import annotations
@@ -30,15 +44,18 @@ OPERANDS = ("auto", "fp32", "bf16x3", "bf16")
 
 def head_operands(device_type: str, body_bf16: bool, operands: str = "auto") -> str:
     """How the fp32 head's GEMM reads its operands (fp32 accumulation and fp32 logits in every
-    case): "fp32"; "bf16x3": each fp32 operand split into a bf16 high part and a bf16 low part
-    (x = hi + lo, 16 significant bits), hi*hi + hi*lo + lo*hi in three bf16 tensor-core GEMMs
-    (the dropped lo*lo term is below fp32 rounding of most logits); "bf16": one bf16 GEMM on
-    the operands rounded to bf16 (8 significant bits).
+    case): "fp32"; "bf16x3": each operand that is fp32 split into a bf16 high part and a bf16
+    low part (x = hi + lo, 16 significant bits), hi*hi + hi*lo + lo*hi in bf16 tensor-core
+    GEMMs (the dropped lo*lo term is below fp32 rounding of most logits); an operand that is
+    bf16 already is not split, so with a bf16 hidden state and a bf16 weight (DeepSpeed bf16,
+    the paper recipe) "bf16x3" is one bf16 GEMM with fp32 output: vLLM 0.32's fp32 head on
+    CUDA (module doc); "bf16": one bf16 GEMM on the operands rounded to bf16 (8 significant
+    bits).
     "auto": "bf16x3" on CUDA when the body runs in bf16 (a bf16 hidden state, or bf16
     autocast): an fp32 x fp32 GEMM gets no tensor cores (H100 SXM: ~67 TFLOP/s fp32 vs ~990
-    bf16 dense, so three bf16 passes are still ~5x faster) and the vocab projection is one of
-    the step's largest GEMMs; "fp32" otherwise (CPU, fp32 runs: exact as before). Forcing a
-    mode tests its numerics on CPU (the same numbers: _mm_fp32)."""
+    bf16 dense) and the vocab projection is one of the step's largest GEMMs; "fp32" otherwise
+    (CPU, fp32 runs: exact as before). Forcing a mode tests its numerics on CPU (the same
+    numbers: _mm_fp32)."""
     if operands not in OPERANDS:
         raise ValueError(f"LMHead operands={operands!r}; valid: {', '.join(OPERANDS)}")
     if operands != "auto":
@@ -57,8 +74,10 @@ def body_is_bf16(hidden: torch.Tensor) -> bool:
 def _mm_fp32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a @ b of bf16 operands with fp32 accumulation and an fp32 result. CUDA: one cuBLAS
     GEMM on tensor cores (torch.mm's out_dtype, aten::mm.dtype, which has no CPU kernel and no
-    autograd formula: hence _SplitBf16). Elsewhere the same numbers: bf16 values are exact in
-    fp32, so upcasting and multiplying in fp32 is bf16 operands with fp32 accumulation."""
+    autograd formula: hence _SplitBf16), the call vLLM 0.32's fp32 head makes
+    (vllm/model_executor/layers/logits_processor.py:170). Elsewhere the same numbers: bf16
+    values are exact in fp32, so upcasting and multiplying in fp32 is bf16 operands with fp32
+    accumulation."""
     if a.is_cuda:
         return torch.mm(a, b, out_dtype=torch.float32)
     return torch.mm(a.float(), b.float())
@@ -118,10 +137,14 @@ class _SplitBf16(torch.autograd.Function):
 class LMHead(nn.Module):
     """The final projection with fp32 logits whatever the body dtype when `fp32` is set.
 
-    `operands` (head_operands): on GPUs with a bf16 body the GEMM reads bf16 operands (split
-    into high and low parts) and accumulates and writes fp32, at tensor-core speed; the bf16
-    head ScaleRL measured rounded operands *and logits* to bf16. tests/test_precision_head.py
-    bounds each mode's difference to the all-fp32 head; benchmarks/RESULTS.md has the numbers."""
+    What runs (`operands`, head_operands; the module doc says it per case): on GPUs with a
+    bf16 body the GEMM reads bf16 operands and accumulates and writes fp32, at tensor-core
+    speed; under DeepSpeed bf16 (the paper recipe) both operands are bf16 already, so it is one
+    bf16 GEMM with fp32 output, as vLLM's fp32 head computes the generator's logits; fp32
+    operands (the torch engine's master weights) are split into high and low bf16 parts. The
+    bf16 head ScaleRL measured rounded the logits to bf16 too. tests/test_precision_head.py
+    bounds each mode's difference to the all-fp32 head; benchmarks/RESULTS.md has the numbers.
+    Read against vLLM 0.32.0 and torch 2.13, not run on a GPU here."""
 
     def __init__(self, head: nn.Linear, fp32: bool, operands: str = "auto") -> None:
         super().__init__()
