@@ -66,16 +66,34 @@ def test_deepspeed_config_follows_train_config():
 
 
 def test_slurm_gpu_profile_is_valid():
-    """sweeps/slurm_gpu.yaml follows the studies' profile schema: one rank per GPU."""
+    """sweeps/slurm_gpu.yaml follows the studies' profile schema: one rank per training GPU
+    of each run's split (tasks_per_node auto), and its setup lines point the jobs at the
+    pre-filled HF cache and make a dead NCCL peer end the job."""
     from pathlib import Path
 
     from ablate.studies.launch.profile import load_profile
 
     p = load_profile(Path(__file__).resolve().parents[1] / "sweeps" / "slurm_gpu.yaml")
     assert p.executor == "slurm"
-    # One rank per training GPU: the paper recipe's pipeline mode gives half the GPUs to vLLM.
-    assert p.slurm.gpus_per_node > 0 and p.slurm.tasks_per_node == p.slurm.gpus_per_node // 2
+    assert p.slurm.gpus_per_node > 0 and p.slurm.tasks_per_node == "auto"
     assert p.slurm.nodes >= 2
+    exports = [line.split()[1].split("=")[0] for line in p.slurm.setup
+               if line.startswith("export ")]
+    assert {"HF_HOME", "HF_HUB_OFFLINE", "TORCH_NCCL_ASYNC_ERROR_HANDLING"} <= set(exports)
+
+
+def test_nccl_error_handling_is_set_where_the_group_starts_unless_the_job_set_it():
+    """torch 2.13 reads TORCH_NCCL_ASYNC_ERROR_HANDLING, then its deprecated name
+    NCCL_ASYNC_ERROR_HANDLING (ProcessGroupNCCL.hpp:64-69): 1 tears a failing rank down."""
+    from trainer.dist.groups import nccl_error_handling
+
+    env: dict = {}
+    nccl_error_handling(env)
+    assert env == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
+    for mine in ({"TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"}, {"NCCL_ASYNC_ERROR_HANDLING": "0"}):
+        env = dict(mine)
+        nccl_error_handling(env)
+        assert env == mine  # the job's own choice stands
 
 
 @pytest.mark.deepspeed
