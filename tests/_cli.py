@@ -66,14 +66,16 @@ def _chdir(path: Path) -> Iterator[None]:
         os.chdir(old)
 
 
-def ablate(*args: object, cwd: Optional[Path] = None, columns: int = 100,
+def ablate(*args: object, cwd: Optional[Path] = None, columns: Optional[int] = 100,
            env: Optional[Mapping[str, Optional[str]]] = None) -> Result:
-    """`ablate ARGS` in this process, from `cwd`, at a `columns`-wide pipe, no colour."""
+    """`ablate ARGS` in this process, from `cwd`, at a `columns`-wide pipe (None: COLUMNS
+    unset, a pipe's full width), no colour."""
     from ablate.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     code = 0
-    base = {"COLUMNS": str(columns), "NO_COLOR": "1", "TERM": "dumb", "FORCE_COLOR": None}
+    base = {"COLUMNS": None if columns is None else str(columns), "NO_COLOR": "1",
+            "TERM": "dumb", "FORCE_COLOR": None}
     with _environ({**base, **(env or {})}), contextlib.ExitStack() as stack:
         if cwd is not None:
             stack.enter_context(_chdir(cwd))
@@ -87,19 +89,26 @@ def ablate(*args: object, cwd: Optional[Path] = None, columns: int = 100,
 
 
 def console_script() -> Optional[str]:
-    """The installed `ablate` console script, or ABLATE_CLI (another install), or None."""
-    return os.environ.get("ABLATE_CLI") or shutil.which("ablate")
+    """ABLATE_CLI (another install), else the `ablate` console script installed beside this
+    interpreter (a venv's, even when the venv is not on PATH), else the one on PATH, or None."""
+    beside = Path(sys.executable).with_name("ablate")
+    return (os.environ.get("ABLATE_CLI") or (str(beside) if beside.exists() else None)
+            or shutil.which("ablate"))
 
 
-def ablate_script(*args: object, cwd: Optional[Path] = None, columns: int = 100,
+def ablate_script(*args: object, cwd: Optional[Path] = None, columns: Optional[int] = 100,
                   timeout: float = 300, env: Optional[Mapping[str, str]] = None,
-                  ) -> subprocess.CompletedProcess:
+                  tests_on_path: bool = True) -> subprocess.CompletedProcess:
     """The installed console script in a subprocess, this tree (and tests/, for the stand-in
-    entries) on PYTHONPATH: only for what in process cannot show."""
+    entries, unless `tests_on_path` is False) on PYTHONPATH, at a `columns`-wide pipe (None:
+    COLUMNS unset): only for what in process cannot show."""
     exe = console_script()
     cmd = [exe] if exe else [sys.executable, "-m", "ablate"]
-    full = dict(os.environ, PYTHONPATH=f"{ROOT}:{ROOT / 'tests'}", COLUMNS=str(columns),
-                NO_COLOR="1", TERM="dumb", **(env or {}))
+    path = f"{ROOT}:{ROOT / 'tests'}" if tests_on_path else str(ROOT)
+    full = dict(os.environ, PYTHONPATH=path, NO_COLOR="1", TERM="dumb", **(env or {}))
+    full.pop("COLUMNS", None)
+    if columns is not None:
+        full["COLUMNS"] = str(columns)
     full.pop("FORCE_COLOR", None)
     return subprocess.run([*cmd, *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, cwd=cwd or ROOT, env=full)

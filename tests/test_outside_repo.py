@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from _cli import sigint_as_in_a_terminal
+from _cli import ablate_script, sigint_as_in_a_terminal
 from _study_util import TINY_OVERRIDES, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,8 +40,7 @@ def user_env() -> dict[str, str]:
 
 def ablate(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
     """The console script in `cwd`, as user_env() sets it up."""
-    return subprocess.run([ABLATE, *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=cwd, env=user_env())
+    return ablate_script(*args, cwd=cwd, timeout=timeout)
 
 
 def looked_for(err: str) -> list[str]:

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from rich.cells import cell_len
 from rich.console import Console
 
 import synthetic as sy
+from _cli import ablate_script
 from _curves_util import curves_frame, write_study
 from ablate.analysis.labels import shorten
 
@@ -211,10 +210,7 @@ def test_status_and_progress_tables(tmp_path, name, width):
 
 def _ablate(*args: str, columns: int) -> subprocess.CompletedProcess:
     """The real `ablate` executable of this interpreter, its stdout piped, at COLUMNS."""
-    env = dict(os.environ, COLUMNS=str(columns), PYTHONPATH=str(ROOT))
-    exe = Path(sys.executable).with_name("ablate")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "ablate"]
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, env=env, timeout=300)
+    return ablate_script(*args, columns=columns, tests_on_path=False)
 
 
 @pytest.mark.slow  # the console script, three times

@@ -8,10 +8,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,25 +17,18 @@ import pandas as pd
 import pytest
 
 import synthetic as sy
+from _cli import ablate_script, console_script
 
 ROOT = Path(__file__).resolve().parents[1]
 HIGH, MID, LOW = (sy.Truth(0.66, 1.6, 0.01, 0.1), sy.Truth(0.55, 1.6, 0.01, 0.1),
                   sy.Truth(0.45, 1.6, 0.01, 0.1))
 
 
-def _exe() -> list[str]:
-    exe = Path(sys.executable).with_name("ablate")
-    found = str(exe) if exe.exists() else shutil.which("ablate")
-    if found is None:
-        pytest.skip("needs the installed `ablate` console script (pip install -e .)")
-    return [found]
-
-
 def ablate(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     """The console script, this tree's code, run from `cwd` (a folder outside the repo)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="100")
-    return subprocess.run([*_exe(), *args], capture_output=True, text=True, cwd=cwd, env=env,
-                          timeout=300)
+    if console_script() is None:
+        pytest.skip("needs the installed `ablate` console script (pip install -e .)")
+    return ablate_script(*args, cwd=cwd, tests_on_path=False)
 
 
 def said(r: subprocess.CompletedProcess) -> str:

@@ -11,14 +11,19 @@ trainer, and pushes the trainer's new weights into whatever samples them.
     weights.py      how the hf generator's own copy takes pushed weights
     vllm_engine.py  the vLLM backend: one engine, token ids in and out, behaviour log-probs
     vllm_args.py    the engine's arguments (GPUs, fp32 head, dtype, memory share)
+    vllm_outputs.py what an engine's outputs and config say: each token's sampling version,
+                    its KV room
     replicas.py     data-parallel engines: the split of prompts, one push broadcast to all
+    dealing.py      which engine a streamed sample goes to (most free KV room, never beyond)
+    pins.py         eval engines pinned at their step's weights (pushes and rollouts leave them)
     push.py         the trainer -> generator weight push (ZeRO-3 gathers, NCCL / gloo)
     eval_service.py held-out eval beside training: the eval worker, its requests
     service.py      the one interface the loop generates through (start, push_weights, submit,
                     results as they finish, stop); CallService drives any Generator call by call
     requests.py     its Request / Result types
-    stream.py       StreamService: a vLLM engine as a continuous stream (a request per sample,
-                    thinking capped at its own budget, answer pass as its thinking ends)
+    stream.py       StreamService: vLLM engines (one or a replica set) as a continuous stream
+                    (a request per sample, thinking capped at its own budget, answer pass as
+                    its thinking ends)
 
 trainer/ never imports vLLM at module level: the "vllm" backend is registered lazily.
 """

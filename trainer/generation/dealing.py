@@ -3,9 +3,10 @@ more than an engine can hold at once.
 
 Why: vLLM admits whatever it is sent and, when its KV cache runs out as sequences grow,
 preempts running sequences and later recomputes them (vllm/v1/core/sched/scheduler.py:841
-`schedule` preempts; :1571-1593 `_preempt_request` sets num_computed_tokens to 0: recompute). At the paper's scale a
-replica's KV cache holds 24 full-length (16k-token) sequences, and a blocking call sent each
-replica 96: most of them waited, and those admitted were preempted as they grew. The stream
+`schedule` preempts; :1571-1593 `_preempt_request` sets num_computed_tokens to 0: recompute).
+At the paper's scale a replica's KV cache holds 24 full-length (16k-token) sequences, and a
+blocking call sent each replica 96: most of them waited, and those admitted were preempted as
+they grew. The stream
 (trainer/generation/stream.py) instead reserves each sample's whole footprint (the tokens it
 can reach: its prompt, its drawn thinking budget, the interruption text and the answer
 allowance) in KV blocks on one engine when it is dealt, and deals the next sample only where

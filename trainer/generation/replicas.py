@@ -16,19 +16,25 @@ How:
   offline data parallelism does, each engine is one LLM in its own process group (vLLM 0.32
   refuses LLM(data_parallel_size>1) in one process: vllm/entrypoints/llm.py LLM.__init__,
   pointing to examples/features/data_parallel/data_parallel_offline.py).
-- A generate() call deals its prompts (each with its n samples) to the replicas by tokens:
-  longest prompt first to the replica with the least outstanding work (tokens dealt and not yet
-  returned, over every caller: eval and the rollout thread share the replicas), so equal
-  prompts go round-robin. The parts run at once (one thread per replica: each mostly waits on
-  its engine process) and are merged back in the order asked. Every prompt keeps its own seed
-  (seed + i*n, as one engine gives it), so the samples do not depend on the dealing.
+- The stream (trainer/generation/stream.py: the pipeline's rollouts and every eval) drives
+  every replica, each sample dealt to the replica with the most free KV room and never beyond
+  it (trainer/generation/dealing.py). A generate() call (ppo_off_policy's big generation)
+  deals its prompts (each with its n samples) by tokens: longest prompt first to the replica
+  with the least outstanding work (tokens dealt and not yet returned, over every caller), so
+  equal prompts go round-robin. The parts run at once (one thread per replica: each mostly
+  waits on its engine process) and are merged back in the order asked. Every prompt keeps its
+  own seed (seed + i*n, as one engine gives it), so the samples do not depend on the dealing.
+- An eval pins some replicas at its step's weights (trainer/generation/pins.py): rollouts and
+  pushes leave them until it ends.
 - A weight push walks the trainer's parameters once (under ZeRO-3: one gather per parameter,
-  which the other ranks join once) and broadcasts each over every replica's update group
-  (trainer/generation/push.py push_to_all), after pausing each replica at its next step boundary.
+  which the other ranks join once) and broadcasts each over the update group of every replica
+  not pinned by an eval (trainer/generation/push.py push_to_all), each paused at its next step
+  boundary (VLLMGenerator.paused: the new weights labelled before any step runs on them).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional, Sequence
@@ -40,6 +46,7 @@ from trainer.dist.binding import current_binding
 from trainer.generation.rollout import Generation
 from trainer.generation.vllm_engine import VLLMGenerator
 from trainer.generation.push import named_weights, push_to_all, weight_specs
+from trainer.generation.pins import Pins
 
 
 def replica_placements(config: TrainConfig, replicas: int) -> list[dict[str, str]]:
@@ -51,14 +58,17 @@ def replica_placements(config: TrainConfig, replicas: int) -> list[dict[str, str
     return [{**own_process, **b.engine_env(i)} for i in range(replicas)]
 
 
-def deal(lengths: Sequence[int], loads: Sequence[int]) -> list[list[int]]:
+def deal(lengths: Sequence[int], loads: Sequence[int],
+         eligible: Optional[Sequence[int]] = None) -> list[list[int]]:
     """Prompt indices for each replica (ascending): longest prompt first, each to the replica
     with the least load (`loads`: work already outstanding there, in tokens; ties: lowest
-    index). Equal prompts on idle replicas go round-robin."""
+    index) among the `eligible` ones (None or none: all). Equal prompts on idle replicas go
+    round-robin."""
     load = list(loads)
     parts: list[list[int]] = [[] for _ in load]
+    among = list(eligible) if eligible else list(range(len(load)))
     for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
-        r = min(range(len(load)), key=lambda r: (load[r], r))
+        r = min(among, key=lambda r: (load[r], r))
         parts[r].append(i)
         load[r] += max(1, lengths[i])
     return [sorted(p) for p in parts]
@@ -92,15 +102,16 @@ class ReplicaGenerator:
         # one per replica, eval's parts queued behind a whole rollout call instead of joining
         # the engines at their next step (workers mostly wait on their engine process).
         self._pool = ThreadPoolExecutor(4 * len(self.engines), thread_name_prefix="ablate-replica")
-        self.version = 0
+        self.pins = Pins(len(self.engines))  # engines an eval holds (trainer/generation/pins.py)
         self.last_deal: list[list[int]] = []  # the latest call's dealing (run log, tests)
         self.sync_weights(model, version=0)
 
     def generate(self, prompts: list[list[int]], *, n: int, max_new_tokens: int,
                  temperature: float, top_p: float, seed: Optional[int]) -> Generation:
         seeds = None if seed is None else [seed + i * n for i in range(len(prompts))]
-        with self._lock:
-            dealt = deal([len(p) * n for p in prompts], self._loads)
+        with self._lock:  # to the engines that take rollouts now (not an eval's: pins.py)
+            dealt = deal([len(p) * n for p in prompts], self._loads,
+                         self.pins.rollout_engines())
             work = [sum(len(prompts[i]) * n for i in idx) for idx in dealt]
             self._loads = [a + b for a, b in zip(self._loads, work)]
             self.last_deal = dealt
@@ -120,19 +131,29 @@ class ReplicaGenerator:
     def sync_weights(self, model: torch.nn.Module, version: int) -> None:
         """Pause every replica at its next step boundary, stream the weights once into all of
         them, resume (in flight, as one engine does)."""
+        targets = self.pins.push_targets()  # an eval's engines keep its step's weights
+        engines = [self.engines[i] for i in targets]
         held = []
         try:
-            for e in self.engines:
-                e._take_engine()
-                held.append(e)
-            push_to_all([e.broadcaster(model) for e in self.engines],
-                        weight_specs(model, self.dtype), named_weights(model, self.dtype))
-            for e in self.engines:
-                e.loaded(version)
-            self.version = version
+            with contextlib.ExitStack() as paused:
+                for e in engines:
+                    e._take_engine()
+                    held.append(e)
+                    paused.enter_context(e.paused())
+                push_to_all([e.broadcaster(model) for e in engines],
+                            weight_specs(model, self.dtype), named_weights(model, self.dtype))
+                for e in engines:
+                    e.loaded(version)
+            self.pins.pushed(targets, version)
         finally:
             for e in held:
                 e._gen_lock.release()
+
+    @property
+    def version(self) -> int:
+        """The oldest weights an engine that takes pushes holds: below the trainer's version,
+        a push is due (trainer/generation/eval_service.py bring_up_to_date)."""
+        return min(self.pins.versions[i] for i in self.pins.push_targets())
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

@@ -24,6 +24,9 @@ class Request:
     n: int
     temperature: float
     seed: int  # prompt i's samples use seed + i*n + j (vLLM's parallel-sampling children)
+    # An eval's pinned engines (trainer/generation/pins.py Pin): its samples go only there.
+    # None: the engines that take rollouts. Engine streams only (stream.py).
+    pin: Optional[object] = None
 
 
 @dataclass

@@ -8,14 +8,15 @@
     stop()                          end the work in flight and the threads
 
 Two backends sit behind it:
-- `CallService` drives any Generator (trainer/generation/rollout.py: hf, vllm replicas) one
-  generate call per request, in submit order, weight pushes ordered with the requests (a push
-  applies to the requests submitted after it, never to one in flight): the hf path, whose
-  results stay reproducible call for call.
-- `StreamService` (trainer/generation/stream.py) keeps a vLLM engine full: every sample is its
-  own engine request, added as soon as it is submitted, its thinking pass capped at its own
-  drawn budget, its answer pass added the moment its thinking ends; a request's result is
-  ready when its last sample is, whatever else the engine is decoding.
+- `CallService` drives any Generator (trainer/generation/rollout.py: hf) one generate call
+  per request, in submit order, weight pushes ordered with the requests (a push applies to the
+  requests submitted after it, never to one in flight): the hf path, whose results stay
+  reproducible call for call.
+- `StreamService` (trainer/generation/stream.py) keeps vLLM engines full, one engine or every
+  replica of a set: every sample is its own engine request, dealt to the engine with the most
+  free KV room as soon as one can hold it, its thinking pass capped at its own drawn budget,
+  its answer pass added the moment its thinking ends; a request's result is ready when its
+  last sample is, whatever else the engines are decoding.
 
 A stop signal (trainer/dist/preempt.py) ends the work in flight: its result carries
 preempt.Stopped as its error, and the caller redoes it on resume.
@@ -122,8 +123,8 @@ class CallService:
 
 def make_service(gen: Generator, config: TrainConfig, tokenizer,
                  name: str = "ablate-service") -> GenerationService:
-    """The service over `gen`: a vLLM engine streams (StreamService) unless
-    `rollout.vllm.stream` is off; everything else goes call by call."""
+    """The service over `gen`: vLLM engines (one, or replicas) stream (StreamService);
+    everything else goes call by call."""
     from trainer.generation.stream import stream_service
 
     svc = stream_service(gen, config, tokenizer) or CallService(gen, config, tokenizer, name)

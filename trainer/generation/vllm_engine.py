@@ -53,6 +53,8 @@ from trainer.generation.rollout import Generation
 from trainer.generation.vllm_args import CPU_STEP_TOKENS  # noqa: F401  (gen_service's eval chunks)
 from trainer.generation.vllm_args import engine_args, engine_start, set_vllm_env
 from trainer.generation.push import WeightBroadcast, named_weights, save_for_vllm, weight_specs
+from trainer.generation.pins import Pins
+from trainer.generation.vllm_outputs import engine_room, sampled_versions
 
 # vLLM samples greedily below this temperature (vllm.sampling_params._SAMPLING_EPS) and then
 # refuses n > 1; a near-greedy eval (eval.temperature 1e-6) asks for k samples per prompt.
@@ -96,11 +98,13 @@ class _Call:
         self.open = rows  # rows without a finish reason yet
         self.ids: list[str] = []  # its request ids (routes dropped when the call returns)
 
-    def add(self, row: int, ids: list[int], logprobs, version: int, reason) -> None:
+    def add(self, row: int, ids: list[int], logprobs, version: int, reason,
+            spans=None) -> None:
         self.tokens[row] += ids
         self.logprobs[row] += [step[t].logprob for t, step in zip(ids, logprobs or ())]
         self.versions[row] += [version] * len(ids)
         if reason is not None:
+            self.versions[row] = sampled_versions(spans, self.versions[row])
             self.finished[row] = reason == "stop"
             self.open -= 1
 
@@ -151,9 +155,17 @@ class VLLMGenerator:
         self._pause = threading.Condition()  # guards _waiting
         self._waiting = 0  # threads (pushes, generate calls) waiting for the engine
         self._routes: dict[str, tuple[_Call, int]] = {}  # running request id -> (call, prompt)
+        self.pins = Pins(1)  # an eval's hold on this engine (trainer/generation/pins.py)
+        self.room = engine_room(self.llm)  # its KV room, what the stream deals against
         self.head_dtype = self._head_dtype()
         if push:
             self.sync_weights(model, version=0)
+
+    @property
+    def engines(self) -> list["VLLMGenerator"]:
+        """The engines behind this generator (one; replicas.py's ReplicaGenerator has several):
+        what the stream (trainer/generation/stream.py) deals samples to."""
+        return [self]
 
     def _head_dtype(self) -> str:
         """The dtype the LM head really projects in, read from the model inside the worker
@@ -230,9 +242,9 @@ class VLLMGenerator:
             if route is None:  # a request its caller aborted (stop signal)
                 continue
             call, i = route
-            for c in out.outputs:
+            for c in out.outputs:  # weight_versions: set on a request's final output only
                 call.add(i * call.n + c.index, list(c.token_ids), c.logprobs, self.version,
-                         c.finish_reason)
+                         c.finish_reason, getattr(c, "weight_versions", None))
 
     # -- the stream's hooks (trainer/generation/stream.py) ----------------------------------
     @contextlib.contextmanager
@@ -276,12 +288,17 @@ class VLLMGenerator:
         parameter by parameter straight from the trainer's module (ZeRO-3 partitions
         gathered one at a time: no full copy is ever held), and generation resumes with
         them, mid-sequence. Under ZeRO-3 the gathers are collectives: ranks without a
-        generator join them (join_weight_gathers)."""
+        generator join them (join_weight_gathers). While an eval holds the engine (pinned at
+        its step's weights, trainer/generation/pins.py) the push waits for it to end."""
+        while self.pins.must_wait():  # an eval holds the one engine: it ends first (pins.py)
+            preempt.check()
+            self.pins.wait_released(timeout=0.5)
         self._take_engine()  # free, or handed over at the generator's next step
         try:
             self._load(model, version)
         finally:
             self._gen_lock.release()
+        self.pins.pushed([0], version)
 
     def _take_engine(self) -> None:
         """Hold the engine: at once if it is free, else the thread driving it hands it over
@@ -306,15 +323,34 @@ class VLLMGenerator:
     def _load(self, model: torch.nn.Module, version: int) -> None:
         """Load the module's weights into the engine (caller holds the engine)."""
         weights = named_weights(model, self.dtype)
-        # Worker.reload_weights: vLLM's in-place reload (layerwise: re-runs each layer's
-        # post-load processing, e.g. the CPU backend's GEMM weight repacking, so a plain
-        # model.load_weights after start-up is not enough).
-        if self._in_process:  # same process: tensors handed over by reference, as gathered
-            self.llm.collective_rpc("reload_weights", kwargs={
-                "weights_iterator": weights, "is_checkpoint_format": True})
-        else:  # engine process (GPU split): broadcast, parameter by parameter
-            self.broadcaster(model).push(weight_specs(model, self.dtype), weights)
-        self.loaded(version)
+        with self.paused():
+            # Worker.reload_weights: vLLM's in-place reload (layerwise: re-runs each layer's
+            # post-load processing, e.g. the CPU backend's GEMM weight repacking, so a plain
+            # model.load_weights after start-up is not enough).
+            if self._in_process:  # same process: tensors handed over by reference, as gathered
+                self.llm.collective_rpc("reload_weights", kwargs={
+                    "weights_iterator": weights, "is_checkpoint_format": True})
+            else:  # engine process (GPU split): broadcast, parameter by parameter
+                self.broadcaster(model).push(weight_specs(model, self.dtype), weights)
+            self.loaded(version)
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Around a weight load (caller holds the engine): vLLM's scheduler paused with its
+        running requests and their KV cache kept (LLMEngine.sleep(level=0, mode="keep"),
+        vllm/v1/engine/llm_engine.py:418-424 -> EngineCore.pause_scheduler, vllm/v1/engine/
+        core.py:921-949 in process and :2061-2103 in an engine process, where it completes
+        once the step in flight has ended), resumed after (wake_up(["scheduling"]):
+        core.py:998-1019). Why: an engine process steps on its own, so without the pause a
+        step could run on the new weights under the old label (or the reverse); paused,
+        `loaded` labels the new weights before any step runs on them, and every token's
+        label is the weights that sampled it (sampled_versions)."""
+        engine = self.llm.llm_engine
+        engine.sleep(level=0, mode="keep")
+        try:
+            yield
+        finally:
+            engine.wake_up(["scheduling"])
 
     def broadcaster(self, model: torch.nn.Module) -> WeightBroadcast:
         """The weight-update group of the trainer and this engine's workers (made once)."""
@@ -325,11 +361,15 @@ class VLLMGenerator:
 
     def loaded(self, version: int) -> None:
         """After new weights reached the workers (caller holds the engine): re-tie the head,
-        drop the prompt cache, and stamp later tokens with `version`."""
+        drop the prompt cache, and stamp later tokens with `version`: here, and inside the
+        engine (LLMEngine.set_weight_version, vllm/v1/engine/llm_engine.py:494-495 ->
+        EngineCore.set_weight_version, vllm/v1/engine/core.py:1082-1083), which labels every
+        later step's outputs with it (sampled_versions; exact while `paused`)."""
         self.llm.apply_model(_retie_lm_head)
         # Cached prompt KV came from the old weights. Mid-generation the running requests hold
         # blocks and the reset is refused: retry before the next batch is admitted.
         self._cache_stale = not self.llm.reset_prefix_cache()
+        self.llm.llm_engine.set_weight_version(str(version))
         self.version = version
 
     def close(self) -> None:

@@ -132,7 +132,10 @@ class EvalPoint:
             return
         if self.worker is None:
             self.worker = eval_service.EvalWorker(self._runner(source), self.write_row)
-        self.worker.submit(eval_service.EvalJob(step, row, weights, dict(done or {})))
+        pin = None  # vllm: engines held at this step's weights now, before the next push
+        if eval_service.uses_service(c, source):
+            pin = eval_service.pin_for_eval(eval_service.service_generator(source))
+        self.worker.submit(eval_service.EvalJob(step, row, weights, dict(done or {}), pin=pin))
 
     def _runner(self, source) -> Callable:
         """The worker's job runner (rank 0), on a generation service of its own
@@ -148,6 +151,8 @@ class EvalPoint:
             svc = make_service(gen, c, p.tok, name="ablate-eval")
 
             def chunks(job):
+                if job.pin is None:  # none could be pinned at launch: the first that can
+                    job.pin = eval_service.pin_for_eval(gen, poll_s=0.5)
                 return eval_service.engine_chunks(p.eval_prompts, c, p.tok, self.seed)
             all_at_once = eval_service.cpu_queue_limit() is None
         else:
@@ -165,9 +170,12 @@ class EvalPoint:
             if job.done:
                 print(f"[trainer] eval of step {job.step} resumes: {len(job.done)} of "
                       f"{len(todo)} chunks done", file=sys.stderr, flush=True)
-            return eval_service.service_eval(svc, job.step, todo, p.task, p.eval_problems,
-                                             p.eval_prompts, c, p.tok, done=job.done,
-                                             all_at_once=all_at_once)
+            try:
+                return eval_service.pinned_eval(svc, job, todo, p.task, p.eval_problems,
+                                                p.eval_prompts, c, p.tok, all_at_once)
+            finally:
+                if job.pin is not None:  # its engines rejoin the rollouts at the next push
+                    eval_service.service_generator(source).pins.release(job.pin)
         return run
 
     def write_row(self, row: dict) -> None:

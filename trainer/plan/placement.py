@@ -41,6 +41,17 @@ def eval_rows(c: TrainConfig) -> int:
     return (c.eval.num_prompts or c.task.num_eval_prompts) * c.eval.samples_per_prompt
 
 
+def eval_engines(replicas: int) -> int:
+    """Engines of rank 0's node an eval pins at its step's weights (trainer/generation/
+    pins.py): half of the node's `replicas`, at least one. Why half: generation-bound, an eval
+    costs the same wall whatever it pins (its tokens displace rollout tokens on this node
+    either way: time_plan.py eval_cost_s), and at E = R/2 it ends before the next is due
+    exactly when it did on all R engines shared (it takes R/E as long, the steps meanwhile
+    R/(R-E) as long); training-bound, the node's rollouts on R - E engines may still keep up,
+    costing nothing, which pinning more would not. One engine is shared (pins.py)."""
+    return max(1, replicas // 2)
+
+
 def rows_per_engine(c: TrainConfig, t: Topology) -> int:
     """Sequences each engine of rank 0's node (the busiest) is sent at once at most: its
     node's rollout call over the node's replicas, plus eval, which goes to rank 0's node's

@@ -28,6 +28,7 @@ class TimePlan:
     overlap: str = ""  # how generation and training share a step
     generation_tokens_per_s: Optional[float] = None  # the job's engines together
     eval_s: Optional[float] = None  # one evaluation
+    eval_cost_s: Optional[float] = None  # wall an eval adds to the run (time_plan.eval_cost_s)
     evals: Optional[int] = None  # evaluation points to the budget
     eval_blocks_training: Optional[bool] = None
     eval_interval_s: Optional[float] = None  # wall between two evaluations (every_steps)

@@ -29,7 +29,7 @@ import math
 from trainer.config import TrainConfig
 from trainer.plan.memory import on_cpu
 from trainer.plan.model_shape import ModelShape, model_shape, proxy_shape
-from trainer.plan.placement import eval_rows, rollout_rows
+from trainer.plan.placement import eval_engines, eval_rows, rollout_rows
 from trainer.plan.time_jobs import Limits, TimePlan, dur, eval_checks, jobs  # noqa: F401 (dur)
 from trainer.plan.time_model import (  # noqa: F401 (lengths: ablate reads the plan's here)
     CHECKPOINT_BYTES_PER_S, COMPLETION_SHARE, CPU_DECODE_FLOPS, CPU_DECODE_ITER_S,
@@ -99,7 +99,7 @@ def _gpu_step(c: TrainConfig, m: ModelShape, topo: Topology, limits: Limits,
                               "decoding at once each")
         eval_b = engine_concurrency(c, m, topo, math.ceil(eval_rows(c) / replicas), ctx)
         eval_rate = replicas * decode_rate(m, c, gpu, tp=size, concurrent=eval_b, ctx=ctx,
-                                           bw_eff=DECODE_BW_EFFICIENCY)
+                                           bw_eff=DECODE_BW_EFFICIENCY)  # rank 0's node's
     else:  # the hf sampler on the training GPUs, each rank its rows
         dp = topo.training_ranks
         rows = math.ceil(samples / dp)
@@ -121,9 +121,35 @@ def _gpu_step(c: TrainConfig, m: ModelShape, topo: Topology, limits: Limits,
     tp.eval_s = (n_eval * c.eval.samples_per_prompt * completion / eval_rate
                  + n_eval * prompt * 2.0 * m.params / (gpu.peak_flops * PREFILL_MFU * eval_gpus))
     _combine(c, tp)
+    if c.rollout.backend == "vllm":
+        eval_cost_s(c, tp, len(topo.engines))
     mixed = c.engine.type == "deepspeed" and c.precision.dtype == "bf16"
     tp.checkpoint_s = m.params * (14 if mixed else 16) / CHECKPOINT_BYTES_PER_S
     tp.devices = topo.devices
+
+
+def eval_cost_s(c: TrainConfig, tp: TimePlan, replicas: int) -> None:
+    """The eval on engines pinned at its step's weights (trainer/generation/pins.py: why): E =
+    eval_engines(R) of rank 0's node's R engines decode it alone, so it takes R/E of the
+    time the node's R engines would (tp.eval_s, set before as that), while that node's share
+    of every step is decoded by R - E engines: its generation takes R/(R-E) as long and the
+    step is combined from that (pipeline: the slower of generation and training). The wall
+    an eval costs is what the steps meanwhile lose, D x (1 - step / slowed step): in the
+    generation-bound case exactly the eval's tokens on the node's R engines, whatever E; with
+    training the slower side, less. One engine (R = 1) is shared and a push waits for the
+    eval: it blocks training for its whole duration. Sets eval_s (the eval's own duration),
+    eval_cost_s (wall per eval, read by _to_budget) and, for R = 1, eval_blocks_training."""
+    e = eval_engines(replicas)
+    tp.assumptions.append(f"eval on {e} of rank 0's node's {replicas} engine(s), pinned at its "
+                          "step's weights (no pushes there while it decodes)")
+    if replicas == 1 or not tp.eval_s:
+        tp.eval_cost_s = tp.eval_s
+        tp.eval_blocks_training = True
+        return
+    tp.eval_s = tp.eval_s * replicas / e
+    gen, train = (tp.generation_s or 0.0) * replicas / (replicas - e), tp.train_s or 0.0
+    slowed = max(gen, train) if c.off_policy.mode == "pipeline" else gen + train
+    tp.eval_cost_s = tp.eval_s * (1.0 - tp.step_s / slowed) if slowed > 0 else 0.0
 
 
 def _cpu_step(c: TrainConfig, m: ModelShape, topo: Topology, tp: TimePlan) -> None:
@@ -191,6 +217,8 @@ def _to_budget(c: TrainConfig, m: ModelShape, shape: JobShape, limits: Limits,
     tp.eval_interval_s = every * tp.step_s
     if tp.eval_blocks_training or tp.device.startswith("CPU"):  # CPU: one GIL, taking turns
         eval_cost = tp.eval_s
+    elif tp.eval_cost_s is not None:  # on pinned engines (eval_cost_s)
+        eval_cost = tp.eval_cost_s
     else:  # beside training on the engines: only what the window's slack does not absorb
         eval_cost = max(0.0, every * (tp.generation_s or 0.0) + tp.eval_s - every * tp.step_s)
     tp.checkpoints = steps // c.checkpoint.every_steps + tp.evals

@@ -1,0 +1,39 @@
+"""What a vLLM engine's outputs and configuration say, read for the generators
+(trainer/generation/vllm_engine.py, stream.py): the weights that sampled each token, and the
+room an engine has for sequences. A module of its own so that both read it the same way; no
+vLLM import (it reads the objects vLLM hands over).
+"""
+
+from __future__ import annotations
+
+from trainer.generation.dealing import Room
+
+
+def sampled_versions(spans, collected: list[int]) -> list[int]:
+    """The version of each of a request's output tokens as vLLM stamped it when the engine
+    sampled it, from the finished output's weight-version spans (vllm/outputs.py:42-47
+    WeightVersionSpan; the engine core labels every step's outputs with the version set last,
+    vllm/v1/engine/core.py:647-650, and the output processor turns the labels into spans,
+    vllm/v1/engine/output_processor.py:484-498). Why not the version when the output was
+    collected: an engine in its own process keeps stepping while the client is busy, so
+    outputs sampled before a push can be collected after it. `collected` (what the caller
+    recorded) stays where vLLM reported no label (a token sampled before the first push)."""
+    out = list(collected)
+    for span in spans or ():
+        if not str(span.version).lstrip("-").isdigit():
+            continue  # vLLM's "default" label: no push labelled these tokens
+        for i in range(span.start, min(span.end, len(out))):
+            out[i] = int(span.version)
+    return out
+
+
+def engine_room(llm) -> Room:
+    """An engine's KV room as its scheduler sees it: cache_config.num_gpu_blocks blocks of
+    cache_config.block_size tokens (the client's copy is filled in after the engine core
+    sized its cache: vllm/v1/engine/core_client.py:852-860 in an engine process,
+    vllm/v1/engine/core.py:340 in process) and scheduler_config.max_num_seqs sequences at
+    once (vllm/config/scheduler.py:62)."""
+    vc = llm.llm_engine.vllm_config
+    cache = vc.cache_config
+    return Room(blocks=int(cache.num_gpu_blocks or 0), block_size=int(cache.block_size),
+                max_seqs=int(vc.scheduler_config.max_num_seqs))
