@@ -185,6 +185,7 @@ def test_preempted_then_killed_trl_run_resumes_from_its_checkpoints(tmp_path, ti
     the runner's SIGTERM) and the next attempt resumes from it; that attempt, killed with its
     job after its step-10 checkpoint, is resumed by a third through `--resume_from_checkpoint`
     from step 10 to 20. No logged step is trained twice."""
+    from ablate.adapters import adapter_class
     from ablate.adapters.runner import run_foreign
     from ablate.studies.expand import expand
     from ablate.studies.study import load_study
@@ -198,8 +199,9 @@ def test_preempted_then_killed_trl_run_resumes_from_its_checkpoints(tmp_path, ti
     assert 2 <= n < 10 and (run_dir / "trl" / f"checkpoint-{n}").is_dir(), n
     assert json.loads((run_dir / "status.json").read_text())["preemptions"] == [
         {"stopped_at_step": n, "exit": 0}]
-    code = ("import json,sys; from pathlib import Path; from ablate.adapters.runner import "
-            "run_foreign; run_foreign(json.loads(sys.argv[1]), Path(sys.argv[2]))")
+    code = ("import json,sys; from pathlib import Path; from ablate.adapters import adapter_class; "
+            "from ablate.adapters.runner import run_foreign; raw = json.loads(sys.argv[1]); "
+            "run_foreign(raw, Path(sys.argv[2]), adapter_class(raw))")
     p = subprocess.Popen([sys.executable, "-c", code, json.dumps(raw), str(run_dir)],
                          env=dict(os.environ, PYTHONPATH=str(ROOT)), start_new_session=True)
     try:
@@ -209,7 +211,7 @@ def test_preempted_then_killed_trl_run_resumes_from_its_checkpoints(tmp_path, ti
         os.killpg(p.pid, signal.SIGKILL)  # the job dies; its trainer with it (PDEATHSIG)
         p.wait()
     assert not (run_dir / "trl" / "checkpoint-20").exists(), "run finished before the kill"
-    run_foreign(raw, run_dir)
+    run_foreign(raw, run_dir, adapter_class(raw))
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "done" and status["step"] == 20
     assert status["command"][-2:] == ["--resume_from_checkpoint", "true"]
@@ -303,8 +305,9 @@ def test_command_trainer_adaptive_study(tmp_path):
 
 RUN_WITH_USR2_FLAG = (
     "import json, signal, sys; from pathlib import Path; from trainer.dist import preempt; "
-    "from ablate.adapters.runner import run_foreign; preempt.install(signal.SIGUSR2); "
-    "run_foreign(json.loads(sys.argv[1]), Path(sys.argv[2])); print(preempt.stopped_at())")
+    "from ablate.adapters import adapter_class; from ablate.adapters.runner import run_foreign; "
+    "preempt.install(signal.SIGUSR2); raw = json.loads(sys.argv[1]); "
+    "run_foreign(raw, Path(sys.argv[2]), adapter_class(raw)); print(preempt.stopped_at())")
 
 
 @pytest.mark.slow
@@ -314,6 +317,7 @@ def test_preempted_command_run_stops_its_trainer_and_resumes(tmp_path):
     signal (SIGTERM), the trainer saves at the step boundary and exits, the runner records
     the stop and marks the attempt stopped (the job then requeues it); the next attempt
     resumes through `--resume` from that step: no step twice, none missing."""
+    from ablate.adapters import adapter_class
     from ablate.adapters.runner import run_foreign
     from ablate.studies.expand import expand
     from ablate.studies.study import load_study
@@ -341,7 +345,7 @@ def test_preempted_command_run_stops_its_trainer_and_resumes(tmp_path):
     status = json.loads((d / "status.json").read_text())
     assert status["state"] == "running" and status["preemptions"] == [
         {"stopped_at_step": stopped, "exit": 0}] and 5 <= stopped < 60
-    run_foreign(raw, d)  # the requeued attempt
+    run_foreign(raw, d, adapter_class(raw))  # the requeued attempt
     status = json.loads((d / "status.json").read_text())
     assert (status["state"], status["step"]) == ("done", 60) and "--resume" in status["command"]
     assert len(status["preemptions"]) == 1 and status["gpu_hours"] > 0
@@ -397,6 +401,7 @@ def test_budgets_ablate_measures_stop_the_trainer(tmp_path):
     (`trainer.stop_when`, the fit's compute axis): the trainer is stopped with its stop signal
     once it is reached and the run is done; a rerun starts nothing. A flops budget, which no
     other trainer logs, and a stop_when on a non-JSONL log are refused in one line."""
+    from ablate.adapters import adapter_class
     from ablate.adapters.runner import run_foreign
     from ablate.studies.expand import expand
     from ablate.studies.study import load_study
@@ -421,12 +426,12 @@ def test_budgets_ablate_measures_stop_the_trainer(tmp_path):
         d = tmp_path / name
         d.mkdir()
         t0 = time.monotonic()
-        run_foreign(raw, d)
+        run_foreign(raw, d, adapter_class(raw))
         took = time.monotonic() - t0
         status = json.loads((d / "status.json").read_text())
         assert status["state"] == "done" and (d / "stops.log").read_text() == \
             f"stopped at step {status['step']}\n"  # the trainer saved on its stop signal
-        run_foreign(raw, d)  # rerun: the budget is spent, nothing starts
+        run_foreign(raw, d, adapter_class(raw))  # rerun: the budget is spent, nothing starts
         assert json.loads((d / "status.json").read_text())["step"] == status["step"]
         return status, took, d
 
@@ -461,7 +466,7 @@ def test_verl_overrides_composed_with_verls_config(tmp_path):
         pytest.skip("verl not installed (pip install 'ablate[verl]', or "
                     "ABLATE_TEST_VERL_CONFIG=<verl>/trainer/config)")
     pytest.importorskip("hydra")
-    from ablate.adapters.study import expand_foreign
+    from ablate.studies.expand import expand as expand_foreign  # a verl study's variants
     from ablate.studies.study import load_study
 
     def study(axis: str) -> Path:
@@ -475,9 +480,8 @@ def test_verl_overrides_composed_with_verls_config(tmp_path):
                                     "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"]
     from ablate.adapters import adapter_for
 
-    from ablate.adapters.study import run_overrides
-
-    argv = adapter_for(vs[1].config.trainer).argv(run_overrides(vs[1].config), 0, tmp_path, False)
+    adapter = adapter_for(vs[1].config.trainer)
+    argv = adapter.argv(adapter.run_overrides(vs[1].config), 0, tmp_path, False)
     assert "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean" in argv
     assert "trainer.total_training_steps=100" in argv and "trainer.resume_mode=auto" in argv
     with pytest.raises(InputError, match=r"'actor_rollout_ref\.actor\.loss_agg_mod' is not a key "

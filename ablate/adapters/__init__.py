@@ -1,32 +1,74 @@
-"""Trainer adapters: run a study's variants on TRL, verl or any command (`trainer:` block).
+"""Trainer adapters: every trainer a study can name, the built-in one included (`trainer:`).
 
-`adapter_for(spec)` builds the adapter a study names, from `ADAPTERS` (kind -> builder). Each
-adapter lives in its own module and imports its trainer only when asked to validate, so the
-modules are imported here at once and `ablate` still runs without TRL or verl installed.
+`ADAPTERS` maps each `trainer.kind` to its adapter (the `Adapter` protocol of base.py):
+`adapter_for(spec)` builds the one a study's `trainer:` block names, `adapter_of(config)` the
+one of a variant's config, `adapter_class(raw)` the class of a run dir's parsed config.yaml (a
+job or the analysis, which build nothing from the trainer block). Each adapter lives in its
+own module and imports its trainer only when asked to validate, so the modules are imported
+here at once and `ablate` still runs without TRL or verl installed.
+
+The adapters import nothing of ablate.studies, ablate.analysis or ablate.cli
+(tests/test_layer_direction.py): the study layer and the analysis both call them.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any
 
-from ablate.adapters.base import Adapter, TrainerSpec
+from ablate.adapters.base import Adapter, NoPlan, TrainerSpec
+from ablate.adapters.builtin import BuiltinAdapter
 from ablate.adapters.command import CommandAdapter
+from ablate.adapters.foreign import ForeignAdapter
 from ablate.adapters.trl import TRLAdapter
 from ablate.adapters.verl import VerlAdapter
 
-# `trainer.kind` -> the adapter built from the `trainer:` block (the built-in trainer has none)
-ADAPTERS: dict[str, Callable[[TrainerSpec], Adapter]] = {
-    "trl": lambda spec: TRLAdapter(spec.command),
-    "verl": lambda spec: VerlAdapter(spec.config_dir, spec.config_name),
+# `trainer.kind` -> its adapter (TrainerSpec.kind lists the same names)
+ADAPTERS: dict[str, Any] = {
+    "ablate": BuiltinAdapter,
+    "trl": TRLAdapter,
+    "verl": VerlAdapter,
     "command": CommandAdapter,
 }
 
 
 def adapter_for(spec: TrainerSpec) -> Adapter:
-    """The adapter of a non-ablate `trainer:` block."""
-    if spec.kind not in ADAPTERS:
-        raise ValueError(f"no adapter for trainer kind {spec.kind!r} (the built-in trainer)")
-    return ADAPTERS[spec.kind](spec)
+    """The adapter of a study's `trainer:` block (InputError: what the block lacks)."""
+    return ADAPTERS[spec.kind].from_spec(spec)
 
 
-__all__ = ["ADAPTERS", "Adapter", "TrainerSpec", "adapter_for"]
+def adapter_of(config: Any) -> Adapter:
+    """The adapter of a variant's config: another trainer's names its `trainer:` block, the
+    built-in trainer's TrainConfig has none."""
+    return adapter_for(getattr(config, "trainer", None) or TrainerSpec())
+
+
+def kind_of(raw: Any) -> str:
+    """The trainer kind of a parsed config (a run's config.yaml, a variants.json entry) or of
+    a study's parsed `trainer:` block wrapped as {"trainer": block}: the built-in's by default."""
+    trainer = raw.get("trainer") if isinstance(raw, dict) else None
+    return str(trainer.get("kind", "ablate")) if isinstance(trainer, dict) else "ablate"
+
+
+def adapter_class(raw: Any) -> Any:
+    """The adapter class of a parsed config, its static parts (`job_config`, `run`, `curve`,
+    `fit_defaults`) usable without building it. A kind no adapter has goes the way of other
+    trainers, whose runner refuses the config in one line (it was written by hand)."""
+    return ADAPTERS.get(kind_of(raw), ForeignAdapter)
+
+
+def memory_plan(config: Any, shape: Any) -> Any:
+    """The run's memory plan, or NoPlan saying its trainer has none (the dry run prints it)."""
+    adapter = adapter_of(config)
+    if adapter.memory_plan is None:
+        return NoPlan(adapter.kind)
+    return adapter.memory_plan(config, shape)
+
+
+def time_plan(config: Any, shape: Any, limits: Any) -> Any:
+    """The run's time plan, or None where its trainer has none (it sizes itself)."""
+    adapter = adapter_of(config)
+    return None if adapter.time_plan is None else adapter.time_plan(config, shape, limits)
+
+
+__all__ = ["ADAPTERS", "Adapter", "TrainerSpec", "adapter_class", "adapter_for", "adapter_of",
+           "kind_of", "memory_plan", "time_plan"]

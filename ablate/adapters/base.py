@@ -1,16 +1,21 @@
 """What every trainer adapter provides, and the `trainer:` block of a study that names one.
 
-An adapter turns a study's variant (a flat mapping of the trainer's own keys to values) into
-the command that trainer runs, in the trainer's own syntax, and says where that trainer writes
-its curve. It never imports its trainer at module import: a study names the trainer, and only
-then is the (heavy, optional) package touched, to validate keys.
+Every trainer is an adapter, the built-in one included (ablate/adapters/builtin/): the study
+layer, a job and the analysis ask the adapter of the study's trainer kind (`ADAPTERS`) what
+they need, and no module outside ablate/adapters asks which trainer it is. Another trainer's
+adapter (ablate/adapters/foreign.py) turns a variant (a flat mapping of the trainer's own keys)
+into the command that trainer runs, in its own syntax, and says where it writes its curve. An
+adapter never imports its trainer at module import: a study names the trainer, and only then
+is the (heavy, optional) package touched, to validate keys.
 """
 
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
 from pathlib import Path
-from typing import Any, Literal, Optional, Protocol
+from typing import Any, Callable, Iterator, Literal, Optional, Protocol, Sequence
 
 from pydantic import Field
 
@@ -63,24 +68,88 @@ class TrainerSpec(Strict):
 
 
 class Adapter(Protocol):
-    """One trainer. `check_key` runs before anything is submitted; `argv` at job start. Each
-    adapter module also has SCALERL: ablate key -> (its key or None, how), which `check_key`
-    uses to refuse an ablate key with the trainer's own, or with why it cannot express it."""
+    """One trainer kind, registered in `ADAPTERS` (ablate/adapters/__init__.py).
+
+    A study: `load_base` checks the study's keys and resolves its base config, `check_values`
+    refuses a bad axis value at its own line, `point_runs` gives a design point's validated
+    config per seed and `run_id` each one's id (ablate/studies/study.py and expand.py). Before
+    anything is submitted: `problems` (what the trainer would refuse at its start on a job
+    shape: the dry run and `sweep` share it) and `check_fit` (a `fit:` column it never logs).
+
+    Capabilities a trainer may have, None where it has none (the dry run says so):
+    `memory_plan(config, shape)`, `time_plan(config, shape, limits)` (ablate plans its own
+    trainer only) and `command(config, run_dir)` (the command a run executes, for a trainer
+    run as a program).
+
+    Static, for what holds only a run dir's config (nothing built from the trainer block):
+    `job_config` and `run` (the job, ablate/studies/launch/job.py), `curve`, `fit_defaults`
+    and `reads_own_log` (the analysis, ablate/analysis/gather.py)."""
 
     kind: str
-    default_log: str
+    reads_own_log: bool  # its curve is in the trainer's own log, which gather's cache cannot see
+    memory_plan: Optional[Callable[[Any, Any], Any]]
+    time_plan: Optional[Callable[[Any, Any, Any], Any]]
+    command: Optional[Callable[[Any, Path], str]]
 
-    def check_key(self, key: str, where: str) -> None:
-        """Raise InputError (one line, nearest valid key) when `key` is not the trainer's."""
+    @classmethod
+    def from_spec(cls, spec: TrainerSpec) -> "Adapter":
+        """The adapter of a study's `trainer:` block (InputError: one line, what is missing)."""
 
-    def check_overrides(self, overrides: dict[str, Any], where: str) -> None:
-        """Validate a whole variant (e.g. compose it with the trainer's config)."""
+    def load_base(self, doc: Any, study: Any, overrides: Sequence[str]
+                  ) -> tuple[dict[str, Any], dict, list[Path]]:
+        """(base config tree, each value's file:line, recipe files), every key checked."""
 
-    def steps_key(self) -> str:
-        """The trainer key the study's `budget.steps` sets."""
+    def check_values(self, loaded: Any) -> None:
+        """Refuse an axis value the trainer refuses, at its own line, before any run is built."""
 
-    def argv(self, overrides: dict[str, Any], seed: int, run_dir: Path, resume: bool) -> list[str]:
-        """The command that trains this variant into `run_dir`."""
+    def point_runs(self, loaded: Any, assign: list) -> Iterator[tuple[int, Any]]:
+        """(seed, config) of one design point (its axis assignments) for each seed."""
+
+    def run_id(self, config: Any) -> str:
+        """The run's id: a hash of what it computes (same config, same run dir)."""
+
+    def problems(self, config: Any, shape: Any) -> list[str]:
+        """Why the trainer would refuse this run on a job of this shape (none: [])."""
+
+    def check_fit(self, loaded: Any, fit: dict[str, Any], where: Callable[[str], str]) -> None:
+        """Refuse a `fit:` column (`fit`: the study's as written) the trainer never logs."""
+
+    @staticmethod
+    def job_config(raw: dict[str, Any]) -> Any:
+        """What `run` is given for a run dir's config.yaml, checked before the run is marked
+        running (an error here is the job's, not the run's)."""
+
+    @staticmethod
+    def run(config: Any, run_dir: Path, entry: Callable[[Any, Path], Any]) -> None:
+        """Train one run dir (`entry`: the job's entry point, the built-in trainer's)."""
+
+    @staticmethod
+    def curve(run_dir: Path, fit: dict[str, Any]) -> bytes:
+        """The run's curve as metrics.jsonl lines (complete ones only; b"" before any)."""
+
+    @staticmethod
+    def fit_defaults(trainer: dict[str, Any], fit: dict[str, Any]) -> dict[str, Any]:
+        """A study's `fit:` (as written in study.yaml) with the trainer's defaults filled in."""
+
+
+class NoPlan:
+    """The memory plan of a trainer without that capability: none (that trainer sizes
+    itself); has the attributes `sweep --dry-run` prints, all empty, and a note saying why."""
+
+    def __init__(self, kind: str) -> None:
+        self.note = f"trainer kind {kind}: no memory plan (ablate plans only its own trainer)"
+        self.fits = None
+        self.train: dict[str, float] = {}
+        self.generation: dict[str, float] = {}
+
+    def __getattr__(self, name: str) -> None:  # every other plan field: not known
+        return None
+
+
+def config_hash(config_json: dict[str, Any]) -> str:
+    """Short hash of a run's config (as JSON, the seed in it): 12 hex chars, the run id."""
+    blob = json.dumps(config_json, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
 
 def refuse_scalerl_key(key: str, where: str, trainer: str,

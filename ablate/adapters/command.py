@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from ablate.adapters.base import TrainerSpec, argparse_args, hydra_args, nearest
+from ablate.adapters.foreign import ForeignAdapter
 from ablate.errors import InputError
 
 PLACEHOLDERS = ("overrides", "seed", "run_dir", "resume")
 
 
-class CommandAdapter:
+class CommandAdapter(ForeignAdapter):
     kind = "command"
     default_log = "metrics.jsonl"
 
@@ -32,6 +33,10 @@ class CommandAdapter:
         except (KeyError, IndexError, ValueError) as e:
             raise InputError(f"trainer.command: bad template ({e}); placeholders: "
                              f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)}") from None
+
+    @classmethod
+    def from_spec(cls, spec: TrainerSpec) -> "CommandAdapter":
+        return cls(spec)
 
     def check_key(self, key: str, where: str) -> None:
         keys = self.spec.keys

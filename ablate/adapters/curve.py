@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ablate.adapters import adapter_for
 from ablate.adapters.study import ForeignConfig, run_dir_config
 from ablate.errors import InputError
 from ablate.readers import READERS
@@ -23,12 +22,13 @@ from trainer.rundir import read_status
 FIT_DEFAULTS = {"trl": {"x": "num_tokens", "y": "eval_reward"}}
 
 
-def log_path(cfg: ForeignConfig, run_dir: Path) -> Path:
-    """Where the trainer writes its curve: `trainer.log`, else the adapter's place. For TRL
-    without the entry's JSONL (your own script), the newest checkpoint's trainer_state.json."""
+def log_path(cfg: ForeignConfig, run_dir: Path, default_log: str) -> Path:
+    """Where the trainer writes its curve: `trainer.log`, else the adapter's place
+    (`default_log`). For TRL without the entry's JSONL (your own script), the newest
+    checkpoint's trainer_state.json."""
     if cfg.trainer.log:
         return run_dir / cfg.trainer.log
-    path = run_dir / adapter_for(cfg.trainer).default_log
+    path = run_dir / default_log
     if cfg.trainer.kind == "trl" and not path.exists():
         states = sorted((run_dir / "trl").glob("checkpoint-*/trainer_state.json"),
                         key=lambda p: int(p.parent.name.rsplit("-", 1)[1]))
@@ -47,11 +47,12 @@ def fit_defaults(trainer: dict[str, Any], fit: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-def curve_rows(run_dir: Path, fit: dict[str, Any]) -> bytes:
+def curve_rows(run_dir: Path, fit: dict[str, Any], default_log: str) -> bytes:
     """The run's curve as metrics.jsonl-style lines ({x: .., y: ..}) read with the existing
-    readers from where its trainer wrote it; empty while nothing is logged yet."""
+    readers from where its trainer wrote it (`default_log`: the adapter's place, unless
+    `trainer.log` says); empty while nothing is logged yet."""
     cfg = run_dir_config(run_dir)
-    path = log_path(cfg, run_dir)
+    path = log_path(cfg, run_dir, default_log)
     if not path.exists():
         return b""
     for name, test, reader in READERS:

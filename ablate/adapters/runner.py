@@ -1,9 +1,10 @@
 """Run one variant on another trainer and follow its log (its curve is read by `curve`).
 
-The job (ablate/studies/launch/job.py) calls `run_foreign` for a run dir whose config.yaml
-names a trainer. The trainer runs as a child process (its output in `<run_dir>/trainer.log`);
-while it runs, the last step of its log is copied into status.json every few seconds, so
-`ablate status` shows the step from the trainer's own log.
+The job (ablate/studies/launch/job.py) calls the adapter's `run`, which calls `run_foreign`,
+for a run dir whose config.yaml names another trainer. The trainer runs as a child process
+(its output in `<run_dir>/trainer.log`); while it runs, the last step of its log is copied
+into status.json every few seconds, so `ablate status` shows the step from the trainer's own
+log.
 
 Stopping it (ablate/adapters/child.py sends `trainer.stop_signal` to its process group):
   * preemption: Slurm's USR2 sets the job's preemption flag (trainer/dist/preempt.py); the runner
@@ -26,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ablate.adapters import adapter_for, child
+from ablate.adapters import child
 from ablate.adapters.budget import devices, gpu_hours_limit, stop_when_reached
 from ablate.adapters.curve import log_path
-from ablate.adapters.study import ForeignConfig, run_overrides
+from ablate.adapters.study import ForeignConfig
 from trainer.dist import preempt
 from trainer.rundir import read_status, write_status
 
@@ -69,6 +70,7 @@ class Attempt:
 
     cfg: ForeignConfig
     run_dir: Path
+    default_log: str  # the adapter's place for the curve (curve.log_path)
     argv: list[str]
     step: int
     spent_h: float  # gpu_hours of earlier attempts (status.json)
@@ -83,17 +85,22 @@ class Attempt:
                      gpu_hours=round(self.gpu_hours(), 6), **self.notes, **extra)
 
     def poll_log(self) -> None:
-        self.step = last_logged_step(log_path(self.cfg, self.run_dir)) or self.step
+        self.step = last_logged_step(self.log()) or self.step
+
+    def log(self) -> Path:
+        return log_path(self.cfg, self.run_dir, self.default_log)
 
 
-def run_foreign(raw: dict[str, Any], run_dir: Path) -> None:
-    """Train one run dir with its trainer; raise when the trainer exits non-zero. On Slurm's
-    preemption signal the trainer is stopped (it may save) and the job requeues it; with a
-    gpu_hours budget or `trainer.stop_when` it is stopped when that is reached."""
+def run_foreign(raw: dict[str, Any], run_dir: Path, adapter_class: Any) -> None:
+    """Train one run dir with its trainer (`adapter_class`: its adapter, ADAPTERS[kind]); raise
+    when the trainer exits non-zero. On Slurm's preemption signal the trainer is stopped (it
+    may save) and the job requeues it; with a gpu_hours budget or `trainer.stop_when` it is
+    stopped when that is reached."""
     cfg = ForeignConfig.model_validate(raw)
     prev = read_status(run_dir)
-    run = Attempt(cfg, run_dir, list(prev.get("command") or []),
-                  last_logged_step(log_path(cfg, run_dir)) or 0,
+    default_log = adapter_class.default_log
+    run = Attempt(cfg, run_dir, default_log, list(prev.get("command") or []),
+                  last_logged_step(log_path(cfg, run_dir, default_log)) or 0,
                   float(prev.get("gpu_hours") or 0.0),
                   {k: prev[k] for k in ("preemptions",) if k in prev})
     limit = gpu_hours_limit(cfg.budget)
@@ -101,8 +108,8 @@ def run_foreign(raw: dict[str, Any], run_dir: Path) -> None:
     if spent is not None:  # spent before a requeue or a rerun: nothing to run
         run.status("done", stopped=spent)
         return
-    adapter = adapter_for(cfg.trainer)
-    run.argv = adapter.argv(run_overrides(cfg), cfg.seed, run_dir, _resume(cfg, run_dir))
+    adapter = adapter_class.from_spec(cfg.trainer)
+    run.argv = adapter.argv(adapter.run_overrides(cfg), cfg.seed, run_dir, _resume(cfg, run_dir))
     (run_dir / ".attempted").touch()
     env = dict(os.environ, **getattr(adapter, "env", lambda d: {})(run_dir))
     run.status("running")
@@ -143,7 +150,7 @@ def follow(run: Attempt, proc: subprocess.Popen, limit: float | None) -> str | N
 def budget_reached(run: Attempt, limit: float | None) -> str | None:
     if limit is not None and run.gpu_hours() >= limit:
         return f"gpu_hours budget {limit:g} reached"
-    return stop_when_reached(run.cfg.trainer, log_path(run.cfg, run.run_dir))
+    return stop_when_reached(run.cfg.trainer, run.log())
 
 
 def finish(run: Attempt, why: str | None, code: int) -> None:

@@ -1,9 +1,10 @@
-"""Studies on another trainer: load (keys checked by the adapter) and expand to variants.
+"""Studies on another trainer: their base config (keys checked by the adapter) and runs.
 
 The axes, overrides and base recipe of such a study are the trainer's own keys (a flat mapping;
 nested YAML is flattened to dotted keys, as Hydra names them). Each run's config.yaml is a
 `ForeignConfig`: the trainer block, the seed and the overrides, which the job hands back to the
-adapter to build the command.
+adapter to build the command. The adapters (ablate/adapters/foreign.py) call this module; it
+builds no study of its own (ablate/studies/ does, through the adapter).
 """
 
 from __future__ import annotations
@@ -14,11 +15,9 @@ from typing import Any, Optional, Sequence
 import yaml
 
 from ablate import shipped
-from ablate.adapters import adapter_for
-from ablate.adapters.base import Adapter, TrainerSpec
+from ablate.adapters.base import TrainerSpec, config_hash
 from ablate.adapters.budget import check_budgets
 from ablate.errors import InputError
-from ablate.studies.design import LoadedStudy, Variant, check_size, points, run_id_of
 from ablate.validation import Strict
 from ablate.yamlio import YamlDoc, load_yaml
 from trainer.config import BudgetConfig
@@ -32,24 +31,9 @@ class ForeignConfig(Strict):
     overrides: dict[str, Any]
     # The study's budget, kept apart from the overrides so an adaptive study's stages
     # (ablate/studies/adaptive.py) can rewrite it per stage as they do for the built-in trainer;
-    # steps reach the trainer as its own key (`run_overrides`), gpu_hours are measured by the
-    # runner (ablate/adapters/budget.py).
+    # steps reach the trainer as its own key (ForeignAdapter.run_overrides), gpu_hours are
+    # measured by the runner (ablate/adapters/budget.py).
     budget: Optional[BudgetConfig] = None
-
-
-def run_overrides(cfg: ForeignConfig) -> dict[str, Any]:
-    """The variant's overrides plus the budget's steps as the trainer's own key (max_steps,
-    trainer.total_training_steps, ...): what the trainer is run with."""
-    over = dict(cfg.overrides)
-    if cfg.budget is not None and cfg.budget.steps is not None:
-        over[adapter_for(cfg.trainer).steps_key()] = cfg.budget.steps
-    return over
-
-
-def is_foreign(raw: Any) -> bool:
-    """Whether a run's config.yaml (parsed) is for another trainer than the built-in one."""
-    return isinstance(raw, dict) and isinstance(raw.get("trainer"), dict) and \
-        raw["trainer"].get("kind", "ablate") != "ablate"
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -64,7 +48,7 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _layer(adapter: Adapter, tree: dict[str, Any], layer: Any, where: str) -> dict[str, Any]:
+def _layer(adapter: Any, tree: dict[str, Any], layer: Any, where: str) -> dict[str, Any]:
     if not isinstance(layer, dict):
         raise InputError(f"{where}: must be a mapping of {adapter.kind} keys")
     flat = flatten(layer)
@@ -73,7 +57,7 @@ def _layer(adapter: Adapter, tree: dict[str, Any], layer: Any, where: str) -> di
     return {**tree, **flat}
 
 
-def _base(doc: YamlDoc, base: str | None, adapter: Adapter) -> dict[str, Any]:
+def _base(doc: YamlDoc, base: str | None, adapter: Any) -> dict[str, Any]:
     if base is None:
         return {}
     path = shipped.find(base, "recipes", doc.path.parent, what="base recipe",
@@ -82,7 +66,7 @@ def _base(doc: YamlDoc, base: str | None, adapter: Adapter) -> dict[str, Any]:
     return _layer(adapter, {}, data, f"{path}")
 
 
-def _cli(tree: dict[str, Any], adapter: Adapter, overrides: Sequence[str]) -> dict[str, Any]:
+def _cli(tree: dict[str, Any], adapter: Any, overrides: Sequence[str]) -> dict[str, Any]:
     for item in overrides:
         key, sep, raw = item.partition("=")
         where = f"--override {item}"
@@ -96,14 +80,10 @@ def _cli(tree: dict[str, Any], adapter: Adapter, overrides: Sequence[str]) -> di
     return tree
 
 
-def load_foreign(doc: YamlDoc, study: Any, overrides: Sequence[str]) -> LoadedStudy:
-    """A LoadedStudy whose base tree is a flat mapping of the trainer's own keys."""
+def load_foreign(adapter: Any, doc: YamlDoc, study: Any, overrides: Sequence[str]) -> dict[str, Any]:
+    """A study's base tree: a flat mapping of the trainer's own keys, every key (base recipe,
+    overrides, `--override`, axes, components) checked by the adapter."""
     s = study
-    where = doc.where(("trainer",))
-    try:
-        adapter = adapter_for(s.trainer)
-    except InputError as e:
-        raise InputError(f"{where}: {e}") from None
     check_budgets(doc, s, adapter)
     tree = _base(doc, s.base, adapter)
     tree = _layer(adapter, tree, s.overrides, doc.where(("overrides",)))
@@ -119,29 +99,7 @@ def load_foreign(doc: YamlDoc, study: Any, overrides: Sequence[str]) -> LoadedSt
         raise InputError(f"{doc.where(('mode',))}: mode {s.mode} needs at least one axis")
     if s.mode == "zip" and len({len(v) for v in s.axes.values()}) > 1:
         raise InputError(f"{doc.where(('axes',))}: mode zip needs axes of equal length")
-    return LoadedStudy(study=s, doc=doc, base_tree=tree, cli_overrides=list(overrides))
-
-
-def expand_foreign(ls: LoadedStudy) -> list[Variant]:
-    """Variants of a study on another trainer; each variant composed/checked by the adapter."""
-    check_size(ls)
-    s = ls.study
-    adapter = adapter_for(s.trainer)
-    out: list[Variant] = []
-    seen: set[str] = set()
-    for name, assign in points(ls):
-        over = {**ls.base_tree, **{".".join(k): v for k, v, _ in assign}}
-        for seed in s.seeds:
-            cfg = ForeignConfig(trainer=s.trainer, seed=seed, overrides=over, budget=s.budget)
-            if seed == s.seeds[0]:  # the trainer's steps key included (verl composes it)
-                adapter.check_overrides(run_overrides(cfg), assign[-1][2] if assign else str(ls.path))
-            rid = foreign_run_id(cfg)
-            if rid not in seen:
-                seen.add(rid)
-                out.append(Variant(run_id=rid, name=name, seed=seed, config=cfg))  # type: ignore[arg-type]
-    if not out:
-        raise InputError(f"{ls.path}: the study expands to no runs")
-    return out
+    return tree
 
 
 def foreign_run_id(cfg: ForeignConfig) -> str:
@@ -152,22 +110,8 @@ def foreign_run_id(cfg: ForeignConfig) -> str:
     for part, key in ((dump, "budget"), (dump["trainer"], "stop_when")):
         if part.get(key) is None:  # unset: the id of a study written before these existed
             part.pop(key, None)
-    return run_id_of(dump)
+    return config_hash(dump)
 
 
 def run_dir_config(run_dir: Path) -> ForeignConfig:
     return ForeignConfig.model_validate(yaml.safe_load((run_dir / "config.yaml").read_text()))
-
-
-class NoPlan:
-    """The memory plan of a run on another trainer: none (that trainer sizes itself); has the
-    attributes `sweep --dry-run` prints, all empty, and a note saying why."""
-
-    def __init__(self, kind: str) -> None:
-        self.note = f"trainer kind {kind}: no memory plan (ablate plans only its own trainer)"
-        self.fits = None
-        self.train: dict[str, float] = {}
-        self.generation: dict[str, float] = {}
-
-    def __getattr__(self, name: str) -> None:  # every other plan field: not known
-        return None

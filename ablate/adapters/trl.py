@@ -15,9 +15,10 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from ablate.adapters.base import argparse_args, nearest, refuse_scalerl_key
+from ablate.adapters.base import TrainerSpec, argparse_args, nearest, refuse_scalerl_key
+from ablate.adapters.foreign import ForeignAdapter
 from ablate.errors import InputError
 
 # ablate TrainConfig path -> (TRL key, how) or (None, why TRL cannot express it). Also the
@@ -51,14 +52,18 @@ def grpo_fields() -> list[str]:
     return [f.name for f in dataclasses.fields(GRPOConfig)]
 
 
-class TRLAdapter:
+class TRLAdapter(ForeignAdapter):
     kind = "trl"
     default_log = "trl/log.jsonl"
     # Set by the adapter itself; an axis on them would break resuming or the run dir layout.
     reserved = ("output_dir", "seed", "resume_from_checkpoint")
 
     def __init__(self, command: str | None = None) -> None:
-        self.command = command
+        self.script = command  # trainer.command: your TRL script instead of the entry
+
+    @classmethod
+    def from_spec(cls, spec: TrainerSpec) -> "TRLAdapter":
+        return cls(spec.command)
 
     def check_key(self, key: str, where: str) -> None:
         refuse_scalerl_key(key, where, "TRL", SCALERL)
@@ -76,20 +81,38 @@ class TRLAdapter:
     def steps_key(self) -> str:
         return "max_steps"
 
+    def check_fit(self, loaded: Any, fit: dict[str, Any], where: Callable[[str], str]) -> None:
+        super().check_fit(loaded, fit, where)
+        if not self.script:  # ablate's own entry: TRL evaluates only when asked
+            check_eval_column(loaded, str(fit.get("y", "")), where("y"))
+
     def env(self, run_dir: Path) -> dict[str, str]:
         """The built-in entry runs from the run dir: put the `ablate` this job imported first on
         the child's path, so it runs the same code even when ablate is not installed (or is
         installed elsewhere) and the job found it through its working directory."""
-        if self.command:
+        if self.script:
             return {}
         root = str(Path(__file__).resolve().parents[2])
         rest = os.environ.get("PYTHONPATH", "")
         return {"PYTHONPATH": root + (os.pathsep + rest if rest else "")}
 
     def argv(self, overrides: dict[str, Any], seed: int, run_dir: Path, resume: bool) -> list[str]:
-        prog = shlex.split(self.command) if self.command else [sys.executable, "-m",
+        prog = shlex.split(self.script) if self.script else [sys.executable, "-m",
                                                                 "ablate.adapters.trl_entry"]
         fixed = {"output_dir": str(run_dir / "trl"), "seed": seed}
         if resume:
             fixed["resume_from_checkpoint"] = True
         return prog + argparse_args({**overrides, **fixed})
+
+
+def check_eval_column(loaded: Any, y: str, where: str) -> None:
+    """TRL logs `eval_*` columns only when it evaluates: GRPOConfig's eval_strategy defaults
+    to "no" (transformers TrainingArguments.eval_strategy), so such a fit would find nothing."""
+    if not y.startswith("eval_"):
+        return
+    tree = loaded.base_tree if isinstance(loaded.base_tree, dict) else {}
+    values = [tree.get("eval_strategy", "no"), *loaded.study.axes.get("eval_strategy", [])]
+    if all(str(v) == "no" for v in values):
+        raise InputError(f"{where}: fit.y '{y}' is an eval column, but TRL never evaluates in "
+                         "this study (eval_strategy is 'no'); set overrides.eval_strategy: steps "
+                         "and eval_steps, or fit a train column (e.g. reward)")

@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from ablate.adapters.base import hydra_args, nearest, refuse_scalerl_key
+from ablate.adapters.base import TrainerSpec, hydra_args, nearest, refuse_scalerl_key
+from ablate.adapters.foreign import ForeignAdapter
 from ablate.errors import InputError
 
 # ablate TrainConfig path -> (verl key, how) or (None, why verl cannot express it).
@@ -66,7 +67,7 @@ def _leaves(node: Any, prefix: str = "") -> list[str]:
     return out
 
 
-class VerlAdapter:
+class VerlAdapter(ForeignAdapter):
     kind = "verl"
     default_log = LOG
     reserved = ("trainer.default_local_dir", "trainer.resume_mode", SEED_KEY)
@@ -76,6 +77,10 @@ class VerlAdapter:
         self.config_name = config_name
         if not (self.config_dir / f"{config_name}.yaml").is_file():
             raise InputError(f"trainer kind verl: no {config_name}.yaml in {self.config_dir}")
+
+    @classmethod
+    def from_spec(cls, spec: TrainerSpec) -> "VerlAdapter":
+        return cls(spec.config_dir, spec.config_name)
 
     def compose(self, overrides: list[str]):
         try:

@@ -6,9 +6,11 @@
     results/<study>/metrics.parquet          the gathered frame, a cache (written atomically)
 
 The cache is reused while it is newer than every metrics.jsonl / status.json / variants.json, so
-`compare` on a finished study of 1,000 runs reads one file. A run's files are read through
-trainer.rundir, their one reader: a torn last line (a run still writing) is left out, a bad line
-elsewhere is an InputError naming the file and line.
+`compare` on a finished study of 1,000 runs reads one file. A run's curve is read by the adapter
+of its trainer (ablate/adapters): the built-in trainer's through trainer.rundir, its files' one
+reader (a torn last line, a run still writing, is left out; a bad line elsewhere is an
+InputError naming the file and line); another trainer's from its own log, with the study's fit
+columns, never cached (the cache cannot see those files).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ablate.adapters import adapter_class
 from ablate.errors import InputError
 from ablate.studydir import is_study_dir, read_variants  # the study dir's one reader
 from trainer import rundir
@@ -48,7 +51,7 @@ def _fresh(cache: Path, study: Path, variants: list[dict]) -> bool:
     deps = [study / "variants.json"]
     for v in variants:
         deps += [study / v["run_id"] / rundir.METRICS, study / v["run_id"] / rundir.STATUS]
-    if _foreign_fit(study, variants) is not None:
+    if _trainer(variants).reads_own_log:
         return False  # another trainer's logs live in its own folders: always re-read
     return all(not d.exists() or d.stat().st_mtime < t for d in deps)
 
@@ -72,14 +75,10 @@ def gather(study: str | Path, *, use_cache: bool = True, write_cache: bool = Tru
         return pd.read_parquet(cache)
 
     blobs, counts = [], []
-    foreign = _foreign_fit(study, variants)
+    trainer = _trainer(variants)
+    fit = study_fit_defaults(study) if trainer.reads_own_log else {}
     for v in variants:
-        if foreign is not None:  # another trainer: read its own log (ablate/adapters/curve.py)
-            from ablate.adapters.curve import curve_rows
-
-            blob = curve_rows(study / v["run_id"], foreign)
-        else:
-            blob = rundir.complete_metrics_bytes(study / v["run_id"])
+        blob = trainer.curve(study / v["run_id"], fit)
         blobs.append(blob)
         counts.append(blob.count(b"\n"))
     frame, counts = _frame_from_blobs(study, variants, blobs, counts)
@@ -134,13 +133,10 @@ def _write_atomic(frame: pd.DataFrame, path: Path) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
-def _foreign_fit(study: Path, variants: list[dict]) -> dict | None:
-    """The `fit:` columns when the study ran on another trainer (its config names one)."""
-    cfg = variants[0].get("config") if variants else None
-    if isinstance(cfg, dict) and isinstance(cfg.get("trainer"), dict) and \
-            cfg["trainer"].get("kind", "ablate") != "ablate":
-        return study_fit_defaults(study)
-    return None
+def _trainer(variants: list[dict]):
+    """The adapter class of the study's trainer (its runs' config names it): how the curves
+    are read."""
+    return adapter_class(variants[0].get("config") if variants else None)
 
 
 def study_fit_defaults(study: Path) -> dict:
@@ -159,10 +155,8 @@ def study_fit_defaults(study: Path) -> dict:
         fit = {}
     out = {k: fit[k] for k in ("x", "y", "min_compute", "max_compute") if fit.get(k) is not None}
     trainer = doc.get("trainer") if isinstance(doc, dict) else None
-    if isinstance(trainer, dict) and trainer.get("kind", "ablate") != "ablate":
-        from ablate.adapters.curve import fit_defaults  # that trainer's compute/score columns
-
-        out = fit_defaults(trainer, out)
+    if isinstance(trainer, dict):  # the trainer's compute/score columns, where it has its own
+        out = adapter_class({"trainer": trainer}).fit_defaults(trainer, out)
     for k in ("min_compute", "max_compute"):
         if k in out:
             try:  # YAML 1.1 reads 1e12 (no dot) as a string

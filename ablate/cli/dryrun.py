@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
@@ -172,21 +171,13 @@ def launch_text(info: dict[str, Any]) -> str:
 
 
 def command_of(v: Variant, run_dir: Path) -> Optional[str]:
-    """The command a run on another trainer executes (its adapter's argv, first attempt),
-    rendered without writing anything: an adapter that writes a file of the overrides (a
-    `command` trainer with override_style json) writes it into a temporary folder, whose
-    name is then replaced by the run dir's."""
-    import shlex
+    """The command a run executes (first attempt, written nothing), where its trainer runs as
+    a program (the adapter's `command` capability); None for the built-in trainer, which
+    trains in the job's process."""
+    from ablate.adapters import adapter_of
 
-    from ablate.adapters import adapter_for
-    from ablate.adapters.study import ForeignConfig, run_overrides
-
-    cfg = v.config
-    if not isinstance(cfg, ForeignConfig):
-        return None
-    with tempfile.TemporaryDirectory() as tmp:
-        argv = adapter_for(cfg.trainer).argv(run_overrides(cfg), cfg.seed, Path(tmp), False)
-        return shlex.join(w.replace(tmp, str(run_dir)) for w in argv)
+    command = adapter_of(v.config).command
+    return None if command is None else command(v.config, run_dir)
 
 
 def warnings_of(shape: JobShape, plans: dict[str, Any], info: dict[str, Any]) -> list[str]:

@@ -1,31 +1,26 @@
 """A loaded study's design: the LoadedStudy, its points (axis assignments, in the order the study
 lists them), its size, and the Variant each run is with its id.
 
-The bottom of the study layer for every trainer: `expand` builds the built-in trainer's variants
-from it and `ablate.adapters.study` another trainer's. The loader (`study`) and `expand` hand a
-foreign study to the adapter; the adapter imports only this module, not them, so the imports
-run one way.
+The bottom of the study layer for every trainer: the loader (`study`) and `expand` build every
+trainer's study from it, asking the trainer's adapter (ablate/adapters) for the base config,
+each point's configs and their ids; the adapters import nothing of the study layer.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ablate.errors import InputError
 from ablate.adapters.builtin.provenance import Provenance
+from ablate.adapters.builtin.study import Assignment
+from ablate.errors import InputError
 from ablate.studies.schema import Study
 from ablate.value_text import value_text
 from ablate.yamlio import YamlDoc
 from trainer.config import TrainConfig
-
-Assignment = tuple[tuple[str, ...], Any, str]  # (config keys, value, where it was written)
-
 
 @dataclass
 class LoadedStudy:
@@ -59,23 +54,6 @@ class Variant:
             "seed": self.seed,
             "config": self.config.model_dump(mode="json"),
         }
-
-
-def run_id_of(config_json: dict[str, Any]) -> str:
-    """Short hash of the resolved config (which includes the seed): 12 hex chars. Settings that
-    change where a run is logged, how often it checkpoints, or how its work is cut to fit the
-    GPUs, not what it computes, are left out (`logging`, `checkpoint`, `rollout.vllm`,
-    `engine.micro_batch_tokens`: micro-batches sum to the same gradient;
-    `engine.collective_timeout_minutes`: how long a stuck job waits), so changing them to
-    fix an OOM, add a tracker or checkpoint more often resumes the run instead of starting a
-    new one."""
-    config_json = {k: v for k, v in config_json.items() if k not in ("logging", "checkpoint")}
-    for section, key in (("rollout", "vllm"), ("engine", "micro_batch_tokens"),
-                         ("engine", "collective_timeout_minutes")):
-        if isinstance(config_json.get(section), dict):
-            config_json[section] = {k: v for k, v in config_json[section].items() if k != key}
-    blob = json.dumps(config_json, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
 
 def points(ls: LoadedStudy) -> Iterator[tuple[str, list[Assignment]]]:

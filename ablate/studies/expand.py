@@ -1,4 +1,5 @@
-"""Study -> variants: every point of the design, times seeds, each a validated TrainConfig.
+"""Study -> variants: every point of the design, times seeds, each a config its trainer's adapter
+validated (the built-in trainer's: a TrainConfig; another trainer's: its own keys).
 
 A variant's id is a short hash of its resolved config (seed included), so the same run has the
 same id whatever study file produced it; that is what makes re-launching idempotent (a rerun
@@ -7,57 +8,31 @@ finds the run dir by id) and lets "add one value to an axis" add only the new ru
 
 from __future__ import annotations
 
-from typing import Any
-
-from ablate.adapters.study import expand_foreign
+from ablate.adapters import adapter_for
+from ablate.adapters.builtin.study import run_id_of  # the built-in trainer's ids (tune, tests)
 from ablate.errors import InputError
-# The design's pieces live in `design` (shared with ablate.adapters.study); imported from here too.
-from ablate.studies.design import (Assignment, LoadedStudy, Variant, check_size, design_points,
-                                   points, run_id_of)
-from ablate.adapters.builtin.provenance import Provenance, set_path, validate_config
-from ablate.studies.study import base_is_a_run
+# The design's pieces live in `design`; imported from here too.
+from ablate.studies.design import LoadedStudy, Variant, check_size, design_points, points
 
 __all__ = ["Variant", "check_size", "design_points", "expand", "points", "run_id_of"]
 _points = points  # the name tests/test_expand.py imports
 
 
-def _apply(base: dict[str, Any], prov: Provenance, assign: list[Assignment]) -> tuple[dict[str, Any], Provenance]:
-    tree = base
-    if assign:
-        prov = dict(prov)
-    for keys, value, where in assign:
-        tree = set_path(tree, keys, value)
-        prov[keys] = where
-    return tree, prov
-
-
 def expand(ls: LoadedStudy) -> list[Variant]:
-    """All variants of a loaded study; identical configs collapse into the first one listed."""
-    if ls.study.trainer.kind != "ablate":  # axes are another trainer's keys (ablate/adapters)
-        return expand_foreign(ls)
+    """All variants of a loaded study; identical configs collapse into the first one listed.
+    The adapter checks what it can before any run is built (a bad axis value at its own
+    line), then builds each design point's config per seed."""
     check_size(ls)
-    s = ls.study
-    # Where a value alone against the base is a run, check each first, so an invalid value is
-    # reported at its own line before any combination. In a grid or zip only combinations run
-    # (and `validate_config` still names the line that set the bad value).
-    for path, vals in s.axes.items() if base_is_a_run(s) else ():
-        for i, v in enumerate(vals):
-            keys = tuple(path.split("."))
-            tree, prov = _apply(ls.base_tree, ls.prov, [(keys, v, ls.doc.where(("axes", path, str(i))))])
-            validate_config(tree, prov, str(ls.path))
-
+    adapter = adapter_for(ls.study.trainer)
+    adapter.check_values(ls)
     out: list[Variant] = []
-    seen: dict[str, str] = {}
+    seen: set[str] = set()
     for name, assign in points(ls):
-        tree, prov = _apply(ls.base_tree, ls.prov, assign)
-        for seed in s.seeds:
-            seeded = set_path(tree, ("seed",), seed)
-            cfg = validate_config(seeded, prov, str(ls.path))
-            dumped = cfg.model_dump(mode="json")
-            rid = run_id_of(dumped)
+        for seed, cfg in adapter.point_runs(ls, assign):
+            rid = adapter.run_id(cfg)
             if rid in seen:  # identical to an earlier point (e.g. a value equal to the base)
                 continue
-            seen[rid] = name
+            seen.add(rid)
             out.append(Variant(run_id=rid, name=name, seed=seed, config=cfg))
     if not out:
         raise InputError(f"{ls.path}: the study expands to no runs")

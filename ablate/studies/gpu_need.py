@@ -25,15 +25,14 @@ from pathlib import Path
 from typing import Optional
 
 from ablate import shipped
-from ablate.adapters.study import ForeignConfig
+from ablate.adapters import adapter_of, memory_plan
 from ablate.errors import InputError
 from ablate.studies.expand import Variant
 from ablate.studies.launch.profile import Profile, load_profile
 from trainer.config import TrainConfig
-from trainer.plan.memory import plan
 from trainer.plan.model_shape import model_shape
 from trainer.plan.time_plan import CPU_TRAIN_FLOPS, dur, lengths, train_flops, trained_tokens
-from trainer.validate import JobShape, problems
+from trainer.validate import JobShape
 
 
 def cpu_step_s(c: TrainConfig, cores: int) -> Optional[float]:
@@ -69,8 +68,8 @@ def check_gpus(study_path: Path | str, variants: list[Variant], prof: Profile, e
     if executor != "slurm" or prof.slurm.gpus_per_node:
         return
     for v in variants:
-        if isinstance(v.config, ForeignConfig):
-            continue  # another trainer sizes its own jobs
+        if adapter_of(v.config).time_plan is None:
+            continue  # a trainer with no time plan here (another trainer) sizes its own jobs
         why = gpu_reason(v.config, prof)
         if why is None:
             continue
@@ -107,8 +106,8 @@ def fitting_profile(study_dir: Path, variants: list[Variant]) -> Optional[str]:
 
 
 def _fits(variants: list[Variant], shape: JobShape) -> bool:
-    configs = {v.name: v.config for v in variants if not isinstance(v.config, ForeignConfig)}
-    return all(not problems(c, shape) and plan(c, shape).fits is not False
+    configs = {v.name: v.config for v in variants}
+    return all(not adapter_of(c).problems(c, shape) and memory_plan(c, shape).fits is not False
                for c in configs.values())
 
 

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from ablate.adapters.study import ForeignConfig
+from ablate.adapters import adapter_of
 from ablate.analysis.resolution import MAX_USEFUL_SEEDS, a_margin
 from ablate.errors import InputError
 from ablate.studies.capacity import Capacity, capacity, study_wall_h
@@ -110,7 +110,7 @@ def check_sizable(study_path: str, loaded: LoadedStudy, variants: list[Variant],
                f"{executor}" + ("" if executor != "slurm" else " without GPUs"))
     elif loaded.study.stages is not None:
         why = "it sizes a plain study; this one has `stages:` (adaptive)"
-    elif any(isinstance(v.config, ForeignConfig) for v in variants):
+    elif any(adapter_of(v.config).time_plan is None for v in variants):
         why = "another trainer's runs have no time plan here"
     if why:
         raise InputError(f"{study_path}: --within: {why}; use a profile with slurm.gpus_per_node "

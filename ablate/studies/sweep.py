@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from ablate.adapters.study import ForeignConfig, NoPlan
+from ablate.adapters import adapter_of, memory_plan, time_plan
 from ablate.errors import InputError
 from ablate.studies import launch
 from ablate.studies.expand import Variant, expand
@@ -29,9 +29,9 @@ from ablate.studies.stagespec import check_baseline, check_stages
 from ablate.studies.status import run_states
 from ablate.studydir import StudyStore, study_dir_for
 from ablate.studies.study import LoadedStudy, load_study
-from trainer.plan.memory import advice, plan
-from trainer.plan.time_plan import Limits, plan_time
-from trainer.validate import JobShape, problems
+from trainer.plan.memory import advice
+from trainer.plan.time_plan import Limits
+from trainer.validate import JobShape
 
 # never ran to a verdict, or the user cancelled or stopped it (a stop resumes from its checkpoint)
 RESUBMIT_ALWAYS = ("pending", "cancelled", "stopped")
@@ -73,34 +73,32 @@ def check_inputs(study_path: Path | str, *, executor: Optional[str] = None,
 
 
 def check_variants(study_path: Path | str, variants: list[Variant], shape: JobShape) -> None:
-    """Refuse a variant the trainer would refuse at start (trainer/validate.py), on the job
-    shape the profile asks for: one line naming the variant, the keys and a fix."""
+    """Refuse a variant the trainer would refuse at start (its adapter's `problems`: for the
+    built-in trainer, trainer/validate.py), on the job shape the profile asks for: one line
+    naming the variant, the keys and a fix."""
     for v in variants:
-        if isinstance(v.config, ForeignConfig):
-            continue  # another trainer's keys: its adapter checked them (ablate/adapters)
-        found = problems(v.config, shape)
+        found = adapter_of(v.config).problems(v.config, shape)
         if found:
             raise InputError(f"{study_path}: variant {v.name} (seed {v.seed}): {found[0]}")
 
 
 def resource_plans(variants: list[Variant], shape: JobShape) -> dict[str, Any]:
-    """run_id -> trainer.plan.memory.Plan (computed once per distinct config; seeds share it)."""
+    """run_id -> trainer.plan.memory.Plan, or a NoPlan where the trainer has no memory plan
+    (ablate/adapters memory_plan); computed once per distinct config, seeds share it."""
     by_name: dict[str, Any] = {}
     for v in variants:
         if v.name not in by_name:
-            by_name[v.name] = (NoPlan(v.config.trainer.kind) if isinstance(v.config, ForeignConfig)
-                               else plan(v.config, shape))
+            by_name[v.name] = memory_plan(v.config, shape)
     return {v.run_id: by_name[v.name] for v in variants}
 
 
 def time_plans(variants: list[Variant], shape: JobShape, limits: Limits) -> dict[str, Any]:
-    """run_id -> trainer.plan.time_plan.TimePlan (None for another trainer's run: it sizes itself);
-    computed once per distinct config, as the memory plans."""
+    """run_id -> trainer.plan.time_plan.TimePlan, or None where the trainer has no time plan
+    (it sizes itself); computed once per distinct config, as the memory plans."""
     by_name: dict[str, Any] = {}
     for v in variants:
         if v.name not in by_name:
-            by_name[v.name] = (None if isinstance(v.config, ForeignConfig)
-                               else plan_time(v.config, shape, limits))
+            by_name[v.name] = time_plan(v.config, shape, limits)
     return {v.run_id: by_name[v.name] for v in variants}
 
 

@@ -39,9 +39,8 @@ from typing import Callable
 
 import submitit
 
-from ablate.adapters.study import is_foreign
+from ablate.adapters import adapter_class
 from trainer.dist import preempt
-from trainer.config import TrainConfig
 from trainer.rundir import FINAL_STATES, read_config, read_status, write_status
 
 
@@ -140,18 +139,21 @@ class RunJob(submitit.helpers.Checkpointable):
 
     @staticmethod
     def train_all(todo: list[Path], fn: Callable, global_rank: int, job=None) -> list[str]:
-        """Train each run in turn; returns the failures. Stops early when the trainer stopped
-        a run for a preemption signal (checkpointed: the requeued job resumes it)."""
+        """Train each run in turn, through the adapter of the trainer its config.yaml names
+        (ablate/adapters: the built-in trainer calls `fn`, the job's entry point; another runs
+        as a child process); returns the failures. Stops early when the trainer stopped a run
+        for a preemption signal (checkpointed: the requeued job resumes it)."""
         failed: list[str] = []
         for d in todo:
             if job is not None:
                 job.current = d
             raw = read_config(d)
-            run, config = foreign_or(fn, raw)
+            adapter = adapter_class(raw)  # the trainer's: ablate/adapters
+            config = adapter.job_config(raw)
             if global_rank == 0:  # running from now on, not from the trainer's first step
                 set_state(d, "running")
             try:
-                run(config, d)
+                adapter.run(config, d, fn)
                 if preempt.stopped_at() is not None:
                     break
                 if global_rank == 0 and read_status(d).get("state") not in FINAL_STATES:
@@ -167,18 +169,6 @@ class RunJob(submitit.helpers.Checkpointable):
                               traceback=traceback.format_exc()[-4000:])
                 failed.append(f"{d.name}: {type(e).__name__}: {e}")
         return failed
-
-
-def foreign_or(fn: Callable, raw: dict) -> tuple[Callable, object]:
-    """A run dir for another trainer (config.yaml names `trainer: {kind: trl|verl|command}`)
-    runs through its adapter (ablate/adapters/runner.py); else `fn` trains the TrainConfig."""
-    if is_foreign(raw):
-        # Local: the adapters' runner reads curves with pandas (0.8 s), which `ablate status`
-        # (it imports the executors) should not pay for.
-        from ablate.adapters.runner import run_foreign
-
-        return run_foreign, raw
-    return fn, TrainConfig.model_validate(raw)
 
 
 def hand_over(handler, run_dir: Path | None) -> None:
