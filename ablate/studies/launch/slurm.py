@@ -14,6 +14,7 @@ Preemption by a higher-priority job sends the same signal only with the cluster'
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
 import shutil
@@ -179,15 +180,18 @@ def requeue_within(prof: SlurmProfile) -> float:
 
 @contextlib.contextmanager
 def _quiet_stderr():
-    """Hold back what sbatch prints on fd 2 (submitit echoes it): on failure the error becomes
-    one InputError line; on success it is passed on unchanged."""
+    """Hold back what sbatch prints on fd 2 and what submitit echoes of it through sys.stderr
+    (which is not fd 2 when the caller redirected it, as an in-process caller does): on failure
+    the error becomes one InputError line; on success both are passed on unchanged."""
     sys.stderr.flush()
     saved = os.dup(2)
+    echoed = io.StringIO()
     with tempfile.TemporaryFile() as buf:
         os.dup2(buf.fileno(), 2)
         ok = False
         try:
-            yield
+            with contextlib.redirect_stderr(echoed):
+                yield
             ok = True
         finally:
             sys.stderr.flush()
@@ -195,7 +199,7 @@ def _quiet_stderr():
             os.close(saved)
             if ok:
                 buf.seek(0)
-                sys.stderr.write(buf.read().decode(errors="replace"))
+                sys.stderr.write(buf.read().decode(errors="replace") + echoed.getvalue())
 
 
 def _run(cmd: list[str]) -> str | None:
