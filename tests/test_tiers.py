@@ -38,6 +38,7 @@ def test_fast_tier_refuses_cpu_and_python_processes(pytester, monkeypatch):
                      "    vllm: x\n")
     pytester.makepyfile(test_probes=PROBES)
     monkeypatch.setenv("ABLATE_FAST_CPU_LIMIT_S", "0.3")
+    monkeypatch.setenv("ABLATE_TEST_PREIMPORT", "0")  # the probes import neither torch nor ablate
     r = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     out = r.stdout.str()
     r.assert_outcomes(passed=2, failed=2)

@@ -145,13 +145,17 @@ def test_zero3_partitions_are_gathered_into_vllm(tmp_path):
         pytest.skip(reason)
     import socket
 
+    before = os.environ.get("ABLATE_TEST_PORT")  # a pytest-xdist worker's (tests/conftest.py)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         os.environ["ABLATE_TEST_PORT"] = str(s.getsockname()[1])
     try:
         r = run_checks("zero3", tmp_path)["zero3"]
     finally:
-        os.environ.pop("ABLATE_TEST_PORT", None)
+        if before is None:
+            os.environ.pop("ABLATE_TEST_PORT", None)
+        else:
+            os.environ["ABLATE_TEST_PORT"] = before
     assert r["partitioned"] > 0  # the trainer really holds shards only
     assert r["moved"] > 1e-5  # the optimizer step changed the weights
     assert r["max_diff"] < 1e-4 and r["versions"] == [1], r
