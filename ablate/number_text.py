@@ -85,6 +85,16 @@ def compute(c: Optional[float]) -> str:
     return "—" if not _finite(c) else f"{c:.{COMPUTE_DIGITS}g}"
 
 
+def computes_apart(a: float, b: float) -> tuple[str, str]:
+    """Two computes compared in one sentence ("a < b"), each as `compute` writes it, with more
+    significant digits where that would print them alike (up to 6; then they are alike)."""
+    for digits in range(COMPUTE_DIGITS, 7):
+        sa, sb = f"{a:.{digits}g}", f"{b:.{digits}g}"
+        if sa != sb:
+            return sa, sb
+    return sa, sb
+
+
 def span(lo: Optional[float], hi: Optional[float], *, lo_none: str = "first point",
          hi_none: str = "last point") -> str:
     """A compute range, `2.69e+10–2.5e+12`: the fit window, said once this way everywhere."""

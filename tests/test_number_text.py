@@ -33,3 +33,11 @@ def test_a_compute_and_a_window_are_said_one_way():
     assert compute(1.96e9) == "1.96e+09" and compute(2.5e12) == "2.5e+12"
     assert span(1.96e9, 2.5e12) == "1.96e+09–2.5e+12"  # never 2e+09-2.5e+12 here and there
     assert span(None, 0.05) == "first point–0.05"
+
+
+def test_two_computes_compared_are_printed_apart():
+    from ablate.number_text import computes_apart
+
+    assert computes_apart(2.8712e10, 2.8745e10) == ("2.871e+10", "2.874e+10")
+    assert computes_apart(1.5e9, 3e10) == ("1.5e+09", "3e+10")  # the usual 3 digits
+    assert computes_apart(5.0, 5.0) == ("5", "5")  # equal: said alike

@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from ablate.analysis import levenberg_marquardt as lm
+from ablate.number_text import computes_apart
 
 
 def duplicate_warning(c: np.ndarray, sid: np.ndarray) -> list[str]:
@@ -81,7 +82,8 @@ def bound_warnings(A: float, B: float, cm: float, x: np.ndarray, r2: float,
         out.append(f"C_mid beyond the data ({cm / c_hi:.3g}x the largest compute in the window): "
                    "the curve has not reached half its gain, so A is an extrapolation")
     elif cm < c_lo:
-        out.append(f"C_mid before the window ({cm:.3g} < its start {c_lo:.3g}): the data shows "
+        shown, start = computes_apart(cm, c_lo)
+        out.append(f"C_mid before the window ({shown} < its start {start}): the data shows "
                    "only the saturation, so B and C_mid are weakly identified")
     if B <= lm.B_MIN * 1.05 or B >= lm.B_MAX * 0.95:
         out.append(f"B at the limit of its range ({B:.3g}; the fitter allows {lm.B_MIN}-{lm.B_MAX:g})")
