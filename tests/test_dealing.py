@@ -124,3 +124,20 @@ def test_one_engine_is_shared_and_a_push_waits_for_the_eval():
     assert p.wait_released(0.01) is False
     p.release(pin)
     assert not p.must_wait() and p.wait_released(0.01) is True
+
+
+def test_a_new_eval_waits_while_earlier_ones_hold_the_engines_it_needs():
+    p = Pins(2)
+    assert p.wait_pinnable(0.01) is True  # both free: one for the eval, one for rollouts
+    first = p.take(1)
+    assert p.wait_pinnable(0.01) is False  # one free engine: it must stay with rollouts
+    p.pushed(p.push_targets(), 1)
+    p.release(first)
+    assert p.wait_pinnable(0.01) is True
+    # engine 0 holds the first eval's weights: the push before the next eval refreshes it
+    assert p.versions == [0, 1] and p.take(1, version=1) is None
+    p.pushed(p.push_targets(), 1)
+    assert p.take(1, version=1).engines == (0,)
+    shared = Pins(1)
+    shared.take(1)
+    assert shared.wait_pinnable(0.01) is True  # one engine is shared: never waits here

