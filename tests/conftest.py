@@ -14,8 +14,10 @@ The tiers (declared here and in pyproject's markers; README "Testing" names the 
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 
@@ -29,6 +31,10 @@ FAST_CPU_LIMIT_S = float(os.environ.get("ABLATE_FAST_CPU_LIMIT_S", "2.0"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The width is each test's to set (tests/_cli.py columns=): a COLUMNS the caller exported (CI
+# runners do) would fold every piped dry run and table the tests read whole.
+for _var in ("COLUMNS", "LINES"):
+    os.environ.pop(_var, None)
 # Models the tests warm up are built fresh for each test session (subprocesses inherit the
 # variable): a cache left by older code or another machine must never decide an outcome.
 os.environ.setdefault("ABLATE_CACHE", tempfile.mkdtemp(prefix="ablate-test-cache-"))
@@ -121,9 +127,21 @@ def _audit(event: str, args: tuple) -> None:
 sys.addaudithook(_audit)
 
 
+def _reap_finished_children() -> None:
+    """Collect the exit of children an earlier test left finished but unwaited (a Popen whose
+    object was dropped): os.times() charges a child's CPU when it is waited, and the next
+    Popen anywhere waits for such leftovers (subprocess._cleanup), so without this a later
+    fast test that runs `sinfo` pays for an earlier test's trainer."""
+    cleanup = getattr(subprocess, "_cleanup", None)
+    if cleanup is not None:
+        cleanup()
+    multiprocessing.active_children()  # joins finished multiprocessing children likewise
+
+
 def _measure(item: pytest.Item):
     """Adds the CPU of one phase (setup or call) to the item's count; watches spawns."""
     global _watching
+    _reap_finished_children()
     t0 = _cpu()
     _watching = _is_fast(item)
     try:

