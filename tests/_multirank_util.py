@@ -83,6 +83,13 @@ def launch_ranks(script: Path, args: list[str], cache: Path, world: int = 2,
     assert not failed, f"{script.name} {' '.join(args)} failed:\n" + "\n".join(failed)
 
 
+def session_cache() -> Path:
+    """The test session's ABLATE_CACHE (tests/conftest.py: fresh per session, shared by
+    pytest-xdist workers): the multi-rank tests' configs share one warmed proxy, so it is
+    built once per session (under proxy_path's file lock) instead of once per module."""
+    return Path(os.environ["ABLATE_CACHE"])
+
+
 def warm_proxy(cache: Path, config_expr: str, python: str = sys.executable) -> None:
     """Build the warmed proxy of `config_expr` (a TrainConfig expression evaluated inside
     tests/) into `cache` once, before ranks start, so they only load it. `python`: the ranks'

@@ -75,6 +75,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if _is_fast(item):
             item.add_marker(pytest.mark.fast)
         item.add_marker(pytest.mark.xdist_group(_group(item)))
+    if getattr(config.option, "dist", "no") == "loadgroup":
+        items[:] = _longest_first(items)
+
+
+def _longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """Groups in the order workers should take them (tests/run.sh passes
+    --no-loadscope-reorder, so pytest-xdist hands them out in this order): a group with a
+    test that needs both Slurm and vLLM (the rehearsal: one test, the longest of all) first,
+    then by number of tests, most first (what xdist would do). By count alone the rehearsal
+    came last, and its ~9 min were the tail of the run."""
+    groups: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        groups.setdefault(_group(item), []).append(item)
+
+    def system(group: list[pytest.Item]) -> bool:
+        return any(i.get_closest_marker("slurm") and i.get_closest_marker("vllm") for i in group)
+
+    order = sorted(groups.values(), key=lambda g: (not system(g), -len(g)))
+    return [item for group in order for item in group]
 
 
 def _group(item: pytest.Item) -> str:

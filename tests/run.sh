@@ -86,7 +86,7 @@ while read -r what; do unavailable "$what"; done < <(sed -n 's/^UNAVAILABLE //p'
 workers=${ABLATE_TEST_WORKERS:-2}
 xdist=()
 if [ "$workers" -gt 1 ] && python3 -c "import xdist" 2>/dev/null; then
-  xdist=(-n "$workers" --dist loadgroup)
+  xdist=(-n "$workers" --dist loadgroup --no-loadscope-reorder)  # order: conftest.py _longest_first
 fi
 step "pytest: integration and system tiers (-m 'not fast' ${xdist[*]})"
 python3 -m pytest -m "not fast" "${xdist[@]}" "$@"

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _multirank_util import ROOT, launch_ranks, warm_proxy
+from _multirank_util import ROOT, launch_ranks, session_cache, warm_proxy
 
 pytestmark = pytest.mark.deepspeed
 
@@ -32,9 +32,9 @@ def launch(stage: int, dtype: str, work: Path, cache: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
+def cache() -> Path:
     """Warm the proxy once (both ranks and all stages load it from this cache)."""
-    path = tmp_path_factory.mktemp("ds-cache")
+    path = session_cache()
     warm_proxy(path, "__import__('_deepspeed_script').config(0, 'fp32')")
     return path
 

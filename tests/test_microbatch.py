@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _multirank_util import ROOT, launch_ranks, warm_proxy
+from _multirank_util import ROOT, launch_ranks, session_cache, warm_proxy
 
 from trainer.algo.losses import AGGREGATIONS, token_weights
 from trainer.loop.microbatch import (
@@ -163,8 +163,8 @@ def test_deal_balances_tokens_and_deals_each_group_once():
 # -- one optimizer step, with and without micro-batches ----------------------------------------
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("mb-cache")
+def cache() -> Path:
+    path = session_cache()
     warm_proxy(path, "__import__('_microbatch_script').config('torch', 0, 'token', None)")
     return path
 

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 import pytest
-from _multirank_util import ROOT, launch_ranks, warm_proxy
+from _multirank_util import ROOT, launch_ranks, session_cache, warm_proxy
 
 SCRIPT = ROOT / "tests" / "_multirank_script.py"
 
@@ -27,9 +27,9 @@ def launch(engine: str, stage: int, steps: int, prompts: int, work: Path, cache:
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
+def cache() -> Path:
     """Warm the proxy once; every launch loads it from here."""
-    path = tmp_path_factory.mktemp("mr-cache")
+    path = session_cache()
     warm_proxy(path, "__import__('_multirank_script').config('torch', 0, 1, 5)")
     return path
 

@@ -282,9 +282,9 @@ def test_two_ranks_pipeline_rank0_feeds_the_stream(tmp_path):
     its broadcast batches to the same weights, one writer, lag within k."""
     import json
 
-    from _multirank_util import ROOT, launch_ranks, warm_proxy
+    from _multirank_util import ROOT, launch_ranks, session_cache, warm_proxy
 
-    cache = tmp_path / "cache"
+    cache = session_cache()
     warm_proxy(cache, "__import__('_pipeline_rank_script').config(3)")
     launch_ranks(ROOT / "tests" / "_pipeline_rank_script.py", ["3", str(tmp_path)], cache, 2,
                  timeout=400)
@@ -305,9 +305,9 @@ def test_zero3_rank_without_generator_joins_the_push_gathers(tmp_path):
     import json
 
     pytest.importorskip("deepspeed")
-    from _multirank_util import ROOT, launch_ranks, warm_proxy
+    from _multirank_util import ROOT, launch_ranks, session_cache, warm_proxy
 
-    cache = tmp_path / "cache"
+    cache = session_cache()
     warm_proxy(cache, "__import__('_gather_rank_script').config()")
     launch_ranks(ROOT / "tests" / "_gather_rank_script.py", [str(tmp_path)], cache, 2, timeout=300)
     r = json.loads((tmp_path / "gather.json").read_text())
