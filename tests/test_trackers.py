@@ -144,6 +144,7 @@ def _finished_records(path, wait_s=60.0):
         time.sleep(0.2)
 
 
+@pytest.mark.slow  # wandb's writer: 1.5-2.3 s of CPU, at the fast tier's limit
 def test_wandb_offline_run(tmp_path):
     _need("wandb")
     root, run, cfg = _study(tmp_path, ["wandb"], project="ablate-test")
