@@ -43,11 +43,34 @@ if __name__ == "__main__":
     pushed = dict(_named_weights(m, torch.float32)) if rank == 0 else join_weight_gathers(m)
     with deepspeed.zero.GatheredParameters(list(m.parameters()), modifier_rank=None):
         full = {n: p.detach().clone() for n, p in m.named_parameters()}
+
+    import signal
+
+    from trainer.dist import preempt
+    from trainer.generation import push
+
+    preempt.install(signal.SIGUSR2)
+    if rank == 1:  # the signal after this rank's third gather of the next push
+        real, gathers = push._zero3_full, []
+
+        def gather(p):
+            out = real(p)
+            gathers.append(1)
+            if len(gathers) == 3:
+                os.kill(os.getpid(), signal.SIGUSR2)
+            return out
+
+        push._zero3_full = gather
+    cut = [n for n, _ in _named_weights(m, torch.float32)] if rank == 0 else join_weight_gathers(m)
+    dist.barrier()  # a rank left in a gather would never get here
+    seen = {"requested": preempt.requested(), "signal": preempt.signal_name()}
+    (work / f"stop{rank}.json").write_text(json.dumps(seen))
     if rank == 0:
         partitioned = sum(1 for p in m.parameters() if p.numel() == 0)
         diff = max(float((pushed[n] - t).abs().max()) for n, t in full.items())
         (work / "gather.json").write_text(json.dumps(
-            {"partitioned": partitioned, "names": sorted(pushed) == sorted(full), "diff": diff}))
+            {"partitioned": partitioned, "names": sorted(pushed) == sorted(full), "diff": diff,
+             "cut": len(cut), "params": len(full)}))
     dist.barrier()
     # Both ranks are done (rank 0 wrote its result before the barrier). Leave without C++
     # teardown: a CI run once saw rank 1 abort at exit ("terminate called without an active

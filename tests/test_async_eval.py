@@ -107,7 +107,7 @@ def test_stop_inside_generation_abandons_the_step_and_resume_is_exact(tmp_path, 
     assert preempt.stopped_at() == 2 and preempt.signal_step() == 3
     st = status(d)
     assert st["state"] == "running" and st["preemptions"] == [
-        {"signal_in_step": 3, "checkpoint_step": 2}]
+        {"signal_in_step": 3, "signal_in_phase": "generation", "checkpoint_step": 2}]
     ck = torch.load(rundir.checkpoint_dir(d) / "state.pt", weights_only=False)
     assert ck["step"] == 2
     monkeypatch.undo()

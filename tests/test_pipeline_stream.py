@@ -45,7 +45,9 @@ def _stream(proxy, k: int, steps: int, train_seconds: float, timing: str,
     model = __import__("copy").deepcopy(model)  # this test's pushes must not leak into others
     rollout = {"prompts_per_step": 2, "generations_per_prompt": 2, "max_new_tokens": 6,
                "async_timing": timing, **over.pop("rollout", {})}
-    c = config(tiny(off_policy={"mode": "pipeline", "k": k, **over}, rollout=rollout))
+    # the budget is the steps driven here: the stream starts no group past its last batch
+    c = config(tiny(off_policy={"mode": "pipeline", "k": k, **over}, rollout=rollout,
+                    budget={"steps": steps}))
     from trainer.tasks import build_task
 
     task = build_task(c.task, c.eval.split)
@@ -205,6 +207,28 @@ def test_stream_admits_k_plus_one_steps_then_one_step_per_push():
     assert s.admit(100, stop) == 3
 
 
+def test_stream_starts_no_group_past_the_last_batch():
+    """With a step budget the generator stops where no batch would take a group: resumed at
+    step 8 of 10 (last batch taken at version 9), k=2 and 3 groups a step, it may start the
+    2 steps' groups left (6), not k + 1 steps' (9); a refused stale group's slot still comes
+    back (its replacement is trained on)."""
+    s, stop = GroupStream(k=2, groups_per_step=3, last=9), threading.Event()
+    s.push(8)
+    assert s.admit(100, stop) == 6  # (last - base + 1) x 3, not (k + 1) x 3
+    stop_soon = threading.Timer(0.3, stop.set)
+    stop_soon.start()
+    assert s.admit(1, stop) == 0  # nothing more: blocked until stopped
+    stop.clear()
+    s.push(9)
+    with s.cond:
+        assert s.allowance() == 0  # a push past the end admits nothing either
+        s.refunded += 1
+        assert s.allowance() == 1
+    fresh = GroupStream(k=2, groups_per_step=3, last=20)
+    with fresh.cond:
+        assert fresh.allowance() == 0  # nothing before the first push, as without a budget
+
+
 def test_stream_refuses_stale_groups_and_counts_their_generation():
     """A group more than k versions old is refused; its generation still counts in FLOPs
     (carried by the batch) and its slot goes back to the generator."""
@@ -301,7 +325,8 @@ def test_two_ranks_pipeline_rank0_feeds_the_stream(tmp_path):
 @pytest.mark.slow
 def test_zero3_rank_without_generator_joins_the_push_gathers(tmp_path):
     """Pipeline mode feeds from rank 0 only, but under ZeRO-3 reading the weights for a push is
-    a collective: the other ranks join each parameter's gather (else rank 0 hangs)."""
+    a collective: the other ranks join each parameter's gather (else rank 0 hangs). A stop
+    signal on one rank cuts every rank's walk at the same parameter (issue 40 point 4)."""
     import json
 
     pytest.importorskip("deepspeed")
@@ -312,3 +337,7 @@ def test_zero3_rank_without_generator_joins_the_push_gathers(tmp_path):
     launch_ranks(ROOT / "tests" / "_gather_rank_script.py", [str(tmp_path)], cache, 2, timeout=300)
     r = json.loads((tmp_path / "gather.json").read_text())
     assert r["partitioned"] > 0 and r["names"] and r["diff"] == 0.0, r
+    # A stop on the joining rank after its third gather cuts rank 0's push there too.
+    s0, s1 = (json.loads((tmp_path / f"stop{i}.json").read_text()) for i in (0, 1))
+    assert r["cut"] == 3 < r["params"], r
+    assert s0 == {"requested": True, "signal": None} and s1["signal"] == "SIGUSR2", (s0, s1)

@@ -59,7 +59,9 @@ def test_signal_checkpoints_at_the_next_boundary_and_the_rerun_resumes_there(tmp
     # at most that one step's work is redone.
     assert r is not None and t.seen <= r and s - 1 <= r <= s + 1, (t.seen, s, r, metric_steps(d))
     st = rundir.read_status(d)
-    rec = [{"signal_in_step": s, "checkpoint_step": r}]
+    phase = preempt.signal_phase()  # where the signal landed: any phase of a step
+    assert phase in ("generation", "update", "push", "boundary"), phase
+    rec = [{"signal_in_step": s, "signal_in_phase": phase, "checkpoint_step": r}]
     assert st["state"] == "running" and st["step"] == r and st["preemptions"] == rec
     ck = rundir.checkpoint_dir(d)
     import torch

@@ -14,7 +14,11 @@ honoured inside the eval and the generation: the last finished step is checkpoin
 redone on resume), is requeued and resumes. Then every run has trained to its last step, every
 eval step is in metrics.jsonl once, every curve has risen, and `ablate compare` answers for every
 variant: a fit, or, for a curve still rising straight after 16 steps, "not identified" (exit 3,
-"not yet", when no variant can be fit yet).
+"not yet", when no variant can be fit yet). The signal is aimed at an update in progress
+(status.json `phase`, written by rank 0 as its update starts), with an eval in flight when one
+is seen in 60 s: the ranks agree on the stop before their next micro-batch, drop the step and
+checkpoint the last finished one (or, signalled in the last micro-batch, the push is cut and
+the step's own boundary saves it); the preemption record says in which phase it landed.
 
 Why the curves rise within CI's budget: the warm-up leaves the answer inside the thinking in
 3 of 4 completions (scored wrong), so RL has a lesson every prompt shares (answer after
@@ -125,29 +129,46 @@ def _eval_in_flight(run_dir: Path, step: int) -> bool:
         return True
 
 
+def _updating(run_dir: Path) -> bool:
+    """Does the run's status say its rank 0 is inside a step's update (trainer/loop/train.py)?"""
+    try:
+        return json.loads((run_dir / "status.json").read_text()).get("phase") == "update"
+    except (OSError, ValueError):  # replaced as it was read
+        return False
+
+
 def _preempt_one(sdir: Path, deadline: float, sweep: subprocess.Popen
                  ) -> tuple[str, str, int, bool, float]:
     """USR2 to the first job seen past its step-2 eval (Slurm's preemption signal, as
-    test_preempt.py sends it), at a moment its eval is decoding beside the training if one is
-    seen within 60 s (the stop then lands inside an eval and, mostly, inside generation);
-    returns (run id, job id, step seen before the signal, eval in flight when sent, when sent)."""
+    test_preempt.py sends it) while its status shows an update in progress, and its eval
+    decoding beside the training if that is seen within 60 s (the stop then lands inside the
+    update, mostly, and the eval); returns (run id, job id, step seen before the signal, eval
+    in flight when sent, when sent)."""
+    checked = [0.0]
+
     def running_past_first_eval(want_eval: bool):
+        # status.json's phase first (a small file per run): `ablate status` in-process at the
+        # poll's 50 Hz would take CPU from the jobs; it runs once a second, or for a candidate
+        if not any(_updating(d) for d in sdir.iterdir()) and time.time() < checked[0] + 1:
+            return None
+        checked[0] = time.time()
         now = states(sdir)
         broken = {r: s for r, s in now.items() if s["state"] == "failed"}
         assert not broken, broken  # fail now, not at the deadline
         assert sweep.poll() is None, "the sweep ended before any run could be preempted"
         for rid, s in now.items():
             if s["state"] == "running" and (s["step"] or 0) >= EVERY + 1 and s["step"] < STEPS - 2:
-                if not want_eval or _eval_in_flight(sdir / rid, s["step"]):
+                if (not want_eval or _eval_in_flight(sdir / rid, s["step"])) \
+                        and _updating(sdir / rid):
                     return rid, s
         return None
 
     try:
-        rid, s = wait_until(lambda: running_past_first_eval(True), 60, 0.05,
-                            "a run past its first eval with an eval in flight")
+        rid, s = wait_until(lambda: running_past_first_eval(True), 60, 0.02,
+                            "a run past its first eval, updating, with an eval in flight")
     except (AssertionError, TimeoutError):
-        rid, s = wait_until(lambda: running_past_first_eval(False), deadline - time.time(), 0.5,
-                            "a run past its first eval")
+        rid, s = wait_until(lambda: running_past_first_eval(False), deadline - time.time(),
+                            0.02, "a run past its first eval, updating")
     in_eval = _eval_in_flight(sdir / rid, s["step"])
     job = s["job_id"].split(":")[1]
     # Not check=True: scancel may report an error for a step that is already completing
@@ -245,10 +266,13 @@ def test_loss_agg_dress_rehearsal_on_slurm_with_vllm_zero3_and_preemption(tmp_pa
     for r in final:
         assert metric_steps(sdir / r) == list(range(0, STEPS + 1, EVERY)), (r, metric_steps(sdir / r))
     st = json.loads((sdir / rid / "status.json").read_text())
-    ((s, ck),) = [(p["signal_in_step"], p["checkpoint_step"]) for p in st["preemptions"]]
+    ((s, phase, ck),) = [(p["signal_in_step"], p["signal_in_phase"], p["checkpoint_step"])
+                         for p in st["preemptions"]]
     # The signal's checkpoint: the last finished step (the step in flight abandoned inside its
-    # generation), or the boundary ending it, or the next one.
+    # update or generation), or the boundary ending it, or the next one.
     assert st["resumed_from"] == ck and seen <= ck and s - 1 <= ck <= s + 1, (seen, st)
+    if phase == "update":  # dropped (s - 1), or seen at the cut push after the last micro-batch
+        assert ck in (s - 1, s), st
     assert final[rid]["job_id"] == f"slurm:{job}"  # the same job, requeued
     cfg = json.loads(json.dumps(__import__("yaml").safe_load((sdir / rid / "config.yaml").read_text())))
     assert cfg["engine"]["zero_stage"] == 3 and cfg["rollout"]["backend"] == "vllm"
@@ -256,7 +280,7 @@ def test_loss_agg_dress_rehearsal_on_slurm_with_vllm_zero3_and_preemption(tmp_pa
     _check_rises(sdir)
     groups = _check_compare(sdir, {s["name"] for s in final.values()})
     print(json.dumps({"wall_s": round(wall, 1), "warmup": warm, "preempted": {
-        "signal_in_step": s, "checkpoint_step": ck, "step_seen": seen,
+        "signal_in_step": s, "signal_in_phase": phase, "checkpoint_step": ck, "step_seen": seen,
         "eval_in_flight": in_eval},
         "fits": {g["variant"]: [round(g["A"], 3), round(g["B"], 3)] for g in groups},
         "curves": _curves(sdir)}))

@@ -10,7 +10,11 @@ and returns. A step can take longer than the signal's warning (the paper's: 15-2
 generation against Slurm's `signal_delay_s` of 5 min), so the stop is also honoured inside
 generation and eval: the generators call `check()` between decode steps and raise `Stopped`;
 the loop then abandons the step in flight and checkpoints the last finished one
-(trainer/loop/train.py). The launcher still requeues if even that does not finish in time
+(trainer/loop/train.py). The update (minutes of micro-batches at scale) and the weight push
+check it too, at points every rank reaches alike: `agreed()` all-reduces the flag before each
+micro-batch (trainer/loop/update.py) and, under ZeRO-3, before each parameter's gather
+(trainer/generation/push.py PushStop), so no rank waits in a collective its peer left.
+The launcher still requeues if even that does not finish in time
 (ablate/studies/launch/job.py `Fallback`). Whoever launched the trainer then requeues the job (ablate/studies/launch/job.py
 hands over to submitit's own USR2 handler, which pickles the job and runs `scontrol requeue`).
 
@@ -35,6 +39,8 @@ _signal_step: int | None = None  # _current when the first stop signal arrived
 _stopped_at: int | None = None  # the step the trainer checkpointed at and stopped (this attempt)
 _signal_time: float | None = None  # time.monotonic() when the first stop signal arrived
 _signum: int | None = None  # the first stop signal's number
+_phase: str | None = None  # the part of the step this process is in (the loop sets it)
+_signal_phase: str | None = None  # _phase when the first stop signal arrived
 
 
 class Stopped(Exception):
@@ -56,7 +62,13 @@ def request(signum: int | None = None, frame=None) -> None:
         _signal_step = _current
         _signal_time = time.monotonic()
         _signum = signum
+        _note_phase()
     _requested = True
+
+
+def _note_phase() -> None:
+    global _signal_phase
+    _signal_phase = _phase
 
 
 def install(signum: int = signal.SIGUSR2) -> Callable | int | None:
@@ -71,6 +83,18 @@ def at_step(step: int) -> None:
     """The loop is now working on optimizer step `step` (the signal's step is noted from it)."""
     global _current
     _current = step
+
+
+def at_phase(phase: str) -> None:
+    """The loop entered `phase` of its step ("generation", "update", "push", "boundary"): the
+    preemption record says where a stop landed (status.json `signal_in_phase`)."""
+    global _phase
+    _phase = phase
+
+
+def signal_phase() -> str | None:
+    """The phase in flight when the first stop signal arrived (None: none arrived)."""
+    return _signal_phase
 
 
 def signal_step() -> int | None:
@@ -88,6 +112,30 @@ def check() -> None:
     steps (never inside a collective: a ZeRO-3 lockstep decode checks only between calls)."""
     if _requested:
         raise Stopped("stop signal")
+
+
+def agreed(device) -> bool:
+    """Whether a stop signal reached any rank: one MAX all-reduce of the flag (this process's
+    flag alone in a single process). Every rank must call it at the same point (the same
+    micro-batch, the same parameter) and gets the same answer there, so all leave together.
+    A rank the signal has not reached takes the stop as its own (peer_stopped)."""
+    from trainer.dist.groups import all_reduce_floats  # torch: only where ranks agree
+
+    stop = all_reduce_floats([float(_requested)], device, "max")[0] > 0
+    if stop:
+        peer_stopped()
+    return stop
+
+
+def peer_stopped() -> None:
+    """A stop that reached another rank, learnt in an all-reduce: noted here as if the signal
+    had arrived now (its step and phase in flight; check() raises from now on, so this rank's
+    generation and eval end too), without a signal of its own (signal_name stays None)."""
+    global _requested, _signal_step, _signal_time
+    if not _requested:
+        _signal_step, _signal_time = _current, time.monotonic()
+        _note_phase()
+        _requested = True
 
 
 def signal_name() -> str | None:
@@ -114,5 +162,6 @@ def stopped_at() -> int | None:
 def reset() -> None:
     """Forget a request and a stop (a new process attempt, or tests)."""
     global _requested, _stopped_at, _signal_step, _current, _signal_time, _signum
+    global _phase, _signal_phase
     _requested, _stopped_at, _signal_step, _current, _signal_time = False, None, None, None, None
-    _signum = None
+    _signum, _phase, _signal_phase = None, None, None

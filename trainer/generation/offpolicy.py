@@ -15,7 +15,6 @@ arrive).
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -31,16 +30,8 @@ from trainer.registry import Registry
 from trainer.generation.rollout import Generator, Rollout, make_generator
 from trainer.generation.feeders import feeders, strided
 from trainer.generation.push import join_weight_gathers
-
-
-@dataclass
-class Batch:
-    prompt_ids: list[int]  # pool index of each prompt (samples are prompt-major, G per prompt)
-    rollout: Rollout
-    gen_seconds: float
-    # Tokens the generator ran for batches refused as too stale just before this one: their
-    # generation was spent, so it counts in the generation FLOPs.
-    dropped_gen_tokens: int = 0
+from trainer.generation.batches import (  # noqa: F401 (re-exported: the sources' batch)
+    Batch, GroupStream, concat, oldest_version)
 
 
 @dataclass
@@ -64,6 +55,10 @@ class Source(Protocol):
     def next(self, version: int) -> Batch: ...
 
     def after_step(self, model: nn.Module, version: int) -> None: ...
+
+    def stop_generating(self) -> None:
+        """The run's last batch is trained: generate nothing more (idempotent); the
+        generator and its engines stay up for the last eval until close()."""
 
     def close(self) -> None: ...
 
@@ -149,6 +144,9 @@ class PPOOffPolicy:
     def after_step(self, model: nn.Module, version: int) -> None:
         pass  # weights reach the generator only at the next big generation
 
+    def stop_generating(self) -> None:
+        pass  # it generates only inside next()
+
     def state(self) -> dict:
         """The current big generation's unused minibatches (a resume mid-way takes them, as
         the uninterrupted run does; ranks other than 0 keep only the count under vllm)."""
@@ -163,100 +161,6 @@ def _join_push(model: nn.Module) -> None:
     """On a rank without the engine: take part in rank 0's push (ZeRO-3 gathers each
     parameter from every rank's shard, a collective; a no-op for unpartitioned models)."""
     join_weight_gathers(model)
-
-
-def oldest_version(b: Batch, default: int) -> int:
-    """Policy version of the oldest token in `b` (its first token: versions only grow along
-    a sample, in-flight pushes make later tokens newer)."""
-    return min((v[0] for v in b.rollout.versions if v), default=default)
-
-
-def concat(parts: list[Batch]) -> Batch:
-    """Prompt groups (or minibatches) joined into one batch, in order."""
-    ros = [b.rollout for b in parts]
-    fields = ("prompts", "tokens", "logprobs", "versions", "loss_mask", "finished",
-              "interrupted", "penalty", "gen_tokens")
-    ro = Rollout(**{f: [x for r in ros for x in getattr(r, f)] for f in fields})
-    return Batch([i for b in parts for i in b.prompt_ids], ro, sum(b.gen_seconds for b in parts),
-                 sum(b.dropped_gen_tokens for b in parts))
-
-
-class GroupStream:
-    """Finished prompt groups flowing from the generator thread to the trainer, with
-    PipelineRL's admission rule (ServiceNow/PipelineRL actor.py, `max_lag`): the generator may
-    start (k + 1) steps' worth of groups before the first weight push and one step's worth
-    more after each push. Group N of the stream (counting from the first push) is trained on
-    at step base + N // groups_per_step and was started with weights >= that step - k, so a
-    fast generator runs exactly k steps ahead and staleness reaches k but never exceeds it.
-    The trainer still refuses a group whose oldest token is more than k versions old (a
-    safety net; such a group's slot is handed back to the generator)."""
-
-    def __init__(self, k: int, groups_per_step: int) -> None:
-        self.k, self.per_step = k, groups_per_step
-        self.finished: queue.Queue[Batch] = queue.Queue()
-        self.cond = threading.Condition()
-        self.base: int | None = None  # weight version at the stream's first push
-        self.pushed = 0  # latest pushed weight version
-        self.started = 0  # groups the generator has started
-        self.refunded = 0  # slots handed back by groups refused as stale
-        self.stale_dropped = 0
-        self.wait_seconds = 0.0
-
-    def push(self, version: int) -> None:
-        """The trainer pushed weights `version`: one more step's worth of groups may start."""
-        with self.cond:
-            self.base = version if self.base is None else self.base
-            self.pushed = version
-            self.cond.notify_all()
-
-    def allowance(self) -> int:
-        """Groups the generator may start now (caller holds the lock)."""
-        if self.base is None:
-            return 0
-        limit = (self.k + 1 + self.pushed - self.base) * self.per_step + self.refunded
-        return limit - self.started
-
-    def admit(self, want: int, stop: threading.Event) -> int:
-        """Block until some groups may start; reserve and return up to `want` (0: stopping)."""
-        with self.cond:
-            while not stop.is_set():
-                n = min(want, self.allowance())
-                if n > 0:
-                    self.started += n
-                    return n
-                self.cond.wait(timeout=0.1)
-        return 0
-
-    def put(self, group: Batch) -> None:
-        self.finished.put(group)
-
-    def take(self, version: int, failed: Callable[[], BaseException | None]) -> Batch:
-        """The next step's batch: `groups_per_step` finished groups at most k versions old,
-        in the order they finished; waits while there are not enough."""
-        t0, groups, dropped = time.perf_counter(), [], 0
-        while len(groups) < self.per_step:
-            err = failed()
-            if err is not None:
-                raise RuntimeError("generator thread failed") from err
-            try:
-                g = self.finished.get(timeout=0.1)
-            except queue.Empty:
-                if self.base is None:  # nothing may start before the first push: no wait ends
-                    raise RuntimeError("pipeline source: next() before any after_step(model, "
-                                       "version); the loop stamps the generator's weights first")
-                continue
-            if version - oldest_version(g, version) <= self.k:
-                groups.append(g)
-                continue
-            self.stale_dropped += 1
-            dropped += sum(g.rollout.gen_tokens) + g.dropped_gen_tokens
-            with self.cond:
-                self.refunded += 1
-                self.cond.notify_all()
-        self.wait_seconds += time.perf_counter() - t0
-        b = concat(groups)
-        b.dropped_gen_tokens += dropped
-        return b
 
 
 # PipelineRL-k: trainer/generation/pipeline_data.py `pipeline` picks the data-timed source there or the
@@ -284,7 +188,8 @@ class Pipeline:
         self.feeders = feeders(c)
         self.share = self.feeders.share
         per_step = c.rollout.prompts_per_step // self.feeders.count
-        self.stream = GroupStream(c.off_policy.k, per_step)
+        last = None if c.budget.steps is None else c.budget.steps - 1  # next(version) of it
+        self.stream = GroupStream(c.off_policy.k, per_step, last)
         self.per_call = c.off_policy.groups_per_call or per_step  # as placement.rollout_rows
         self.stop = threading.Event()
         self.error: BaseException | None = None
@@ -377,12 +282,20 @@ class Pipeline:
         elif self.ctx.config.rollout.backend == "vllm":
             _join_push(model)  # under ZeRO-3 the feeders' pushes gather from all ranks' shards
 
-    def close(self) -> None:
+    def stop_generating(self) -> None:
+        """No rollout can be trained on any more: stop admitting groups and abort the ones in
+        flight (their engines stay up for the last eval, trainer/loop/final_eval.py)."""
+        if self.stop.is_set():
+            return
         self.stop.set()
         if self.feeds:
             if getattr(self, "service", None) is not None:
-                self.service.stop()  # its requests aborted before the engine goes
+                self.service.stop()  # its requests aborted; the engines stay
             self.thread.join(timeout=60)
+
+    def close(self) -> None:
+        self.stop_generating()
+        if self.feeds:
             _close(self.gen)
 
 

@@ -285,10 +285,16 @@ class DataPipeline:
         self.calls.extend(s.get("calls", []))
         self.snapshots.update(s.get("snapshots", {}))
 
-    def close(self) -> None:
+    def stop_generating(self) -> None:
+        """No rollout can be trained on any more: the generator thread ends (at its next
+        decode step or wait); the generator stays for the last eval until close()."""
         self.stop.set()
         with self.cond:
             self.cond.notify_all()
         if self.feeds:
             self.thread.join(timeout=60)
+
+    def close(self) -> None:
+        self.stop_generating()
+        if self.feeds:
             _close(self.gen)

@@ -9,6 +9,13 @@ CPU. A push announces (name, dtype, shape) of every parameter by RPC, then broad
 at a time while the workers feed each into vLLM's in-place `reload_weights` as it arrives.
 The engine's own torch.distributed state is left alone.
 
+A stop signal cuts a push between two parameters (PushStop): the trainer tells the workers the
+push ends there (a flag broadcast before each parameter), so vLLM's reload finishes on what
+came (its layerwise reload restores the layers that got nothing) and the engine stays alive,
+holding weights of two versions. The generator then refuses to decode until a complete push
+(trainer/generation/vllm_engine.py `torn`); the job is stopping anyway, and the resumed run
+starts its engines afresh and pushes the checkpoint's weights whole before any rollout.
+
 Also here: the one walk of the trainer's weights that every push uses (named_weights: ZeRO-3
 shards gathered one parameter at a time, never a full copy), the other ranks' side of those
 gathers (join_weight_gathers), and the same walk into files for an engine's first start.
@@ -22,6 +29,8 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 import torch
+
+from trainer.dist import preempt
 
 
 def _worker_rank(worker) -> int:
@@ -47,7 +56,11 @@ def _receive_weights(worker, specs: list[tuple[str, str, tuple[int, ...]]]) -> N
         else torch.device("cpu")
 
     def stream():
+        more = torch.zeros(1, dtype=torch.int32, device=device)
         for name, dtype, shape in specs:
+            group.broadcast(more, 0).wait()
+            if not more.item():  # the trainer cut the push (a stop signal): load what came
+                return
             t = torch.empty(shape, dtype=getattr(torch, dtype), device=device)
             group.broadcast(t, 0).wait()
             yield name, t
@@ -92,6 +105,9 @@ class WeightBroadcast:
         from vllm.distributed.utils import stateless_init_torch_distributed_process_group
 
         self.llm = llm
+        # where this end's tensors live for the group: NCCL sends GPU tensors
+        self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" \
+            else torch.device("cpu")
         world = 1 + len(llm.collective_rpc(_worker_rank))
         host, port = "127.0.0.1", _free_port()  # the engine process runs on this node
         t, errors = _rpc_in_thread(llm, _join_update_group, (host, port, world, backend))
@@ -110,12 +126,20 @@ def push_to_all(casts: list[WeightBroadcast], specs: list[tuple[str, str, tuple[
                 weights: Iterable[tuple[str, torch.Tensor]]) -> None:
     """One push into several engines (data-parallel replicas, one group each): every
     parameter is produced once (under ZeRO-3, one gather, as the other ranks expect) and
-    broadcast over each replica's group in turn, while all of them load."""
+    broadcast over each replica's group in turn, while all of them load. Each parameter is
+    announced by a flag (1: one follows); `weights` ending early (a PushStop cut) is announced
+    by a 0, and the workers load what came."""
     pending = [_rpc_in_thread(c.llm, _receive_weights, (specs,)) for c in casts]
+    sent = 0
     for _, w in weights:
         w = w.contiguous()
         for c in casts:
+            c.group.broadcast(torch.ones(1, dtype=torch.int32, device=c.device), 0).wait()
             c.group.broadcast(w, 0).wait()
+        sent += 1
+    if sent < len(specs):
+        for c in casts:
+            c.group.broadcast(torch.zeros(1, dtype=torch.int32, device=c.device), 0).wait()
     for t, errors in pending:
         _finish(t, errors)
 
@@ -145,9 +169,41 @@ def _zero3_full(p: torch.nn.Parameter) -> torch.Tensor:
     return torch.cat(parts)[:p.ds_numel].view(p.ds_shape)
 
 
-def named_weights(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
-    """(HF name, full tensor) for each parameter, gathering ZeRO-3 partitions one at a time."""
+class PushStop:
+    """Where a stop signal cuts a push: asked before each parameter of the walk, on every
+    rank that walks it (the pushing ranks' named_weights, the others' join_weight_gathers).
+
+    Under ZeRO-3 every training rank joins each parameter's gather, so the ranks must cut at
+    the same parameter: the flag is agreed there (trainer/dist/preempt.py agreed: one small
+    all-reduce beside each parameter's all-gather). Otherwise only the pushing process walks
+    the weights, and its own flag decides. `cut` tells the pusher the walk ended early."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        first = next(model.parameters())
+        self.partitioned = hasattr(first, "ds_id")  # the same answer on every rank
+        self.device = first.device
+        self.cut = False
+
+    def now(self) -> bool:
+        """True once the push must end before the next parameter."""
+        if not self.cut:
+            self.cut = preempt.agreed(self.device) if self.partitioned else preempt.requested()
+        return self.cut
+
+
+def named_weights(model: torch.nn.Module, dtype: torch.dtype,
+                  stop: PushStop | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """(HF name, full tensor) for each parameter, gathering ZeRO-3 partitions one at a time:
+    a push's walk, ending early where a stop signal cuts it (`stop`, or a PushStop of its
+    own: under ZeRO-3 the joining ranks' walk asks before every parameter, so this one must)."""
+    return _walk(model, dtype, stop or PushStop(model))
+
+
+def _walk(model: torch.nn.Module, dtype: torch.dtype,
+          stop: PushStop | None) -> Iterator[tuple[str, torch.Tensor]]:
     for name, p in model.named_parameters():
+        if stop is not None and stop.now():
+            return
         name = name.removeprefix("_orig_mod.").removeprefix("module.")
         full = _zero3_full(p) if hasattr(p, "ds_id") else p.detach()  # ds_id: ZeRO-3 partitioned
         yield name, full.to(dtype).clone()
@@ -156,18 +212,25 @@ def named_weights(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[tuple[
 def join_weight_gathers(model: torch.nn.Module) -> None:
     """On a rank that holds no generator: take part in the ZeRO-3 all-gathers that the feeding
     rank's `named_weights` runs for a push (each a collective over the training ranks), one
-    parameter at a time in the same order. A no-op for unpartitioned models."""
+    parameter at a time in the same order, cut where the pushing rank's is (PushStop). A
+    no-op for unpartitioned models."""
+    stop = PushStop(model)
+    if not stop.partitioned:
+        return
     for _, p in model.named_parameters():
+        if stop.now():  # asked before every parameter, as named_weights does
+            return
         if hasattr(p, "ds_id"):
             _zero3_full(p)
 
 
 def save_for_vllm(model: torch.nn.Module, path: Path) -> None:
     """config.json + model.safetensors of a model that exists only in memory. Not
-    save_pretrained: under ZeRO-3 the module holds shards, so weights come from
-    named_weights, which gathers them. (Tokenizer files are not needed: token ids in/out.)"""
+    save_pretrained: under ZeRO-3 the module holds shards, so weights come from a push's
+    walk (_walk), which gathers them. (Tokenizer files are not needed: token ids in/out.)"""
     from safetensors.torch import save_file
 
     model.config.save_pretrained(path)
-    save_file({n: t.contiguous() for n, t in named_weights(model, torch.float32)},
+    # not a push (nothing joins it) and never cut: an engine's first files must be whole
+    save_file({n: t.contiguous() for n, t in _walk(model, torch.float32, None)},
               str(path / "model.safetensors"))

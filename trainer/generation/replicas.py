@@ -45,7 +45,7 @@ from trainer.config import TrainConfig
 from trainer.dist.binding import current_binding
 from trainer.generation.rollout import Generation
 from trainer.generation.vllm_engine import VLLMGenerator
-from trainer.generation.push import named_weights, push_to_all, weight_specs
+from trainer.generation.push import PushStop, named_weights, push_to_all, weight_specs
 from trainer.generation.pins import Pins
 
 
@@ -130,7 +130,8 @@ class ReplicaGenerator:
 
     def sync_weights(self, model: torch.nn.Module, version: int) -> None:
         """Pause every replica at its next step boundary, stream the weights once into all of
-        them, resume (in flight, as one engine does)."""
+        them, resume (in flight, as one engine does). A stop signal may cut it (every replica
+        then `torn`, as one engine, trainer/generation/vllm_engine.py _load)."""
         targets = self.pins.push_targets()  # an eval's engines keep its step's weights
         engines = [self.engines[i] for i in targets]
         held = []
@@ -140,11 +141,15 @@ class ReplicaGenerator:
                     e._take_engine()
                     held.append(e)
                     paused.enter_context(e.paused())
+                stop = PushStop(model)
                 push_to_all([e.broadcaster(model) for e in engines],
-                            weight_specs(model, self.dtype), named_weights(model, self.dtype))
+                            weight_specs(model, self.dtype), named_weights(model, self.dtype, stop))
                 for e in engines:
-                    e.loaded(version)
-            self.pins.pushed(targets, version)
+                    e.torn = stop.cut
+                    if not stop.cut:
+                        e.loaded(version)
+            if not stop.cut:
+                self.pins.pushed(targets, version)
         finally:
             for e in held:
                 e._gen_lock.release()

@@ -52,15 +52,14 @@ from trainer.config import TrainConfig
 from trainer.generation.rollout import Generation
 from trainer.generation.vllm_args import CPU_STEP_TOKENS  # noqa: F401  (gen_service's eval chunks)
 from trainer.generation.vllm_args import engine_args, engine_start, set_vllm_env
-from trainer.generation.push import WeightBroadcast, named_weights, save_for_vllm, weight_specs
+from trainer.generation.push import (PushStop, WeightBroadcast, named_weights, save_for_vllm,
+                                     weight_specs)
 from trainer.generation.pins import Pins
 from trainer.generation.vllm_outputs import engine_room, sampled_versions
 
 # vLLM samples greedily below this temperature (vllm.sampling_params._SAMPLING_EPS) and then
 # refuses n > 1; a near-greedy eval (eval.temperature 1e-6) asks for k samples per prompt.
 GREEDY_BELOW = 1e-5
-
-
 
 
 def _logits_head_dtype(model: torch.nn.Module) -> str:
@@ -151,6 +150,7 @@ class VLLMGenerator:
         self._calls = 0
         self._broadcast: Optional[WeightBroadcast] = None  # made at the first push
         self._cache_stale = False
+        self.torn = False  # a stop cut the last push: weights of two versions (_step refuses)
         self._gen_lock = threading.Lock()  # held by whoever drives the engine
         self._pause = threading.Condition()  # guards _waiting
         self._waiting = 0  # threads (pushes, generate calls) waiting for the engine
@@ -236,7 +236,11 @@ class VLLMGenerator:
         return call.generation()
 
     def _step(self, engine) -> None:
-        """One engine step; each output goes to the call that asked for it (any caller's)."""
+        """One engine step; each output goes to the call that asked for it (any caller's).
+        Never on torn weights (a push a stop signal cut: trainer/generation/push.py): the
+        caller's requests end with preempt.Stopped, as a stop between steps ends them."""
+        if self.torn:
+            raise preempt.Stopped("the last weight push was cut by a stop signal")
         for out in engine.step():
             route = self._routes.get(out.request_id)
             if route is None:  # a request its caller aborted (stop signal)
@@ -291,14 +295,16 @@ class VLLMGenerator:
         generator join them (join_weight_gathers). While an eval holds the engine (pinned at
         its step's weights, trainer/generation/pins.py) the push waits for it to end."""
         while self.pins.must_wait():  # an eval holds the one engine: it ends first (pins.py)
-            preempt.check()
+            if preempt.requested():  # not raised here, where only this rank is: the push
+                break  # below is cut at once (PushStop), on every rank that walks it alike
             self.pins.wait_released(timeout=0.5)
         self._take_engine()  # free, or handed over at the generator's next step
         try:
             self._load(model, version)
         finally:
             self._gen_lock.release()
-        self.pins.pushed([0], version)
+        if not self.torn:
+            self.pins.pushed([0], version)
 
     def _take_engine(self) -> None:
         """Hold the engine: at once if it is free, else the thread driving it hands it over
@@ -321,8 +327,11 @@ class VLLMGenerator:
         self._gen_lock.acquire()
 
     def _load(self, model: torch.nn.Module, version: int) -> None:
-        """Load the module's weights into the engine (caller holds the engine)."""
-        weights = named_weights(model, self.dtype)
+        """Load the module's weights into the engine (caller holds the engine). A stop
+        signal may cut it between parameters (PushStop): the engine is then `torn` until a
+        complete push."""
+        stop = PushStop(model)
+        weights = named_weights(model, self.dtype, stop)
         with self.paused():
             # Worker.reload_weights: vLLM's in-place reload (layerwise: re-runs each layer's
             # post-load processing, e.g. the CPU backend's GEMM weight repacking, so a plain
@@ -332,7 +341,9 @@ class VLLMGenerator:
                     "weights_iterator": weights, "is_checkpoint_format": True})
             else:  # engine process (GPU split): broadcast, parameter by parameter
                 self.broadcaster(model).push(weight_specs(model, self.dtype), weights)
-            self.loaded(version)
+            self.torn = stop.cut
+            if not stop.cut:
+                self.loaded(version)
 
     @contextlib.contextmanager
     def paused(self):

@@ -169,6 +169,8 @@ class Checkpoints:
             self.parts.device, "max")
         if failed_any:  # every rank stops here; rank 0 raises the worker's error
             raise RuntimeError("the eval worker failed") from failed
+        if stop:
+            preempt.peer_stopped()  # a rank the signal missed records it (and stops) as well
         return bool(stop), bool(due)
 
     def save_eval_progress(self, evals: EvalPoint) -> None:
@@ -176,9 +178,11 @@ class Checkpoints:
         its decode at the next step) and record the chunks its pending evals finished since
         the checkpoint was written (that save may be this step's eval-point save, taken
         while the eval had just begun): an eval longer than a job goes on from there."""
-        if not self.parts.main or evals.worker is None:
+        if not self.parts.main:
             return
-        evals.worker.close()
+        if evals.worker is not None:
+            evals.worker.close()
+        # (the pending evals include the last one held for every node's engines, final_eval.py)
         progress = {job.step: dict(job.done) for job in evals.pending() if job.done}
         if progress:
             rundir.write_eval_progress(self.dir, progress)
@@ -186,5 +190,6 @@ class Checkpoints:
     def record_stop(self, step: int) -> None:
         """The stop in the preemption record (status.json) and in trainer.dist.preempt."""
         self.notes["preemptions"].append({"signal_in_step": preempt.signal_step(),
+                                          "signal_in_phase": preempt.signal_phase(),
                                           "checkpoint_step": step})
         preempt.mark_stopped(step)

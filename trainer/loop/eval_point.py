@@ -92,6 +92,8 @@ class EvalPoint:
         self.c, self.dir, self.parts = config, run_dir, parts
         self.worker: Optional[eval_service.EvalWorker] = None  # rank 0's, at its first eval
         self.services: list = []  # the worker's generation services (stopped at close)
+        # rank 0: the run's last eval, held for every node's engines (trainer/loop/final_eval.py)
+        self.final: Optional[eval_service.EvalJob] = None
 
     @property
     def seed(self) -> int:
@@ -115,10 +117,17 @@ class EvalPoint:
 
     @torch.no_grad()
     def launch(self, step: int, row: dict, source, weights: Optional[dict],
-               done: Optional[dict] = None) -> None:
+               done: Optional[dict] = None, final: bool = False) -> None:
         """Hand the eval of `step` (its row, its weights, the chunks a checkpoint says are
-        done) to rank 0's worker; hf under ZeRO-3 evaluates now, on every rank."""
+        done) to rank 0's worker; hf under ZeRO-3 evaluates now, on every rank. The run's
+        last eval (`final`) is held for every node's engines where it can spread over them
+        (trainer/loop/final_eval.py, at the end of the run)."""
+        from trainer.loop.final_eval import spread
+
         c, p = self.c, self.parts
+        if final and p.main and spread(c, source) is not None:
+            self.final = eval_service.EvalJob(step, row, weights, dict(done or {}))
+            return
         if c.rollout.backend == "hf" and p.zero3:
             gen = HFGenerator(c, p.model, p.tok)  # the trainer's current weights
             t0 = time.perf_counter()
@@ -185,23 +194,27 @@ class EvalPoint:
         trackers.log_metrics(self.c, self.dir, row)  # TensorBoard / W&B / MLflow, if chosen
 
     def redo(self, evals: list[tuple[int, dict, Optional[dict], dict]], step: int,
-             source) -> None:
+             source, final: bool = False) -> None:
         """On resume: launch again the evals the checkpoint lists as not written (a stop or a
         kill ended them), in step order, on their step's weights: the resumed model's for the
         checkpoint's own step, the snapshot the checkpoint kept for an earlier one (hf). The
         vllm engine holds one set of weights: an earlier step's eval is redone on the
         resumed weights, and its row says so (eval/weights_step). An eval the checkpoint
-        saved progress for decodes only its remaining chunks (EvalJob.done)."""
+        saved progress for decodes only its remaining chunks (EvalJob.done). `final`: the
+        run's budget is spent, so the checkpoint's own step's eval is the last (launch)."""
         for eval_step, row, weights, done in evals:
             if weights is None:  # every rank alike (the list is rank 0's, broadcast)
                 if eval_step != step:
                     row = {**row, eval_service.EVAL_WEIGHTS_STEP: step}
                 weights = self.step_weights(source, step)
-            self.launch(eval_step, row, source, weights, done)
+            self.launch(eval_step, row, source, weights, done,
+                        final=final and eval_step == step)
 
     def pending(self) -> list:
-        """The launched evals whose lines are not written yet (rank 0's worker's jobs)."""
-        return self.worker.pending() if self.worker is not None else []
+        """The launched evals whose lines are not written yet (rank 0's worker's jobs, and
+        the last eval held for every node's engines): what a checkpoint keeps."""
+        jobs = self.worker.pending() if self.worker is not None else []
+        return jobs + ([self.final] if self.final is not None else [])
 
     def failed(self) -> Optional[BaseException]:
         """The worker's error, if it failed."""

@@ -16,8 +16,8 @@ with the keys of `to_checkpoint` (counters with gen_counter, the window as "acc"
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -109,26 +109,36 @@ class TrainState:
         self.source = s.get("source")
         self.pending_evals = list(s.get("pending_evals", []))
 
-    def mark(self) -> "StepMark":
-        """What a step changes before its update, to put back if the step is abandoned."""
+    def mark(self, source_state: Callable[[], object]) -> "StepMark":
+        """What a step changes before its optimizer step, to put back if the step is
+        abandoned: the data position, RNGs, counters and window (the step's generation and
+        rewards are counted before its update), and the rollout source's state (the step
+        takes its batch out of the source: `source_state`, the state a checkpoint saves)."""
+        w = self.window
         return StepMark(self.step, self.data.pool.state_dict(), self.data.gen_counter,
-                        torch.get_rng_state(), random.getstate())
+                        torch.get_rng_state(), random.getstate(), replace(self.counters),
+                        Window(dict(w.sums), dict(w.counts), w.lag_max), source_state())
 
     def rewind(self, mark: "StepMark") -> None:
         """Back to `mark` (a stop signal inside the step): its checkpoint is the last finished
-        step's, as if the abandoned step had never begun."""
+        step's, as if the abandoned step had never begun (the source's state to save with it
+        is `mark.source`)."""
         self.data.pool.load_state_dict(mark.pool)
         self.data.gen_counter = mark.gen_counter
         torch.set_rng_state(mark.torch_rng)
         random.setstate(mark.py_rng)
+        self.counters, self.window = replace(mark.counters), mark.window
 
 
 @dataclass(frozen=True)
 class StepMark:
-    """The data position and RNGs at a step's start (TrainState.mark)."""
+    """The run's state at a step's start, and its source's (TrainState.mark)."""
 
     step: int
     pool: dict
     gen_counter: int
     torch_rng: torch.Tensor
     py_rng: Any
+    counters: Counters
+    window: Window
+    source: object  # the rollout source's state then (Context.source_state)

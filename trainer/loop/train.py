@@ -43,6 +43,7 @@ from trainer.generation.offpolicy import MODES, Context, concat
 from trainer.generation.vllm_args import check_vllm_version
 from trainer.loop.accounting import Budget, count_generation
 from trainer.loop.checkpoint import Checkpoints
+from trainer.loop import final_eval
 from trainer.loop.eval_point import EvalPoint, metrics_row, rollout_stats
 from trainer.loop.setup import Parts, build, setup_distributed
 from trainer.loop.state import TrainState, StepMark
@@ -140,7 +141,8 @@ def train(r: Run) -> None:
     """The loop: first eval, then per step generate -> train -> push weights -> maybe eval
     and checkpoint, until the budget is spent or a stop signal asks for a requeue. Evals
     are launched, not waited for (trainer/loop/eval_point.py); the run is done when their
-    lines are written. A stop signal inside generation abandons the step in flight."""
+    lines are written. A stop signal inside generation or the update abandons the step in
+    flight; inside the push it cuts the push (the step is finished: the boundary saves it)."""
     c, s, model = r.config, r.state, r.parts.model
     r.ckpt.start_attempt(s.step)
     write_status(r, "running")
@@ -159,32 +161,40 @@ def train(r: Run) -> None:
             evaluate(r, source)  # launched; decoded beside training (eval_service.py)
             r.ckpt.save(s, r.ctx.source_state, r.evals)
         source.after_step(model, s.step)  # resumed: stamp generator with this version
-        r.evals.redo(r.redo, s.step, source)  # evals a stop or a kill ended
+        r.evals.redo(r.redo, s.step, source, final=r.budget.spent(s))  # a stop or a kill ended
         while not r.budget.spent(s):
             t0 = time.perf_counter()
             preempt.at_step(s.step + 1)
-            mark = s.mark()
+            preempt.at_phase("generation")
+            mark = s.mark(r.ctx.source_state)
             batch = next_batch(source, s.step)  # rank 0's data everywhere, or its stop
             train_step(r, batch)
             s.step += 1
+            mark = None  # (it may hold weight snapshots the push below lets go)
+            preempt.at_phase("push")
             source.after_step(model, s.step)  # the weight push
             s.counters.wall += time.perf_counter() - t0
-            write_status(r, "running")
+            preempt.at_phase("boundary")
+            write_status(r, "running", phase="generation")
             last = r.budget.spent(s)
+            if last:  # the last batch is trained: no rollout can be trained on any more
+                source.stop_generating()
             stop, timely = r.ckpt.boundary_flags(r.evals)
             if c.eval.due(s.step) or last:
-                evaluate(r, source)
+                evaluate(r, source, final=last)
                 r.ckpt.save(s, r.ctx.source_state, r.evals)
             elif s.step % c.checkpoint.every_steps == 0 or timely or stop:
                 r.ckpt.save(s, r.ctx.source_state, r.evals)
             if stop and not last:  # saved at this boundary; the launcher requeues
                 stop_for_preemption(r)
                 return
-        if r.parts.main:
-            r.evals.finish()  # training is over: only rank 0 waits, for the last lines
-    except preempt.Stopped:  # inside generation, or an eval at the end: every rank
+        source.stop_generating()  # (a run resumed with its budget spent: never started)
+        # The last eval on every node's engines (every rank), else rank 0 waits for its lines.
+        if not final_eval.finish(r.evals, source) and r.parts.main:
+            r.evals.finish()
+    except preempt.Stopped:  # inside generation or the update, an eval at the end: every rank
         close()  # the generator thread stops drawing from the pool before it is restored
-        abandon_step(r, mark if mark is not None and mark.step == s.step else None)
+        abandon_step(r, mark)
         return
     finally:
         close()
@@ -207,6 +217,8 @@ def train_step(r: Run, batch) -> None:
     count_generation(s.counters, batch, p.n_params)
     stats = rollout_stats(s, batch, correct, rewards, rows, dropped)
     if rows:
+        preempt.at_phase("update")
+        write_status(r, "running", phase="update")  # (`ablate status`; the rehearsal aims here)
         trained = r.update(batch.rollout, rows, rewards, s.step)
         s.counters.tokens += trained.tokens
         s.counters.flops_train += trained.flops
@@ -235,21 +247,25 @@ def next_batch(source, step: int):
 
 
 @torch.no_grad()
-def evaluate(r: Run, source) -> None:
+def evaluate(r: Run, source, final: bool = False) -> None:
     """The eval point of this step: its metrics row (the counters now, the window's means)
-    handed with this step's weights to the eval, which writes the row when it is done."""
+    handed with this step's weights to the eval, which writes the row when it is done
+    (`final`: the run's last, trainer/loop/final_eval.py)."""
     s = r.state
     row = metrics_row(s, r.budget.gpu_hours(s.counters), source)
-    r.evals.launch(s.step, row, source, r.evals.step_weights(source, s.step))
+    r.evals.launch(s.step, row, source, r.evals.step_weights(source, s.step), final=final)
 
 
 def abandon_step(r: Run, mark: StepMark | None) -> None:
-    """A stop signal inside a step (every rank): put back what the step drew, checkpoint
-    the last finished step unless that is saved already, record the stop."""
+    """A stop signal inside a step (every rank): put back what the step drew and counted
+    (`mark`: the step's start; None outside a step), checkpoint the last finished step, with
+    the source's state as that step left it, unless that is saved already; record the stop."""
+    source_state = r.ctx.source_state
     if mark is not None:
         r.state.rewind(mark)
+        source_state = lambda: mark.source  # noqa: E731
     if r.ckpt.saved[0] != r.state.step:
-        r.ckpt.save(r.state, r.ctx.source_state, r.evals)
+        r.ckpt.save(r.state, source_state, r.evals)
     stop_for_preemption(r)
 
 
@@ -264,11 +280,14 @@ def stop_for_preemption(r: Run) -> None:
               "requeue", file=sys.stderr, flush=True)
 
 
-def write_status(r: Run, state: str) -> None:
+def write_status(r: Run, state: str, phase: str | None = None) -> None:
     """status.json (rank 0): state, step, progress, and the run's preemption record
-    (`preemptions`: over all attempts, per stop signal the step rank 0 was working on when
-    it arrived and the step checkpointed at; `resumed_from`: the checkpoint step this
-    attempt started from)."""
+    (`preemptions`: over all attempts, per stop signal the step and phase rank 0 was working
+    on when it arrived and the step checkpointed at; `resumed_from`: the checkpoint step this
+    attempt started from). `phase` while running: "update" from the step's update on,
+    "generation" from the step boundary on (its eval launch and checkpoint, then the next
+    batch)."""
     if r.parts.main:
         rundir.write_status(r.dir, state, r.state.step, total_steps=r.config.budget.steps,
-                            progress=round(r.budget.fraction(r.state), 4), **r.ckpt.notes)
+                            progress=round(r.budget.fraction(r.state), 4), **r.ckpt.notes,
+                            **({"phase": phase} if phase else {}))

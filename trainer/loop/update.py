@@ -13,6 +13,14 @@ the whole batch's aggregation denominators (times the world size), so the accumu
 rank-averaged gradient equals the single-process gradient of the whole batch
 (trainer/loop/microbatch.py); a rank dealt no group still steps on a zero-weighted group, and ranks
 run equally many micro-batches, so collectives line up.
+
+A stop signal (trainer/dist/preempt.py) is honoured between micro-batches: before each one the
+ranks agree on the flag (one all-reduce), so every rank stops at the same micro-batch and the
+step is dropped (preempt.Stopped; trainer/loop/train.py abandon_step checkpoints the last
+finished step). Nothing the checkpoint holds has changed by then: the step's one optimizer step
+comes after the last micro-batch, and the gradients accumulated so far are in no checkpoint
+(the torch engine saves weights, optimizer and scheduler; DeepSpeed also its step counters,
+which only step() advances) and die with the process, which stops after the save.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import torch
 from trainer import rundir as col
 from trainer.algo.advantages import compute_advantages
 from trainer.config import TrainConfig
+from trainer.dist import preempt
 from trainer.dist.groups import all_reduce_floats
 from trainer.loop.setup import Parts
 from trainer.models.logprobs import (
@@ -93,6 +102,8 @@ class PolicyUpdate:
         self.model.train()  # HF gradient checkpointing (and dropout) act only in train mode
         try:
             for i, (mb, live) in enumerate(micro):
+                if preempt.agreed(self.device):  # every rank at the same micro-batch
+                    raise preempt.Stopped(f"stop signal inside the update (micro-batch {i})")
                 b = self.loss_batch(ro, mb, adv_of, weight_of if real and live else None)
                 logp, ent, n_proc = self.forward(ro, b)
                 loss, st = self.policy_loss(logp, b, step)
