@@ -11,20 +11,18 @@ from __future__ import annotations
 import json
 
 import pytest
-from _multirank_util import ROOT, launch_ranks, warm_proxy
+from _multirank_util import ROOT, launch_ranks, session_cache, warm_proxy
 from test_vllm import _venv_python
 
 
 @pytest.mark.vllm
 def test_ppo_off_policy_two_ranks_share_rank0s_engine(tmp_path):
-    import os
-
     # The model once, before the ranks: with an empty cache (this test run alone) both ranks
     # would build it at once (tests/test_two_nodes.py saw that race)
-    warm_proxy(os.environ["ABLATE_CACHE"], "__import__('_one_engine_script').job_config()",
+    warm_proxy(session_cache(), "__import__('_one_engine_script').job_config()",
                python=_venv_python())
     launch_ranks(ROOT / "tests" / "_one_engine_script.py", [str(tmp_path)],
-                 cache=os.environ["ABLATE_CACHE"], world=2, timeout=400, python=_venv_python(),
+                 cache=session_cache(), world=2, timeout=400, python=_venv_python(),
                  extra_env={"VLLM_CPU_KVCACHE_SPACE": "1"})
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert r0["engine"] is True and r1["engine"] is False  # one engine for the job

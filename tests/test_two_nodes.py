@@ -12,10 +12,9 @@ and every rank trains on both halves. About 2 min on the 2-core machine (two eng
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
-from _multirank_util import ROOT, launch_ranks, warm_proxy
+from _multirank_util import ROOT, launch_ranks, session_cache, warm_proxy
 from test_vllm import _venv_python
 
 STEPS = 3
@@ -25,10 +24,10 @@ STEPS = 3
 def test_each_nodes_engine_makes_its_share_of_every_step(tmp_path):
     # The model once, before the ranks (as every multi-rank test does): with an empty cache
     # the two "nodes" once raced on building it here (a model dir holding only the tokenizer)
-    warm_proxy(os.environ["ABLATE_CACHE"], f"__import__('_two_nodes_script').config({STEPS})",
+    warm_proxy(session_cache(), f"__import__('_two_nodes_script').config({STEPS})",
                python=_venv_python())
     launch_ranks(ROOT / "tests" / "_two_nodes_script.py", [str(STEPS), str(tmp_path)],
-                 cache=os.environ["ABLATE_CACHE"], world=2, timeout=500, python=_venv_python(),
+                 cache=session_cache(), world=2, timeout=500, python=_venv_python(),
                  extra_env={"VLLM_CPU_KVCACHE_SPACE": "1"}, nodes=2)
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert r0["feeders"] == r1["feeders"] == [0, 1]  # every node's local rank 0 feeds
