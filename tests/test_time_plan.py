@@ -359,7 +359,8 @@ def test_slurm_executor_gets_the_requeues_the_plan_derives(tmp_path):
     assert need > plan_time(paper(budget={"steps": 200}), shape, limits).requeues
     n = slurm.max_num_timeout([small, big], prof)
     assert n == auto_max_num_timeout(need) and n > need
-    ex = slurm.executor(tmp_path / "submitit", prof.slurm, "ablate-test", n)
+    ex = slurm.executor(tmp_path / "submitit", prof.slurm, "ablate-test", n,
+                        slurm.tasks_per_node(big, prof))
     assert ex.max_num_timeout == n  # what submitit puts in each job's countdown
     capped = Profile.model_validate({**prof.model_dump(), "slurm": {
         **prof.slurm.model_dump(), "max_num_timeout": 7}})

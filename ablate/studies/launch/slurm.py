@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import submitit
 
@@ -117,10 +117,8 @@ def tasks_per_node(run_dir: Path, profile: Profile) -> int:
 
 
 def executor(folder: Path, prof: SlurmProfile, job_name: str,
-             max_num_timeout: int, tasks: Optional[int] = None) -> submitit.SlurmExecutor:
-    """submitit's executor for runs of `tasks` tasks per node (None: the profile's number)."""
-    if tasks is None:
-        tasks = 1 if prof.tasks_per_node == "auto" else prof.tasks_per_node
+             max_num_timeout: int, tasks: int) -> submitit.SlurmExecutor:
+    """submitit's executor for runs of `tasks` tasks per node (`tasks_per_node`)."""
     ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=max_num_timeout,
                                 python=prof.python)
     params = dict(
