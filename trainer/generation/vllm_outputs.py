@@ -32,8 +32,11 @@ def engine_room(llm) -> Room:
     cache_config.block_size tokens (the client's copy is filled in after the engine core
     sized its cache: vllm/v1/engine/core_client.py:852-860 in an engine process,
     vllm/v1/engine/core.py:340 in process) and scheduler_config.max_num_seqs sequences at
-    once (vllm/config/scheduler.py:62)."""
+    once (vllm/config/scheduler.py:62). One of those blocks is not room: the block pool takes
+    the first free block as its null block at start and never hands it out
+    (vllm/v1/core/block_pool.py:185-188; reset_prefix_cache counts it as always used, 833)."""
     vc = llm.llm_engine.vllm_config
     cache = vc.cache_config
-    return Room(blocks=int(cache.num_gpu_blocks or 0), block_size=int(cache.block_size),
+    return Room(blocks=max(0, int(cache.num_gpu_blocks or 0) - 1),
+                block_size=int(cache.block_size),
                 max_seqs=int(vc.scheduler_config.max_num_seqs))
