@@ -55,6 +55,43 @@ def vary_lengths(ro) -> None:
             ro.loss_mask[i][0] = 0
 
 
+def probe_prefetch(run) -> list[dict]:
+    """ZeRO-3's pass starts, spied on (the engine's own begin_pass still runs): per forward
+    pass, the coordinator's trace state before and after DeepSpeed's reset_step, and how many
+    parameters DeepSpeed's own debug log says it prefetched ("-prefetch: ...",
+    deepspeed/runtime/zero/partitioned_param_coordinator.py:481-483) or fetched on demand
+    ("-fetch: ...", 379) during the pass. That log is rank 0's only (debug_rank0, 29-31)."""
+    import logging
+
+    from deepspeed.utils.logging import logger
+
+    from trainer.models.logprobs import on_pass_start
+
+    engine, passes = run.parts.engine, []
+
+    class Count(logging.Handler):
+        def emit(self, record):
+            msg = record.getMessage()
+            if passes and msg.startswith("-prefetch:"):
+                passes[-1]["prefetched"] += 1
+            elif passes and msg.startswith("-fetch:"):
+                passes[-1]["on_demand"] += 1
+
+    for h in logger.handlers:  # DeepSpeed's own handlers keep printing INFO and up only
+        h.setLevel(max(h.level, logging.INFO))
+    logger.addHandler(Count(logging.DEBUG))
+    logger.setLevel(logging.DEBUG)
+
+    def begin():
+        before = engine.trace_state()
+        engine.begin_pass()
+        passes.append({"before": before, "after": engine.trace_state(), "prefetched": 0,
+                       "on_demand": 0})
+
+    on_pass_start(run.parts.body, begin)
+    return passes
+
+
 def main() -> None:
     import torch.distributed as dist
     from _multirank_script import flat_params
@@ -80,10 +117,12 @@ def main() -> None:
                 ro = batch.rollout
                 ro.penalty = [0.1 * ((7 * i) % 5) for i in range(len(ro.penalty))]
                 vary_lengths(ro)
+            passes = probe_prefetch(run) if run.parts.zero3 else None
             train_step(run, batch)
             out["cases"][f"{agg}/{micro}"] = {
                 "params": flat_params(run.parts.engine.model),
-                "metrics": dict(run.state.window.sums)}  # one step: its statistics
+                "metrics": dict(run.state.window.sums),  # one step: its statistics
+                "passes": passes}
     out["world"] = dist.get_world_size() if dist.is_initialized() else 1
     (work / f"rank{rank}.json").write_text(json.dumps(out))
     if dist.is_initialized():

@@ -222,3 +222,25 @@ def test_micro_batches_match_one_batch_on_two_zero_ranks(stage, single, cache, t
         m = outs[0]["cases"][f"{agg}/40"]["metrics"]
         assert 1.0 <= m["train/rank_tokens_max_over_mean"] < 1.5
         assert _rel(_update(outs[0], f"{agg}/40"), _update(single[0], f"{agg}/None")) < 1e-5
+    if stage == 3:
+        check_prefetch(outs)
+
+
+def check_prefetch(outs: list[dict]) -> None:
+    """ZeRO-3 prefetches: the trainer tells DeepSpeed where each forward pass begins
+    (DeepSpeedEngine.begin_pass), so the coordinator's trace is recorded on the first
+    micro-batch, complete from the second on every rank and never invalidated, and from then
+    on DeepSpeed's own log shows parameters prefetched in every micro-batch."""
+    for agg in AGGS:
+        for out in outs:
+            passes = out["cases"][f"{agg}/40"]["passes"]
+            assert len(passes) >= 3, passes  # one per micro-batch
+            assert passes[0]["before"] == "invalid" and passes[0]["after"] == "record", passes
+            assert all(p["after"] == "complete" for p in passes[1:]), passes
+            assert all(p["before"] == "complete" for p in passes[2:]), passes  # never invalidated
+        rank0 = outs[0]["cases"][f"{agg}/40"]["passes"]  # DeepSpeed logs rank 0's fetches only
+        assert rank0[0]["prefetched"] == 0 and rank0[0]["on_demand"] > 0, rank0  # recording
+        assert all(p["prefetched"] > 0 for p in rank0[1:]), rank0
+        print(f"ZeRO-3 passes ({agg}): " + ", ".join(
+            f"{p['before']}->{p['after']} prefetched {p['prefetched']} on demand {p['on_demand']}"
+            for p in rank0))

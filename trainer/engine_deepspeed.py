@@ -48,7 +48,8 @@ def deepspeed_config(config: TrainConfig, world_size: int, on_gpu: bool = True) 
     if config.engine.zero_stage == 3 and not on_gpu:
         # CPU (the tiny proxy, tests): partition even the smallest tensors so that stage 3 is
         # really exercised; on GPUs DeepSpeed's defaults keep small ones whole (fewer gathers).
-        zero.update({"stage3_param_persistence_threshold": 0, "stage3_prefetch_bucket_size": 0})
+        # Prefetch stays at DeepSpeed's default bucket on both (begin_pass turns it on).
+        zero.update({"stage3_param_persistence_threshold": 0})
     return {
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 1,
@@ -121,6 +122,33 @@ class DeepSpeedEngine:
         self.model: torch.nn.Module = self.ds.module
         if config.engine.zero_stage == 3:
             persist_head_weight(self.ds)
+        self.passes = 0  # forward passes begun (begin_pass)
+
+    def _coordinator(self):
+        """ZeRO-3's parameter coordinator (stage3.py:275 parameter_offload,
+        parameter_offload.py:252 get_param_coordinator)."""
+        return self.ds.optimizer.parameter_offload.get_param_coordinator()
+
+    def begin_pass(self) -> None:
+        """ZeRO-3: a forward (+ backward) of the trainer's begins: what the top module's
+        forward-pre-hook does (deepspeed/runtime/zero/parameter_offload.py:299-308), which
+        never runs because the trainer calls the decoder and the head itself
+        (trainer/models/logprobs.py; on_pass_start, registered by trainer/loop/setup.py).
+        reset_step (partitioned_param_coordinator.py:251-290) turns the trace INVALID ->
+        RECORD -> COMPLETE at the first two passes and rewinds the parameter queue at every
+        later one; with a complete trace each module's fetch prefetches the next ones' (420-485:
+        "don't prefetch if we dont have a completed model trace"), so all-gathers overlap
+        compute. Without it the trace stays INVALID (108) and every gather is on demand.
+        A collective (it checks the recorded order against the other ranks, 259-267): every
+        rank runs the same passes (the micro-batches are lined up across ranks)."""
+        self.passes += 1
+        self._coordinator().reset_step()
+
+    def trace_state(self) -> str:
+        """The coordinator's trace: "complete", "record" or "invalid" (for logs and tests)."""
+        c = self._coordinator()
+        return ("complete" if c.is_complete_trace() else "record" if c.is_record_trace()
+                else "invalid")
 
     def backward(self, loss: torch.Tensor, boundary: bool = True) -> None:
         """Accumulate one micro-batch; DeepSpeed reduces the gradients over ranks at the

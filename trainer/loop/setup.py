@@ -20,6 +20,7 @@ from trainer.dist.groups import group_timeout_s, join_process_group, rank, world
 from trainer.engine import make_engine
 from trainer.models.chat import prompt_encoder
 from trainer.models.load import load_model, pick_device
+from trainer.models.logprobs import on_pass_start
 from trainer.models.precision import LMHead
 from trainer.tasks import Problem, Task, build_task
 
@@ -79,13 +80,17 @@ def build(config: TrainConfig, run_dir: Path) -> Parts:
     engine = make_engine(config, model.to(device))
     model = engine.model
     model.eval()  # train() only around the update (gradient checkpointing, dropout)
+    body = model.get_decoder()
+    zero3 = config.engine.type == "deepspeed" and config.engine.zero_stage == 3
+    if zero3:  # the trainer calls the body, not the top module: tell ZeRO-3 where passes begin
+        on_pass_start(body, engine.begin_pass)  # (its prefetch needs it: engine_deepspeed.py)
     return Parts(
         device=engine.device,
         rank=rank(), world=world_size(),  # after the engine: single-process DeepSpeed, a world of 1
         task=task, tok=tok, train_prompts=train_prompts, eval_problems=eval_problems,
         eval_prompts=eval_prompts, engine=engine, model=model,
         head=LMHead(model.get_output_embeddings(), config.precision.trainer_lm_head_fp32),
-        body=model.get_decoder(),
+        body=body,
         # ZeRO-3 leaves each rank an empty shard per parameter; ds_numel is the full size.
         n_params=sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters()),
-        zero3=config.engine.type == "deepspeed" and config.engine.zero_stage == 3)
+        zero3=zero3)

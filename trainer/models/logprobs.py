@@ -6,11 +6,35 @@ back). Used by the RL loop and by the proxy's supervised warm-up.
 
 from __future__ import annotations
 
+import weakref
+from typing import Callable
+
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from trainer.models.precision import LMHead, autocast
+
+# What must run when a forward (+ its backward) of the trainer's begins, by the body it runs on:
+# under ZeRO-3 the engine's begin_pass (trainer/engine_deepspeed.py), registered by
+# trainer/loop/setup.py. Why here: every forward of the body starts in one of the functions
+# below, and the trainer calls the decoder and the head itself, never the top module whose
+# forward-pre-hook is what tells DeepSpeed a pass begins (see DeepSpeedEngine.begin_pass).
+_PASS_STARTS: "weakref.WeakKeyDictionary[nn.Module, Callable[[], None]]" = \
+    weakref.WeakKeyDictionary()
+
+
+def on_pass_start(body: nn.Module, fn: Callable[[], None]) -> None:
+    """Call `fn` at the start of every forward pass these functions run on `body` (one per
+    micro-batch, however many times the pass calls the body: shared_prefix_logprobs calls it
+    twice)."""
+    _PASS_STARTS[body] = fn
+
+
+def _pass_starts(body: nn.Module) -> None:
+    fn = _PASS_STARTS.get(body)
+    if fn is not None:
+        fn()
 
 
 def pack(prompts: list[list[int]], completions: list[list[int]], pad: int) -> dict:
@@ -58,6 +82,7 @@ def right_padded_logprobs(body: nn.Module, head: LMHead, batch: dict, device: to
     """`completion_logprobs` of a `pack_right` batch: log pi of each completion token [B, T]
     (and entropy), read at each row's own offset. Positions past a row's end are clamped to
     its last column: finite values the loss mask then drops."""
+    _pass_starts(body)
     ids = batch["input_ids"].to(device)
     L, T = ids.shape[1], batch["mask"].shape[1]
     at = batch["start"].to(device)[:, None] + torch.arange(T, device=device)  # target columns
@@ -71,6 +96,7 @@ def right_padded_logprobs(body: nn.Module, head: LMHead, batch: dict, device: to
 def completion_logprobs(body: nn.Module, head: LMHead, batch: dict, device: torch.device,
                         dtype: str, temperature: float = 1.0, with_entropy: bool = False):
     """log pi(token) of each completion token [B, T] (and entropy [B, T] if asked)."""
+    _pass_starts(body)
     ids = batch["input_ids"].to(device)
     P, T = batch["P"], batch["mask"].shape[1]
     kw = {}
@@ -96,6 +122,8 @@ def shared_prefix_logprobs(body: nn.Module, head: LMHead, prompts: list[list[int
     `prompts[u]` are the distinct prompts, `group[b]` the prompt of sample b.
     """
     from transformers import DynamicCache  # transformers is slow to import; only this path needs it
+
+    _pass_starts(body)
 
     U, B = len(prompts), len(completions)
     P = max(len(p) for p in prompts)
