@@ -157,6 +157,15 @@ def check_generator(work: Path) -> None:
     gen.close()
 
 
+def _update_group_timeout(worker) -> float:
+    """Runs in the engine's worker: its weight-update group's collective timeout, as the gloo
+    backend holds it (a private torch attribute: no public getter; test_collective_timeout.py)."""
+    import torch
+
+    group = worker._ablate_update_group
+    return group._get_backend(torch.device("cpu")).options._timeout.total_seconds()
+
+
 def check_engine_process(work: Path) -> None:
     """The GPU-split layout: vLLM's engine in its own process (V1 multiprocessing); weights
     cross the process boundary on sync."""
@@ -168,7 +177,7 @@ def check_engine_process(work: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    config = tiny_config()
+    config = tiny_config(**{"engine.collective_timeout_minutes": 7})
     model, tok = build_proxy(config)
     model.save_pretrained(work / "ckpt")
     # As after a resume: the trainer's weights differ from the checkpoint vLLM starts from.
@@ -195,6 +204,9 @@ def check_engine_process(work: Path) -> None:
     report("engine_process", in_process=gen._in_process, start_max_diff=mx0, max_diff=mx,
            versions=sorted({v for r in g.versions for v in r}),
            push="broadcast" if gen._broadcast is not None else "other",
+           group_timeout_s=[gen._broadcast.group._get_backend(torch.device("cpu"))
+                            .options._timeout.total_seconds()]
+           + gen.llm.collective_rpc(_update_group_timeout),
            greedy_equal=greedy.tokens == ref, greedy=greedy.tokens, greedy_ref=ref)
     gen.close()
 

@@ -90,6 +90,18 @@ def test_slurm_jobs_get_the_tasks_their_split_asks_for(tmp_path):
     assert slurm.tasks_per_node(runs["auto"], pinned) == 4
     ex = slurm.executor(tmp_path / "submitit", prof.slurm, "ablate-test", 7, tasks=2)
     assert ex.parameters["ntasks_per_node"] == 2
+    # The task hosting a node's engines gets cores for them (one per engine process and one
+    # for its client, on top of the rank's), and srun is told so under every Slurm version.
+    from trainer.plan.topology import topology
+
+    engines = topology(paper(), prof.job_shape("slurm")).engines
+    base = prof.slurm.cpus_per_task
+    cpus = slurm.cpus_per_task(runs["auto"], prof)
+    assert len(engines) == 6 and cpus == base + 2 * 6, (engines, cpus)
+    ex = slurm.executor(tmp_path / "submitit", prof.slurm, "ablate-test", 7, tasks=2, cpus=cpus)
+    assert ex.parameters["cpus_per_task"] == cpus
+    assert ex.parameters["srun_args"][0] == f"--cpus-per-task={cpus}"
+    assert ex.parameters["setup"][0] == f"export SRUN_CPUS_PER_TASK={cpus}"
 
 
 def test_the_dry_run_exits_2_where_the_sweep_refuses(tmp_path):

@@ -82,6 +82,13 @@ def test_array_split_by_max_array_size_then_rerun_submits_nothing(tmp_path):
     arrays = {j.split(":")[1].split("_")[0] for j in jobs}
     assert len(arrays) == -(-4 // limit), (limit, jobs)  # ceil(6 / MaxArraySize) arrays
     assert all(int(j.split("_")[1]) < limit for j in jobs)
+    # srun is told each task's cores itself (submitit's srun line has no --cpus-per-task, and
+    # Slurm 22.05-23.02's srun does not take it from sbatch): the line sbatch runs says so
+    scripts = [p.read_text() for p in tmp_path.rglob("*_submission.sh")]
+    sruns = [x for t in scripts for x in t.splitlines() if x.startswith("srun ")]
+    assert sruns and all("--cpus-per-task=1 " in x for x in sruns), sruns
+    assert all("export SRUN_CPUS_PER_TASK=1" in t for t in scripts), scripts[:1]
+    print("srun line:", sruns[0])
     final = wait_until(lambda: _settled(sdir), 240, 1.0, "array to finish")
     assert all(s["state"] == "done" and s["step"] == 4 for s in final.values()), final
     # Gathered into the frame the curve engine reads; compare runs on the study dir.

@@ -140,11 +140,18 @@ def test_prompt_kv_of_old_weights_is_never_reused_after_a_push(tmp_path):
 
 def test_weight_sync_into_a_separate_engine_process(tmp_path):
     """GPU-split layout (engine in its own process): the pushed weights arrive intact (by
-    broadcast over a gloo group), and a generator started from a checkpoint samples from the
+    broadcast over a gloo group whose two ends take engine.collective_timeout_minutes), and a generator started from a checkpoint samples from the
     trainer's current weights at once."""
-    r = run_checks("engine_process", tmp_path)["engine_process"]
+    results = run_checks("engine_process", tmp_path)
+    r = results["engine_process"]
     assert r["in_process"] is False
     assert r["push"] == "broadcast"  # over a gloo group, parameter by parameter: no blob
+    # both ends of the weight-update group wait the job's collective timeout (7 min here)
+    assert r["group_timeout_s"] == [420.0, 420.0], r
+    # the job log names this rank's CPUs and the engine process's (trainer/generation/
+    # vllm_outputs.py cpu_affinity_line)
+    log = results["_log"]["text"]
+    assert "CPU affinity: rank 0 pid" in log and "; engine 0 pid" in log, log[-3000:]
     assert r["start_max_diff"] < 1e-3, r
     assert r["max_diff"] < 1e-3 and r["versions"] == [1], r
     assert r["greedy_equal"], r  # the replica's greedy answer is the trainer's new weights'

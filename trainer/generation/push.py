@@ -7,7 +7,12 @@ trainer and the engine's workers form one stateless process group (vLLM's own RL
 process_group; PipelineRL and verl do the same): NCCL when the weights live on GPUs, gloo on
 CPU. A push announces (name, dtype, shape) of every parameter by RPC, then broadcasts them one
 at a time while the workers feed each into vLLM's in-place `reload_weights` as it arrives.
-The engine's own torch.distributed state is left alone.
+The engine's own torch.distributed state is left alone. Both ends of the group wait up to the
+job's collective timeout (engine.collective_timeout_minutes, trainer/dist/groups.py
+group_timeout_s), not torch's default for the backend that vLLM falls back to when given none
+(vllm/distributed/utils.py:617-622: 10 min for NCCL, 30 for gloo): a push that waits on a
+slow step, or an engine that waits for the next push while the trainer evaluates, must not
+end the engine sooner than the trainer's own collectives would end it.
 
 A stop signal cuts a push between two parameters (PushStop): the trainer tells the workers the
 push ends there (a flag broadcast before each parameter), so vLLM's reload finishes on what
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from datetime import timedelta
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -38,14 +44,25 @@ def _worker_rank(worker) -> int:
     return int(worker.rank)
 
 
-def _join_update_group(worker, host: str, port: int, world: int, backend: str) -> None:
-    """Runs in each engine worker: join the weight-update group as rank 1 + its own rank; the
-    trainer's rank 0 is the group's rank 0 (vLLM's RLHF examples' `init_weight_update_group`).
-    A stateless group: the engine's own torch.distributed state is left alone."""
+def update_group(host: str, port: int, rank: int, world: int, backend: str,
+                 timeout_s: float):
+    """One end's member of a weight-update group: a stateless group (the process's own
+    torch.distributed state is left alone) whose rendezvous and collectives wait up to
+    `timeout_s` (vllm/distributed/utils.py:571-581 `timeout`, passed to the store, 636-638,
+    and to the gloo or NCCL group, 647-662)."""
     from vllm.distributed.utils import stateless_init_torch_distributed_process_group
 
-    worker._ablate_update_group = stateless_init_torch_distributed_process_group(
-        host, port, 1 + int(worker.rank), world, backend)
+    return stateless_init_torch_distributed_process_group(
+        host, port, rank, world, backend, timeout=timedelta(seconds=timeout_s))
+
+
+def _join_update_group(worker, host: str, port: int, world: int, backend: str,
+                       timeout_s: float) -> None:
+    """Runs in each engine worker: join the weight-update group as rank 1 + its own rank; the
+    trainer's rank 0 is the group's rank 0 (vLLM's RLHF examples' `init_weight_update_group`),
+    with the trainer's collective timeout."""
+    worker._ablate_update_group = update_group(host, port, 1 + int(worker.rank), world,
+                                               backend, timeout_s)
 
 
 def _receive_weights(worker, specs: list[tuple[str, str, tuple[int, ...]]]) -> None:
@@ -101,17 +118,17 @@ class WeightBroadcast:
     of 1 + workers (NCCL when the weights are on a GPU, gloo on CPU) over which each parameter
     is broadcast, one at a time, while the workers load them in place."""
 
-    def __init__(self, llm, backend: str) -> None:
-        from vllm.distributed.utils import stateless_init_torch_distributed_process_group
-
+    def __init__(self, llm, backend: str, timeout_s: float) -> None:
+        """`timeout_s`: both ends' collective timeout (the job's: module doc)."""
         self.llm = llm
         # where this end's tensors live for the group: NCCL sends GPU tensors
         self.device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" \
             else torch.device("cpu")
         world = 1 + len(llm.collective_rpc(_worker_rank))
         host, port = "127.0.0.1", _free_port()  # the engine process runs on this node
-        t, errors = _rpc_in_thread(llm, _join_update_group, (host, port, world, backend))
-        self.group = stateless_init_torch_distributed_process_group(host, port, 0, world, backend)
+        t, errors = _rpc_in_thread(llm, _join_update_group,
+                                   (host, port, world, backend, timeout_s))
+        self.group = update_group(host, port, 0, world, backend, timeout_s)
         _finish(t, errors)
 
     def push(self, specs: list[tuple[str, str, tuple[int, ...]]],

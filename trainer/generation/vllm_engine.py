@@ -59,6 +59,7 @@ from typing import Optional
 import torch
 
 from trainer.dist import preempt
+from trainer.dist.groups import group_timeout_s, rank
 from trainer.config import TrainConfig
 from trainer.generation.rollout import Generation
 from trainer.generation.vllm_args import CPU_STEP_TOKENS  # noqa: F401  (gen_service's eval chunks)
@@ -66,11 +67,12 @@ from trainer.generation.vllm_args import engine_args, engine_start, set_vllm_env
 from trainer.generation.push import (PushStop, WeightBroadcast, named_weights, save_for_vllm,
                                      weight_specs)
 from trainer.generation.pins import Pins
-from trainer.generation.vllm_outputs import engine_room, sampled_versions
+from trainer.generation.vllm_outputs import cpu_affinity_line, engine_room, sampled_versions
 
 # vLLM samples greedily below this temperature (vllm.sampling_params._SAMPLING_EPS) and then
 # refuses n > 1; a near-greedy eval (eval.temperature 1e-6) asks for k samples per prompt.
 GREEDY_BELOW = 1e-5
+_AFFINITY_LOGGED = False  # the CPU-affinity line is printed by the first engine of a process
 
 
 def _logits_head_dtype(model: torch.nn.Module) -> str:
@@ -153,6 +155,10 @@ class VLLMGenerator:
                                   placement)
         with engine_start(env):  # env, USR2 blocked, the engine's own error kept
             self.llm = LLM(**kwargs)
+        global _AFFINITY_LOGGED
+        if not _AFFINITY_LOGGED:  # this rank's CPUs and its first engine's, once a process
+            _AFFINITY_LOGGED = True
+            print(cpu_affinity_line(rank(), self.llm), flush=True)
         # vLLM's CPU attention plans its work for the thread count seen at start-up and checks
         # it at run time; OpenMP settings are per thread, and pipeline mode generates from
         # another thread, so generate() restores this count in whichever thread calls it.
@@ -386,7 +392,8 @@ class VLLMGenerator:
         """The weight-update group of the trainer and this engine's workers (made once)."""
         if self._broadcast is None:
             on_gpu = next(model.parameters()).is_cuda
-            self._broadcast = WeightBroadcast(self.llm, "nccl" if on_gpu else "gloo")
+            self._broadcast = WeightBroadcast(self.llm, "nccl" if on_gpu else "gloo",
+                                              group_timeout_s(self.config))
         return self._broadcast
 
     def loaded(self, version: int) -> None:

@@ -40,3 +40,38 @@ def engine_room(llm) -> Room:
     return Room(blocks=max(0, int(cache.num_gpu_blocks or 0) - 1),
                 block_size=int(cache.block_size),
                 max_seqs=int(vc.scheduler_config.max_num_seqs))
+
+
+def engine_pid(llm) -> int | None:
+    """The pid of an engine's EngineCore process (vllm/v1/engine/core_client.py:494
+    BackgroundResources.engine_manager -> vllm/v1/engine/utils.py:273 processes), None when
+    the engine runs in this process."""
+    core = getattr(llm.llm_engine, "engine_core", None)
+    manager = getattr(getattr(core, "resources", None), "engine_manager", None)
+    procs = getattr(manager, "processes", None) or ()
+    return procs[0].pid if procs else None
+
+
+def cpu_affinity_line(rank: int, llm) -> str:
+    """One line for the job log: the CPUs this rank and its first engine's process may run on
+    (os.sched_getaffinity), so a job given too few cores for its engines shows it."""
+    import os
+
+    def cpus(pid: int) -> str:
+        try:
+            got = sorted(os.sched_getaffinity(pid))
+        except (OSError, AttributeError):
+            return "unknown"
+        spans, start = [], None
+        for i, c in enumerate(got):
+            if start is None:
+                start = c
+            if i + 1 == len(got) or got[i + 1] != c + 1:
+                spans.append(f"{start}" if start == c else f"{start}-{c}")
+                start = None
+        return f"{len(got)} ({','.join(spans)})"
+
+    pid = engine_pid(llm)
+    engine = "in this process" if pid is None else f"pid {pid} on CPUs {cpus(pid)}"
+    return (f"[trainer] CPU affinity: rank {rank} pid {os.getpid()} on CPUs {cpus(0)}; "
+            f"engine 0 {engine}")

@@ -116,16 +116,45 @@ def tasks_per_node(run_dir: Path, profile: Profile) -> int:
     return topology(c, profile.job_shape("slurm")).shape.ranks_per_node
 
 
+def cpus_per_task(run_dir: Path, profile: Profile) -> int:
+    """CPU cores of each task of one run's GPU job: the profile's cpus_per_task, plus, for a
+    run whose local rank 0 hosts vLLM engines (trainer/plan/topology.py `engines`), one core per
+    engine process (its EngineCore and each tensor-parallel worker busy-loop one) and one for
+    its client in the host (stream driver, output thread, reward scoring). srun gives every
+    task of a step the same count, so every task gets the host's. A CPU job (no gpus_per_node:
+    the proxy, the test clusters) keeps the profile's: its engines share the rank's cores."""
+    base = profile.slurm.cpus_per_task
+    if not profile.slurm.gpus_per_node:
+        return base
+    from trainer import rundir
+    from trainer.config import TrainConfig
+    from trainer.plan.topology import topology
+
+    try:
+        c = TrainConfig.model_validate(rundir.read_config(Path(run_dir)))
+        engines = topology(c, profile.job_shape("slurm")).engines
+    except Exception:  # noqa: BLE001 - another trainer's config, or no layout: the profile's
+        return base
+    return base + sum(1 + max(1, len(gpus)) for gpus in engines)
+
+
 def executor(folder: Path, prof: SlurmProfile, job_name: str,
-             max_num_timeout: int, tasks: int) -> submitit.SlurmExecutor:
-    """submitit's executor for runs of `tasks` tasks per node (`tasks_per_node`)."""
+             max_num_timeout: int, tasks: int, cpus: int | None = None) -> submitit.SlurmExecutor:
+    """submitit's executor for runs of `tasks` tasks per node (`tasks_per_node`) of `cpus`
+    cores each (cpus_per_task; None: the profile's). The count is given to srun too, as
+    --cpus-per-task and SRUN_CPUS_PER_TASK: submitit 1.5.4's srun line carries no
+    --cpus-per-task (submitit/slurm/slurm.py:516-524) and Slurm 22.05-23.02's srun does not
+    take it from sbatch (23.11+ does), which leaves a task one core per rank or fewer."""
+    cpus = prof.cpus_per_task if cpus is None else cpus
     ex = submitit.SlurmExecutor(folder=folder, max_num_timeout=max_num_timeout,
                                 python=prof.python)
     params = dict(
         job_name=job_name, nodes=prof.nodes, ntasks_per_node=tasks,
-        cpus_per_task=prof.cpus_per_task, time=prof.time_min, signal_delay_s=prof.signal_delay_s,
-        array_parallelism=prof.array_parallelism, setup=list(prof.setup),
-        srun_args=list(prof.srun_args), additional_parameters=dict(prof.sbatch),
+        cpus_per_task=cpus, time=prof.time_min, signal_delay_s=prof.signal_delay_s,
+        array_parallelism=prof.array_parallelism,
+        setup=[f"export SRUN_CPUS_PER_TASK={cpus}"] + list(prof.setup),
+        srun_args=[f"--cpus-per-task={cpus}"] + list(prof.srun_args),
+        additional_parameters=dict(prof.sbatch),
     )
     if prof.gpus_per_node:
         params["gpus_per_node"] = prof.gpus_per_node
@@ -144,12 +173,14 @@ def submit(run_dirs: list[Path], folder: Path, profile: Profile, *, entry: str,
     tasks per node differ under `tasks_per_node: auto`), per profile.slurm."""
     if not run_dirs:
         return {}
-    by_tasks: dict[int, list[Path]] = {}
+    by_tasks: dict[tuple[int, int], list[Path]] = {}
     for d in run_dirs:
-        by_tasks.setdefault(tasks_per_node(d, profile), []).append(d)
+        by_tasks.setdefault((tasks_per_node(d, profile), cpus_per_task(d, profile)),
+                            []).append(d)
     out: dict[str, str] = {}
-    for tasks, dirs in by_tasks.items():
-        ex = executor(folder, profile.slurm, job_name, max_num_timeout(dirs, profile), tasks)
+    for (tasks, cpus), dirs in by_tasks.items():
+        ex = executor(folder, profile.slurm, job_name, max_num_timeout(dirs, profile), tasks,
+                      cpus)
         out.update(_submit_arrays(ex, dirs, profile, entry))
     return out
 
