@@ -15,12 +15,13 @@ import threading
 from pathlib import Path
 
 def config(steps: int):
-    """The job's config: the proxy, vLLM, PipelineRL-1, eval at 0 and at the end."""
+    """The job's config: the proxy, vLLM, PipelineRL-1, eval at 0 and at the end; 3 prompts a
+    step, dealt 2 to node 0 and 1 to node 1 (trainer/plan/placement.py shares)."""
     from _trainer_util import config as train_config
     from _trainer_util import tiny
 
     return train_config(tiny(
-        rollout={"backend": "vllm", "prompts_per_step": 4, "generations_per_prompt": 2,
+        rollout={"backend": "vllm", "prompts_per_step": 3, "generations_per_prompt": 2,
                  "max_new_tokens": 8},
         off_policy={"mode": "pipeline", "k": 1},
         data={"zero_variance_filter": False},  # every step trains: the weights move

@@ -4,8 +4,9 @@ decodes; time_plan.py its decode rate).
 
 Where the engines run is the job's topology (topology.py, the one statement the trainer's
 binding also reads): in pipeline mode with vLLM every node's local rank 0 starts its node's
-engines and generates its node's share of each step, rollout.prompts_per_step / nodes prompt
-groups (trainer/generation/feeders.py), so the rollouts decode on nodes x replicas engines;
+engines and generates its node's share of each step, rollout.prompts_per_step dealt over the
+nodes (`shares`: the first prompts_per_step % nodes nodes one group more; trainer/generation/
+feeders.py), so the rollouts decode on nodes x replicas engines;
 eval goes to rank 0's node's engines only (rank 0's eval service,
 trainer/generation/eval_service.py), beside the rollouts there. In the other modes
 (ppo_off_policy) rank 0 alone starts engines, on its own node, and generates the whole step.
@@ -23,14 +24,29 @@ from trainer.config import TrainConfig
 from trainer.plan.topology import JobShape, Topology
 
 
+def shares(per_step: int, count: int) -> list[int]:
+    """A step's prompt groups dealt over `count` generating nodes, in node order
+    (trainer/generation/feeders.py deals them so): per_step // count each, the first
+    per_step % count one more; [5] * 8 + [4] * 2 for the paper's 48 over 10 nodes. Every node
+    gets at least one where per_step >= count (trainer/validate.py refuses fewer)."""
+    q, r = divmod(per_step, max(1, count))
+    return [q + (1 if j < r else 0) for j in range(max(1, count))]
+
+
+def largest_share(c: TrainConfig, nodes: int = 1) -> int:
+    """Prompt groups of a step the busiest generating node makes (the first node's share):
+    a step waits for its last group, so the plan charges every node this share."""
+    return shares(c.rollout.prompts_per_step, nodes)[0]
+
+
 def rollout_rows(c: TrainConfig, nodes: int = 1) -> int:
     """Sequences one node's rollout generate call sends (trainer/generation/offpolicy.py):
-    pipeline, a call of off_policy.groups_per_call (default the node's share of a step,
-    prompts_per_step / nodes) groups; ppo_off_policy, one big generation of k x prompts_per_step
-    prompts on rank 0's node; G samples each."""
+    pipeline, a call of off_policy.groups_per_call (default the node's share of a step, the
+    largest where prompts_per_step does not divide over the nodes) groups; ppo_off_policy, one
+    big generation of k x prompts_per_step prompts on rank 0's node; G samples each."""
     g = c.rollout.generations_per_prompt
     if c.off_policy.mode == "pipeline":
-        share = max(1, c.rollout.prompts_per_step // max(1, nodes))
+        share = max(1, largest_share(c, nodes))
         return (c.off_policy.groups_per_call or share) * g
     return c.off_policy.k * c.rollout.prompts_per_step * g
 
@@ -72,7 +88,8 @@ def _where(c: TrainConfig, t: Topology, gpus: int) -> str:
     if nodes > 1:
         host = ("on each node's local rank 0's GPU, shared with its trainer rank" if gpus == 1
                 else "on each node's local rank 0's machine" if not gpus else "on every node")
-        share = c.rollout.prompts_per_step // nodes
+        dealt = shares(c.rollout.prompts_per_step, nodes)
+        share = (f"{dealt[0]}" if dealt[0] == dealt[-1] else f"{dealt[-1]}-{dealt[0]}")
         return (f"{n}{size} {host} ({nodes} nodes, {nodes * replicas} in all) serve the "
                 f"job's rollouts, each node {share} of a step's {c.rollout.prompts_per_step} "
                 f"prompt groups; rank 0's node's also serve eval")

@@ -29,7 +29,7 @@ import math
 from trainer.config import TrainConfig
 from trainer.plan.memory import on_cpu
 from trainer.plan.model_shape import ModelShape, model_shape, proxy_shape
-from trainer.plan.placement import eval_engines, eval_rows, rollout_rows
+from trainer.plan.placement import eval_engines, eval_rows, largest_share, rollout_rows
 from trainer.plan.time_jobs import Limits, TimePlan, dur, eval_checks, jobs  # noqa: F401 (dur)
 from trainer.plan.time_model import (  # noqa: F401 (lengths: ablate reads the plan's here)
     CHECKPOINT_BYTES_PER_S, COMPLETION_SHARE, CPU_DECODE_FLOPS, CPU_DECODE_ITER_S,
@@ -87,13 +87,17 @@ def _gpu_step(c: TrainConfig, m: ModelShape, topo: Topology, limits: Limits,
     prefill = c.rollout.prompts_per_step * prompt
     if c.rollout.backend == "vllm":
         # Rollouts: every node's engines, each its node's call over its replicas (in pipeline
-        # mode every node generates prompts_per_step / nodes groups; otherwise one node);
+        # mode every node generates its dealt share of a step's groups; otherwise one node);
         # eval: rank 0's node's engines only (trainer/plan/placement.py).
+        # A step's prompts are dealt over the nodes (placement.py shares): the step waits for
+        # the node with the largest share, so the job's rate is the node rate times the step's
+        # prompts over that share (nodes, where they divide; 48 / 5 = 9.6 on 10 nodes).
         nodes, replicas, size = topo.engine_nodes, len(topo.engines), topo.tp
+        dealt = c.rollout.prompts_per_step / largest_share(c, nodes)
         b = engine_concurrency(c, m, topo, math.ceil(rollout_rows(c, nodes) / replicas), ctx)
-        rate = nodes * replicas * decode_rate(m, c, gpu, tp=size, concurrent=b, ctx=ctx,
+        rate = dealt * replicas * decode_rate(m, c, gpu, tp=size, concurrent=b, ctx=ctx,
                                               bw_eff=DECODE_BW_EFFICIENCY)
-        gen_gpus, eval_gpus = nodes * replicas * size, replicas * size
+        gen_gpus, eval_gpus = dealt * replicas * size, replicas * size
         on = f" on each of {nodes} nodes" if nodes > 1 else ""
         tp.assumptions.append(f"{replicas} engine(s) of {size} GPU(s){on}, {b:.0f} sequences "
                               "decoding at once each")
