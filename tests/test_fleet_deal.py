@@ -68,3 +68,23 @@ def test_the_paper_step_plans_on_10_nodes_charging_the_largest_share():
     assert t48.generation_s > t40.generation_s
     note = placement_note(c, ten, topology(c, ten))
     assert "(10 nodes, " in note and "each node 4-5 of a step's 48 prompt groups" in note, note
+
+
+def test_the_paper_run_scales_out_with_evals_on_every_nodes_engines():
+    """Issue 46 point 5, by the plan: the paper recipe (recipes/scalerl.yaml, 1,000-prompt
+    eval) on 2 .. 12 nodes of 8 H100s, one rank per training GPU (the auto split): every
+    node count reaches its budget (evals on every engine of the fleet, rollouts paused, no
+    longer pile up on 3 engines of rank 0's node), the eval shrinks with the engines, and the
+    GPU-hours a run grow slowly (printed: 10 nodes / 2 nodes, the issue's target 1.25)."""
+    limits = replace(PAPER_LIMITS, max_requeues=None, auto_requeues=True)
+    got = {}
+    for n in (2, 3, 4, 6, 8, 10, 12):
+        t = plan_time(paper(), replace(PAPER_SHAPE, nodes=n, ranks_auto=True), limits)
+        assert t.reaches_budget is True and not t.problem, (n, t.problem)
+        got[n] = t
+    evals = [got[n].eval_s for n in sorted(got)]
+    assert evals == sorted(evals, reverse=True) and got[2].eval_s > 4 * got[10].eval_s
+    ratio = got[10].gpu_hours / got[2].gpu_hours
+    print(f"GPU-h a run: 2 nodes {got[2].gpu_hours:,.0f}, 10 nodes {got[10].gpu_hours:,.0f} "
+          f"({ratio:.2f}x); wall at 10 nodes {got[10].wall_h:,.0f} h")
+    assert ratio < 1.5 and got[10].wall_h < got[2].wall_h / 3

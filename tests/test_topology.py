@@ -127,8 +127,9 @@ def test_what_the_engines_are_sent_and_the_idle_gpus_said():
     c = cfg(tensor_parallel_size=1, data_parallel_replicas=3)
     t = topology(c, shape())
     # pipeline: a node's call of prompts_per_step / 2 groups x 16 samples over 3 replicas,
-    # plus eval (1,000 prompts x 16) on rank 0's node: ceil((24 x 16 + 16000) / 3)
-    assert rows_per_engine(c, t) == -(-(24 * 16 + 16_000) // 3)
+    # plus eval (1,000 prompts x 16) dealt over both nodes' 6 engines (trainer/loop/
+    # final_eval.py): ceil(24 x 16 / 3 + 16000 / 6)
+    assert rows_per_engine(c, t) == -(-(24 * 16 * 2 + 16_000) // 6)
     note = placement_note(c, shape(), t)
     assert note.startswith("3 vLLM engines of 1 GPU each on every node (2 nodes, 6 in all)")
     assert "2 of the job's 16 GPUs are idle (1 on rank 0's node, 1 on the other node)" in note

@@ -288,6 +288,12 @@ class Pipeline:
         elif self.ctx.config.rollout.backend == "vllm":
             _join_push(model)  # under ZeRO-3 the feeders' pushes gather from all ranks' shards
 
+    def hold_rollouts(self, on: bool) -> None:
+        """Pause (True) or resume starting rollout groups on this node's engines, while an
+        eval decodes on them (trainer/loop/final_eval.py); groups in flight finish."""
+        if self.feeds:
+            self.stream.hold(on)
+
     def stop_generating(self) -> None:
         """No rollout can be trained on any more: stop admitting groups and abort the ones in
         flight (their engines stay up for the last eval, trainer/loop/final_eval.py)."""

@@ -6,9 +6,10 @@ Where the engines run is the job's topology (topology.py, the one statement the 
 binding also reads): in pipeline mode with vLLM every node's local rank 0 starts its node's
 engines and generates its node's share of each step, rollout.prompts_per_step dealt over the
 nodes (`shares`: the first prompts_per_step % nodes nodes one group more; trainer/generation/
-feeders.py), so the rollouts decode on nodes x replicas engines;
-eval goes to rank 0's node's engines only (rank 0's eval service,
-trainer/generation/eval_service.py), beside the rollouts there. In the other modes
+feeders.py), so the rollouts decode on nodes x replicas engines; with several nodes every
+eval decodes on all of them at its step's weights, rollouts paused and training waiting
+(trainer/loop/final_eval.py; `fleet_eval`), on one node on rank 0's engines beside the
+rollouts (rank 0's eval service, trainer/generation/eval_service.py, pins.py). In the other modes
 (ppo_off_policy) rank 0 alone starts engines, on its own node, and generates the whole step.
 A job holds GPUs it may leave idle (an engine set smaller than the node's generation GPUs,
 fewer tasks than training GPUs): counted in gpu_hours all the same, and said here.
@@ -57,6 +58,14 @@ def eval_rows(c: TrainConfig) -> int:
     return (c.eval.num_prompts or c.task.num_eval_prompts) * c.eval.samples_per_prompt
 
 
+def fleet_eval(c: TrainConfig, t: Topology) -> bool:
+    """Evals decode on every engine of every node with rollouts paused, training waiting
+    (trainer/loop/final_eval.py: pipeline mode with vLLM on several nodes, each node's feeder
+    over its own engines); elsewhere on rank 0's engines (pinned, eval_engines)."""
+    return (c.off_policy.mode == "pipeline" and c.rollout.backend == "vllm"
+            and t.engine_nodes >= 2 and bool(t.engines))
+
+
 def eval_engines(replicas: int) -> int:
     """Engines of rank 0's node an eval pins at its step's weights (trainer/generation/
     pins.py): half of the node's `replicas`, at least one. Why half: generation-bound, an eval
@@ -75,6 +84,9 @@ def rows_per_engine(c: TrainConfig, t: Topology) -> int:
     eval service and its node's generator share the engines); in ppo_off_policy eval runs
     between steps, never beside the big generation."""
     rows = rollout_rows(c, t.engine_nodes)
+    if fleet_eval(c, t):  # the eval dealt over every node's engines, beside rollouts in flight
+        return math.ceil(rows / len(t.engines)
+                         + eval_rows(c) / (len(t.engines) * t.engine_nodes))
     rows = rows + eval_rows(c) if c.off_policy.mode == "pipeline" else max(rows, eval_rows(c))
     return math.ceil(rows / len(t.engines))
 
@@ -92,7 +104,8 @@ def _where(c: TrainConfig, t: Topology, gpus: int) -> str:
         share = (f"{dealt[0]}" if dealt[0] == dealt[-1] else f"{dealt[-1]}-{dealt[0]}")
         return (f"{n}{size} {host} ({nodes} nodes, {nodes * replicas} in all) serve the "
                 f"job's rollouts, each node {share} of a step's {c.rollout.prompts_per_step} "
-                f"prompt groups; rank 0's node's also serve eval")
+                f"prompt groups, and every eval, all of them at the step's weights with "
+                f"rollouts paused")
     where = ("on rank 0's node" if gpus >= 2 else
              "on rank 0's GPU, shared with its trainer rank" if gpus else "on rank 0's machine")
     verb = "serves" if replicas == 1 else "serve"

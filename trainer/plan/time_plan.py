@@ -17,7 +17,8 @@ The plan in three modules: the device constants and rates, each formula with its
 (time_model.py: decode rooflines, training FLOPs, the CPU proxy's measured constants); a step,
 an eval and the run to its budget from those, on the engines and ranks of the job's topology
 (here: in pipeline mode with vLLM every node's engines decode their node's share of a step,
-eval goes to rank 0's node's engines; pipeline mode overlaps generation and training, a step
+and with several nodes every eval, rollouts paused; on one node eval goes to rank 0's pinned
+engines; pipeline mode overlaps generation and training, a step
 is the slower of them, while ppo_off_policy and the hf backend take turns); the jobs and
 requeues under the profile's limits and whether an eval fits (time_jobs.py).
 """
@@ -29,7 +30,8 @@ import math
 from trainer.config import TrainConfig
 from trainer.plan.memory import on_cpu
 from trainer.plan.model_shape import ModelShape, model_shape, proxy_shape
-from trainer.plan.placement import eval_engines, eval_rows, largest_share, rollout_rows
+from trainer.plan.placement import (eval_engines, eval_rows, fleet_eval, largest_share,
+                                    rollout_rows)
 from trainer.plan.time_jobs import Limits, TimePlan, dur, eval_checks, jobs  # noqa: F401 (dur)
 from trainer.plan.time_model import (  # noqa: F401 (lengths: ablate reads the plan's here)
     CHECKPOINT_BYTES_PER_S, COMPLETION_SHARE, CPU_DECODE_FLOPS, CPU_DECODE_ITER_S,
@@ -101,9 +103,12 @@ def _gpu_step(c: TrainConfig, m: ModelShape, topo: Topology, limits: Limits,
         on = f" on each of {nodes} nodes" if nodes > 1 else ""
         tp.assumptions.append(f"{replicas} engine(s) of {size} GPU(s){on}, {b:.0f} sequences "
                               "decoding at once each")
-        eval_b = engine_concurrency(c, m, topo, math.ceil(eval_rows(c) / replicas), ctx)
-        eval_rate = replicas * decode_rate(m, c, gpu, tp=size, concurrent=eval_b, ctx=ctx,
-                                           bw_eff=DECODE_BW_EFFICIENCY)  # rank 0's node's
+        # eval: every node's engines (fleet_eval), else rank 0's node's
+        eval_engines_n = replicas * (nodes if fleet_eval(c, topo) else 1)
+        eval_b = engine_concurrency(c, m, topo, math.ceil(eval_rows(c) / eval_engines_n), ctx)
+        eval_rate = eval_engines_n * decode_rate(m, c, gpu, tp=size, concurrent=eval_b,
+                                                 ctx=ctx, bw_eff=DECODE_BW_EFFICIENCY)
+        eval_gpus = eval_engines_n * size
     else:  # the hf sampler on the training GPUs, each rank its rows
         dp = topo.training_ranks
         rows = math.ceil(samples / dp)
@@ -125,7 +130,13 @@ def _gpu_step(c: TrainConfig, m: ModelShape, topo: Topology, limits: Limits,
     tp.eval_s = (n_eval * c.eval.samples_per_prompt * completion / eval_rate
                  + n_eval * prompt * 2.0 * m.params / (gpu.peak_flops * PREFILL_MFU * eval_gpus))
     _combine(c, tp)
-    if c.rollout.backend == "vllm":
+    if c.rollout.backend == "vllm" and fleet_eval(c, topo):
+        tp.assumptions.append(f"eval on all {topo.engine_nodes * len(topo.engines)} engines of "
+                              f"the {topo.engine_nodes} nodes at its step's weights, rollouts "
+                              "paused and training waiting (trainer/loop/final_eval.py)")
+        tp.eval_cost_s = tp.eval_s
+        tp.eval_blocks_training = tp.eval_resumable = True
+    elif c.rollout.backend == "vllm":
         eval_cost_s(c, tp, len(topo.engines))
     mixed = c.engine.type == "deepspeed" and c.precision.dtype == "bf16"
     tp.checkpoint_s = m.params * (14 if mixed else 16) / CHECKPOINT_BYTES_PER_S
