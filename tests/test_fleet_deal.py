@@ -75,7 +75,7 @@ def test_the_paper_run_scales_out_with_evals_on_every_nodes_engines():
     eval) on 2 .. 12 nodes of 8 H100s, one rank per training GPU (the auto split): every
     node count reaches its budget (evals on every engine of the fleet, rollouts paused, no
     longer pile up on 3 engines of rank 0's node), the eval shrinks with the engines, and the
-    GPU-hours a run grow slowly (printed: 10 nodes / 2 nodes, the issue's target 1.25)."""
+    GPU-hours a run at 10 nodes stay within 1.25x of 2 nodes' (the issue's target)."""
     limits = replace(PAPER_LIMITS, max_requeues=None, auto_requeues=True)
     got = {}
     for n in (2, 3, 4, 6, 8, 10, 12):
@@ -87,4 +87,33 @@ def test_the_paper_run_scales_out_with_evals_on_every_nodes_engines():
     ratio = got[10].gpu_hours / got[2].gpu_hours
     print(f"GPU-h a run: 2 nodes {got[2].gpu_hours:,.0f}, 10 nodes {got[10].gpu_hours:,.0f} "
           f"({ratio:.2f}x); wall at 10 nodes {got[10].wall_h:,.0f} h")
-    assert ratio < 1.5 and got[10].wall_h < got[2].wall_h / 3
+    assert ratio <= 1.25 and got[10].wall_h < got[2].wall_h / 3
+
+
+def test_the_plan_decodes_as_many_sequences_as_the_stream_starts():
+    """Issue 46 point 6, one concurrency rule: the stream reserves each sample's whole
+    footprint in its engine's KV blocks (trainer/generation/dealing.py Room, footprint); the
+    plan's engine concurrency counts the same (trainer/plan/time_model.py engine_concurrency),
+    not the mean context (which counted ~1.8x as many: 44 against 24 for the paper recipe)."""
+    import math
+
+    from trainer.generation.dealing import Room, footprint, pick
+    from trainer.plan.memory import (CUDA_OVERHEAD_GIB, VLLM_UTILIZATION, kv_bytes_per_token)
+    from trainer.plan.model_shape import KNOWN, ModelShape
+    from trainer.plan.time_model import engine_concurrency, lengths
+
+    c = paper()
+    m = ModelShape(**KNOWN["Qwen/Qwen3-8B"], source="test")
+    shape = replace(PAPER_SHAPE, ranks_auto=True)
+    topo = topology(c, shape)
+    prompt, completion = lengths(c)
+    planned = engine_concurrency(c, m, topo, 10_000, prompt + completion)
+    room_bytes = VLLM_UTILIZATION * 80 * 2**30 - m.params * 2 - CUDA_OVERHEAD_GIB * 2**30
+    room = Room(blocks=int(room_bytes / kv_bytes_per_token(c, m)) // 16, block_size=16,
+                max_seqs=1024)
+    foot = footprint(int(prompt), int(completion))
+    started = 0
+    while pick([room], foot, [0]) == 0:
+        room.take(foot)
+        started += 1
+    assert started == math.floor(planned) == 24, (started, planned)

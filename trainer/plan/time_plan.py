@@ -96,7 +96,9 @@ def _gpu_step(c: TrainConfig, m: ModelShape, topo: Topology, limits: Limits,
         # prompts over that share (nodes, where they divide; 48 / 5 = 9.6 on 10 nodes).
         nodes, replicas, size = topo.engine_nodes, len(topo.engines), topo.tp
         dealt = c.rollout.prompts_per_step / largest_share(c, nodes)
-        b = engine_concurrency(c, m, topo, math.ceil(rollout_rows(c, nodes) / replicas), ctx)
+        # the stream reserves each sample's whole footprint (dealing.py): the same rule here
+        foot = prompt + completion
+        b = engine_concurrency(c, m, topo, math.ceil(rollout_rows(c, nodes) / replicas), foot)
         rate = dealt * replicas * decode_rate(m, c, gpu, tp=size, concurrent=b, ctx=ctx,
                                               bw_eff=DECODE_BW_EFFICIENCY)
         gen_gpus, eval_gpus = dealt * replicas * size, replicas * size
@@ -105,7 +107,7 @@ def _gpu_step(c: TrainConfig, m: ModelShape, topo: Topology, limits: Limits,
                               "decoding at once each")
         # eval: every node's engines (fleet_eval), else rank 0's node's
         eval_engines_n = replicas * (nodes if fleet_eval(c, topo) else 1)
-        eval_b = engine_concurrency(c, m, topo, math.ceil(eval_rows(c) / eval_engines_n), ctx)
+        eval_b = engine_concurrency(c, m, topo, math.ceil(eval_rows(c) / eval_engines_n), foot)
         eval_rate = eval_engines_n * decode_rate(m, c, gpu, tp=size, concurrent=eval_b,
                                                  ctx=ctx, bw_eff=DECODE_BW_EFFICIENCY)
         eval_gpus = eval_engines_n * size
