@@ -14,17 +14,19 @@ import sys
 import threading
 from pathlib import Path
 
-def config(steps: int):
-    """The job's config: the proxy, vLLM, PipelineRL-1, eval at 0 and at the end."""
+def config(steps: int, every: int | None = None):
+    """The job's config: the proxy, vLLM, PipelineRL-1, eval at 0, every `every` steps
+    (default: only) and at the end; 3 prompts a step, dealt 2 to node 0 and 1 to node 1
+    (trainer/plan/placement.py shares)."""
     from _trainer_util import config as train_config
     from _trainer_util import tiny
 
     return train_config(tiny(
-        rollout={"backend": "vllm", "prompts_per_step": 4, "generations_per_prompt": 2,
+        rollout={"backend": "vllm", "prompts_per_step": 3, "generations_per_prompt": 2,
                  "max_new_tokens": 8},
         off_policy={"mode": "pipeline", "k": 1},
         data={"zero_variance_filter": False},  # every step trains: the weights move
-        eval={"every_steps": steps, "num_prompts": 8, "samples_per_prompt": 2},
+        eval={"every_steps": every or steps, "num_prompts": 8, "samples_per_prompt": 2},
         budget={"steps": steps}, checkpoint={"every_steps": steps}))
 
 
@@ -36,8 +38,31 @@ if __name__ == "__main__":
     from trainer.generation import offpolicy
 
     steps, work = int(sys.argv[1]), Path(sys.argv[2])
+    every = int(sys.argv[3]) if len(sys.argv) > 3 else None
+    # STOP_EVAL: the step whose eval rank 0 cuts after one chunk of its share (a stop signal
+    # mid-eval, as a job's time limit sends it); the next attempt resumes it
+    stop_at = int(sys.argv[4]) if len(sys.argv) > 4 else None
+    attempt = f".{sys.argv[5]}" if len(sys.argv) > 5 else ""
     rank = int(os.environ["SLURM_PROCID"])
-    cfg = config(steps)
+    cfg = config(steps, every)
+    from trainer.dist import preempt
+    from trainer.generation import eval_service
+    from trainer.loop import final_eval
+
+    # every prompt its own eval chunk (the CPU queue limit chunks are cut by), so each node's
+    # share has several and a stop after one leaves the eval part done
+    eval_service.cpu_queue_limit = lambda: 1
+    evals, real_decode = [], final_eval._decode
+
+    def decode(svc, step, mine, *rest):  # observed; at `stop_at` rank 0 stops after a chunk
+        evals.append({"step": step, "chunks": [a for a, _, _ in mine]})
+        if step == stop_at and rank == 0:
+            real_decode(svc, step, mine[:1], *rest)
+            preempt.request()
+            return None
+        return real_decode(svc, step, mine, *rest)
+
+    final_eval._decode = decode
     built, threads, shares, batches = {}, [], [], []
     orig_init, orig_start = loop.start, threading.Thread.start
     orig_next, orig_batch = offpolicy.Pipeline.next, loop.next_batch
@@ -72,7 +97,7 @@ if __name__ == "__main__":
     out = {"rank": rank, "step": run.state.step, "generators": threads.count("ablate-generator"),
            "engine": type(src.gen).__name__ if src.gen is not None else None,
            "feeders": list(src.feeders.ranks), "shares": shares, "batches": batches,
-           "params": params}
-    (work / f"rank{rank}.json").write_text(json.dumps(out))
+           "params": params, "evals": evals}
+    (work / f"rank{rank}{attempt}.json").write_text(json.dumps(out))
     from _multirank_util import leave_ranks
     leave_ranks()  # results written: no C++ teardown

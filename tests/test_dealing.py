@@ -141,3 +141,32 @@ def test_a_new_eval_waits_while_earlier_ones_hold_the_engines_it_needs():
     shared = Pins(1)
     shared.take(1)
     assert shared.wait_pinnable(0.01) is True  # one engine is shared: never waits here
+
+
+def test_no_eval_pins_an_engine_while_a_push_streams_into_it():
+    """The late-pin race (issue 46 point 2): a pin landing between a push's targets and its
+    end would hold an engine whose weights are being replaced. begin_push marks the targets;
+    until end_push no eval pins them (several engines), or the pin waits (one engine)."""
+    import threading
+
+    p = Pins(4)
+    targets = p.begin_push()
+    assert targets == [0, 1, 2, 3] and p.take(2) is None  # every engine is being pushed
+    p.end_push(targets, 1)
+    pin = p.take(2)
+    assert pin.engines == (0, 1) and pin.version == 1 and p.versions == [1, 1, 1, 1]
+    targets = p.begin_push()
+    assert targets == [2, 3]  # the pinned ones keep the eval's weights
+    p.end_push(targets, None)  # a cut push: the versions stay
+    assert p.versions == [1, 1, 1, 1]
+    one = Pins(1)
+    targets = one.begin_push()
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(one.take(1)))
+    t.start()
+    t.join(timeout=0.2)
+    assert t.is_alive() and not got  # the shared pin waits for the push
+    one.end_push(targets, 7)
+    t.join(timeout=5)
+    assert got and got[0].version == 7  # pinned at the pushed weights, never mid-push
+    assert one.begin_push() is None and one.begin_push(force=True) == [0]

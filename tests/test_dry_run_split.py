@@ -38,7 +38,7 @@ def test_the_dry_run_shows_the_split_its_step_and_its_neighbours():
     assert r.returncode == 0, r
     text = " ".join(r.stdout.split())  # folded at the terminal's width: read as one text
     assert ("split per node: 6 generate, 2 train (rollout.vllm.generation_gpus auto: the "
-            "shortest planned step whose memory fits): step 13 min; neighbours 5/3 step 16 min, "
+            "shortest planned step whose memory fits): step 15 min; neighbours 5/3 step 19 min, "
             "7/1 training needs 89.35 GiB of 80") in text, text
     assert "a task per training GPU of each run's split (tasks_per_node auto)" in text
     assert "4 training rank(s)" in text and "6 vLLM engines of 1 GPU each on every node" in text
@@ -58,13 +58,13 @@ def test_a_set_split_or_pinned_tasks_say_what_auto_would_choose(tmp_path):
     text = " ".join(half.stdout.split())
     assert half.returncode == 0, half
     assert "split per node: 4 generate, 4 train (rollout.vllm.generation_gpus as set); auto " \
-           "would choose 6/2, step 13 min against 20 min" in text, text
+           "would choose 6/2, step 15 min against 23 min" in text, text
     pinned = ablate("sweep", "recipes/loss_agg.yaml", "--profile",
                     str(profile(tmp_path, tasks_per_node=4)), "--dry-run")
     text = " ".join(pinned.stdout.split())
     assert "among the splits that leave each of slurm.tasks_per_node 4 ranks a GPU): step " \
-           "20 min; neighbours 3/5 step 26 min" in text, text
-    assert "auto with slurm.tasks_per_node: auto would choose 6/2, step 13 min" in text
+           "23 min; neighbours 3/5 step 31 min" in text, text
+    assert "auto with slurm.tasks_per_node: auto would choose 6/2, step 15 min" in text
 
 
 def test_slurm_jobs_get_the_tasks_their_split_asks_for(tmp_path):

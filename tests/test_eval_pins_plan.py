@@ -59,12 +59,16 @@ def test_one_engine_is_shared_and_the_eval_blocks_training():
     assert t.eval_blocks_training is True
 
 
-def test_the_paper_plan_evaluates_on_two_of_four_engines():
+def test_the_paper_plan_on_one_node_evaluates_on_two_of_four_engines():
+    """One node: the eval pins half its engines (on several, every node's engines decode it,
+    rollouts paused: tests/test_time_plan.py)."""
+    from dataclasses import replace
+
     from test_time_plan import PAPER_LIMITS, PAPER_SHAPE, paper
 
     from trainer.plan.time_plan import plan_time
 
-    t = plan_time(paper(), PAPER_SHAPE, PAPER_LIMITS)
+    t = plan_time(paper(eval={"num_prompts": 200}), replace(PAPER_SHAPE, nodes=1), PAPER_LIMITS)
     assert t.step_s == t.generation_s  # generation-bound: the eval costs half its duration
     assert t.eval_cost_s == pytest.approx(t.eval_s / 2)
     assert t.eval_s < t.eval_interval_s  # ends before the next is due

@@ -190,12 +190,13 @@ def small(**over) -> TrainConfig:
     return TrainConfig.model_validate(set_dotted(tree, over))
 
 
-def test_kv_cache_is_sized_for_each_nodes_share_and_eval_on_rank0s_node():
-    """In pipeline mode every node's engines generate prompts_per_step / nodes groups
-    (trainer/generation/offpolicy.py), and eval goes to rank 0's node's engines only: the busiest engine,
-    on rank 0's node, decodes its node's share of the rollout call plus eval (2 nodes: 32 + 64
-    sequences over 4 engines), not the whole call plus eval (the rule when only rank 0's node
-    ran engines: 64 + 64) nor half of both (nodes x engines)."""
+def test_kv_cache_is_sized_for_each_nodes_share_and_eval_over_every_node():
+    """In pipeline mode every node's engines generate their node's share of a step's groups
+    (trainer/generation/offpolicy.py); on one node eval goes to its engines beside them (64 +
+    64 over 4), on several it is dealt over every node's engines while rollouts are paused
+    (trainer/loop/final_eval.py; issue 46): an engine holds its node's share of the rollout
+    call over its node's engines plus its share of the eval over all (2 nodes: 32 / 4 + 64 /
+    8 = 16), not the whole call plus eval (the rule when only rank 0's node ran engines)."""
     from trainer.plan.memory import kv_bytes_per_token, sequence_tokens
 
     per_seq = sequence_tokens(small()) * kv_bytes_per_token(small(), model_shape("Qwen/Qwen2.5-0.5B")[0])
@@ -203,18 +204,18 @@ def test_kv_cache_is_sized_for_each_nodes_share_and_eval_on_rank0s_node():
                 for n in (1, 2))
     # the 0.5B model fits one GPU: 4 one-GPU replicas a node; 1 node: (64 + 64) / 4 each
     assert one.generation["KV cache"] == pytest.approx(32 * per_seq / GIB, abs=0.01)
-    assert two.generation["KV cache"] == pytest.approx(24 * per_seq / GIB, abs=0.01)
-    assert "KV room for" in two.kv_sequences and " of 24 sequences" in two.kv_sequences
+    assert two.generation["KV cache"] == pytest.approx(16 * per_seq / GIB, abs=0.01)
+    assert "KV room for" in two.kv_sequences and " of 16 sequences" in two.kv_sequences
     tp4 = plan(small(rollout__vllm__tensor_parallel_size=4),
                JobShape(nodes=2, ranks_per_node=4, gpus_per_node=8, gpu_memory_gib=80))
-    assert tp4.generation["KV cache"] == pytest.approx(96 * per_seq / 4 / GIB, abs=0.01)
-    assert " of 96 sequences" in tp4.kv_sequences  # one engine of 4 GPUs a node: 32 + 64
+    assert tp4.generation["KV cache"] == pytest.approx(64 * per_seq / 4 / GIB, abs=0.01)
+    assert " of 64 sequences" in tp4.kv_sequences  # one engine of 4 GPUs a node: 32 + 64 / 2
     # Two replicas a node split their node's sequences; ppo_off_policy starts engines on rank
     # 0's node only and sends them k x the prompts, and its eval runs between steps (the
     # larger of the two calls, not their sum), whatever the nodes.
     reps = plan(small(rollout__vllm__tensor_parallel_size=1, rollout__vllm__data_parallel_replicas=2),
                 JobShape(nodes=2, ranks_per_node=4, gpus_per_node=8, gpu_memory_gib=80))
-    assert " of 48 sequences" in reps.kv_sequences
+    assert " of 32 sequences" in reps.kv_sequences  # 32 / 2 + 64 / 4
     ppo = plan(small(off_policy__mode="ppo_off_policy", off_policy__k=2),
                JobShape(nodes=2, ranks_per_node=8, gpus_per_node=8, gpu_memory_gib=80))
     assert " of 128 sequences" in ppo.kv_sequences  # max(2 x 4 x 16, 4 x 16)
@@ -226,7 +227,8 @@ def test_dry_run_says_where_engines_run_and_which_gpus_idle():
     shape = JobShape(nodes=2, ranks_per_node=4, gpus_per_node=8, gpu_memory_gib=80)
     paper = plan_of(small(), shape).note  # pipeline: 4 generation GPUs per node, 4 replicas
     assert "4 vLLM engines of 1 GPU each on every node (2 nodes, 8 in all)" in paper, paper
-    assert "each node 2 of a step's 4 prompt groups; rank 0's node's also serve eval" in paper
+    assert ("each node 2 of a step's 4 prompt groups, and every eval, all of them at the "
+            "step's weights with rollouts paused") in paper
     assert "idle" not in paper and "rank 0's node only" not in paper, paper  # every node's run
     one_node = plan_of(small(), JobShape(nodes=1, ranks_per_node=4, gpus_per_node=8,
                                          gpu_memory_gib=80)).note

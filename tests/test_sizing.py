@@ -142,6 +142,8 @@ def test_other_nodes_per_run_come_with_their_profile_and_overrides_are_kept(tmp_
         assert f"nodes: {got['proposal']['nodes_per_run']}" in got["profile_yaml"]
 
 
+@pytest.mark.slow  # ~2.5 s of CPU: with evals on every node's engines (issue 46) no node
+# count is refused any more, so the search plans every candidate shape of both studies
 def test_leave_one_out_is_sized_at_the_papers_16k(tmp_path):
     study = tmp_path / "loo2.yaml"
     study.write_text("name: loo2\nbase: scalerl.yaml\nmode: leave_one_out\ncomponents:\n"

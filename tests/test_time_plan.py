@@ -66,8 +66,9 @@ def test_decode_is_memory_bound_one_sequence_reads_the_weights_each_token():
 
 
 def test_paper_recipe_plan_is_generation_bound_and_its_eval_outlasts_a_job():
-    """Issue 31: the paper's eval (11 h) outlasts a 4 h job, but it keeps its finished chunks
-    at each requeue, so it ends over a few jobs beside training; what stops the run under
+    """Issue 31: the paper's eval outlasts a 4 h job, but it keeps its finished chunks at each
+    requeue, so it ends over a few jobs (issue 46: on every node's engines, rollouts paused
+    and training waiting, trainer/loop/final_eval.py); what stops the run under
     `max_num_timeout: 50` is the requeues, and under `auto` nothing."""
     t = plan_time(paper(), PAPER_SHAPE, PAPER_LIMITS)
     assert t.steps == 2000 and t.devices == 16 and t.evals == 21  # step 0, every 100, the last
@@ -78,7 +79,8 @@ def test_paper_recipe_plan_is_generation_bound_and_its_eval_outlasts_a_job():
     prompt, completion = lengths(paper())
     flops = train_flops(paper(), QWEN3_8B, 768 * (prompt + completion), (prompt + completion) / 2)
     assert t.train_s == pytest.approx(flops / (8 * 989e12 * TRAIN_MFU))
-    assert t.eval_s > 4 * 3600 and not t.eval_blocks_training
+    assert t.eval_s > 4 * 3600 and t.eval_blocks_training and t.eval_resumable
+    assert t.eval_cost_s == t.eval_s  # the training waits for it
     usable = 4 * 3600 - JOB_START_S_GPU - 300
     assert t.eval_jobs == math.ceil(t.eval_s / usable) and t.eval_s < t.eval_interval_s
     assert any(f"ends over {t.eval_jobs} jobs" in w for w in t.warnings), t.warnings
@@ -93,12 +95,14 @@ def test_paper_recipe_plan_is_generation_bound_and_its_eval_outlasts_a_job():
         t.requeues) > t.requeues
 
 
-def test_every_nodes_engines_generate_in_pipeline_mode_and_eval_stays_on_rank0s_node():
+def test_every_nodes_engines_generate_in_pipeline_mode_and_every_eval_on_all_of_them():
     """Pipeline mode with vLLM: each node's local rank 0 starts its node's engines and
-    generates prompts_per_step / nodes groups a step, so a second node doubles the rollouts'
-    decode rate (the rule when only rank 0's node ran engines kept it equal); eval still goes
-    to rank 0's node's engines only, so its time does not change. ppo_off_policy keeps one
-    engine set on rank 0's node: a second node adds none."""
+    generates its share of a step's groups, so a second node doubles the rollouts' decode
+    rate (the rule when only rank 0's node ran engines kept it equal). On one node the eval
+    pins 2 of its 4 engines beside the rollouts; on two, every eval decodes on all 8 engines,
+    rollouts paused and training waiting (trainer/loop/final_eval.py; issue 46): a quarter
+    of the time, all of it charged to the wall. ppo_off_policy keeps one engine set on rank
+    0's node: a second node adds none."""
     from dataclasses import replace
 
     c = paper(eval={"num_prompts": 50})
@@ -107,8 +111,11 @@ def test_every_nodes_engines_generate_in_pipeline_mode_and_eval_stays_on_rank0s_
     # room binds): twice the engines, twice the tokens/s.
     assert two.generation_tokens_per_s == pytest.approx(2 * one.generation_tokens_per_s, rel=1e-3)
     assert two.generation_s == pytest.approx(one.generation_s / 2, rel=1e-3)
-    assert two.eval_s == pytest.approx(one.eval_s)  # rank 0's node's 4 engines, both times
+    assert two.eval_s == pytest.approx(one.eval_s / 4, rel=1e-3)  # 8 engines, not 2
+    assert two.eval_blocks_training and two.eval_cost_s == two.eval_s
+    assert not one.eval_blocks_training and one.eval_cost_s < one.eval_s
     assert any("4 engine(s) of 1 GPU(s) on each of 2 nodes" in a for a in two.assumptions)
+    assert any("eval on all 8 engines of the 2 nodes" in a for a in two.assumptions)
     ppo = paper(off_policy={"mode": "ppo_off_policy", "k": 1}, eval={"num_prompts": 50})
     p1, p2 = (plan_time(ppo, replace(PAPER_SHAPE, ranks_per_node=8, nodes=n), PAPER_LIMITS)
               for n in (1, 2))
@@ -116,9 +123,11 @@ def test_every_nodes_engines_generate_in_pipeline_mode_and_eval_stays_on_rank0s_
 
 
 def test_an_eval_longer_than_the_gap_between_evals_is_refused():
-    """Evals beside training that take longer than the steps between two evals pile up:
-    refused, with what to change (one line)."""
-    t = plan_time(paper(eval={"every_steps": 10}), PAPER_SHAPE,
+    """Evals beside training (one node: pinned engines) that take longer than the steps
+    between two evals pile up: refused, with what to change (one line)."""
+    from dataclasses import replace
+
+    t = plan_time(paper(eval={"every_steps": 10}), replace(PAPER_SHAPE, nodes=1),
                   Limits(time_min=240, signal_delay_s=300, gpu_model="h100", auto_requeues=True))
     assert t.eval_s > t.eval_interval_s and t.reaches_budget is False
     assert "evals pile up" in t.problem and "raise eval.every_steps" in t.problem
@@ -280,27 +289,30 @@ def test_with_the_eval_service_eval_runs_beside_training_and_a_stop_saves_at_onc
     signal_delay_s: the warning needs only a checkpoint plus the stop's margin."""
     import trainer.plan.time_model as time_model
 
+    from dataclasses import replace
+
+    one = replace(PAPER_SHAPE, nodes=1)  # (on several nodes evals pause rollouts: issue 46)
     c = paper(eval={"num_prompts": 50})
-    before = plan_time(paper(eval={"num_prompts": 2}, **LOCKSTEP), PAPER_SHAPE, PAPER_LIMITS)
-    after = plan_time(c, PAPER_SHAPE, PAPER_LIMITS)
+    before = plan_time(paper(eval={"num_prompts": 2}, **LOCKSTEP), one, PAPER_LIMITS)
+    after = plan_time(c, one, PAPER_LIMITS)
     assert before.eval_blocks_training and not after.eval_blocks_training
     assert not time_model.stop_saves_at_once(paper(**LOCKSTEP))
     assert time_model.stop_saves_at_once(c)
     assert before.steps_per_job == 0 and after.steps_per_job > 0
     assert not any("signal_delay_s" in w for w in after.warnings)
-    long_eval = plan_time(paper(), PAPER_SHAPE, PAPER_LIMITS)
+    long_eval = plan_time(paper(eval={"num_prompts": 200}), one, PAPER_LIMITS)
     assert long_eval.eval_jobs > 1 and "eval" not in long_eval.problem
     # The signal window: a checkpoint (57 s at 8B) plus 60 s of margin, not a step.
     ck = after.checkpoint_s
-    short = plan_time(c, PAPER_SHAPE, Limits(time_min=240, max_requeues=10_000,
-                                             signal_delay_s=int(ck + 40), gpu_model="h100"))
+    short = plan_time(c, one, Limits(time_min=240, max_requeues=10_000,
+                                     signal_delay_s=int(ck + 40), gpu_model="h100"))
     warned = [w for w in short.warnings if "signal_delay_s" in w]
     assert warned and "less than a checkpoint" in warned[0] and "a step plus" not in warned[0]
-    ok = plan_time(c, PAPER_SHAPE, Limits(time_min=240, max_requeues=10_000,
-                                          signal_delay_s=int(ck + 61), gpu_model="h100"))
+    ok = plan_time(c, one, Limits(time_min=240, max_requeues=10_000,
+                                  signal_delay_s=int(ck + 61), gpu_model="h100"))
     assert not any("signal_delay_s" in w for w in ok.warnings)
     # An eval due every step that takes longer than a step: evals queue up (said, not refused).
-    often = plan_time(paper(eval={"num_prompts": 50, "every_steps": 1}), PAPER_SHAPE, PAPER_LIMITS)
+    often = plan_time(paper(eval={"num_prompts": 50, "every_steps": 1}), one, PAPER_LIMITS)
     assert any("evals queue up" in w for w in often.warnings), often.warnings
 
 

@@ -127,8 +127,9 @@ def test_what_the_engines_are_sent_and_the_idle_gpus_said():
     c = cfg(tensor_parallel_size=1, data_parallel_replicas=3)
     t = topology(c, shape())
     # pipeline: a node's call of prompts_per_step / 2 groups x 16 samples over 3 replicas,
-    # plus eval (1,000 prompts x 16) on rank 0's node: ceil((24 x 16 + 16000) / 3)
-    assert rows_per_engine(c, t) == -(-(24 * 16 + 16_000) // 3)
+    # plus eval (1,000 prompts x 16) dealt over both nodes' 6 engines (trainer/loop/
+    # final_eval.py): ceil(24 x 16 / 3 + 16000 / 6)
+    assert rows_per_engine(c, t) == -(-(24 * 16 * 2 + 16_000) // 6)
     note = placement_note(c, shape(), t)
     assert note.startswith("3 vLLM engines of 1 GPU each on every node (2 nodes, 6 in all)")
     assert "2 of the job's 16 GPUs are idle (1 on rank 0's node, 1 on the other node)" in note
@@ -153,10 +154,11 @@ def test_auto_picks_six_generating_two_training_gpus_for_the_paper_recipe():
       d, 16 x 8.191e9 / d, plus what does not shrink with d (the gathered layers and head
       1.88 GiB, checkpoints 9.25, recomputed layer 10.88, logits chunk 5.32, CUDA 1: 28.33).
       g = 7 (d = 2): 61.03 + 28.33 = 89.36 GiB > 80, out; g = 6 (d = 4): 30.52 + 28.33 = 58.85.
-    - every engine decodes the same number of sequences at any g (its KV room, 44 at the mean
-      context, is below the 384 / g it is sent), so generation takes G / g; training's FLOPs
-      divide over the ranks, T / (8 - g). The step is max(G / g, T / (8 - g)), shortest near
-      g = 8G / (G + T) ~ 6.04: g = 6 (the two are balanced there; g = 5 is generation-bound)."""
+    - every engine decodes the same number of sequences at any g (its KV room, 24 with each
+      sequence's whole footprint reserved as the stream deals them, is below the 384 / g it is
+      sent), so generation takes G / g; training's FLOPs divide over the ranks, T / (8 - g).
+      The step is max(G / g, T / (8 - g)), shortest near g = 8G / (G + T) ~ 6.26: g = 6
+      (g = 7 does not fit; g = 5 is generation-bound)."""
     c = paper()
     ch = choose_split(c, JobShape(**H100, ranks_auto=True))
     by = {o.generation_gpus: o for o in ch.options}
@@ -167,7 +169,7 @@ def test_auto_picks_six_generating_two_training_gpus_for_the_paper_recipe():
         assert o.generation_s == pytest.approx(G / g, rel=1e-9), g
         assert o.train_s == pytest.approx(T / (8 - g), rel=1e-9), g
         assert o.step_s == pytest.approx(max(G / g, T / (8 - g)), rel=1e-9), g
-    assert 8 * G / (G + T) == pytest.approx(6.04, abs=0.01)
+    assert 8 * G / (G + T) == pytest.approx(6.26, abs=0.01)
     assert ch.generation_gpus == 6 and [o.generation_gpus for o in ch.neighbours()] == [5, 7]
     t = topology(c, JobShape(**H100, ranks_auto=True))
     assert t.generation == (0, 1, 2, 3, 4, 5) and t.training == (6, 7)

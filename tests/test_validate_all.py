@@ -106,12 +106,12 @@ REFUSED = [
     ({"rollout": {"backend": "vllm", "vllm": {"generation_gpus": 3, "tensor_parallel_size": 2}}},
      JobShape(ranks_per_node=5, gpus_per_node=8),
      ["rollout.vllm.tensor_parallel_size=2", "3 generation GPUs"], "valid: 1, 3"),
-    # trainer/generation/feeders.py: in pipeline mode with vLLM each node generates
-    # prompts_per_step / nodes groups a step.
-    ({"off_policy": {"mode": "pipeline"}, "rollout": {"backend": "vllm", "prompts_per_step": 50}},
+    # trainer/generation/feeders.py: in pipeline mode with vLLM every node generates a dealt
+    # share of each step's groups: a node dealt none is refused (uneven shares are not).
+    ({"off_policy": {"mode": "pipeline"}, "rollout": {"backend": "vllm", "prompts_per_step": 3}},
      JobShape(nodes=4, ranks_per_node=4, gpus_per_node=8),
-     ["rollout.prompts_per_step=50 does not split over 4 nodes", "prompts_per_step / nodes"],
-     "valid: a multiple of 4"),
+     ["rollout.prompts_per_step=3 is fewer than the job's 4 nodes", "off_policy.mode=pipeline"],
+     "valid: at least 4"),
 ]
 
 
@@ -140,9 +140,12 @@ def test_neighbours_of_each_refused_combination_pass():
         assert problems(TrainConfig.model_validate(tree), JobShape(gpus_per_node=8)) == [], tree
     pipeline = TrainConfig.model_validate({"rollout": {"backend": "vllm"}})
     assert problems(pipeline, JobShape(ranks_per_node=4, gpus_per_node=8)) == []
-    # prompts_per_step over the nodes: one node, a multiple, or one engine set (ppo_off_policy)
+    # prompts_per_step over the nodes: dealt unevenly where they do not divide (the paper's
+    # 48 over 10 nodes), one node, a multiple, or one engine set (ppo_off_policy)
     odd = {"rollout": {"backend": "vllm", "prompts_per_step": 50}}
-    for tree, nodes in ((odd, 1), ({"rollout": {**odd["rollout"], "prompts_per_step": 52}}, 4),
+    paper = {"rollout": {**odd["rollout"], "prompts_per_step": 48}}
+    for tree, nodes in ((odd, 1), (odd, 4), (paper, 10),
+                        ({"rollout": {**odd["rollout"], "prompts_per_step": 3}}, 3),
                         ({**odd, "off_policy": {"mode": "ppo_off_policy"}}, 4)):
         ranks = 4 if "off_policy" not in tree else 8
         assert problems(TrainConfig.model_validate(tree),

@@ -104,14 +104,17 @@ def _ranks_per_gpu(c: TrainConfig, shape: JobShape) -> Optional[str]:
 
 def prompts_per_node(c: TrainConfig, shape: JobShape) -> Optional[str]:
     """In pipeline mode with vLLM every node's local rank 0 starts its node's engines and
-    generates prompts_per_step / nodes groups of each step (trainer/generation/feeders.py,
-    which also holds the feeders it finds at start to this rule)."""
+    generates its share of each step: the step's prompt groups dealt over the nodes
+    (trainer/plan/placement.py shares; unevenly where they do not divide, the plan charging
+    the largest share). A node dealt no group would hold its engines idle and its stream
+    would wait for nothing (trainer/generation/feeders.py holds the feeders it finds at start
+    to this rule too)."""
     n, per_step = shape.nodes, c.rollout.prompts_per_step
-    if not separate_generation(c) or n <= 1 or per_step % n == 0:
+    if not separate_generation(c) or n <= 1 or per_step >= n:
         return None
-    return (f"rollout.prompts_per_step={per_step} does not split over {n} nodes (off_policy."
-            f"mode=pipeline, rollout.backend=vllm: each node's engines generate prompts_per_step "
-            f"/ nodes groups per step); valid: a multiple of {n}")
+    return (f"rollout.prompts_per_step={per_step} is fewer than the job's {n} nodes (off_policy."
+            f"mode=pipeline, rollout.backend=vllm: every node's engines generate a share of "
+            f"each step's prompt groups); valid: at least {n}, or fewer slurm.nodes")
 
 
 # Each returns the one-line problem, or None. Order: the most fundamental first.

@@ -49,7 +49,7 @@ class OffPolicyConfig(Strict):
         "group enters the stream when its call returns and every step trains on the next "
         "rollout.prompts_per_step finished groups. Smaller calls stream finer (staleness "
         "counted per group, not per step's batch) at some batching cost with the hf sampler. "
-        "None = a node's share of rollout.prompts_per_step (prompts_per_step / nodes with vLLM, "
+        "None = a node's share of rollout.prompts_per_step (dealt over the nodes with vLLM, "
         "whose every node generates: trainer/generation/feeders.py).",
     )
 

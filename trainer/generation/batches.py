@@ -68,6 +68,16 @@ class GroupStream:
         self.refunded = 0  # slots handed back by groups refused as stale
         self.stale_dropped = 0
         self.wait_seconds = 0.0
+        self.held = False  # rollout scheduling paused: an eval decodes on the engines
+
+    def hold(self, on: bool) -> None:
+        """Pause (True) or resume the start of new groups: while an eval decodes on every
+        engine of the fleet (trainer/loop/final_eval.py), as PipelineRL's actor pauses its
+        train loop's scheduling during a test loop (ServiceNow/PipelineRL pipelinerl/actor.py
+        run_actor_loop: `train_loop.is_scheduling_paused = True`). Groups in flight finish."""
+        with self.cond:
+            self.held = on
+            self.cond.notify_all()
 
     def push(self, version: int) -> None:
         """The trainer pushed weights `version`: one more step's worth of groups may start."""
@@ -78,7 +88,7 @@ class GroupStream:
 
     def allowance(self) -> int:
         """Groups the generator may start now (caller holds the lock)."""
-        if self.base is None:
+        if self.base is None or self.held:
             return 0
         limit = (self.k + 1 + self.pushed - self.base) * self.per_step + self.refunded
         if self.last is not None:  # no group past the last batch: nothing could train on it

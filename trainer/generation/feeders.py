@@ -4,11 +4,17 @@ Why: in pipeline mode with vLLM (trainer/plan/topology.py separate_generation) e
 rank 0 is bound to its own node's engines (binding.py plan_binding). If only rank 0 fed the
 trainer, every other node's generation GPUs would be held and idle: half the generation of a
 2-node job. So every node's local rank 0 is a *feeder*: it runs the pipeline's generator over
-its node's engines and makes `prompts_per_step / nodes` prompt groups of each step; the step's
-batch is the feeders' shares joined in node order, the same on every rank (an all-gather).
-Each feeder draws its prompts from the shared pool as a stride (share j keeps every nodes-th
-prompt of a draw of nodes x n, starting at j), so the shares never overlap and, together, take
-the pool's order as one feeder would, with no messages between feeders. (Not exact with
+its node's engines and makes its share of each step's prompt groups: a step's prompts are
+dealt over the nodes like cards (`shares`: prompts_per_step // nodes each, the first
+prompts_per_step % nodes nodes one more; the paper's 48 over 10 nodes: 5 x 8 and 4 x 2), so
+no `prompts_per_step % nodes` rule binds a layout; the plan charges the largest share
+(trainer/plan/placement.py largest_share). The step's batch is the feeders' shares joined in
+node order, the same on every rank (an all-gather). Each feeder draws its prompts from the
+shared pool as a stride (share j keeps every nodes-th prompt of a draw of nodes x n, starting
+at j): every draw is a multiple of `nodes` long, so share j only ever takes stream positions
+= j mod nodes, whatever n each call has; the shares never overlap and, together, take the
+pool's order as one feeder would, with no messages between feeders (a node with the smaller
+share walks its stride a little slower: by a step's end it is one prompt behind). (Not exact with
 data.no_positive_resampling or curriculum pass_rate: a node orders a new epoch from the pass
 rates recorded when its own generator reaches it, the same records read at different moments
 under wall timing, so in that epoch two nodes may draw one prompt. Syncing it would make a
@@ -26,6 +32,7 @@ from typing import Callable
 
 from trainer.dist.binding import current_binding
 from trainer.dist.groups import all_gather_objects, broadcast_object, rank
+from trainer.plan.placement import shares
 from trainer.plan.topology import JobShape, separate_generation
 from trainer.validate import ConfigConflict, prompts_per_node
 
@@ -36,6 +43,7 @@ class Feeders:
 
     ranks: tuple[int, ...]
     me: int  # this rank
+    per_step: int = 1  # rollout.prompts_per_step, dealt over the ranks (`shares`)
 
     @property
     def share(self) -> int | None:
@@ -46,22 +54,35 @@ class Feeders:
     def count(self) -> int:
         return len(self.ranks)
 
+    @property
+    def groups(self) -> int | None:
+        """Prompt groups this rank's node makes of each step (None: not a feeder)."""
+        return None if self.share is None else self.size_of(self.share)
+
+    @property
+    def largest(self) -> int:
+        """The largest share (the first node's): what a step waits for, the plan's charge."""
+        return shares(self.per_step, self.count)[0]
+
+    def size_of(self, share: int) -> int:
+        return shares(self.per_step, self.count)[share]
+
 
 def feeders(config) -> Feeders:
     """Every node's local rank 0 in pipeline mode with vLLM, else rank 0 alone. Collective
     (every rank must call it, in the same place): the ranks' own bindings are gathered, so
     the answer never rests on assuming equal node sizes."""
     if not separate_generation(config):
-        return Feeders((0,), rank())
+        return Feeders((0,), rank(), config.rollout.prompts_per_step)
     leader = current_binding(config).local_rank == 0
     flags = all_gather_objects(leader)
     ranks = tuple(r for r, f in enumerate(flags) if f) or (0,)
     # The start-up check (trainer/validate.py) counts nodes from the launcher's layout; this
-    # holds the same rule to the feeders really found, so a share never silently truncates.
+    # holds the same rule to the feeders really found, so no feeder is dealt nothing.
     why = prompts_per_node(config, JobShape(nodes=len(ranks)))
     if why:
         raise ConfigConflict(why)
-    return Feeders(ranks, rank())
+    return Feeders(ranks, rank(), config.rollout.prompts_per_step)
 
 
 def strided(draw: list[int], share: int, count: int) -> list[int]:

@@ -66,24 +66,27 @@ class Source(Protocol):
 MODES: Registry[Callable[[Context], Source]] = Registry("off_policy.mode")
 
 
-def draw(ctx: Context, n_prompts: int, share: int = 0, count: int = 1) -> tuple[list[int], int]:
+def draw(ctx: Context, n_prompts: int, share: int = 0, count: int = 1,
+         width: int | None = None) -> tuple[list[int], int]:
     """A generate call's prompts from the pool and its seed (prompt j samples with seed + j*G).
     With `count` feeders (trainer/generation/feeders.py), feeder `share` keeps its stride of a
-    draw for all of them, and its seeds start past the shares before it: no two nodes' prompts
-    share a seed. One feeder: the pool's next n prompts, as always."""
+    draw for all of them (a draw of count x n: its stream positions stay = share mod count
+    whatever n), and its seeds start past the shares before it, each `width` (the largest call
+    any feeder makes; default n) wide: no two nodes' prompts of one call share a seed even
+    where the shares are dealt unevenly. One feeder: the pool's next n prompts, as always."""
     c = ctx.config
     idx = strided(ctx.data.pool.next_batch(n_prompts * count), share, count)
     seed = (ctx.data.next_call_seed(c.seed)
-            + share * n_prompts * c.rollout.generations_per_prompt)
+            + share * (width or n_prompts) * c.rollout.generations_per_prompt)
     return idx, seed
 
 
 def sample(gen: Generator, ctx: Context, n_prompts: int, share: int = 0,
-           count: int = 1) -> Batch:
+           count: int = 1, width: int | None = None) -> Batch:
     """Draw prompts from the pool (this feeder's share) and generate G samples each (with
     length control)."""
     c = ctx.config
-    idx, seed = draw(ctx, n_prompts, share, count)
+    idx, seed = draw(ctx, n_prompts, share, count, width)
     t0 = time.perf_counter()
     ro = generate_rollout(gen, [ctx.prompts[i] for i in idx], c, ctx.tokenizer, seed,
                           n=c.rollout.generations_per_prompt, temperature=c.rollout.temperature)
@@ -187,10 +190,12 @@ class Pipeline:
         # generator nor generate (next() returns None there).
         self.feeders = feeders(c)
         self.share = self.feeders.share
-        per_step = c.rollout.prompts_per_step // self.feeders.count
+        # this node's dealt share of each step (placement.py shares: 5 or 4 of 48 on 10 nodes)
+        per_step = self.feeders.groups or self.feeders.largest
         last = None if c.budget.steps is None else c.budget.steps - 1  # next(version) of it
         self.stream = GroupStream(c.off_policy.k, per_step, last)
         self.per_call = c.off_policy.groups_per_call or per_step  # as placement.rollout_rows
+        self.width = c.off_policy.groups_per_call or self.feeders.largest  # every feeder's seeds
         self.stop = threading.Event()
         self.error: BaseException | None = None
         self.feeds = self.share is not None
@@ -227,7 +232,7 @@ class Pipeline:
                 if n == 0:
                     break
                 for group in split(sample(self.gen, self.ctx, n, self.share,
-                                          self.feeders.count), n, G):
+                                          self.feeders.count, self.width), n, G):
                     self.stream.put(group)
         except BaseException as e:  # surfaced in the trainer thread by next()
             self.error = e
@@ -251,7 +256,8 @@ class Pipeline:
                 n = self.stream.admit(self.per_call, self.stop)
                 if n == 0:
                     break
-                idx, seed = draw(ctx, n, self.share, self.feeders.count)  # sample()'s seeds
+                idx, seed = draw(ctx, n, self.share, self.feeders.count,
+                                 self.width)  # sample()'s seeds
                 for j, i in enumerate(idx):
                     started[(seed, j)] = time.perf_counter()
                     svc.submit(Request((seed, j, i), [ctx.prompts[i]], G, c.rollout.temperature,
@@ -281,6 +287,12 @@ class Pipeline:
             self.stream.push(version)
         elif self.ctx.config.rollout.backend == "vllm":
             _join_push(model)  # under ZeRO-3 the feeders' pushes gather from all ranks' shards
+
+    def hold_rollouts(self, on: bool) -> None:
+        """Pause (True) or resume starting rollout groups on this node's engines, while an
+        eval decodes on them (trainer/loop/final_eval.py); groups in flight finish."""
+        if self.feeds:
+            self.stream.hold(on)
 
     def stop_generating(self) -> None:
         """No rollout can be trained on any more: stop admitting groups and abort the ones in

@@ -54,6 +54,7 @@ class Pins:
         self.holds = [0] * engines  # evals holding each engine
         self.versions = [version] * engines  # the weights each engine holds
         self.latest = version  # the newest version pushed
+        self.pushing: set[int] = set()  # engines a push is streaming into now (begin_push)
         self.cond = threading.Condition()
 
     def take(self, want: int, version: Optional[int] = None) -> Optional[Pin]:
@@ -62,11 +63,14 @@ class Pins:
         weights for rollouts; None when none can be pinned (the caller pins later, on newer
         weights). One engine: always (shared)."""
         with self.cond:
-            v = self.latest if version is None else version
-            if not self.exclusive:
+            if not self.exclusive:  # the one engine: not while a push streams into it
+                self.cond.wait_for(lambda: not self.pushing)
                 self.holds[0] += 1
                 return Pin((0,), self.versions[0])
-            free = [i for i in range(self.n) if not self.holds[i]]
+            v = self.latest if version is None else version
+            # an engine a push is streaming into is not pinned: its weights are changing (the
+            # late-pin race: a pin between the push's targets and pushed() got new weights)
+            free = [i for i in range(self.n) if not self.holds[i] and i not in self.pushing]
             ready = [i for i in free if self.versions[i] == v]
             fresh = [i for i in free if self.versions[i] == self.latest]  # rollouts' engines
             room = len(ready) - (1 if v == self.latest else 0) if fresh else 0
@@ -95,6 +99,27 @@ class Pins:
         """Engines a push reaches now: every engine not pinned by an eval (one engine: all)."""
         with self.cond:
             return [i for i in range(self.n) if not (self.exclusive and self.holds[i])]
+
+    def begin_push(self, force: bool = False) -> Optional[list[int]]:
+        """The engines a push reaches (push_targets), marked as being pushed until end_push:
+        no eval pins them meanwhile (take). None while the one engine is pinned by an eval
+        (the push waits: must_wait), unless `force` (a stop cuts the push at once)."""
+        with self.cond:
+            if not self.exclusive and self.holds[0] and not force:
+                return None
+            targets = [i for i in range(self.n) if not (self.exclusive and self.holds[i])]
+            self.pushing = set(targets)
+            return targets
+
+    def end_push(self, targets: list[int], version: Optional[int]) -> None:
+        """The push begun by begin_push ended: `targets` hold `version` (None: cut, torn)."""
+        with self.cond:
+            self.pushing = set()
+            if version is not None:
+                for i in targets:
+                    self.versions[i] = version
+                self.latest = version
+            self.cond.notify_all()
 
     def must_wait(self) -> bool:
         """A push must wait: the one engine is pinned (shared) by an eval still decoding."""

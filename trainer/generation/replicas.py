@@ -132,9 +132,10 @@ class ReplicaGenerator:
         """Pause every replica at its next step boundary, stream the weights once into all of
         them, resume (in flight, as one engine does). A stop signal may cut it (every replica
         then `torn`, as one engine, trainer/generation/vllm_engine.py _load)."""
-        targets = self.pins.push_targets()  # an eval's engines keep its step's weights
+        # an eval's engines keep its step's weights; no eval pins the targets until it ends
+        targets = self.pins.begin_push(force=True)
         engines = [self.engines[i] for i in targets]
-        held = []
+        held, done = [], None
         try:
             with contextlib.ExitStack() as paused:
                 for e in engines:
@@ -149,8 +150,9 @@ class ReplicaGenerator:
                     if not stop.cut:
                         e.loaded(version)
             if not stop.cut:
-                self.pins.pushed(targets, version)
+                done = version
         finally:
+            self.pins.end_push(targets, done)
             for e in held:
                 e._gen_lock.release()
 

@@ -319,17 +319,19 @@ class VLLMGenerator:
         them, mid-sequence. Under ZeRO-3 the gathers are collectives: ranks without a
         generator join them (join_weight_gathers). While an eval holds the engine (pinned at
         its step's weights, trainer/generation/pins.py) the push waits for it to end."""
-        while self.pins.must_wait():  # an eval holds the one engine: it ends first (pins.py)
-            if preempt.requested():  # not raised here, where only this rank is: the push
-                break  # below is cut at once (PushStop), on every rank that walks it alike
-            self.pins.wait_released(timeout=0.5)
-        self._take_engine()  # free, or handed over at the generator's next step
+        # an eval holds the one engine: it ends first, and none pins it until this push ends
+        while (targets := self.pins.begin_push(force=preempt.requested())) is None:
+            self.pins.wait_released(timeout=0.5)  # a stop: the push below is cut (PushStop)
+        loaded = None
         try:
-            self._load(model, version)
+            self._take_engine()  # free, or handed over at the generator's next step
+            try:
+                self._load(model, version)
+            finally:
+                self._gen_lock.release()
+            loaded = None if self.torn else version
         finally:
-            self._gen_lock.release()
-        if not self.torn:
-            self.pins.pushed([0], version)
+            self.pins.end_push(targets, loaded)
 
     def _take_engine(self) -> None:
         """Hold the engine: at once if it is free, else the thread driving it hands it over

@@ -92,7 +92,8 @@ class EvalPoint:
         self.c, self.dir, self.parts = config, run_dir, parts
         self.worker: Optional[eval_service.EvalWorker] = None  # rank 0's, at its first eval
         self.services: list = []  # the worker's generation services (stopped at close)
-        # rank 0: the run's last eval, held for every node's engines (trainer/loop/final_eval.py)
+        # rank 0: the eval held for every node's engines (trainer/loop/final_eval.py): the
+        # step's while it decodes, or the run's last until the loop's end
         self.final: Optional[eval_service.EvalJob] = None
 
     @property
@@ -119,14 +120,18 @@ class EvalPoint:
     def launch(self, step: int, row: dict, source, weights: Optional[dict],
                done: Optional[dict] = None, final: bool = False) -> None:
         """Hand the eval of `step` (its row, its weights, the chunks a checkpoint says are
-        done) to rank 0's worker; hf under ZeRO-3 evaluates now, on every rank. The run's
-        last eval (`final`) is held for every node's engines where it can spread over them
-        (trainer/loop/final_eval.py, at the end of the run)."""
-        from trainer.loop.final_eval import spread
+        done) to rank 0's worker; hf under ZeRO-3 evaluates now, on every rank. Where it can
+        spread over several nodes' engines (trainer/loop/final_eval.py) it is decoded there
+        now, rollouts paused, training waiting (every rank); the run's last (`final`) is held
+        for the end of the run, when generation has stopped."""
+        from trainer.loop import final_eval
 
         c, p = self.c, self.parts
-        if final and p.main and spread(c, source) is not None:
-            self.final = eval_service.EvalJob(step, row, weights, dict(done or {}))
+        if final_eval.spread(c, source) is not None:
+            if p.main:
+                self.final = eval_service.EvalJob(step, row, weights, dict(done or {}))
+            if not final:
+                final_eval.finish(self, source)  # a stop: preempt.Stopped, its chunks kept
             return
         if c.rollout.backend == "hf" and p.zero3:
             gen = HFGenerator(c, p.model, p.tok)  # the trainer's current weights

@@ -1,12 +1,23 @@
-"""The run's last eval on every engine of every node.
+"""Evals on every engine of every node, at the eval's step's weights, with rollouts paused.
 
-Why: at the end of a pipeline run with vLLM on several nodes, training is over and generation
-has stopped (no rollout can be trained on any more), yet only rank 0's node's engines decoded
-the last eval, while every other node's engines idled and held their GPUs: at the paper's
-scale (2 nodes x 6 engines) half the job's generation for the longest single generation of the
-run. The last weights are on every engine already (the last step's push went to every node),
-so each node's feeder (trainer/generation/feeders.py: every node's local rank 0, over its own
-engines) decodes its share of the eval's chunks, and rank 0 writes the row.
+Why: in a pipeline run with vLLM on several nodes an eval pinned to a few of rank 0's node's
+engines (trainer/generation/pins.py) never got more engines as the run grew: at the paper's
+eval (1,000 prompts x 16, ~230 M tokens) 18 h on 3 engines, spanning ~5 four-hour jobs whose
+resumes decoded the rest on later weights, and from 3 nodes on the evals piled up. What the
+trainers labs use do instead: prime-rl's orchestrator pauses weight updates and rollout
+scheduling for a blocking eval and draws every inference server; PipelineRL's actor runs its
+test loop on every server with the train loop's scheduling paused (ServiceNow/PipelineRL
+pipelinerl/actor.py run_actor_loop: `train_loop.is_scheduling_paused = True` until the test
+loop ends); verl's fit() calls _validate() synchronously. So here, in a job with several
+feeders (trainer/generation/feeders.py: every node's local rank 0, over its own engines), every
+eval is held at its step: every node's feeder stops starting rollout groups (groups in flight
+finish; GroupStream.hold), decodes its share of the eval's chunks on its engines, which hold
+the step's weights (the step's push reached every node, and no step is trained meanwhile, so
+no push comes), and rank 0 writes the row; then rollouts resume and training goes on. A stop
+in the middle saves every node's finished chunks with the checkpoint of that very step (no
+step was trained since), so the resumed job, pushed those weights at start, decodes the rest
+on them: `eval/version_min == eval/version_max ==` the step for an eval of any length. The
+time plan charges it as wall the training waits (trainer/plan/time_plan.py fleet_eval).
 
 How (every rank; `finish`):
 - the chunks are the eval's own (eval_service.engine_chunks: fixed by the config, with their
@@ -21,8 +32,8 @@ How (every rank; `finish`):
   the rest), and rank 0 waits for its worker's earlier evals (rows land in step order) and
   writes the row: the same pass rate and eval/version_min/max a single node's eval computes.
 
-Where it does not apply (the hf backend, one feeder: one node, ppo_off_policy) the last eval
-goes to rank 0's eval worker as every other eval does.
+Where it does not apply (the hf backend, one feeder: one node, ppo_off_policy) evals go to
+rank 0's eval worker beside training (trainer/generation/eval_service.py, pins.py).
 """
 
 from __future__ import annotations
@@ -42,8 +53,8 @@ POLL_S = 1.0  # seconds between the ranks' agreements while the eval decodes
 
 
 def spread(config, source) -> Optional[object]:
-    """The feeders the last eval spreads over (the same answer on every rank), or None where
-    it does not (module doc)."""
+    """The feeders an eval spreads over (the same answer on every rank), or None where it
+    does not (module doc)."""
     feeders = getattr(source, "feeders", None)
     if not eval_service.uses_service(config, source) or feeders is None or feeders.count < 2:
         return None
@@ -89,8 +100,9 @@ def _agree(thread: Optional[threading.Thread], errors: list, device) -> tuple[bo
 
 
 def finish(evals, source) -> bool:
-    """The last eval over every node's engines (every rank calls it; module doc). False when
-    it does not apply here (nothing done: the caller drains rank 0's worker as before).
+    """The held eval (EvalPoint.final: the step's, or the run's last) over every node's
+    engines with rollouts paused (every rank calls it; module doc). False when it does not
+    apply here (nothing done: at the run's end the caller drains rank 0's worker as before).
     Raises preempt.Stopped after merging what every node finished, when a stop arrived."""
     c, p = evals.c, evals.parts
     feeders = spread(c, source)
@@ -107,6 +119,9 @@ def finish(evals, source) -> bool:
     errors: list = []
     svc = thread = None
     t0 = time.perf_counter()
+    hold = getattr(source, "hold_rollouts", None)  # no new rollout group while it decodes
+    if hold is not None:
+        hold(True)
     if mine:
         svc = make_service(eval_service.service_generator(source), c, p.tok,
                            name="ablate-final-eval")
@@ -120,6 +135,8 @@ def finish(evals, source) -> bool:
             svc.stop()  # a stop ends the decode at its next step; its finished chunks stay
         if thread is not None:
             thread.join(timeout=60)
+        if hold is not None:
+            hold(False)
     why = next((error_line(e) for e in errors if not isinstance(e, preempt.Stopped)), None)
     every = all_gather_objects((dict(out), why))
     if p.main:

@@ -4,10 +4,12 @@ decodes; time_plan.py its decode rate).
 
 Where the engines run is the job's topology (topology.py, the one statement the trainer's
 binding also reads): in pipeline mode with vLLM every node's local rank 0 starts its node's
-engines and generates its node's share of each step, rollout.prompts_per_step / nodes prompt
-groups (trainer/generation/feeders.py), so the rollouts decode on nodes x replicas engines;
-eval goes to rank 0's node's engines only (rank 0's eval service,
-trainer/generation/eval_service.py), beside the rollouts there. In the other modes
+engines and generates its node's share of each step, rollout.prompts_per_step dealt over the
+nodes (`shares`: the first prompts_per_step % nodes nodes one group more; trainer/generation/
+feeders.py), so the rollouts decode on nodes x replicas engines; with several nodes every
+eval decodes on all of them at its step's weights, rollouts paused and training waiting
+(trainer/loop/final_eval.py; `fleet_eval`), on one node on rank 0's engines beside the
+rollouts (rank 0's eval service, trainer/generation/eval_service.py, pins.py). In the other modes
 (ppo_off_policy) rank 0 alone starts engines, on its own node, and generates the whole step.
 A job holds GPUs it may leave idle (an engine set smaller than the node's generation GPUs,
 fewer tasks than training GPUs): counted in gpu_hours all the same, and said here.
@@ -23,14 +25,29 @@ from trainer.config import TrainConfig
 from trainer.plan.topology import JobShape, Topology
 
 
+def shares(per_step: int, count: int) -> list[int]:
+    """A step's prompt groups dealt over `count` generating nodes, in node order
+    (trainer/generation/feeders.py deals them so): per_step // count each, the first
+    per_step % count one more; [5] * 8 + [4] * 2 for the paper's 48 over 10 nodes. Every node
+    gets at least one where per_step >= count (trainer/validate.py refuses fewer)."""
+    q, r = divmod(per_step, max(1, count))
+    return [q + (1 if j < r else 0) for j in range(max(1, count))]
+
+
+def largest_share(c: TrainConfig, nodes: int = 1) -> int:
+    """Prompt groups of a step the busiest generating node makes (the first node's share):
+    a step waits for its last group, so the plan charges every node this share."""
+    return shares(c.rollout.prompts_per_step, nodes)[0]
+
+
 def rollout_rows(c: TrainConfig, nodes: int = 1) -> int:
     """Sequences one node's rollout generate call sends (trainer/generation/offpolicy.py):
-    pipeline, a call of off_policy.groups_per_call (default the node's share of a step,
-    prompts_per_step / nodes) groups; ppo_off_policy, one big generation of k x prompts_per_step
-    prompts on rank 0's node; G samples each."""
+    pipeline, a call of off_policy.groups_per_call (default the node's share of a step, the
+    largest where prompts_per_step does not divide over the nodes) groups; ppo_off_policy, one
+    big generation of k x prompts_per_step prompts on rank 0's node; G samples each."""
     g = c.rollout.generations_per_prompt
     if c.off_policy.mode == "pipeline":
-        share = max(1, c.rollout.prompts_per_step // max(1, nodes))
+        share = max(1, largest_share(c, nodes))
         return (c.off_policy.groups_per_call or share) * g
     return c.off_policy.k * c.rollout.prompts_per_step * g
 
@@ -39,6 +56,14 @@ def eval_rows(c: TrainConfig) -> int:
     """Sequences the held-out eval sends the engines (trainer/generation/eval_service.py: the
     whole eval, one call on GPUs)."""
     return (c.eval.num_prompts or c.task.num_eval_prompts) * c.eval.samples_per_prompt
+
+
+def fleet_eval(c: TrainConfig, t: Topology) -> bool:
+    """Evals decode on every engine of every node with rollouts paused, training waiting
+    (trainer/loop/final_eval.py: pipeline mode with vLLM on several nodes, each node's feeder
+    over its own engines); elsewhere on rank 0's engines (pinned, eval_engines)."""
+    return (c.off_policy.mode == "pipeline" and c.rollout.backend == "vllm"
+            and t.engine_nodes >= 2 and bool(t.engines))
 
 
 def eval_engines(replicas: int) -> int:
@@ -59,6 +84,9 @@ def rows_per_engine(c: TrainConfig, t: Topology) -> int:
     eval service and its node's generator share the engines); in ppo_off_policy eval runs
     between steps, never beside the big generation."""
     rows = rollout_rows(c, t.engine_nodes)
+    if fleet_eval(c, t):  # the eval dealt over every node's engines, beside rollouts in flight
+        return math.ceil(rows / len(t.engines)
+                         + eval_rows(c) / (len(t.engines) * t.engine_nodes))
     rows = rows + eval_rows(c) if c.off_policy.mode == "pipeline" else max(rows, eval_rows(c))
     return math.ceil(rows / len(t.engines))
 
@@ -72,10 +100,12 @@ def _where(c: TrainConfig, t: Topology, gpus: int) -> str:
     if nodes > 1:
         host = ("on each node's local rank 0's GPU, shared with its trainer rank" if gpus == 1
                 else "on each node's local rank 0's machine" if not gpus else "on every node")
-        share = c.rollout.prompts_per_step // nodes
+        dealt = shares(c.rollout.prompts_per_step, nodes)
+        share = (f"{dealt[0]}" if dealt[0] == dealt[-1] else f"{dealt[-1]}-{dealt[0]}")
         return (f"{n}{size} {host} ({nodes} nodes, {nodes * replicas} in all) serve the "
                 f"job's rollouts, each node {share} of a step's {c.rollout.prompts_per_step} "
-                f"prompt groups; rank 0's node's also serve eval")
+                f"prompt groups, and every eval, all of them at the step's weights with "
+                f"rollouts paused")
     where = ("on rank 0's node" if gpus >= 2 else
              "on rank 0's GPU, shared with its trainer rank" if gpus else "on rank 0's machine")
     verb = "serves" if replicas == 1 else "serve"

@@ -31,6 +31,9 @@ class TimePlan:
     eval_cost_s: Optional[float] = None  # wall an eval adds to the run (time_plan.eval_cost_s)
     evals: Optional[int] = None  # evaluation points to the budget
     eval_blocks_training: Optional[bool] = None
+    # the eval keeps its finished chunks across a requeue and waits in no collective
+    # (trainer/loop/final_eval.py: every node's engines, rollouts paused): it may span jobs
+    eval_resumable: bool = False
     eval_interval_s: Optional[float] = None  # wall between two evaluations (every_steps)
     checkpoint_s: Optional[float] = None
     checkpoints: Optional[int] = None
@@ -193,7 +196,14 @@ def eval_checks(c: TrainConfig, tp: TimePlan, limits: Limits) -> None:
     barrier = c.engine.collective_timeout_minutes * 60
     found = []
     usable = job_s - start - (limits.signal_delay_s or 0) if job_s is not None else None
-    if usable is not None and ev > usable and tp.eval_blocks_training:
+    if usable is not None and ev > usable and tp.eval_blocks_training and tp.eval_resumable:
+        # On every node's engines, training waiting: its chunks are kept at each requeue
+        # and the resumed job decodes the rest on the same step's weights.
+        tp.eval_jobs = math.ceil(ev / max(usable, 1.0))
+        tp.warnings.append(f"one eval takes {_dur(ev)}, longer than a {_dur(job_s)} job: its "
+                           f"finished chunks are kept at each requeue, so it ends over "
+                           f"{tp.eval_jobs} jobs, training waiting, on the step's weights")
+    elif usable is not None and ev > usable and tp.eval_blocks_training:
         found.append(f"one eval ({_eval_size(c)}) takes {_dur(ev)}, longer than a {_dur(job_s)} "
                      f"job: the step-0 eval never finishes; lower eval.num_prompts (about "
                      f"{_fewer(n, usable / 2, ev)} evaluate in half a job) or "
@@ -216,7 +226,7 @@ def eval_checks(c: TrainConfig, tp: TimePlan, limits: Limits) -> None:
                                f"{tp.eval_jobs} jobs beside training (each requeue redoes at "
                                "most the chunks in flight)")
     if tp.eval_blocks_training and ev > barrier and (tp.devices or 1) > 1 and gpu \
-            and c.rollout.backend == "vllm":
+            and c.rollout.backend == "vllm" and not tp.eval_resumable:
         found.append(f"one eval ({_eval_size(c)}) takes {_dur(ev)} while the other training ranks "
                      f"wait at a barrier of {_dur(barrier)} (engine.collective_timeout_minutes): "
                      f"the job fails at its step-0 eval; lower eval.num_prompts (about "

@@ -9,8 +9,9 @@ The model (per step, B = sequences an engine decodes at once, ctx = their mean c
                    B*(2N + attention)/tp / (PEAK * DECODE_MFU))
   so an engine makes B / t_iter tokens/s; prompts are prefilled once per group (vLLM's prefix
   cache shares the G samples' prompt) at PREFILL_MFU. B is the fewest of vLLM's max_num_seqs,
-  the sequences the engine is sent (placement.py) and what its KV room holds at the mean
-  context (PagedAttention allocates blocks as sequences grow).
+  the sequences the engine is sent (placement.py) and what its KV room holds with every
+  sequence's whole footprint reserved, as the stream deals them (trainer/generation/
+  dealing.py); the KV each iteration reads is still the mean context's.
 - Training on GPUs: 6N FLOPs per token (forward 2N + backward 4N; Kaplan et al. 2020 sec. 2.1)
   + 2N more with activation checkpointing (one forward recomputed) + causal attention
   (Narayanan et al. 2021 eq. 3's attention term), over the data-parallel ranks at TRAIN_MFU.
@@ -165,10 +166,13 @@ def hf_rate(m: ModelShape, c: TrainConfig, gpu: Gpu, rows: int, ctx: float) -> f
 
 
 def engine_concurrency(c: TrainConfig, m: ModelShape, t: Topology, rows: int,
-                       ctx: float) -> float:
+                       footprint: float) -> float:
     """Sequences one engine decodes at once: the fewest of vLLM 0.32's max_num_seqs on this GPU
     (trainer/plan/engine_fit.py scheduler_limits: 1,024 on an H100), those it is sent and what
-    its KV room holds at the mean context (trainer/plan/memory.py's KV room, per token)."""
+    its KV room holds when each reserves its whole `footprint` (prompt + completion cap): the
+    one rule the stream deals by (trainer/generation/dealing.py footprint: a sample goes only
+    to an engine whose free room holds its whole footprint, so vLLM never preempts), not the
+    mean context, which would count ~1.8x the sequences the stream really starts."""
     shape = t.shape
     gpu_gib = shape.gpu_memory_gib
     held = float(min(max_num_seqs(gpu_gib, shape.gpu_model), rows))
@@ -179,7 +183,7 @@ def engine_concurrency(c: TrainConfig, m: ModelShape, t: Topology, rows: int,
     b = 2 if c.precision.dtype == "bf16" else 4
     per_gpu = util * gpu_gib * GIB - m.params * b / t.tp - CUDA_OVERHEAD_GIB * GIB
     room_tokens = max(0.0, per_gpu) * t.tp / kv_bytes_per_token(c, m)
-    return max(1.0, min(held, room_tokens / max(ctx, 1.0)))
+    return max(1.0, min(held, room_tokens / max(footprint, 1.0)))
 
 
 def train_flops(c: TrainConfig, m: ModelShape, tokens: float, ctx: float) -> float:

@@ -17,7 +17,8 @@ The plan in three modules: the device constants and rates, each formula with its
 (time_model.py: decode rooflines, training FLOPs, the CPU proxy's measured constants); a step,
 an eval and the run to its budget from those, on the engines and ranks of the job's topology
 (here: in pipeline mode with vLLM every node's engines decode their node's share of a step,
-eval goes to rank 0's node's engines; pipeline mode overlaps generation and training, a step
+and with several nodes every eval, rollouts paused; on one node eval goes to rank 0's pinned
+engines; pipeline mode overlaps generation and training, a step
 is the slower of them, while ppo_off_policy and the hf backend take turns); the jobs and
 requeues under the profile's limits and whether an eval fits (time_jobs.py).
 """
@@ -29,7 +30,8 @@ import math
 from trainer.config import TrainConfig
 from trainer.plan.memory import on_cpu
 from trainer.plan.model_shape import ModelShape, model_shape, proxy_shape
-from trainer.plan.placement import eval_engines, eval_rows, rollout_rows
+from trainer.plan.placement import (eval_engines, eval_rows, fleet_eval, largest_share,
+                                    rollout_rows)
 from trainer.plan.time_jobs import Limits, TimePlan, dur, eval_checks, jobs  # noqa: F401 (dur)
 from trainer.plan.time_model import (  # noqa: F401 (lengths: ablate reads the plan's here)
     CHECKPOINT_BYTES_PER_S, COMPLETION_SHARE, CPU_DECODE_FLOPS, CPU_DECODE_ITER_S,
@@ -87,19 +89,28 @@ def _gpu_step(c: TrainConfig, m: ModelShape, topo: Topology, limits: Limits,
     prefill = c.rollout.prompts_per_step * prompt
     if c.rollout.backend == "vllm":
         # Rollouts: every node's engines, each its node's call over its replicas (in pipeline
-        # mode every node generates prompts_per_step / nodes groups; otherwise one node);
+        # mode every node generates its dealt share of a step's groups; otherwise one node);
         # eval: rank 0's node's engines only (trainer/plan/placement.py).
+        # A step's prompts are dealt over the nodes (placement.py shares): the step waits for
+        # the node with the largest share, so the job's rate is the node rate times the step's
+        # prompts over that share (nodes, where they divide; 48 / 5 = 9.6 on 10 nodes).
         nodes, replicas, size = topo.engine_nodes, len(topo.engines), topo.tp
-        b = engine_concurrency(c, m, topo, math.ceil(rollout_rows(c, nodes) / replicas), ctx)
-        rate = nodes * replicas * decode_rate(m, c, gpu, tp=size, concurrent=b, ctx=ctx,
+        dealt = c.rollout.prompts_per_step / largest_share(c, nodes)
+        # the stream reserves each sample's whole footprint (dealing.py): the same rule here
+        foot = prompt + completion
+        b = engine_concurrency(c, m, topo, math.ceil(rollout_rows(c, nodes) / replicas), foot)
+        rate = dealt * replicas * decode_rate(m, c, gpu, tp=size, concurrent=b, ctx=ctx,
                                               bw_eff=DECODE_BW_EFFICIENCY)
-        gen_gpus, eval_gpus = nodes * replicas * size, replicas * size
+        gen_gpus, eval_gpus = dealt * replicas * size, replicas * size
         on = f" on each of {nodes} nodes" if nodes > 1 else ""
         tp.assumptions.append(f"{replicas} engine(s) of {size} GPU(s){on}, {b:.0f} sequences "
                               "decoding at once each")
-        eval_b = engine_concurrency(c, m, topo, math.ceil(eval_rows(c) / replicas), ctx)
-        eval_rate = replicas * decode_rate(m, c, gpu, tp=size, concurrent=eval_b, ctx=ctx,
-                                           bw_eff=DECODE_BW_EFFICIENCY)  # rank 0's node's
+        # eval: every node's engines (fleet_eval), else rank 0's node's
+        eval_engines_n = replicas * (nodes if fleet_eval(c, topo) else 1)
+        eval_b = engine_concurrency(c, m, topo, math.ceil(eval_rows(c) / eval_engines_n), foot)
+        eval_rate = eval_engines_n * decode_rate(m, c, gpu, tp=size, concurrent=eval_b,
+                                                 ctx=ctx, bw_eff=DECODE_BW_EFFICIENCY)
+        eval_gpus = eval_engines_n * size
     else:  # the hf sampler on the training GPUs, each rank its rows
         dp = topo.training_ranks
         rows = math.ceil(samples / dp)
@@ -121,7 +132,13 @@ def _gpu_step(c: TrainConfig, m: ModelShape, topo: Topology, limits: Limits,
     tp.eval_s = (n_eval * c.eval.samples_per_prompt * completion / eval_rate
                  + n_eval * prompt * 2.0 * m.params / (gpu.peak_flops * PREFILL_MFU * eval_gpus))
     _combine(c, tp)
-    if c.rollout.backend == "vllm":
+    if c.rollout.backend == "vllm" and fleet_eval(c, topo):
+        tp.assumptions.append(f"eval on all {topo.engine_nodes * len(topo.engines)} engines of "
+                              f"the {topo.engine_nodes} nodes at its step's weights, rollouts "
+                              "paused and training waiting (trainer/loop/final_eval.py)")
+        tp.eval_cost_s = tp.eval_s
+        tp.eval_blocks_training = tp.eval_resumable = True
+    elif c.rollout.backend == "vllm":
         eval_cost_s(c, tp, len(topo.engines))
     mixed = c.engine.type == "deepspeed" and c.precision.dtype == "bf16"
     tp.checkpoint_s = m.params * (14 if mixed else 16) / CHECKPOINT_BYTES_PER_S
