@@ -96,6 +96,29 @@ def test_local_is_default_without_working_slurm(tmp_path, monkeypatch):
     assert launch.choose_executor(None, Profile(executor="debug")) == "debug"
 
 
+def test_runs_bound_for_slurm_are_sized_and_timed_on_slurms_shape(tmp_path, monkeypatch):
+    """No --executor and a Slurm that answers: the runs go to Slurm, so the memory plan, the
+    split and the time plan all use the Slurm job shape (2 nodes here), not the local one of
+    a single process (they used to: shape from the named executor, limits from the chosen)."""
+    from _cli import ablate
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for tool in ("sinfo", "sbatch"):  # a Slurm that answers (sinfo exits 0)
+        (fake / tool).write_text("#!/bin/sh\nexit 0\n")
+        (fake / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    prof = tmp_path / "two_nodes.yaml"
+    prof.write_text("slurm:\n  nodes: 2\n  time_min: 30\n")
+    study = tiny_study(tmp_path, "shape", "  loss.type: [ppo]", steps=4)
+    r = ablate("sweep", str(study), "--profile", str(prof), "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    (row,) = json.loads(r.stdout)
+    res = row["resources"]
+    assert row["launch"]["executor"] == "slurm", row["launch"]
+    assert res["training_ranks"] == 2 and res["time"]["devices"] == 2, res
+
+
 def test_study_dir_cannot_escape_results(tmp_path):
     assert study_dir_for(tmp_path, "ok") == (tmp_path / "ok").resolve()
     for bad in ("../x", "a/b", "/etc"):

@@ -360,11 +360,12 @@ def dry_run(study: Path, *, executor: Optional[str], profile: Optional[str],
     nothing. Exit 2 where `sweep` would refuse (`force` as there): on its inputs before
     printing, on a plan that does not fit or cannot reach its budget after printing the plans
     that say why (ablate/studies/sweep.py check_plans, the same rule)."""
-    from ablate.studies.sweep import check_inputs, check_plans
+    from ablate.studies.sweep import check_inputs, check_plans, intended_executor
 
     loaded, variants, prof = check_inputs(study, executor=executor, profile=profile,
                                           overrides=overrides, force=force)
-    print_dry_run(str(study), variants, prof.job_shape(executor), as_json, prof=prof,
+    shape = prof.job_shape(intended_executor(executor, prof))  # the executor the times use
+    print_dry_run(str(study), variants, shape, as_json, prof=prof,
                   executor=executor, results=results, study_name=loaded.study.name)
     if not force:
         sys.stdout.flush()  # the plans first, then the refusal's line on stderr

@@ -65,10 +65,11 @@ def check_inputs(study_path: Path | str, *, executor: Optional[str] = None,
     prof = load_profile(find_profile(ref, Path(study_path).parent, where)) if ref else Profile()
     if executor is not None:
         launch.check_executor(executor)
-    check_variants(study_path, variants, prof.job_shape(executor))
+    ex = intended_executor(executor, prof)  # one executor decides the shape and both plans
+    check_variants(study_path, variants, prof.job_shape(ex))
     if not force:
         label = f"profile {ref}" if ref else "no launch profile, Slurm's defaults"
-        check_gpus(study_path, variants, prof, intended_executor(executor, prof), label)
+        check_gpus(study_path, variants, prof, ex, label)
     return loaded, variants, prof
 
 
@@ -143,9 +144,9 @@ def check_plans(study_path: Path | str, variants: list[Variant], prof: Profile,
     reach its budget (check_time). The one rule for both: `sweep` refuses before it writes
     anything, `sweep --dry-run` exits 2 on it after showing the plans (ablate/cli/dryrun.py);
     `--force` skips it in both."""
-    shape = prof.job_shape(executor)
-    check_fit(study_path, variants, shape)
-    check_time(study_path, variants, shape, prof.limits(intended_executor(executor, prof)))
+    ex = intended_executor(executor, prof)  # the shape and the limits of the same executor
+    check_fit(study_path, variants, prof.job_shape(ex))
+    check_time(study_path, variants, prof.job_shape(ex), prof.limits(ex))
 
 
 def plan_sweep(study_path: Path | str, *, executor: Optional[str] = None,
