@@ -158,12 +158,15 @@ def sweeps(results: Path) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--studies", type=int, default=40)
+    ap.add_argument("--quick", action="store_true", help="a smoke run of a few seconds (CI)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--proxy", type=Path, nargs="+",
                     help="replay the stage rule on bench_proxy_grid.py output dirs instead")
     ap.add_argument("--sweeps", type=Path, help="RESULTS dir holding adaptive_full and "
                     "adaptive_staged, both swept (benchmarks/adaptive/)")
     a = ap.parse_args()
+    if a.quick:
+        a.studies = 2
     if a.sweeps:
         print(json.dumps(sweeps(a.sweeps), indent=1))
         return
@@ -176,7 +179,8 @@ def main() -> None:
     out = {k: float(np.mean([r[k] for r in res])) for k in res[0]}
     out.update(studies=a.studies, stages=list(STAGES), seconds=round(time.time() - t0, 1))
     print(json.dumps(out, indent=1))
-    Path(__file__).with_name("results_adaptive.json").write_text(json.dumps(out, indent=1) + "\n")
+    if not a.quick:  # a smoke run leaves the recorded results alone
+        Path(__file__).with_name("results_adaptive.json").write_text(json.dumps(out, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ loop). Prints the run's wall time, the train loop's own wall (the gpu_hours axis
 wall_s), the evals' own seconds and the step the trainer had reached when each line landed.
 
     python benchmarks/bench_async_eval.py [--baseline /work/main] [--json]
+    python benchmarks/bench_async_eval.py --quick   # 2 steps, a small eval: a smoke run (CI)
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ sys.path.insert(0, sys.argv[3])
 from _trainer_util import config, tiny
 import trainer
 from trainer import rundir
-c = tiny(budget={"steps": 8}, eval={"every_steps": 2, "num_prompts": 64, "samples_per_prompt": 8},
+quick = sys.argv[4:] == ["quick"]
+c = tiny(budget={"steps": 2 if quick else 8},
+         eval={"every_steps": 2, "num_prompts": 8 if quick else 64,
+               "samples_per_prompt": 2 if quick else 8},
          checkpoint={"every_steps": 10000}, engine={"threads": 1})
 d = Path(sys.argv[1])
 landed, stop = {}, threading.Event()
@@ -56,11 +60,11 @@ print(json.dumps({"wall_s": wall, "loop_wall_s": rows[-1]["time/wall_s"],
 """
 
 
-def one(tree: Path) -> dict:
+def one(tree: Path, quick: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, PYTHONPATH=str(tree), TOKENIZERS_PARALLELISM="false")
         out = subprocess.run([sys.executable, "-c", RUN, str(Path(tmp) / "run"), str(tree),
-                              str(ROOT / "tests")], env=env, capture_output=True, text=True,
+                              str(ROOT / "tests"), *(["quick"] if quick else [])], env=env, capture_output=True, text=True,
                              cwd=tree, timeout=1800)
         if out.returncode != 0:
             raise SystemExit(f"{tree}: {out.stderr[-2000:]}")
@@ -71,8 +75,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--baseline", type=Path, help="another checkout (eval in the loop)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="2 steps, a small eval: a smoke run (CI)")
     a = ap.parse_args()
-    res = {"this tree": one(ROOT)}
+    res = {"this tree": one(ROOT, a.quick)}
     if a.baseline:
         res["baseline"] = one(a.baseline)
     if a.json:

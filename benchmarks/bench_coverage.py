@@ -132,8 +132,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--curves", type=int, default=100, help="synthetic runs per shape")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--quick", action="store_true", help="a smoke run of a few seconds (CI)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results_coverage.json"))
     a = ap.parse_args()
+    if a.quick:
+        a.curves = 2
     res: dict = {"load_avg_before": os.getloadavg()[0]}
     t0 = time.perf_counter()
     rows = published()

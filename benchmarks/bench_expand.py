@@ -46,7 +46,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--variants", type=int, default=10_000)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="a smoke run of a few seconds (CI)")
     args = ap.parse_args()
+    if args.quick:
+        args.variants, args.repeats = 200, 1
     with tempfile.TemporaryDirectory() as tmp:
         path = make_study(Path(tmp), args.variants)
         times = []

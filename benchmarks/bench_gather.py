@@ -49,7 +49,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--points", type=int, default=200)
+    ap.add_argument("--quick", action="store_true", help="a smoke run of a few seconds (CI)")
     a = ap.parse_args()
+    if a.quick:
+        a.runs, a.points = 20, 20
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "study"
         root.mkdir()

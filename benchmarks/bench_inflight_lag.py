@@ -56,7 +56,10 @@ def lag_shares(switch: int | None, steps: int) -> tuple[Counter, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--quick", action="store_true", help="a smoke run of a few seconds (CI)")
     a = ap.parse_args()
+    if a.quick:
+        a.steps = 3
     torch.set_num_threads(1)
     for switch in (0, None):
         lags, mean = lag_shares(switch, a.steps)

@@ -1,9 +1,12 @@
 """The fp32 LM head's operand modes against the all-fp32 head (trainer/models/precision.py LMHead):
 logit and log-prob error of split-bf16 operands (the GPU default with a bf16 body), one bf16
 pass, and the bf16 head (bf16 logits) ScaleRL's fix replaces. CPU, exact numerics of the GPU
-path (bf16 values are exact in fp32). Usage: python benchmarks/bench_lm_head.py"""
+path (bf16 values are exact in fp32). Usage: python benchmarks/bench_lm_head.py [--quick]
+(--quick: one small head, a smoke run for CI)"""
 
 from __future__ import annotations
+
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -16,7 +19,8 @@ def main() -> None:
     torch.manual_seed(0)
     print(f"{'hidden':>6} {'vocab':>6}  {'mode':<28} {'max|dlogit|':>11} {'max|dlogp|':>10} "
           f"{'mean|dlogp(top1)|':>17}")
-    for d, vocab in ((896, 32768), (3584, 32768)):
+    sizes = ((64, 512),) if "--quick" in sys.argv[1:] else ((896, 32768), (3584, 32768))
+    for d, vocab in sizes:
         head = nn.Linear(d, vocab, bias=False)
         nn.init.normal_(head.weight, std=0.02)
         h = torch.randn(64, d)

@@ -234,7 +234,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", choices=["padding", "forward", "proxy"])
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results_packing.json")
+    ap.add_argument("--quick", action="store_true", help="a smoke run of a few seconds (CI): "
+                    "the padding shares only")
     args = ap.parse_args()
+    if args.quick:
+        args.only = "padding"
     out = {}
     if args.only in (None, "padding"):
         out["padding"] = bench_padding()
@@ -242,7 +247,7 @@ def main() -> None:
         out["forward"] = bench_forward(args.reps)
     if args.only in (None, "proxy"):
         out["proxy"] = bench_proxy(args.reps)
-    path = ROOT / "benchmarks" / "results_packing.json"
+    path = args.out
     old = json.loads(path.read_text()) if path.exists() else {}
     path.write_text(json.dumps({**old, **out}, indent=1) + "\n")
 

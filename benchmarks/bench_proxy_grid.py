@@ -209,8 +209,12 @@ def main() -> None:
     ap.add_argument("--fit-only", action="store_true")
     ap.add_argument("--max-step", type=int, help="fit only points up to this step")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="the set's first variant for 3 steps, "
+                    "JSON out: a smoke run (CI)")
     a = ap.parse_args()
     variants = SETS[a.set]
+    if a.quick:
+        a.only, a.steps, a.json = next(iter(variants)), 3, True
     if a.only:
         variants = {k: variants[k] for k in a.only.split(",")}
     if not a.fit_only:

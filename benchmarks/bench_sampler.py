@@ -148,6 +148,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--long-repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--quick", action="store_true", help="a smoke run of a few seconds (CI): "
+                    "1 proxy repeat, 256 long tokens, no trainer steps")
     ap.add_argument("--step-repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--only", choices=["proxy", "long", "step"], default=None)
@@ -160,6 +162,11 @@ def main() -> None:
         return
     torch.set_flush_denormal(True)  # as the trainer does
     out = {}
+    if a.quick:
+        out = {"proxy": bench_proxy(1), "long": bench_long(1, T=256, window=64)}
+        out["proxy"].pop("runs")
+        print(json.dumps(out))
+        return
     if a.only in (None, "proxy"):
         out["proxy"] = bench_proxy(a.repeats)
         print(json.dumps({"proxy": {k: v for k, v in out["proxy"].items() if k != "runs"}}), flush=True)

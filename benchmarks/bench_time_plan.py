@@ -13,6 +13,7 @@ configs not used to fit (pipeline mode, other batch shapes) and prints plan vs m
     python benchmarks/bench_time_plan.py                 # check (the plan's constants as set)
     python benchmarks/bench_time_plan.py --calibrate     # fit the constants, then check
     python benchmarks/bench_time_plan.py --json          # one object per run
+    python benchmarks/bench_time_plan.py --quick         # one 3-step check run: a smoke run (CI)
 
 Timings depend on the machine's load: say "loaded" when reporting them.
 """
@@ -159,8 +160,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calibrate", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="one 3-step check run, no whole run, "
+                    "JSON out: a smoke run (CI)")
     args = ap.parse_args()
     out = []
+    checks = CHECK
+    if args.quick:
+        global STEPS
+        STEPS, checks, args.calibrate, args.json = 3, CHECK[:1], False, True
     if args.calibrate:
         fits = []
         for name, over in FIT:
@@ -173,15 +180,15 @@ def main() -> None:
         for k, v in consts.items():
             setattr(tm, k, v)
         print("# fitted:", json.dumps(consts), file=sys.stderr)
-    for name, over in CHECK:
+    for name, over in checks:
         m = measure(over)
         p = planned(over)
         out.append({"run": name, "used_to_fit": False, **m, "plan_step_s": p.step_s,
                     "plan_generation_s": p.generation_s, "plan_train_s": p.train_s,
                     "ratio": p.step_s / m["step_s"]})
-    e2e = end_to_end()
+    e2e = None if args.quick else end_to_end()
     if args.json:
-        print(json.dumps(out + [e2e]))
+        print(json.dumps(out + ([e2e] if e2e else [])))
         return
     print("| run | measured s/step (gen) | planned s/step (gen, train) | plan / measured |")
     print("|---|---|---|---|")

@@ -10,6 +10,7 @@ push, bookkeeping), first step left out, median over steps, then median over rep
 evaluates nor checkpoints between timed steps.
 
     python benchmarks/bench_trainer_vs_trl.py --steps 30 --repeats 3 [--threads 1]
+    python benchmarks/bench_trainer_vs_trl.py --quick   # 4 steps, 1 repeat: a smoke run (CI)
 """
 
 from __future__ import annotations
@@ -54,9 +55,11 @@ def run_ablate(steps: int, mode: str) -> float:
     times: list[float] = []
     status = loop.write_status
 
-    def clock(run, state: str) -> None:  # the loop marks every finished step "running"
-        status(run, state)
-        if state == "running" and run.state.step > 0:
+    def clock(run, state: str, phase: str | None = None) -> None:
+        # Every finished step marks "running" with phase "generation" at its boundary
+        # (trainer/loop/train.py train(); "update" marks the middle of a step).
+        status(run, state, phase)
+        if state == "running" and phase == "generation" and run.state.step > 0:
             times.append(time.perf_counter())
 
     loop.write_status = clock
@@ -114,8 +117,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--quick", action="store_true", help="4 steps, 1 repeat: a smoke run (CI)")
     ap.add_argument("--one", choices=["trl", "ablate", "ablate-pipeline"], help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.quick:
+        a.steps, a.repeats = 4, 1
     if a.one:
         import torch
 

@@ -27,6 +27,11 @@ import pytest
 SLOW_TIERS = ("slow", "slurm", "deepspeed", "vllm")
 #: CPU seconds a fast test may use (setup + call). ABLATE_FAST_CPU_LIMIT_S overrides it.
 FAST_CPU_LIMIT_S = float(os.environ.get("ABLATE_FAST_CPU_LIMIT_S", "2.0"))
+#: CPU seconds a module- or session-scoped fixture of the fast tier may use to build (a warmed
+#: mini model): built once for many tests, it is charged to itself, not to the test that
+#: happened to need it first (test_axes.py's mini proxy: 1.5-3.6 s here, by load and cache).
+FAST_SHARED_FIXTURE_CPU_LIMIT_S = float(os.environ.get("ABLATE_FAST_SHARED_FIXTURE_CPU_LIMIT_S",
+                                                       "10.0"))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -157,6 +162,27 @@ def _reap_finished_children() -> None:
     multiprocessing.active_children()  # joins finished multiprocessing children likewise
 
 
+_shared: dict[str, float] = {}  # CPU of the shared fixtures built in the current phase
+_shared_depth = 0
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """Times a module- or session-scoped fixture's build, which _measure takes out of the
+    test's own count (it is checked against FAST_SHARED_FIXTURE_CPU_LIMIT_S instead)."""
+    global _shared_depth
+    if fixturedef.scope == "function" or _shared_depth:  # (one inside another: counted once)
+        yield
+        return
+    _shared_depth += 1
+    t0 = _cpu()
+    try:
+        yield
+    finally:
+        _shared_depth -= 1
+        _shared[fixturedef.argname] = _shared.get(fixturedef.argname, 0.0) + _cpu() - t0
+
+
 def _measure(item: pytest.Item):
     """Adds the CPU of one phase (setup or call) to the item's count; watches spawns."""
     global _watching
@@ -167,7 +193,11 @@ def _measure(item: pytest.Item):
         yield
     finally:
         _watching = False
-        item._ablate_cpu = getattr(item, "_ablate_cpu", 0.0) + _cpu() - t0  # type: ignore[attr-defined]
+        shared = dict(_shared)
+        _shared.clear()
+        item._ablate_shared = {**getattr(item, "_ablate_shared", {}), **shared}  # type: ignore[attr-defined]
+        item._ablate_cpu = (getattr(item, "_ablate_cpu", 0.0) + _cpu() - t0  # type: ignore[attr-defined]
+                            - sum(shared.values()))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -198,7 +228,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         _attach_what_the_run_left(item, report)
     if not report.passed or not _is_fast(item):
         return
-    why = []
+    why = [f"its shared fixture {name!r} used {cpu:.1f} s of CPU to build (limit "
+           f"{FAST_SHARED_FIXTURE_CPU_LIMIT_S:g} s)"
+           for name, cpu in getattr(item, "_ablate_shared", {}).items()
+           if cpu > FAST_SHARED_FIXTURE_CPU_LIMIT_S]
     if used > FAST_CPU_LIMIT_S:
         why.append(f"used {used:.1f} s of CPU in setup + call (limit {FAST_CPU_LIMIT_S:g} s)")
     if _spawned:

@@ -101,3 +101,15 @@ def test_compare_fits_the_width_and_keeps_each_number_with_its_interval(tmp_path
     assert not [x for x in lines if re.search(r"\[[-\d.]+,\s*$", x)], r.stdout
     if columns == 80:
         assert "not shown at 80 columns:" in " ".join(r.stdout.split()), r.stdout
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_one_run_is_one_run_and_run_help_names_its_option(tmp_path, columns):
+    (tmp_path / "one.yaml").write_text("name: one\nbase: proxy.yaml\n")
+    r = ablate("sweep", "one.yaml", "--dry-run", "--executor", "local", "--results",
+               tmp_path / "res", cwd=tmp_path, columns=columns)
+    assert r.returncode == 0, r
+    assert "one.yaml: 1 run" in r.stdout and "1 runs" not in r.stdout, r.stdout
+    h = ablate("run", "--help", cwd=tmp_path, columns=columns)
+    text = " ".join(h.stdout.split())
+    assert "into the --out folder" in text and "RUN_DIR" not in text, h.stdout

@@ -25,6 +25,15 @@ def test_starts_python():
 def test_cheap():
     assert sum(range(1000)) == 499500
 
+@pytest.fixture(scope="module")
+def shared_build():  # a module's shared set-up (a warmed mini model): charged to itself
+    t = time.process_time()
+    while time.process_time() - t < 0.6:
+        pass
+
+def test_uses_the_shared_build(shared_build):
+    pass
+
 @pytest.mark.slow
 def test_marked_slow_may_do_both():
     subprocess.run([sys.executable, "-c", "pass"], check=True)
@@ -38,12 +47,17 @@ def test_fast_tier_refuses_cpu_and_python_processes(pytester, monkeypatch):
                      "    vllm: x\n")
     pytester.makepyfile(test_probes=PROBES)
     monkeypatch.setenv("ABLATE_FAST_CPU_LIMIT_S", "0.3")
+    monkeypatch.setenv("ABLATE_FAST_SHARED_FIXTURE_CPU_LIMIT_S", "2")
     monkeypatch.setenv("ABLATE_TEST_PREIMPORT", "0")  # the probes import neither torch nor ablate
     r = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     out = r.stdout.str()
-    r.assert_outcomes(passed=2, failed=2)
+    r.assert_outcomes(passed=3, failed=2)  # the shared build's 0.6 s is not the test's
+    monkeypatch.setenv("ABLATE_FAST_SHARED_FIXTURE_CPU_LIMIT_S", "0.3")
+    over = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-k", "shared")
+    over.assert_outcomes(failed=1)
+    assert "shared fixture 'shared_build' used" in over.stdout.str(), over.stdout.str()
     assert "test_spins is in the fast tier" in out and "s of CPU" in out, out
     assert "test_starts_python is in the fast tier" in out and "started 1 process" in out, out
     selected = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "fast",
                                              "-k", "cheap or slow")
-    selected.assert_outcomes(passed=1, deselected=3)
+    selected.assert_outcomes(passed=1, deselected=4)

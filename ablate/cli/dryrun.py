@@ -225,7 +225,7 @@ def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json:
         return
     width = _width()
     cpu = all(p.device == "CPU" for p in plans.values())
-    rows = table(variants, plans, times, f"{study}: {len(variants)} runs", width)
+    rows = table(variants, plans, times, f"{study}: {len(variants)} run{'' if len(variants) == 1 else 's'}", width)
     out = [launch_text(info), *warnings_of(shape, plans, info), "", *rows]
     per = "CPU process (RAM)" if cpu else "GPU"
     out += ["", f"Resource plan per {per} ({shape_text(shape, cpu)}; GiB; trainer/plan/memory.py)"

@@ -50,4 +50,4 @@ def report(
     con = Console()
     con.print(data.answer or "(no answer: nothing could be fit)", markup=False, highlight=False)
     con.print(f"report -> [bold]{path}[/]  ({len(data.ranking)} variants, "
-              f"{len(data.runs)} runs, {len(data.problems)} failed/diverged)")
+              f"{len(data.runs)} run{'' if len(data.runs) == 1 else 's'}, {len(data.problems)} failed/diverged)")

@@ -55,7 +55,7 @@ def run_cmd(
     out: Path = typer.Option(..., "--out", help="Run directory; resumes if it holds a checkpoint."),
     json_out: bool = typer.Option(False, "--json", help="Print the final status as JSON only."),
 ) -> None:
-    """Run one RL training job (the trainer every sweep job runs) into RUN_DIR."""
+    """Run one RL training job (the trainer every sweep job runs) into the --out folder."""
     cfg = load_train_config(config)
     import trainer
 

@@ -117,7 +117,7 @@ def print_sweep(plan: SweepPlan, out: dict[str, Any], waited: bool,
     answer (after --wait; not when every run failed: there is nothing to answer from) and
     which runs failed, or the command to follow the runs."""
     con = Console()
-    con.print(f"[bold]{plan.loaded.study.name}[/]: {len(plan.variants)} runs, "
+    con.print(f"[bold]{plan.loaded.study.name}[/]: {len(plan.variants)} run{'' if len(plan.variants) == 1 else 's'}, "
               f"submitted {len(out['submitted'])} via {out['executor']}, skipped "
               f"{len(out['skipped'])}  ->  {out['study_dir']}")
     for rid, why in plan.skipped.items():

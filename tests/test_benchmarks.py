@@ -1,0 +1,156 @@
+"""Every harness benchmarks/RESULTS.md names runs: its quick mode (a smoke run of a few seconds)
+here, asserting the shape of what it prints or writes, so a change that breaks a harness fails
+CI instead of the next person who reproduces a figure.
+
+The fast test below keeps the table honest: a harness named in RESULTS.md that is neither run
+here nor listed in NOT_RUN (with the reason it cannot run on a CPU-only CI machine) fails it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+
+
+def _json_tail(out: str):
+    """The JSON document a harness printed last (one line, or an indented block at the end)."""
+    text = out.strip()
+    for start in [m.start() for m in re.finditer(r"^[\[{]", text, re.M)]:
+        try:
+            return json.loads(text[start:])
+        except ValueError:
+            continue
+    raise AssertionError(f"no JSON at the end of the output:\n{out[-2000:]}")
+
+
+def _keys(*names):
+    def check(out: str, tmp: Path) -> None:
+        doc = _json_tail(out)
+        assert set(names) <= set(doc), (sorted(doc), names)
+    return check
+
+
+def _file_keys(name, *keys):
+    def check(out: str, tmp: Path) -> None:
+        doc = json.loads((tmp / name).read_text())
+        assert set(keys) <= set(doc), (sorted(doc), keys)
+    return check
+
+
+def _regex(pattern):
+    def check(out: str, tmp: Path) -> None:
+        assert re.search(pattern, out, re.M), out[-2000:]
+    return check
+
+
+def _time_plan(out: str, tmp: Path) -> None:
+    rows = _json_tail(out)
+    assert len(rows) == 1 and rows[0]["steps"] == 3 and rows[0]["ratio"] > 0, rows
+
+
+def _trl(out: str, tmp: Path) -> None:
+    doc = _json_tail(out)
+    assert set(doc["speedup_vs_trl"]) == {"ablate", "ablate-pipeline"}, doc
+    assert all(v > 0 for v in doc["median_samples_per_s"].values()), doc
+
+
+def _compare_metrics_case(tmp: Path) -> list[str]:
+    """Two identical fixed rows but for a time column, and a third folder that differs."""
+    for name, loss in (("a", 0.5), ("b", 0.5), ("c", 0.25)):
+        (tmp / name / "case").mkdir(parents=True)
+        (tmp / name / "case" / "metrics.jsonl").write_text(
+            json.dumps({"step": 1, "loss": loss, "time/wall_s": hash(name) % 97}) + "\n")
+    return [str(tmp / "a"), str(tmp / "b")]
+
+
+# name (as RESULTS.md writes it) -> (arguments after the script; {tmp} is the test's folder,
+# what the output must show, whether it trains the proxy model).
+ANALYSIS = {
+    "bench_adaptive.py": (["--quick"], _keys("same_winner", "compute_fraction", "studies")),
+    "bench_coverage.py": (["--quick", "--out", "{tmp}/o.json"],
+                          _file_keys("o.json", "published", "published_splits", "sigmoid")),
+    "bench_curves.py": (["--quick", "--skip-speed", "--out", "{tmp}/o.json"],
+                        _regex(r'"coverage"')),
+    "bench_expand.py": (["--quick"], _regex(r"^variants=200 best=[\d.]+s")),
+    "bench_gather.py": (["--quick"], _keys("rows", "cold_s_median", "warm_s_median")),
+    "bench_lm_head.py": (["--quick"], _regex(r"^\s+64\s+512\s+bf16x3")),
+    "bench_long.py": (["--quick", "--out", "{tmp}/o.json"], _file_keys("o.json", "coverage")),
+    "bench_packing.py": (["--quick", "--out", "{tmp}/o.json"], _file_keys("o.json", "padding")),
+    "bench_pruner.py": (["--quick"], _keys("true_best_pruned_rate", "compute_fraction")),
+    "bench_watch.py": (["--quick", "--out", "{tmp}/o.json"],
+                       _file_keys("o.json", "published", "all_healthy", "all_collapse")),
+    "bench_window.py": (["--quick", "--out", "{tmp}/o.json"], _file_keys("o.json", "quickstart")),
+    "behaviour/compare_metrics.py": (None, None),  # its own test below
+}
+TRAINING = {
+    "bench_trainer_vs_trl.py": (["--quick"], _trl),
+    "bench_sampler.py": (["--quick"], _keys("proxy", "long")),
+    "bench_time_plan.py": (["--quick"], _time_plan),
+    "bench_inflight_lag.py": (["--quick"], _regex(r"^inflight_switch_tokens=None: tokens \d+")),
+    "bench_async_eval.py": (["--quick", "--json"], _keys("this tree")),
+    "bench_proxy_grid.py": (["{tmp}/grid", "--quick"], _regex(r'"variant"')),
+    "gpu/bench_rl_step.py": (["--tiny", "--shapes", "short", "--steps", "1", "--warmup", "0",
+                              "--only", "ours", "--json", "{tmp}/o.json"],
+                             _file_keys("o.json", "device", "shapes")),
+}
+# Harnesses no CPU-only CI run can exercise in seconds, and why.
+NOT_RUN = {
+    "gpu/bench_memory_plan.py": "measures CUDA memory: needs a GPU",
+    "bench_weight_push.py": "pushes Qwen2.5-0.5B-sized weights into a vLLM engine (the vllm tier)",
+    "behaviour/run_cases.sh": "three whole trainer runs of 2-4 min each, twice",
+    "bench_proxy_warmup.py": "builds the proxy model from nothing per data seed (minutes each)",
+    "bench_proxy_findings.py": "reads finished proxy studies (quickstart, calibration sweeps)",
+    "bench_quickstart.py": "reads a finished dense quickstart sweep",
+}
+
+
+def _run(name: str, args: list[str], tmp: Path) -> str:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1",
+               TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    argv = [a.replace("{tmp}", str(tmp)) for a in args]
+    r = subprocess.run([sys.executable, str(BENCH / name), *argv], cwd=tmp, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, f"{name} {argv}: exit {r.returncode}\n{r.stdout[-2000:]}\n{r.stderr[-3000:]}"
+    return r.stdout
+
+
+def test_every_harness_in_results_md_is_run_or_says_why_not():
+    named = set(re.findall(r"benchmarks/([\w/]+\.(?:py|sh))", (BENCH / "RESULTS.md").read_text()))
+    covered = set(ANALYSIS) | set(TRAINING) | set(NOT_RUN)
+    assert named - covered == set(), f"harnesses with no quick run here: {sorted(named - covered)}"
+    assert all((BENCH / n).exists() for n in covered), [n for n in covered if not (BENCH / n).exists()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n, (a, _) in ANALYSIS.items() if a is not None])
+def test_analysis_harness_quick_mode(name, tmp_path):
+    args, check = ANALYSIS[name]
+    check(_run(name, args, tmp_path), tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(TRAINING))
+def test_training_harness_quick_mode(name, tmp_path):
+    """On the warmed proxy model of the session's ABLATE_CACHE (built once, shared)."""
+    args, check = TRAINING[name]
+    check(_run(name, args, tmp_path), tmp_path)
+
+
+@pytest.mark.slow
+def test_compare_metrics_tells_same_from_different(tmp_path):
+    same = _compare_metrics_case(tmp_path)
+    script = str(BENCH / "behaviour" / "compare_metrics.py")
+    r = subprocess.run([sys.executable, script, *same], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([sys.executable, script, str(tmp_path / "a"), str(tmp_path / "c")],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "loss" in r.stdout + r.stderr, r.stdout + r.stderr
