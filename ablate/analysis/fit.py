@@ -3,11 +3,15 @@
     R(C) = R0 + (A - R0) / (1 + (C_mid / C) ** B)
 
 A is the asymptote (the recipe's ceiling), B the efficiency (how sharply the curve bends),
-C_mid the compute at half the gain, R0 the starting score. R0 is *measured*, not fit: the mean
-score at the smallest compute of each seed's curve (including points before the fit window
-and at compute 0). The paper's procedure (scalerl.md: grid over A and C_mid, curve_fit for B)
-fits only A, C_mid and B, and a fit window that skips the early phase carries almost no
-information about R0 anyway. How the parameters are fit is in `fitters`, their intervals in
+C_mid the compute at half the gain, R0 the starting score. Where the start is measured (every
+seed evaluated at compute 0, the trainer's step-0 eval) R0 is that measurement, not fit: the
+mean of the seeds' compute-0 scores. The paper's procedure (scalerl.md: grid over A and C_mid,
+curve_fit for B) fits only A, C_mid and B, and a fit window that skips the early phase carries
+almost no information about R0 anyway. Where it is not (a log whose first evaluation comes
+after N steps) the first score is already on the curve, not its start; fixing R0 there biased A
+and B with intervals that excluded the truth (issue 51), so R0 is then a fourth fitted
+parameter (`r0_rule` "fitted"), its uncertainty carried into A's and B's draws; where the data
+cannot pin it the fit keeps the first score and says so in a warning. How the parameters are fit is in `fitters`, their intervals in
 `intervals`, the curve's formula in `sigmoid`.
 """
 
@@ -60,6 +64,7 @@ class Fit:
     warnings: list[str] = field(default_factory=list)  # bounds / identifiability, in words
     grid: dict | None = None  # paper method: the (possibly extended) grid that was searched
     binned_from: int | None = None  # points in the window before `bins` averaged them
+    r0_rule: str = "measured"  # "measured" (first score) | "fitted" (start not measured)
     samples: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     data: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False)
     # what the sigmoid was fit to: log compute, score, seed label (the window, binned if asked)
@@ -119,6 +124,7 @@ class Fit:
             "warnings": list(self.warnings),
             "grid": self.grid,
             "binned_from": self.binned_from,
+            "R0_rule": self.r0_rule,
         }
 
     def window_end(self) -> float:

@@ -72,35 +72,81 @@ def fit_sigmoid(
     sid = _seed_ids(seeds, c.size)
     rng = random_state if isinstance(random_state, np.random.Generator) else np.random.default_rng(random_state)
     r0, n_seeds = _measured_r0(c, y, sid)
-    win = _window(c, y, r0, min_compute, max_compute)
+    # R0 is measured where every seed was evaluated at compute 0 (the trainer's step-0 eval);
+    # else the first score is already on the curve, not its start, and R0 is fitted
+    # (`start_bound`: the largest R0 the first scores allow).
+    r0_hi = None if start_measured(c, sid) else start_bound(c, y, sid)
+    win = _window(c, y, r0, min_compute, max_compute, r0_hi)
     pts = _window_points(c, y, sid, win, bins)
     x, yw, sw = pts.x, pts.y, pts.sid
     _check_rising(x, yw, c, y, win)
+    r0_note: list[str] = []
+    if r0_hi is not None:
+        r0, theta, sse, r0_note = _fit_start(x, yw, r0, r0_hi, float(c.min()))
     if method == "paper":
         theta, sse, grid = fit_paper(x, yw, r0, float(c[win.inwin].max()), paper_grid)
     else:
-        theta, sse = lm.best_fit(x, yw, r0)
+        if r0_hi is None or theta is None:
+            theta, sse = lm.best_fit(x, yw, r0)
         grid = None
     _check_point_fit(theta, sse, grid, r0, x, yw, c, y, win, max_compute)
     A, B, cm = float(theta[0]), float(math.exp(theta[1])), float(math.exp(theta[2]))
     ss_tot = float(np.sum((yw - yw.mean()) ** 2))
     r2 = 1.0 - sse / ss_tot if ss_tot > 0 else float("nan")
+    fitted_r0 = r0_hi is not None and not r0_note[0].startswith("R0 not fitted")
 
     fit = Fit(A=A, B=B, C_mid=cm, R0=r0, ci={}, r2=r2, n_points=x.size, sse=sse, method=method,
               n_seeds=n_seeds, min_compute=win.lo, max_compute=None if max_compute is None else win.hi,
               skipped=win.skipped, window_rule=win.rule, grid=grid, data=(c, y, sid),
-              warnings=bound_warnings(A, B, cm, x, r2, grid) + pts.notes,
-              binned_from=pts.binned_from, fit_points=(x, yw, sw))
+              warnings=r0_note + bound_warnings(A, B, cm, x, r2, grid) + pts.notes,
+              binned_from=pts.binned_from, fit_points=(x, yw, sw),
+              r0_rule="fitted" if fitted_r0 else "measured")
     if intervals and n_boot > 0:  # n_boot=0: point fit only, like intervals=False
-        _attach_intervals(fit, x, yw, sw, np.array([A, theta[1], theta[2]]), r0, n_boot, rng)
+        _attach_intervals(fit, x, yw, sw, np.array([A, theta[1], theta[2]]), r0, n_boot, rng,
+                          r0_hi=r0_hi if fitted_r0 else None)
     return fit
 
 
+def start_measured(c: np.ndarray, sid: np.ndarray) -> bool:
+    """Whether every seed's curve has a point at compute 0: its start, measured."""
+    return all(np.any(c[sid == s] <= 0) for s in np.unique(sid))
+
+
+def start_bound(c: np.ndarray, y: np.ndarray, sid: np.ndarray) -> float:
+    """The largest R0 a fitted start may take: a rising curve starts below its first score, so
+    the seeds' mean first score plus twice the evaluation noise (from consecutive differences,
+    MAD), at most 1."""
+    d = []
+    for s in np.unique(sid):
+        ix = np.flatnonzero(sid == s)
+        d.append(np.diff(y[ix[np.argsort(c[ix], kind="stable")]]))
+    diffs = np.concatenate(d) if d else np.zeros(0)
+    sd = float(np.median(np.abs(diffs - np.median(diffs))) / 0.6745 / math.sqrt(2)) if diffs.size else 0.0
+    return float(min(1.0, _measured_r0(c, y, sid)[0] + 2.0 * sd))
+
+
+def _fit_start(x: np.ndarray, y: np.ndarray, r0: float, r0_hi: float, c_first: float):
+    """(R0, theta, sse, note) of the point fit with R0 free in [0, r0_hi]; where that fit does
+    not pin the curve (not converged, A not above R0, unidentified), R0 stays the first score and
+    the note says so in one line (theta None: the caller fits at that R0)."""
+    th, sse = lm.best_fit_r0(x, y, r0_hi)
+    if np.isfinite(sse) and th[0] > th[3] + 1e-6 and unidentified(th[:3], x, y) is None:
+        return (float(th[3]), th[:3], sse,
+                [f"R0 fitted: the first evaluation is at compute {c_first:.4g}, not 0 "
+                 f"(R0 {th[3]:.3f}, the first score {r0:.3f})"])
+    return (r0, None, np.inf,
+            [f"R0 not fitted: the first evaluation is at compute {c_first:.4g}, not 0, and the "
+             f"data does not pin the start, so R0 is the first score {r0:.3f}; A and B may be "
+             "biased (log an evaluation at step 0)"])
+
+
 def _attach_intervals(fit: Fit, x: np.ndarray, y: np.ndarray, sid: np.ndarray, theta: np.ndarray,
-                      r0: float, n_boot: int, rng: np.random.Generator, *, fix_a: bool = False) -> None:
+                      r0: float, n_boot: int, rng: np.random.Generator, *, fix_a: bool = False,
+                      r0_hi: float | None = None) -> None:
     """Set `fit.samples`, `fit.ci` and `fit.interval_method` from `intervals.parameter_draws`."""
     fit.samples, fit.ci, fit.interval_method = parameter_draws(
-        x, y, sid, theta, r0, n_boot, rng, data=fit.data, n_seeds=fit.n_seeds, fix_a=fix_a)
+        x, y, sid, theta, r0, n_boot, rng, data=fit.data, n_seeds=fit.n_seeds, fix_a=fix_a,
+        r0_hi=r0_hi)
 
 
 def _check_options(method: str, paper_grid: str, bins: int | None) -> None:
@@ -134,11 +180,12 @@ class _Window:
 
 
 def _window(c: np.ndarray, y: np.ndarray, r0: float, min_compute: float | None,
-            max_compute: float | None) -> _Window:
+            max_compute: float | None, r0_hi: float | None = None) -> _Window:
     """The window, refused when it holds fewer than MIN_POINTS points."""
     hi = np.inf if max_compute is None else float(max_compute)
     positive = (c > 0) & (c <= hi)
-    lo = _auto_start(c[positive], y[positive], r0) if min_compute is None else float(min_compute)
+    lo = (_auto_start(c[positive], y[positive], r0, r0_hi) if min_compute is None
+          else float(min_compute))
     inwin = positive & (c >= lo)
     win = _Window(lo=lo, hi=hi, rule="auto" if min_compute is None else "given", positive=positive,
                   inwin=inwin, skipped=int(np.sum(positive & (c < lo))))
@@ -290,35 +337,41 @@ def shape_start(compute, score, seeds=None, max_compute: float | None = None) ->
     c, y = _validate(compute, score)
     sid = _seed_ids(seeds, c.size)
     r0, _ = _measured_r0(c, y, sid)
+    r0_hi = None if start_measured(c, sid) else start_bound(c, y, sid)
     hi = np.inf if max_compute is None else float(max_compute)
     positive = (c > 0) & (c <= hi)
     if not positive.any():
         return None
-    lo = _auto_start(c[positive], y[positive], r0)
+    lo = _auto_start(c[positive], y[positive], r0, r0_hi)
     return lo if lo > c[positive].min() else None
 
 
-def _auto_start(c: np.ndarray, y: np.ndarray, r0: float) -> float:
+def _auto_start(c: np.ndarray, y: np.ndarray, r0: float, r0_hi: float | None = None) -> float:
     """`ablate.analysis.window.auto_min_compute` with the default point fit, all candidate
     windows fit in one batched LM call (a window is a 0/1 weight on the points) from shared starts (the
-    grid's best on every point): ~10 ms per 100-point curve instead of one grid search each."""
+    grid's best on every point): ~10 ms per 100-point curve instead of one grid search each.
+    `r0_hi` not None: the start is not measured, so each window's fit fits R0 too (in
+    [0, r0_hi]): a late first evaluation is not an early phase off the curve."""
     if c.size == 0:
         return 0.0
     x_all = np.log(c)
-    th0 = lm.starts(x_all, y, r0)
+    fit_r0 = r0_hi is not None
+    th0 = lm.r0_starts(x_all, y, r0_hi) if fit_r0 else lm.starts(x_all, y, r0)
+    r0_arg = r0_hi if fit_r0 else r0
 
     def fits_of(los: list[float]) -> list[tuple[float, bool]]:
         S, L = len(th0), len(los)
         W = np.repeat(np.array([(c >= lo).astype(float) for lo in los]), S, axis=0)
         th, sse = lm.solve(x_all, np.broadcast_to(y, W.shape), W, np.tile(th0, (L, 1)),
-                           np.full(S * L, r0))
+                           np.full(S * L, r0_arg), fit_r0=fit_r0)
         out = []
         for j, lo in enumerate(los):
             m = c >= lo
             i = j * S + int(np.argmin(sse[j * S:(j + 1) * S]))
             x, yy = x_all[m], y[m]
             rising = m.sum() >= 4 and np.ptp(yy) > 0 and stats.spearmanr(x, yy).statistic > 0
-            ok = bool(rising and th[i, 0] > r0 + 1e-6 and unidentified(th[i], x, yy) is None)
+            r0_i = th[i, 3] if fit_r0 else r0
+            ok = bool(rising and th[i, 0] > r0_i + 1e-6 and unidentified(th[i, :3], x, yy) is None)
             out.append((float(sse[i]) if m.sum() >= 4 else np.inf, ok))
         return out
 

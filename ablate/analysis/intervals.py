@@ -65,31 +65,45 @@ from ablate.analysis.noise import noise_draws, reml_posterior
 def parameter_draws(x: np.ndarray, y: np.ndarray, sid: np.ndarray, theta: np.ndarray, r0: float,
                     n_boot: int, rng: np.random.Generator, *,
                     data: tuple[np.ndarray, np.ndarray, np.ndarray], n_seeds: int,
-                    fix_a: bool = False) -> tuple[dict[str, np.ndarray], dict[str, tuple], str]:
+                    fix_a: bool = False, r0_hi: float | None = None,
+                    ) -> tuple[dict[str, np.ndarray], dict[str, tuple], str]:
     """`n_boot` draws of the fit's parameters: (Fit.samples, Fit.ci, Fit.interval_method).
 
     x, y, sid: the points the fit used (log compute, score, seed label); theta: its
     (A, log B, log C_mid); data: every point (compute, score, seed label), for each seed's R0;
     n_seeds: the seeds R0 is the mean of; fix_a: A was held fixed (`refit_with_A`), so its
-    interval is the point. Takes arrays, not a Fit, so that Fit can call this module.
+    interval is the point. r0_hi not None: R0 was fitted (the start not measured, `fitters`),
+    so every draw refits it too, in [0, r0_hi]: its uncertainty, and its correlation with B
+    and A, is in their draws. Takes arrays, not a Fit, so that Fit can call this module.
     """
     draws, method = None, "bootstrap"
     if len(np.unique(sid)) >= SEED_MIN_RUNS:
-        draws = _per_seed_draws(x, y, sid, theta, r0, n_boot, rng, data, fix_a)
+        draws = _per_seed_draws(x, y, sid, theta, r0, n_boot, rng, data, fix_a, r0_hi)
         method = "seeds" if draws is not None else method
     if draws is None:
-        draws = _bootstrap(x, y, sid, theta, r0, n_seeds, n_boot, rng, fix_a=fix_a)
+        draws = _bootstrap(x, y, sid, theta, r0, n_seeds, n_boot, rng, fix_a=fix_a, r0_hi=r0_hi)
     samples = _draws_to_samples(draws)
     ci = {k_: percentile_interval(v) for k_, v in samples.items()}
     if fix_a:
         ci["A"] = (float(theta[0]), float(theta[0]))
     # What the score is past the window (module docstring, "Past the window"): the run's drift
     # there and the plateau draws, read by `score_draws` wherever the fit is extrapolated.
-    samples.update(drift_terms(x, y, sid, theta, r0, n_boot, rng, fix_a=fix_a))
+    samples.update(drift_terms(x, y, sid, theta, r0, n_boot, rng, fix_a=fix_a,
+                               fit_r0=r0_hi is not None))
     return samples, ci, method
 
 
-def _per_seed_draws(x, y, sid, theta, r0, n_boot, rng, data, fix_a) -> np.ndarray | None:
+def _model(x, theta, r0, fit_r0: bool):
+    """f (n,) and J (n, 3 or 4) of one problem; with fit_r0 J has R0's column (1 - expit)."""
+    f, J = lm.model(x, theta[None, :], np.array([r0]))
+    f, J = f[0], J[0]
+    if fit_r0:
+        J = np.column_stack([J, 1.0 - lm._sig(x, theta[None, :])[0]])
+    return f, J
+
+
+def _per_seed_draws(x, y, sid, theta, r0, n_boot, rng, data, fix_a,
+                    r0_hi=None) -> np.ndarray | None:
     """t draws from one fit per seed (`_seed_draws`); None when a seed has too few points."""
     per = []
     for s in np.unique(sid):
@@ -99,6 +113,10 @@ def _per_seed_draws(x, y, sid, theta, r0, n_boot, rng, data, fix_a) -> np.ndarra
         ix = np.flatnonzero(m)
         cs, ys = data[0][data[2] == s], data[1][data[2] == s]
         r0s = float(np.mean(ys[cs == cs.min()]))
+        if r0_hi is not None and not fix_a:  # the start not measured: each seed fits its own
+            th, _ = lm.best_fit_r0(x[ix], y[ix], float(r0_hi))
+            per.append(list(th))
+            continue
         if fix_a:
             th, _ = lm.solve(x[ix], y[ix][None], None, theta[None], np.array([r0s]), fix_a=True)
             th = th[0]
@@ -106,25 +124,30 @@ def _per_seed_draws(x, y, sid, theta, r0, n_boot, rng, data, fix_a) -> np.ndarra
             th, _ = lm.best_fit(x[ix], y[ix], r0s)
         per.append([th[0], th[1], th[2], r0s])
     draws = _seed_draws(np.array(per), np.array([*theta, r0]), n_boot, rng)
+    draws[:, 3] = np.clip(draws[:, 3], 0.0, 1.0)
     if fix_a:
         draws[:, 0] = theta[0]
     return draws
 
 
-def _bootstrap(x, y, sid, theta, r0, r0_groups, n_boot, rng, fix_a=False):
+def _bootstrap(x, y, sid, theta, r0, r0_groups, n_boot, rng, fix_a=False, r0_hi=None):
     """Parametric residual bootstrap whose noise model is itself drawn per sample from its REML
     posterior (`reml_posterior`); all resamples refit at once by the batched LM warm-started
     from the point fit. Returns draws (S, 4) of (A, log B, log C_mid, R0). Why the noise model
     is drawn rather than estimated once: see the module docstring.
     """
-    f, J = lm.model(x, theta[None, :], np.array([r0]))
-    f, J = f[0], J[0]
+    fit_r0 = r0_hi is not None and not fix_a
+    f, J = _model(x, theta, r0, fit_r0)
     series = [np.flatnonzero(sid == s) for s in np.unique(sid)]
     series = [ix[np.argsort(x[ix])] for ix in series if ix.size]
-    free = np.array([1, 2]) if fix_a else np.array([0, 1, 2])
+    free = np.array([1, 2]) if fix_a else np.array([0, 1, 2, 3] if fit_r0 else [0, 1, 2])
     noise = reml_posterior(J, y - f, series, free, n_boot, rng)
     phi, vd, vw = noise[:, 0], noise[:, 1], noise[:, 2]
     Y = f[None, :] + noise_draws(phi, vd, vw, series, f.size, n_boot, rng)
+    if fit_r0:  # the start not measured: every draw refits R0 with the other three
+        th0 = np.broadcast_to(np.append(theta, r0), (n_boot, 4))
+        th, _ = lm.solve(x, Y, None, th0, np.full(n_boot, float(r0_hi)), fit_r0=True)
+        return th
     # R0 is the mean of the seeds' starting scores; the start is before any drift, so only the
     # white evaluation noise applies to it.
     r0b = (rng.normal(0.0, 1.0, (n_boot, max(r0_groups, 1))) * np.sqrt(vw)[:, None]).mean(axis=1)
@@ -158,7 +181,8 @@ NOISE_POINTS = 200
 
 
 def drift_terms(x: np.ndarray, y: np.ndarray, sid: np.ndarray, theta: np.ndarray, r0: float,
-                n: int, rng: np.random.Generator, *, fix_a: bool = False) -> dict:
+                n: int, rng: np.random.Generator, *, fix_a: bool = False,
+                fit_r0: bool = False) -> dict:
     """The Fit.samples terms `score_draws` applies past the window.
 
     DRIFT: the run's drift at the target, which no sigmoid parameter carries (the score a run
@@ -172,11 +196,12 @@ def drift_terms(x: np.ndarray, y: np.ndarray, sid: np.ndarray, theta: np.ndarray
         keep = np.concatenate([ix[np.argsort(x[ix])][::-(-x.size // NOISE_POINTS)]
                                for ix in (np.flatnonzero(sid == s) for s in np.unique(sid))])
         x, y, sid = x[keep], y[keep], sid[keep]
-    f, J = lm.model(x, theta[None, :], np.array([r0]))
+    fit_r0 = fit_r0 and not fix_a
+    f, J = _model(x, theta, r0, fit_r0)
     series = [np.flatnonzero(sid == s) for s in np.unique(sid)]
     series = [ix[np.argsort(x[ix])] for ix in series if ix.size]
-    free = np.array([1, 2]) if fix_a else np.array([0, 1, 2])
-    noise = reml_posterior(J[0], y - f[0], series, free, n, rng)
+    free = np.array([1, 2]) if fix_a else np.array([0, 1, 2, 3] if fit_r0 else [0, 1, 2])
+    noise = reml_posterior(J, y - f, series, free, n, rng)
     u = np.unique(x)
     dx = float(np.mean(np.diff(u[-max(2, u.size // 4):]))) if u.size > 1 else 1.0
     phi = np.clip(noise[:, 0], 1e-12, 1.0 - 1e-12)

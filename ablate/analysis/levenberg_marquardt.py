@@ -5,7 +5,9 @@ The fitters work in log compute x = log C and m = log C_mid, where the sigmoid i
 R = R0 + (A - R0) * expit(B (x - m)): that keeps the problem well scaled whatever the compute
 unit (paper GPU-hours, FLOPs, or the ~1e-3 device-hours of a CPU proxy run). Parameters are
 theta = (A, log B, log C_mid), R0 fixed per problem; S problems (starts, candidate windows,
-bootstrap draws) are solved at once.
+bootstrap draws) are solved at once. Where a curve's start was not measured (its first
+evaluation after compute 0), R0 is a fourth parameter: `solve(..., fit_r0=True)` takes and
+returns theta = (A, log B, log C_mid, R0), R0 boxed in [0, r0_hi] (df/dR0 = 1 - expit).
 """
 
 from __future__ import annotations
@@ -31,19 +33,39 @@ def best_fit(x: np.ndarray, y: np.ndarray, r0: float) -> tuple[np.ndarray, float
     return th[i], float(sse[i])
 
 
+def r0_starts(x: np.ndarray, y: np.ndarray, r0_hi: float) -> np.ndarray:
+    """Starts (A, log B, log C_mid, R0) for a fit whose R0 is free: the grid's best few at
+    R0 = r0_hi (the first score), half of it and 0."""
+    out = [np.column_stack([starts(x, y, r), np.full(4, r)])[:4]
+           for r in (r0_hi, 0.5 * r0_hi, 0.0)]
+    return np.concatenate(out)
+
+
+def best_fit_r0(x: np.ndarray, y: np.ndarray, r0_hi: float, W=None) -> tuple[np.ndarray, float]:
+    """`best_fit` with R0 a fourth parameter in [0, r0_hi]: (theta of 4, sse)."""
+    th0 = r0_starts(x, y, r0_hi)
+    S = len(th0)
+    th, sse = solve(x, np.broadcast_to(y, (S, y.size)), W, th0, np.full(S, r0_hi), fit_r0=True)
+    i = int(np.argmin(sse))
+    return th[i], float(sse[i])
+
+
 def _damped_step(x, theta, r0, sg, r, W, lam, fix_a):
     """One LM step per problem: solve (J'WJ + lam diag(J'WJ)) step = J'W r from the sigmoid
-    values `sg` and residuals `r` of the current parameters; fix_a pins A's step at 0."""
+    values `sg` and residuals `r` of the current parameters; fix_a pins A's step at 0. A theta
+    of 4 columns steps R0 too (its column of J is 1 - expit)."""
     J = _jac(x, theta, r0, sg)
+    if theta.shape[1] == 4:
+        J = np.concatenate([J, (1.0 - sg)[:, :, None]], axis=2)
     Jw = J if W is None else J * W[:, :, None]
     if fix_a:
         Jw = Jw.copy() if Jw is J else Jw
         Jw[:, :, 0] = 0.0
     JwT = Jw.transpose(0, 2, 1)
-    H = JwT @ J  # batched 3x3 normal matrices (matmul beats einsum here)
+    H = JwT @ J  # batched 3x3 (4x4) normal matrices (matmul beats einsum here)
     g = (JwT @ r[:, :, None])[:, :, 0]
     diag = np.einsum("sii->si", H)
-    eye = np.eye(3)
+    eye = np.eye(theta.shape[1])
     Hd = H + lam[:, None, None] * (diag[:, :, None] * eye + 1e-12 * eye)
     if fix_a:
         Hd[:, 0, :] = 0.0
@@ -52,10 +74,12 @@ def _damped_step(x, theta, r0, sg, r, W, lam, fix_a):
     return np.linalg.solve(Hd, g[:, :, None])[:, :, 0]
 
 
-def solve(x, Y, W, theta0, r0, *, fix_a=False):
+def solve(x, Y, W, theta0, r0, *, fix_a=False, fit_r0=False):
     """Minimise sum W (Y - f)^2 for S problems at once; returns theta (S,3) and sse (S,).
 
-    W None: unit weights; fix_a holds A at theta0's value. Projected LM: a step is kept only where it lowers that problem's SSE,
+    W None: unit weights; fix_a holds A at theta0's value. fit_r0: theta0 is (S,4) with R0 its
+    last column, fitted too and returned so, kept in [0, r0] (`r0` is then each problem's upper
+    bound on R0: a rising curve starts below its first score). Projected LM: a step is kept only where it lowers that problem's SSE,
     so every problem descends monotonically; parameters are clipped to their box after each
     step. Problems that have converged drop out of the batch, so a 1000-resample bootstrap costs
     little more than its slowest few resamples. Only the sigmoid values of the current
@@ -64,8 +88,12 @@ def solve(x, Y, W, theta0, r0, *, fix_a=False):
     points.
     """
     mlo, mhi = x.min() - M_BELOW, x.max() + M_ABOVE
-    theta = _clip(np.array(theta0, dtype=float), mlo, mhi)
     Y, r0 = np.asarray(Y, float), np.asarray(r0, float)
+    if fit_r0:
+        return _solve_r0(x, Y, None if W is None else np.asarray(W, float),
+                         np.array(theta0, dtype=float), np.broadcast_to(r0, (len(theta0),)),
+                         mlo, mhi)
+    theta = _clip(np.array(theta0, dtype=float), mlo, mhi)
     W = None if W is None else np.asarray(W, float)
     S = len(theta)
     sg = _sig(x, theta)
@@ -95,6 +123,41 @@ def solve(x, Y, W, theta0, r0, *, fix_a=False):
         lam[act] = np.where(better, lam[act] / 3, lam[act] * 4)
         done[act] = (better & (rel < _TOL)) | (lam[act] > 1e7)
         act = act[~done[act]]
+        if act.size == 0:
+            break
+    return theta, sse
+
+
+def _solve_r0(x, Y, W, theta, r0_hi, mlo, mhi):
+    """`solve` with R0 free (theta (S,4)): the same projected LM, converged problems dropping
+    out of the batch as there."""
+    S = len(theta)
+    theta = _clip(theta, mlo, mhi, r0_hi)
+    Y = np.broadcast_to(Y, (S, x.size)) if Y.ndim == 2 else Y
+
+    def resid(th, Ya, Wa):
+        sg = _sig(x, th)
+        r = Ya - (th[:, 3:4] + (th[:, 0:1] - th[:, 3:4]) * sg)
+        return sg, (r if Wa is None else r * Wa)
+
+    sg, r = resid(theta, Y, W)
+    sse = np.einsum("sn,sn->s", r, r)
+    lam = np.full(S, 1e-2)
+    act = np.arange(S)
+    for _ in range(2 * _ITERS):
+        Wa = None if W is None else W[act]
+        th_a = theta[act]
+        cand = _clip(th_a + _damped_step(x, th_a, th_a[:, 3], sg[act], r[act], Wa, lam[act],
+                                         False), mlo, mhi, r0_hi[act])
+        sc, rc = resid(cand, Y[act], Wa)
+        ssec = np.einsum("sn,sn->s", rc, rc)
+        better = ssec < sse[act]
+        rel = np.where(better, (sse[act] - ssec) / np.maximum(sse[act], 1e-30), 0.0)
+        ib = act[better]
+        theta[ib], sg[ib], r[ib], sse[ib] = cand[better], sc[better], rc[better], ssec[better]
+        lam[act] = np.where(better, lam[act] / 3, lam[act] * 4)
+        done = (better & (rel < _TOL)) | (lam[act] > 1e7)
+        act = act[~done]
         if act.size == 0:
             break
     return theta, sse
@@ -143,7 +206,9 @@ def _jac(x, theta, r0, s):
     return J
 
 
-def _clip(theta, mlo, mhi):
+def _clip(theta, mlo, mhi, r0_hi=None):
+    if theta.shape[1] == 4:
+        theta[:, 3] = np.clip(theta[:, 3], 0.0, r0_hi)
     theta[:, 0] = np.clip(theta[:, 0], 0.0, 1.0)
     theta[:, 1] = np.clip(theta[:, 1], math.log(B_MIN), math.log(B_MAX))
     theta[:, 2] = np.clip(theta[:, 2], mlo, mhi)
