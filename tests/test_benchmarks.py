@@ -110,6 +110,7 @@ NOT_RUN = {
     "bench_proxy_warmup.py": "builds the proxy model from nothing per data seed (minutes each)",
     "bench_proxy_findings.py": "reads finished proxy studies (quickstart, calibration sweeps)",
     "bench_quickstart.py": "reads a finished dense quickstart sweep",
+    "bench_late_start.py": "its --quick mode still fits 5 curves a cell over every cell (~1 min)",
 }
 
 

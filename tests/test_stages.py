@@ -29,12 +29,13 @@ def _group(name: str, A: float, seed: int) -> GroupFit:
 
 
 def test_decide_stops_only_what_cannot_win():
-    low, best, close = _group("low", 0.30, 0), _group("best", 0.62, 1), _group("close", 0.60, 2)
+    low, best, close = _group("low", 0.30, 0), _group("best", 0.62, 1), _group("close", 0.615, 2)
     d = decide([low, best, close], stage=0, budget={"steps": 40})
     assert set(d.stopped) == {"low"} and d.kept == ["best", "close"]
     assert "upper bound" in d.stopped["low"] and "lower bound" in d.stopped["low"]
     assert low.fit.ci["A"][1] < max(best.fit.ci["A"][0], close.fit.ci["A"][0])
-    # The margin rule, opt-in: 'close' is 0.02 below 'best' (not more), 'low' far below.
+    # The margin rule, opt-in: 'close' is 0.005 below 'best' (intervals that overlap since R0 is
+    # fitted on a late start: 0.02 apart they no longer do), 'low' far below.
     d = decide([low, best, close], baseline="best", margin=0.05)
     assert set(d.stopped) == {"low"}
     d = decide([low, best, close], baseline="best", margin=0.0)
