@@ -247,7 +247,7 @@ def test_dry_run_text_says_where_warns_without_gpu_size_and_cuts_no_name():
     assert "partition gpu" in out and "time limit 240 min per job, requeues as each run's " \
         "plan derives (max_num_timeout auto)" in out
     assert "CANNOT REACH THE BUDGET" not in out and "requeues needed (max_num_timeout auto: " in out
-    assert "time on H100 SXM" in out and "eval " in out and "beside training" in out
+    assert "time on H100 SXM" in out and "eval " in out and "(blocks training)" in out
     # Piped (a subprocess): every variant name whole, on one line with its run id.
     for name in ("loss.aggregation=sample", "loss.aggregation=prompt", "loss.aggregation=token"):
         assert any(line.rstrip().endswith(name) for line in out.splitlines()), name
