@@ -83,6 +83,12 @@ def test_proposal_is_a_study_the_sweep_runs_as_planned(tmp_path):
     assert {x["launch"]["runs_at_once"] for x in runs} == {p["runs_at_once"]}
     walls = {round(x["resources"]["wall_h"], 1) for x in runs}
     assert max(walls) == pytest.approx(p["run_wall_h"], abs=0.1), (walls, p)
+    # one definition of GPU-hours (issue 52 point 1): what --within says a run and the study
+    # hold is what the dry run of its study plans (GPUs held x wall), not the training budget
+    held = [x["resources"]["gpu_hours"] for x in runs]
+    assert max(held) == pytest.approx(p["run_gpu_hours_held"], abs=0.1), (held, p)
+    assert sum(held) == pytest.approx(p["study_gpu_hours_held"], abs=0.5), (held, p)
+    assert p["run_gpu_hours_held"] > p["budget_gpu_hours"], p  # evals, starts, requeues held
     text = ablate("sweep", out, "--dry-run", cwd=tmp_path).stdout
     text = " ".join(text[text.rindex("\nstudy: ") + 1:].split())  # the last fact, unfolded
     assert f"{p['runs_at_once']} at once" in text, text

@@ -388,3 +388,21 @@ def test_max_num_timeout_that_is_neither_auto_nor_a_count_is_one_line(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr
     line = r.stderr.strip()
     assert len(line.splitlines()) == 1 and "max_num_timeout" in line, line
+
+
+@pytest.mark.parametrize("limits", [PAPER_LIMITS, Limits(time_min=60 * 24 * 90)])
+def test_the_wall_in_parts_sums_to_the_wall(limits):
+    """Issue 52 point 1: steps, evals, checkpoints, job starts and job ends add up to the wall
+    shown, under many requeued jobs and in one job (no job end then); the dry run prints them
+    with what would cut the largest part beside the steps."""
+    from ablate.cli.dryrun import wall_parts_lines
+
+    t = plan_time(paper(budget={"gpu_hours": 4000}), PAPER_SHAPE, limits)
+    parts = t.wall_parts_h
+    assert set(parts) == {"steps", "evals", "checkpoints", "job starts", "job ends"}
+    assert sum(parts.values()) == pytest.approx(t.wall_h, rel=1e-9)
+    assert parts["steps"] == pytest.approx(t.steps * t.step_s / 3600)
+    assert parts["job starts"] == pytest.approx(t.jobs * JOB_START_S_GPU / 3600)
+    assert (parts["job ends"] > 0) == (t.jobs > 1), (t.jobs, parts)
+    line = " ".join(wall_parts_lines(t))
+    assert line.startswith("  wall in parts: steps ") and "the largest beside the steps" in line

@@ -85,12 +85,33 @@ def time_lines(t: Optional[TimePlan]) -> list[str]:
                 f"requeues needed ({limit})")
         to += f"; jobs of {t.job_h:g} h: {jobs}"
     lines.append(to)
+    lines += wall_parts_lines(t)
     if t.reaches_budget is False:
         lines.append(f"  CANNOT REACH THE BUDGET: {t.problem}")
     lines += [f"  warning: {w}" for w in t.warnings]
     if t.assumptions:
         lines.append(f"  assumed: {'; '.join(t.assumptions)}")
     return lines
+
+
+# The one setting that cuts each part of a run's wall that is not its steps.
+_CUTS = {"evals": "fewer or smaller evals (eval.every_steps, eval.num_prompts, eval.samples_per_prompt)",
+         "checkpoints": "fewer checkpoints (checkpoint.every_steps)",
+         "job starts": "longer jobs (slurm.time_min): fewer starts",
+         "job ends": "longer jobs (slurm.time_min): fewer job ends, each losing a tail"}
+
+
+def wall_parts_lines(t: TimePlan) -> list[str]:
+    """The wall to the budget in parts that sum to it, and what would cut the largest part
+    beside the steps."""
+    parts = t.wall_parts_h
+    if not parts or not t.wall_h:
+        return []
+    shown = ", ".join(f"{k} {_hours(v)} h" for k, v in parts.items() if k == "steps" or v >= 0.005 * t.wall_h)
+    waste = max((k for k in parts if k != "steps"), key=lambda k: parts[k])
+    cut = (f"; the largest beside the steps is {waste} ({parts[waste] / t.wall_h:.0%} of the "
+           f"wall): {_CUTS[waste]}" if parts[waste] >= 0.05 * t.wall_h else "")
+    return [f"  wall in parts: {shown} = {_hours(t.wall_h)} h{cut}"]
 
 
 def _device(t: Optional[TimePlan]) -> str:

@@ -27,8 +27,10 @@ def label_of(text: str) -> str:
 
 def table(s, chosen) -> list[str]:
     """The options the search tried, the chosen one marked."""
-    head = ("seeds", "GPU-h/run", "nodes/run", "at once", "wall", "margin A", "")
-    rows = [(str(o.seeds), f"{o.budget:,.0f}" + ("" if o.paper else "*"), str(o.nodes_per_run),
+    head = ("seeds", "budget GPU-h", "held GPU-h", "nodes/run", "at once", "wall", "margin A",
+            "")
+    rows = [(str(o.seeds), f"{o.budget:,.0f}" + ("" if o.paper else "*"),
+             f"{o.run_gpu_hours:,.0f}", str(o.nodes_per_run),
              str(o.cap.runs_at_once), _days(o.study_wall_h), f"{o.margin:.3f}",
              "<- proposed" if o is chosen else ("fits" if o.study_wall_h <= s.within_h else ""))
             for o in s.tried]
@@ -68,7 +70,12 @@ def summary(study: Path, text: str, s, o) -> list[str]:
     seeds = ("" if o.seeds >= MAX_USEFUL_SEEDS else
              f" (more seeds did not fit; {MAX_USEFUL_SEEDS} would reach compare's 0.02)")
     return [f"{study} within {text}: {o.runs} runs ({s.variants} variants x {o.seeds} seed(s)), "
-            f"{o.budget:,.0f} GPU-hours and {o.nodes_per_run} node(s) a run",
+            f"{o.budget:,.0f} GPU-hours of training and {o.nodes_per_run} node(s) a run",
+            *textwrap.wrap(
+                f"GPU-hours held (GPUs x wall, as the dry run plans): ~{o.run_gpu_hours:,.0f} a "
+                f"run, ~{o.study_gpu_hours:,.0f} the study; beyond the training budget "
+                "(budget.gpu_hours, the fit's x axis) they hold evals, checkpoints, job starts "
+                "and requeues", 94, initial_indent="  ", subsequent_indent="    "),
             f"  budget: {budget} (scalerl.md)",
             f"  seeds: {o.seeds}{seeds}",
             f"  nodes: {o.cap.text()}",
@@ -108,7 +115,7 @@ def within(study: Path, text: str, *, executor: Optional[str], profile: Optional
                           "tried": [t.to_json() for t in s.tried], "wrote": wrote,
                           "study_yaml": yaml_text, "profile_yaml": prof_text}))
         return
-    print("\n".join([*lines, "", "considered (* below the paper's stage budget; wall: the "
-                     "study's):", *table(s, o), "",
+    print("\n".join([*lines, "", "considered (* below the paper's stage budget; held: a run's "
+                     "GPUs x its wall; wall: the study's):", *table(s, o), "",
                      f"wrote {' and '.join(wrote)}; check it with: ablate sweep {out} "
                      "--dry-run"]))

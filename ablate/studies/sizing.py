@@ -6,7 +6,9 @@ on the 2 nodes of sweeps/slurm_gpu.yaml, and nothing said so or offered what wou
 
 What is searched (every number from the time plan, trainer/plan/time_plan.py, on the
 profile's GPUs; the nodes from ablate/studies/capacity.py):
-- budget per run, in GPU-hours (the trainer's `budget.gpu_hours`: wall x devices held): the
+- budget per run, in GPU-hours (the trainer's `budget.gpu_hours`: the train loop's wall x
+  devices held, the fit's x axis; what a run holds besides, for evals, checkpoints, job starts
+  and requeues, is said beside it as the dry run plans it, GPUs held x wall): the
   paper's staged workflow (scalerl.md): single-axis ablations at ~3.5k-4k GPU-hours,
   leave-one-out at 16k. Below the paper's stage only when nothing else fits, never under twice
   the fit window's start (fit.min_compute in GPU-hours, else the paper's 1.5k): a run must
@@ -63,6 +65,8 @@ class Option:
     runs: int
     run_wall_h: float  # the longest variant's
     study_wall_h: float
+    run_gpu_hours: float  # held a run (GPUs held x wall, the dry run's GPU-h): the longest's
+    study_gpu_hours: float  # held by every run of the study
     cap: Capacity
     margin: float  # on A (ablate/analysis/resolution.py)
     paper: bool  # the budget is one of the paper's stage's
@@ -72,6 +76,8 @@ class Option:
                 "nodes_per_run": self.nodes_per_run, "runs": self.runs,
                 "run_wall_h": round(self.run_wall_h, 1),
                 "study_wall_h": round(self.study_wall_h, 1),
+                "run_gpu_hours_held": round(self.run_gpu_hours, 1),
+                "study_gpu_hours_held": round(self.study_gpu_hours, 1),
                 "runs_at_once": self.cap.runs_at_once, "margin_A": round(self.margin, 4),
                 "paper_stage_budget": self.paper}
 
@@ -123,10 +129,17 @@ def run_walls(variants: list[Variant], prof: Profile, budget: float,
     ""), or (None, why the first that cannot run there cannot: the trainer refuses the shape,
     its memory plan does not fit, or its time plan cannot reach the budget under the
     profile's limits)."""
+    plans, why = run_plans(variants, prof, budget, nodes)
+    return (None if plans is None else [t.wall_h for t in plans]), why
+
+
+def run_plans(variants: list[Variant], prof: Profile, budget: float,
+              nodes: int) -> tuple[Optional[list], str]:
+    """run_walls' time plans (trainer/plan/time_jobs.py TimePlan: wall_h, gpu_hours held)."""
     from ablate.studies.sweep import stage_variant
 
     shape = replace(prof.job_shape("slurm"), nodes=nodes)
-    limits, walls = prof.limits("slurm"), []
+    limits, plans = prof.limits("slurm"), []
     for v in {v.name: v for v in variants}.values():
         c = stage_variant(v, {"gpu_hours": budget}).config
         found = problems(c, shape)
@@ -136,8 +149,8 @@ def run_walls(variants: list[Variant], prof: Profile, budget: float,
         t = plan_time(c, shape, limits)
         if t.wall_h is None or t.reaches_budget is False:
             return None, f"variant {v.name}: {t.problem or t.note}"
-        walls.append(t.wall_h)
-    return walls, ""
+        plans.append(t)
+    return plans, ""
 
 
 def best_option(variants: list[Variant], prof: Profile, budget: float, seeds: int,
@@ -147,16 +160,18 @@ def best_option(variants: list[Variant], prof: Profile, budget: float, seeds: in
     study_nodes = capacity("slurm", prof).nodes.nodes
     for n in range(1, study_nodes + 1):
         if (budget, n) not in cache:
-            cache[(budget, n)] = run_walls(variants, prof, budget, n)
-        walls = cache[(budget, n)][0]
+            cache[(budget, n)] = run_plans(variants, prof, budget, n)
+        plans = cache[(budget, n)][0]
         cap = capacity("slurm", prof, nodes_per_run=n, array_cap=None)
-        if walls is None or cap.runs_at_once < 1:
+        if plans is None or cap.runs_at_once < 1:
             continue
+        walls = [t.wall_h for t in plans]
         wall = study_wall_h(walls * seeds, cap.runs_at_once)
         key = (wall, n != prof.slurm.nodes, n)
         if best is None or key < best[0]:
-            best = (key, Option(budget, seeds, n, len(walls) * seeds, max(walls), wall, cap,
-                                a_margin(seeds), paper))
+            held = [t.gpu_hours for t in plans]
+            best = (key, Option(budget, seeds, n, len(walls) * seeds, max(walls), wall,
+                                max(held), sum(held) * seeds, cap, a_margin(seeds), paper))
     return best[1] if best else None
 
 

@@ -38,6 +38,10 @@ class TimePlan:
     checkpoint_s: Optional[float] = None
     checkpoints: Optional[int] = None
     wall_h: Optional[float] = None  # to the budget, job starts included
+    # wall_h in parts (hours): "steps", "evals", "checkpoints", "job starts", "job ends" (each
+    # requeued job's tail that keeps no step: the stop warning and the step that would not fit
+    # whole); they sum to wall_h (time_plan._to_budget)
+    wall_parts_h: dict = field(default_factory=dict)
     gpu_hours: Optional[float] = None  # wall x devices held
     devices: Optional[int] = None
     job_h: Optional[float] = None  # the profile's time limit per job

@@ -248,5 +248,12 @@ def _to_budget(c: TrainConfig, m: ModelShape, shape: JobShape, limits: Limits,
         tp.wall_h = ((tp.jobs - 1) * limits.time_min * 60 + start + left * run_s / steps) / 3600
     else:
         tp.wall_h = (run_s + start) / 3600
+    n_jobs = tp.jobs or 1
+    tp.wall_parts_h = {"steps": steps * tp.step_s / 3600,
+                       "evals": tp.evals * eval_cost / 3600,
+                       "checkpoints": tp.checkpoints * tp.checkpoint_s / 3600,
+                       "job starts": n_jobs * start / 3600}
+    # What is left is each requeued job's tail (wall_h's own formula above, less the rest)
+    tp.wall_parts_h["job ends"] = max(0.0, tp.wall_h - sum(tp.wall_parts_h.values()))
     tp.gpu_hours = tp.wall_h * (tp.devices or 1)
     eval_checks(c, tp, limits)
