@@ -68,6 +68,28 @@ def test_collapse_is_flagged_after_its_onset_and_the_healthy_run_is_not():
     assert part.verdict in ("on track", "ahead", "behind")
 
 
+def test_a_fall_from_its_own_peak_reads_behind_whatever_the_band():
+    """Issue 51 point 2: a run that rose to ~0.83 and fell to ~0.70 for its last 6
+    evaluations is behind (its reason names the peak), never ahead of an early band; judged
+    through the watch file's frozen forecasts (`ablate status`), the same."""
+    c = np.linspace(0.0, 1.0, 31)
+    rise = 0.1 + 0.73 * (1 - np.exp(-c[:25] * 12))
+    y = np.concatenate([rise, np.full(6, 0.70)]) + 0.004 * np.sin(np.arange(31))
+    j = watch.judge("q", "q", 0, c, y)
+    assert j.verdict in ("behind", "departed"), (j.verdict, j.reason)
+    assert watch.fall_from_peak(c[:25], y[:25]) is None  # before the fall: none
+    peak, _, latest = watch.fall_from_peak(c, y)
+    assert peak == pytest.approx(0.83, abs=0.01) and latest == pytest.approx(0.70, abs=0.01)
+    # held to a provisional band that sits below 0.70 (the issue's "ahead 0.700 [0.607,
+    # 0.681]": a band fitted early, on a curve 0.8 times this one): the fall decides
+    early = watch.make_forecast(watch.fit_quiet(c[:25], 0.8 * y[:25], intervals=True), 12,
+                                "provisional", 0.99, 2.0)
+    assert early.hi[-1] < 0.70, early.hi[-1]
+    held = watch.judge("q", "q", 0, c, y, frozen=[early.__dict__])
+    assert held.verdict == "behind", (held.verdict, held.reason)
+    assert "fell 0.1" in held.reason and "peak" in held.reason, held.reason
+
+
 def test_k_and_level_trade_delay_for_false_alarms():
     c, _, bad = _runs()
     n, fit, _ = watch.freeze_index(c, bad)

@@ -22,6 +22,9 @@ Verdicts (one per run, `judge`), from the latest evaluation:
   behind     the latest evaluation is below the band, fewer than k in a row so far, or below
              *today's* fit's band (the fit on every evaluation so far): a run sagging below its
              own current curve is never "ahead" of an old forecast
+             or the run has fallen FALL from its own peak (the mean of its last FALL_W
+             evaluations against the best such mean): a collapse reads so whatever band the
+             forecast drew (a provisional band fitted on the early points may sit below it)
   ahead      the latest evaluation is above the band (better than forecast is not a departure)
   on track   the latest evaluation is inside the band (or none is judged yet)
   waiting    no forecast yet; `needs` says about how many more evaluations it takes
@@ -47,6 +50,8 @@ K = 3  # consecutive evaluations below the band that make a departure
 LEVEL = 0.99  # the band's central probability
 TOL = 0.005  # "scaling stops paying": where the current fit is within TOL of its ceiling A
 RENEW_GROWTH = 1.1  # a failed renewal is tried again once compute has grown by this factor
+FALL = 0.1  # a fall from the run's own peak that reads "behind" (issue 51: 0.83 -> 0.70 read ahead)
+FALL_W = 3  # evaluations averaged on both sides of a fall: one lucky evaluation is no peak
 VERDICTS = ("on track", "ahead", "behind", "departed", "waiting")
 
 
@@ -288,6 +293,7 @@ def judge(run: str, variant: str, seed: int, compute, score, *, k: int = K, leve
         j.departure = got.kind
     elif j.forecast.rule == "provisional":
         _waiting(j, c, y, got.why, from_compute)
+        _fallen(j, c, y)
         return j
     if with_today and j.verdict != "departed":  # a sigmoid through a collapse misleads
         j.at_budget, j.stops_paying, j.today_band = today(c, y, budget or 2 * float(c[-1]),
@@ -295,7 +301,32 @@ def judge(run: str, variant: str, seed: int, compute, score, *, k: int = K, leve
         if j.today_band and j.verdict in ("ahead", "on track") and y[-1] < j.today_band[0]:
             j.verdict = "behind"
     j.reason = _reason(j)
+    _fallen(j, c, y)
     return j
+
+
+def fall_from_peak(c: np.ndarray, y: np.ndarray) -> Optional[tuple[float, float, float]]:
+    """(peak, its compute, latest) as means of FALL_W evaluations when the latest has fallen
+    FALL or more below the best earlier one; None otherwise (or with too few evaluations)."""
+    if y.size < 2 * FALL_W:
+        return None
+    means = np.convolve(y, np.ones(FALL_W) / FALL_W, mode="valid")  # means[i]: y[i:i+FALL_W]
+    i = int(np.argmax(means[:-1]))
+    if means[i] - means[-1] < FALL:
+        return None
+    return float(means[i]), float(c[i + FALL_W - 1]), float(means[-1])
+
+
+def _fallen(j: Judgement, c: np.ndarray, y: np.ndarray) -> None:
+    """A run that fell FALL from its own peak is behind, not ahead or on track or waiting."""
+    got = fall_from_peak(c, y)
+    if got is None or j.verdict == "departed":
+        return
+    peak, at, latest = got
+    fell = (f"fell {peak - latest:.2f} from its peak: the mean of its last {FALL_W} "
+            f"evaluations {latest:.3f}, the best such mean {peak:.3f} at compute {compute(at)}")
+    j.reason = f"{fell}; {j.reason}" if j.reason else fell
+    j.verdict = "behind"
 
 
 def follow(c: np.ndarray, y: np.ndarray, fz: Freeze, k: int, level: float, c_end: float,
