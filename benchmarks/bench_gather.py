@@ -2,7 +2,7 @@
 
     python benchmarks/bench_gather.py [--runs 1000] [--points 200]
 
-Writes a synthetic study results dir (variants.json, per-run metrics.jsonl with the DESIGN.md
+Writes a synthetic study results dir (variants.json, per-run metrics.jsonl with the trainer/rundir.py
 keys plus a few training metrics, status.json) into a temp dir, then times
   cold   ablate.analysis.gather.gather() parsing every metrics.jsonl and writing metrics.parquet
   warm   the same call when the parquet cache is fresh (what `ablate compare` pays again)

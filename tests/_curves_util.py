@@ -28,7 +28,7 @@ def curves_frame(seeds: int = 2, n_points: int = 60, seed: int = 0, truths=TRUTH
 
 
 def write_study(root: Path, frame: pd.DataFrame, name: str = "toy") -> Path:
-    """A study results dir in the DESIGN.md layout, from a long table."""
+    """A study results dir in the run-dir layout (trainer/rundir.py, ablate/studydir.py), from a long table."""
     d = root / name
     d.mkdir(parents=True)
     variants = []

@@ -1,6 +1,6 @@
 """Synthetic training curves with known parameters, written without `ablate`.
 
-The tests' oracle for the curve fitter: the truth is a sigmoid written here from scalerl.md,
+The tests' oracle for the curve fitter: the truth is a sigmoid written here from the ScaleRL paper (arXiv 2510.13786),
 
     R(C) = R0 + (A - R0) / (1 + (C_mid / C) ** B),    R(0) = R0,
 
@@ -45,7 +45,7 @@ class Truth:
 
 
 def sigmoid(c, A: float, B: float, C_mid: float, R0: float):
-    """R(C) = R0 + (A - R0) / (1 + (C_mid / C) ** B), with R(0) = R0 (scalerl.md)."""
+    """R(C) = R0 + (A - R0) / (1 + (C_mid / C) ** B), with R(0) = R0 (ScaleRL, arXiv 2510.13786)."""
     c = np.asarray(c, dtype=float)
     with np.errstate(divide="ignore", over="ignore"):
         ratio = np.where(c > 0, C_mid / np.where(c > 0, c, 1.0), np.inf) ** B

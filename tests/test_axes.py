@@ -3,7 +3,7 @@
 Two kinds of test per axis:
   * a tiny tensor example whose expected numbers are worked out by hand in the test (not by
     calling the code under test twice): two values of the axis give different results, and each
-    gives the number its formula (DESIGN.md / shared/scalerl.md) says;
+    gives the number its formula (docs/losses.md; the ScaleRL paper, arXiv 2510.13786) says;
   * a real run of the loop (`trainer.run`) on a very small warmed proxy, with the axis' registry
     spied on (`Registry.get` wrapped, implementations untouched): the loop asks for the value the
     config names and nothing else, and what the implementation returned on the loop's own data
@@ -55,7 +55,7 @@ MINI = {
     "checkpoint": {"every_steps": 2},
 }
 
-# Clip ranges as the paper states them (scalerl.md): PPO 0.2/0.2, DAPO clip-higher 0.2/0.28,
+# Clip ranges as the paper states them (arXiv 2510.13786): PPO 0.2/0.2, DAPO clip-higher 0.2/0.28,
 # GSPO ~1e-3, CISPO eps_max 4.
 EPS = {"ppo": (0.2, 0.2), "dapo": (0.2, 0.28), "gspo": (1e-3, 1e-3)}
 EPS_MAX = 4.0
@@ -102,7 +102,7 @@ def np64(t) -> np.ndarray:
     return t.detach().double().cpu().numpy()
 
 
-# -- hand oracles (numpy, from the formulas in DESIGN.md) ----------------------------------------
+# -- hand oracles (numpy, from the formulas in docs/losses.md) ----------------------------------------
 
 
 def hand_terms(kind: str, logp, old, adv, mask) -> np.ndarray:
@@ -415,7 +415,7 @@ def test_off_policy_mode_picks_the_source(tmp_path, monkeypatch, vocab, mode):
 
 
 def _penalty(length: int, l_max: int = 3, l_cache: int = 2) -> float:
-    """DAPO overlong penalty, scalerl.md: clip((L_max - |y|) / L_cache - 1, -1, 0)."""
+    """DAPO overlong penalty (arXiv 2503.14476): clip((L_max - |y|) / L_cache - 1, -1, 0)."""
     return min(0.0, max(-1.0, (l_max - length) / l_cache - 1))
 
 

@@ -18,7 +18,7 @@ MASK = [[1, 1, 1], [1, 1, 0], [1, 1, 1]]
 ADV = [1.0, -1.0, 2.0]
 GROUPS = [0, 0, 1]
 
-# Per-sample (sum of l, token count) worked out by hand from the DESIGN.md formulas:
+# Per-sample (sum of l, token count) worked out by hand from the docs/losses.md formulas:
 #  ppo eps .2/.2:   s0: -1.2 -0.5 -1.0 = -2.7 | s1: +1.1 +0.9 = 2.0 | s2: -2 -2.4 -1.4 = -5.8
 #  dapo eps .2/.28: s0: -1.28 -0.5 -1.0 = -2.78 | s1: 2.0 | s2: -2 -2.56 -1.4 = -5.96
 #  gspo eps .2/.2:  s = (prod r)^(1/n): s0 .75^(1/3)=.908560 -> 3 x -.908560; s1 .99^(1/2)=.994987

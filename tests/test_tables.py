@@ -172,7 +172,7 @@ def test_extrapolate_and_plan_tables(fitted, name, width):
 
 
 def _runs(tmp_path: Path, names: list[str]) -> Path:
-    """A study dir in the DESIGN.md layout with one run per name: all done but the last,
+    """A study dir in the run-dir layout (trainer/rundir.py, ablate/studydir.py) with one run per name: all done but the last,
     which is running at step 3 of 8."""
     d = tmp_path / "st"
     d.mkdir()

@@ -7,7 +7,7 @@ are defined by area in trainer/config_parts/ (model, generation, loss, training,
 this module assembles them and is the one import path for all of them.
 
 Sources: ScaleRL = Khatri et al., "The Art of Scaling RL Compute for LLMs", arXiv 2510.13786
-(see shared/scalerl.md). DAPO = Yu et al. 2025 (arXiv 2503.14476). GSPO = Zheng et al. 2025
+(Khatri et al., arXiv 2510.13786). DAPO = Yu et al. 2025 (arXiv 2503.14476). GSPO = Zheng et al. 2025
 (arXiv 2507.18071). CISPO = MiniMax-M1 (arXiv 2506.13585). PipelineRL = Piche et al. 2025.
 
 Each Literal names registered implementations (trainer registries): the loss types,

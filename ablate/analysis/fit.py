@@ -5,7 +5,7 @@
 A is the asymptote (the recipe's ceiling), B the efficiency (how sharply the curve bends),
 C_mid the compute at half the gain, R0 the starting score. Where the start is measured (every
 seed evaluated at compute 0, the trainer's step-0 eval) R0 is that measurement, not fit: the
-mean of the seeds' compute-0 scores. The paper's procedure (scalerl.md: grid over A and C_mid,
+mean of the seeds' compute-0 scores. The paper's procedure (ScaleRL, arXiv 2510.13786: grid over A and C_mid,
 curve_fit for B) fits only A, C_mid and B, and a fit window that skips the early phase carries
 almost no information about R0 anyway. Where it is not (a log whose first evaluation comes
 after N steps) the first score is already on the curve, not its start; fixing R0 there biased A
@@ -24,7 +24,7 @@ import numpy as np
 
 from ablate.analysis.intervals import score_draws
 # The curve's math and shared constants live in the bottom module `sigmoid`; they are imported
-# from here too (this module is their public home, as DESIGN.md's API names it).
+# from here too (this module is their public home, as docs/analysis.md names it).
 from ablate.analysis.sigmoid import (LEVEL, MIN_POINTS, N_BOOT, SEED_MIN_RUNS, compute_for,
                                      percentile_interval, sigmoid)
 from ablate.errors import InputError
@@ -103,7 +103,7 @@ class Fit:
         return percentile_interval(c)
 
     def as_dict(self) -> dict:
-        """The DESIGN.md JSON object (without "variant")."""
+        """The docs/JSON.md object (without "variant")."""
         return {
             "A": self.A,
             "B": self.B,

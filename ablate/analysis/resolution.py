@@ -4,7 +4,7 @@ seeds: what `ablate sweep --within` says its proposal buys (ablate/studies/sizin
 A documented rule, not a simulation of the study (its curves do not exist yet):
 
 1. One run's fitted A scatters around its recipe's A with a standard deviation of
-   SIGMA_A_ONE_RUN = A_MARGIN / 1.96 = 0.0102. Sources, which agree: the paper (scalerl.md:
+   SIGMA_A_ONE_RUN = A_MARGIN / 1.96 = 0.0102. Sources, which agree: the paper (arXiv 2510.13786:
    three independent ScaleRL runs gave A within +-0.015, so it takes +-0.02 as the margin on
    A, read here as a 95% half-width), and this project's own benchmark (benchmarks/RESULTS.md
    headline: 300 synthetic single runs with the paper's evaluation noise, 1,000 prompts x 16

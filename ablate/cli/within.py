@@ -76,7 +76,7 @@ def summary(study: Path, text: str, s, o) -> list[str]:
                 f"run, ~{o.study_gpu_hours:,.0f} the study; beyond the training budget "
                 "(budget.gpu_hours, the fit's x axis) they hold evals, checkpoints, job starts "
                 "and requeues", 94, initial_indent="  ", subsequent_indent="    "),
-            f"  budget: {budget} (scalerl.md)",
+            f"  budget: {budget} (ScaleRL, arXiv 2510.13786)",
             f"  seeds: {o.seeds}{seeds}",
             f"  nodes: {o.cap.text()}",
             f"  time: {wall_text(o.study_wall_h)}, each run ~{o.run_wall_h:,.0f} h; queue waits "

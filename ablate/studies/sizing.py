@@ -9,7 +9,7 @@ profile's GPUs; the nodes from ablate/studies/capacity.py):
 - budget per run, in GPU-hours (the trainer's `budget.gpu_hours`: the train loop's wall x
   devices held, the fit's x axis; what a run holds besides, for evals, checkpoints, job starts
   and requeues, is said beside it as the dry run plans it, GPUs held x wall): the
-  paper's staged workflow (scalerl.md): single-axis ablations at ~3.5k-4k GPU-hours,
+  paper's staged workflow (ScaleRL, arXiv 2510.13786): single-axis ablations at ~3.5k-4k GPU-hours,
   leave-one-out at 16k. Below the paper's stage only when nothing else fits, never under twice
   the fit window's start (fit.min_compute in GPU-hours, else the paper's 1.5k): a run must
   hold a fit window at least as long as what it leaves out;
@@ -39,9 +39,9 @@ from trainer.plan.memory import plan
 from trainer.plan.time_plan import plan_time
 from trainer.validate import problems
 
-# GPU-hours per run of the paper's stages (scalerl.md, "The staged workflow"), largest first.
+# GPU-hours per run of the paper's stages (ScaleRL, arXiv 2510.13786: the staged workflow), largest first.
 STAGE_BUDGETS = {"single-axis": (4000.0, 3500.0), "leave-one-out": (16000.0,)}
-PAPER_WINDOW_START = 1500.0  # scalerl.md: the fit excludes the first ~1.5k GPU-hours
+PAPER_WINDOW_START = 1500.0  # ScaleRL: the fit excludes the first ~1.5k GPU-hours
 BELOW_STEPS = 8  # budgets tried between the paper's smallest and the floor
 UNITS = {"m": 1 / 60, "min": 1 / 60, "h": 1.0, "d": 24.0, "w": 168.0}
 

@@ -49,7 +49,7 @@ class Param(Strict):
 
 
 FITTED = ("asymptote", "predicted")
-# metrics.jsonl columns (trainer.rundir declares them): the DESIGN.md contract plus the
+# metrics.jsonl columns (trainer.rundir declares them): the run dir's contract plus the
 # trainer's sections (train/..., data/...).
 METRIC_PREFIXES = SECTIONS
 

@@ -9,7 +9,7 @@ aggregation (`token_weights`: the aggregation's gradient, exact because every ag
 linear), the whole batch's weights when the batch is one micro-batch of it
 (trainer/loop/microbatch.py). The config's allowed names and the options' defaults are read
 from these registries (trainer/config_parts/loss.py): a new loss or aggregation is its
-function and its registration. The math is the contract in DESIGN.md; no KL term and no
+function and its registration. The math is the contract in docs/losses.md; no KL term and no
 critic (ScaleRL).
 
 Importing this module does not import torch (the config imports it, and `ablate` validates
@@ -31,7 +31,7 @@ TokenLoss = Callable[..., "tuple[torch.Tensor, dict[str, torch.Tensor]]"]
 LOSSES: Registry[TokenLoss] = Registry("loss.type")
 AGGREGATIONS: Registry[Callable[..., "torch.Tensor"]] = Registry("loss.aggregation")
 
-# Option defaults, from shared/scalerl.md: PPO-clip eps 0.2/0.2; DAPO clip-higher raises
+# Option defaults, from the ScaleRL paper (arXiv 2510.13786) and the papers named: PPO-clip eps 0.2/0.2; DAPO clip-higher raises
 # eps_high to 0.28; GSPO's sequence-level ratio needs a clip scale ~1e-3 (1e-4 did not work);
 # CISPO's truncation eps_max 4 (4-8 all worked).
 

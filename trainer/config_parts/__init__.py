@@ -4,4 +4,12 @@ one import path (`from trainer.config import TrainConfig, LossConfig, ...`).
 Why split: one file of every knob grew past what reads in one sitting; each module here holds
 the sections one part of the trainer reads. Like trainer/config.py, these modules import only
 pydantic (ablate validates thousands of variants without importing torch).
+
+Which YAML section lives in which module:
+    model.py        model (+ model.proxy), precision, task, reward
+    generation.py   rollout (+ rollout.vllm), length
+    loss.py         loss, advantage
+    training.py     data, off_policy, optim, engine
+    schedule.py     eval, budget, checkpoint, logging
+    base.py         the strict pydantic base every section derives from
 """

@@ -21,6 +21,7 @@ trainer, and pushes the trainer's new weights into whatever samples them.
     service.py      the one interface the loop generates through (start, push_weights, submit,
                     results as they finish, stop); CallService drives any Generator call by call
     requests.py     its Request / Result types
+    batches.py      a step's Batch, groups joined in order, the pipeline's admission rule
     stream.py       StreamService: vLLM engines (one or a replica set) as a continuous stream
                     (a request per sample, thinking capped at its own budget, answer pass as
                     its thinking ends)

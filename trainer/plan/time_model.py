@@ -72,7 +72,7 @@ def gpu_key(name: str) -> Optional[str]:
 TRAIN_MFU = 0.35
 # Share of HBM bandwidth a decode iteration attains. Assumption: vLLM's paged-attention decode
 # kernels and weight GEMVs at large batch run below the datasheet peak. A check against the
-# paper's own pace (scalerl.md: ~1.5k GPU-hours ~ ~1k steps of 768 samples on 80 GPUs, i.e.
+# paper's own pace (ScaleRL, arXiv 2510.13786: ~1.5k GPU-hours ~ ~1k steps of 768 samples on 80 GPUs, i.e.
 # ~68 s a step on 64 generation GPUs): this model gives 123 s a step there at full length
 # (16 engines of 4 H100s) and 66 s at 70% of the cap, so it is of the paper's order.
 DECODE_BW_EFFICIENCY = 0.6
