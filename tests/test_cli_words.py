@@ -113,3 +113,26 @@ def test_one_run_is_one_run_and_run_help_names_its_option(tmp_path, columns):
     h = ablate("run", "--help", cwd=tmp_path, columns=columns)
     text = " ".join(h.stdout.split())
     assert "into the --out folder" in text and "RUN_DIR" not in text, h.stdout
+
+
+@pytest.mark.slow
+def test_status_of_a_mistyped_folder_says_no_such_folder_and_the_near_one(tmp_path):
+    (tmp_path / "results" / "prj_a").mkdir(parents=True)
+    r = ablate("status", "results/prj", cwd=tmp_path)
+    assert r.returncode == 2, r
+    assert r.stderr.strip() == "error: results/prj: no such folder; did you mean results/prj_a?", r
+    (tmp_path / "results" / "empty").mkdir()
+    err = ablate("status", "results/empty", cwd=tmp_path).stderr
+    assert "not a study directory" in err and "no such folder" not in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["fit", "compare", "extrapolate", "plan", "report", "watch",
+                                     "run", "sweep", "status", "tune"])
+def test_help_names_no_source_file(tmp_path, command):
+    """A pip user has no benchmarks/ or ablate/*.py to open: help names docs pages or options."""
+    r = ablate(command, "--help", cwd=tmp_path, columns=200)
+    assert r.returncode == 0, r
+    text = " ".join(r.stdout.split())
+    assert not re.search(r"[\w/]+\.py\b", text), re.findall(r"[\w/]+\.py\b", text)
+    assert "RUN_DIR" not in text, text

@@ -247,7 +247,7 @@ def test_ctrl_c_stops_the_waiting_not_the_runs(tmp_path):
     assert proc.returncode == 130, (out, err[-3000:])
     assert "Traceback" not in out + err, err[-3000:]
     (line,) = [x for x in err.splitlines() if x.startswith("stopped waiting")]
-    assert "2 run(s) go on in the background" in line and "ablate status" in line, line
+    assert "2 runs go on in the background" in line and "ablate status" in line, line
     pids = re.search(r"stop them: kill -INT ([\d ]+);", line).group(1).split()
     assert len(pids) == 2, line
     steps = {s.run_id: s.step for s in study_states(study_dir)}

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from ablate.number_text import count
 from ablate.studies.expand import Variant
 from ablate.studies.launch.profile import Profile
 from trainer.plan.time_plan import TimePlan, dur
@@ -81,8 +82,8 @@ def time_lines(t: Optional[TimePlan]) -> list[str]:
                  else "no limit")
         jobs = ("no job keeps a step" if t.jobs is None else
                 f"all {t.steps:,} steps in one job, no requeue needed ({limit})" if t.jobs == 1
-                else f"{t.steps_per_job:,} steps kept per job -> {t.jobs} jobs, {t.requeues} "
-                f"requeues needed ({limit})")
+                else f"{t.steps_per_job:,} steps kept per job -> {t.jobs} jobs, "
+                f"{count(t.requeues, 'requeue')} needed ({limit})")
         to += f"; jobs of {t.job_h:g} h: {jobs}"
     lines.append(to)
     if t.reaches_budget is False:
@@ -162,7 +163,7 @@ def launch_text(info: dict[str, Any]) -> str:
         return (f"{head}, partition {part}{extra}; {info['nodes']} node(s) x {gpus} GPUs{mem}, "
                 f"{_tasks(info['tasks_per_node'])}; time limit {info['time_min']} min "
                 f"per job, {_requeue_cap(info['max_num_timeout'])}, stop signal "
-                f"{info['signal_delay_s']} s before; at most {info['array_parallelism']} runs "
+                f"{info['signal_delay_s']} s before; at most {count(info['array_parallelism'], 'run')} "
                 "at once (array_parallelism)")
     if ex == "local":
         return (f"{head}: background jobs on this machine, {info['runs_at_once']} at once, "
@@ -337,7 +338,7 @@ def study_total(variants: list[Variant], times: dict[str, Any], cap: Any) -> lis
             + (f": {wall_text(wall)}; queue waits not counted" if wall is not None else ""))
     refused = sum(1 for t in planned if t.reaches_budget is False)
     if refused:
-        line += (f"; `ablate sweep` refuses it: {refused} run(s) cannot reach the budget "
+        line += (f"; `ablate sweep` refuses it: {count(refused, 'run')} cannot reach the budget "
                  "(--force submits anyway)")
     return ["", line]
 

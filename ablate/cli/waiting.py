@@ -43,7 +43,7 @@ def stopped_line(study_dir: Path, study: Path | str) -> str:
     live = [s for s in states if s.state in ACTIVE]
     stop = stop_command(sorted({s.job_id for s in live if s.job_id}))
     stop = f"; stop them: {stop}" if stop else ""
-    return (f"stopped waiting (Ctrl-C); {len(live)} run(s) go on in the background: follow "
+    return (f"stopped waiting (Ctrl-C); {count(len(live), 'run')} {'goes' if len(live) == 1 else 'go'} on in the background: follow "
             f"with `ablate status {study_dir}`{stop}; `ablate sweep {study}` resumes what does "
             "not finish")
 

@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 from typing import Optional
 
+from ablate.number_text import count
 from ablate.analysis.resolution import HOW, MAX_USEFUL_SEEDS, MEANS, SOURCE
 from ablate.errors import InputError
 from ablate.studies.capacity import wall_text
@@ -67,8 +68,9 @@ def summary(study: Path, text: str, s, o) -> list[str]:
               "there, so the margin is a lower bound")
     seeds = ("" if o.seeds >= MAX_USEFUL_SEEDS else
              f" (more seeds did not fit; {MAX_USEFUL_SEEDS} would reach compare's 0.02)")
-    return [f"{study} within {text}: {o.runs} runs ({s.variants} variants x {o.seeds} seed(s)), "
-            f"{o.budget:,.0f} GPU-hours and {o.nodes_per_run} node(s) a run",
+    return [f"{study} within {text}: {count(o.runs, 'run')} ({count(s.variants, 'variant')} x "
+            f"{count(o.seeds, 'seed')}), "
+            f"{o.budget:,.0f} GPU-hours and {count(o.nodes_per_run, 'node')} a run",
             f"  budget: {budget} (scalerl.md)",
             f"  seeds: {o.seeds}{seeds}",
             f"  nodes: {o.cap.text()}",
