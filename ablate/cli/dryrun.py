@@ -34,11 +34,11 @@ def shape_text(shape: JobShape, cpu: bool = False) -> str:
     ranks = ("one rank per training GPU" if shape.ranks_auto
              else f"{shape.ranks_per_node} rank(s)")
     if cpu:
-        return f"{shape.nodes} node(s) x {ranks}, on CPU"
+        return f"{count(shape.nodes, 'node')} x {ranks}, on CPU"
     gpus = ("GPUs not known here" if shape.gpus_per_node is None
             else f"{shape.gpus_per_node} GPUs" if shape.gpus_per_node else "no GPUs")
     mem = f" of {shape.gpu_memory_gib:g} GiB" if shape.gpu_memory_gib else ""
-    return f"{shape.nodes} node(s) x {ranks}, {gpus}{mem} per node"
+    return f"{count(shape.nodes, 'node')} x {ranks}, {gpus}{mem} per node"
 
 
 def plan_lines(name: str, p: Any) -> list[str]:
@@ -160,7 +160,7 @@ def launch_text(info: dict[str, Any]) -> str:
         mem = (f" of {info['gpu_memory_gib']:g} GiB" if info["gpu_memory_gib"] else
                " (size not set: gpu_memory_gib)") if gpus else ""
         extra = "".join(f", {k} {info[k]}" for k in ("account", "qos") if info[k])
-        return (f"{head}, partition {part}{extra}; {info['nodes']} node(s) x {gpus} GPUs{mem}, "
+        return (f"{head}, partition {part}{extra}; {count(info['nodes'], 'node')} x {gpus} GPUs{mem}, "
                 f"{_tasks(info['tasks_per_node'])}; time limit {info['time_min']} min "
                 f"per job, {_requeue_cap(info['max_num_timeout'])}, stop signal "
                 f"{info['signal_delay_s']} s before; at most {count(info['array_parallelism'], 'run')} "

@@ -57,7 +57,7 @@ def nothing_fits(study: Path, text: str, s, variants, prof) -> InputError:
     return InputError(
         f"{study}: --within {text}: no study of its {s.variants} variants fits "
         f"{_days(s.within_h)} on {s.nodes.nodes.text()}: the paper's smallest {s.stage} stage "
-        f"(1 seed x {p.budget:,.0f} GPU-hours a run, {p.nodes_per_run} node(s) a run) takes "
+        f"(1 seed x {p.budget:,.0f} GPU-hours a run, {count(p.nodes_per_run, 'node')} a run) takes "
         f"{_days(p.study_wall_h)} here{floor}; allow --within {math.ceil(p.study_wall_h / 24)}d"
         f"{more}")
 
