@@ -61,6 +61,7 @@ def _failed_study(tmp_path):
 
 def test_piped_status_of_a_failed_study_one_table_each_cause_once_whole(tmp_path):
     d = _failed_study(tmp_path)
+    (d / "_submitit").mkdir()  # named only where it exists (issue 52 point 4)
     r = ablate("status", d, cwd=tmp_path, env={"COLUMNS": None})
     assert r.returncode == 0, r
     out = r.stdout
@@ -71,6 +72,10 @@ def test_piped_status_of_a_failed_study_one_table_each_cause_once_whole(tmp_path
     assert out.count("diverged loss.type=grpo seed 0: non-finite loss or grad at step 5") == 1, out
     assert "77.10 GiB already allocated)" in out, out  # whole, not cut at 80 columns
     assert "traceback: " in out and "job logs: " in out, out
+    (d / "_submitit").rmdir()
+    (d / "000000000001" / "status.json").unlink()  # now only the diverged run wrote one
+    out = ablate("status", d, cwd=tmp_path, env={"COLUMNS": None}).stdout
+    assert "job logs: " not in out and f"traceback: {d}/000000000002/status.json" in out, out
     at80 = ablate("status", "st", cwd=tmp_path, columns=80)  # as typed: results/NAME
     assert max(len(x) for x in at80.stdout.splitlines()) <= 80, at80.stdout
 
