@@ -141,3 +141,19 @@ def test_help_names_no_source_file(tmp_path, command):
     text = " ".join(r.stdout.split())
     assert not re.search(r"[\w/]+\.py\b", text), re.findall(r"[\w/]+\.py\b", text)
     assert "RUN_DIR" not in text, text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("columns", [80, 100])
+def test_dry_run_table_fits_and_explains_only_columns_shown(tmp_path, columns):
+    """Issue 52 point 2: no line past the width, and no footnote for a column left out."""
+    r = ablate("sweep", "loss_agg.yaml", "--profile", "slurm_gpu", "--dry-run", cwd=tmp_path,
+               columns=columns)
+    assert r.returncode == 0, r
+    lines = r.stdout.splitlines()
+    assert max(len(x) for x in lines) <= columns, max(lines, key=len)
+    text = " ".join(r.stdout.split())
+    hidden = re.search(r"not shown at \d+ columns: ([^(]+) \(see --json\)", text)
+    for col in (hidden.group(1).split(", ") if hidden else []):
+        assert f"{col}: " not in text.split("not shown at")[0].split("name ─")[-1], (col, text)
+    assert "train: GiB per training GPU" in text, text

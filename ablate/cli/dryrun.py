@@ -313,12 +313,13 @@ def table(variants: list[Variant], plans: dict[str, Any], times: dict[str, Any],
     cols = [Col(h, [c[i] for c in cells], justify="left", whole=h == "run_id", drop=d)
             for i, (h, d) in enumerate(heads) if any(c[i] for c in cells)]
     cols.append(Col("name", [c[-1] for c in cells], justify="left", whole=True, keep=True))
-    per = ("GiB of RAM per training process" if dev == "CPU"
-           else "GiB per training/generation GPU")
-    caption = (f"train/gen: {per}; wall h, {dev}-h: to the budget; requeues: needed/allowed; "
-               "reach: the budget under the profile")
+    notes = [(("train",), "train: GiB of RAM per training process" if dev == "CPU"
+              else "train: GiB per training GPU"), (("gen",), "gen: GiB per generation GPU"),
+             (("wall h", f"{dev}-h"), f"wall h, {dev}-h: to the budget"),
+             (("requeues",), "requeues: needed/allowed"),
+             (("reach",), "reach: the budget under the profile")]
     con = Console(width=width or 10_000, file=io.StringIO(), record=True, color_system=None)
-    con.print(layout(con, title, cols, caption=caption, split_last=True))
+    con.print(layout(con, title, cols, split_last=True, col_notes=notes))
     return [line.rstrip() for line in con.export_text().splitlines()]
 
 
