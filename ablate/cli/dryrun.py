@@ -32,7 +32,7 @@ def _terms(terms: dict[str, float]) -> str:
 
 def shape_text(shape: JobShape, cpu: bool = False) -> str:
     ranks = ("one rank per training GPU" if shape.ranks_auto
-             else f"{shape.ranks_per_node} rank(s)")
+             else count(shape.ranks_per_node, "rank"))
     if cpu:
         return f"{count(shape.nodes, 'node')} x {ranks}, on CPU"
     gpus = ("GPUs not known here" if shape.gpus_per_node is None
@@ -48,7 +48,7 @@ def plan_lines(name: str, p: Any) -> list[str]:
     verdict = ("" if p.fits is None else f" of {p.train_budget_gib:g} -> "
                + ("fits" if p.fits else "DOES NOT FIT"))
     per = "GiB of RAM per process" if p.device == "CPU" else "GiB/GPU"
-    lines = [f"{name}: {p.model} ({p.params_b:g}B params), {p.dp} training rank(s), "
+    lines = [f"{name}: {p.model} ({p.params_b:g}B params), {count(p.dp, 'training rank')}, "
              f"{p.tokens_per_forward:,} tokens per forward/backward",
              f"  training {per} {p.train_gib_per_gpu:g}{verdict}; largest: {p.largest}; "
              f"{_terms(p.train)}",
@@ -226,11 +226,11 @@ def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json:
         return
     width = _width()
     cpu = all(p.device == "CPU" for p in plans.values())
-    rows = table(variants, plans, times, f"{study}: {len(variants)} run{'' if len(variants) == 1 else 's'}", width)
+    rows = table(variants, plans, times, f"{study}: {count(len(variants), 'run')}", width)
     out = [launch_text(info), *warnings_of(shape, plans, info), "", *rows]
     per = "CPU process (RAM)" if cpu else "GPU"
-    out += ["", f"Resource plan per {per} ({shape_text(shape, cpu)}; GiB; trainer/plan/memory.py)"
-            " and time plan (trainer/plan/time_plan.py):"]
+    out += ["", f"Resource plan per {per} ({shape_text(shape, cpu)}; GiB) and time plan "
+            "(docs/cluster.md):"]
     # Variants with the same plans (an axis that changes neither) are listed once.
     groups: dict[tuple[str, ...], list[str]] = {}
     for v in variants:
