@@ -101,3 +101,8 @@ def span(lo: Optional[float], hi: Optional[float], *, lo_none: str = "first poin
     a = lo_none if lo is None else compute(lo)
     b = hi_none if hi is None else compute(hi)
     return f"{a}–{b}"
+
+
+def count(n: int, noun: str, plural: Optional[str] = None) -> str:
+    """`1 run`, `2 runs`, `1,200 runs`: a count with its noun agreed (never `1 runs`, `run(s)`)."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"

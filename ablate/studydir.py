@@ -235,6 +235,8 @@ class StudyStore:
 
     # -- reading --------------------------------------------------------------------------
     def variants(self) -> list[dict[str, Any]]:
+        if not self.root.exists():  # a typo: "run sweep first" would send the user astray
+            raise InputError(f"{self.root}: no such folder{_near_folder(self.root)}")
         if not self.variants_path.is_file():
             raise InputError(f"{self.root}: not a study directory (no variants.json; run "
                              "`ablate sweep STUDY.yaml` first)")
@@ -349,3 +351,13 @@ def recorded_states(study_dir: Path) -> list[RunState]:
                             None, error=status.get("error") if state == "failed" else None,
                             progress=1.0 if state == "done" else status.get("progress")))
     return out
+
+
+def _near_folder(path: Path) -> str:
+    """`; did you mean X?` when a sibling folder's name is close to the one mistyped."""
+    import difflib
+
+    parent = path.parent
+    names = [p.name for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
+    near = difflib.get_close_matches(path.name, names, n=1, cutoff=0.6)
+    return f"; did you mean {parent / near[0]}?" if near else ""

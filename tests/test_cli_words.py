@@ -61,6 +61,7 @@ def _failed_study(tmp_path):
 
 def test_piped_status_of_a_failed_study_one_table_each_cause_once_whole(tmp_path):
     d = _failed_study(tmp_path)
+    (d / "_submitit").mkdir()  # named only where it exists (issue 52 point 4)
     r = ablate("status", d, cwd=tmp_path, env={"COLUMNS": None})
     assert r.returncode == 0, r
     out = r.stdout
@@ -71,6 +72,10 @@ def test_piped_status_of_a_failed_study_one_table_each_cause_once_whole(tmp_path
     assert out.count("diverged loss.type=grpo seed 0: non-finite loss or grad at step 5") == 1, out
     assert "77.10 GiB already allocated)" in out, out  # whole, not cut at 80 columns
     assert "traceback: " in out and "job logs: " in out, out
+    (d / "_submitit").rmdir()
+    (d / "000000000001" / "status.json").unlink()  # now only the diverged run wrote one
+    out = ablate("status", d, cwd=tmp_path, env={"COLUMNS": None}).stdout
+    assert "job logs: " not in out and f"traceback: {d}/000000000002/status.json" in out, out
     at80 = ablate("status", "st", cwd=tmp_path, columns=80)  # as typed: results/NAME
     assert max(len(x) for x in at80.stdout.splitlines()) <= 80, at80.stdout
 
@@ -113,3 +118,42 @@ def test_one_run_is_one_run_and_run_help_names_its_option(tmp_path, columns):
     h = ablate("run", "--help", cwd=tmp_path, columns=columns)
     text = " ".join(h.stdout.split())
     assert "into the --out folder" in text and "RUN_DIR" not in text, h.stdout
+
+
+@pytest.mark.slow
+def test_status_of_a_mistyped_folder_says_no_such_folder_and_the_near_one(tmp_path):
+    (tmp_path / "results" / "prj_a").mkdir(parents=True)
+    r = ablate("status", "results/prj", cwd=tmp_path)
+    assert r.returncode == 2, r
+    assert r.stderr.strip() == "error: results/prj: no such folder; did you mean results/prj_a?", r
+    (tmp_path / "results" / "empty").mkdir()
+    err = ablate("status", "results/empty", cwd=tmp_path).stderr
+    assert "not a study directory" in err and "no such folder" not in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["fit", "compare", "extrapolate", "plan", "report", "watch",
+                                     "run", "sweep", "status", "tune"])
+def test_help_names_no_source_file(tmp_path, command):
+    """A pip user has no benchmarks/ or ablate/*.py to open: help names docs pages or options."""
+    r = ablate(command, "--help", cwd=tmp_path, columns=200)
+    assert r.returncode == 0, r
+    text = " ".join(r.stdout.split())
+    assert not re.search(r"[\w/]+\.py\b", text), re.findall(r"[\w/]+\.py\b", text)
+    assert "RUN_DIR" not in text, text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("columns", [80, 100])
+def test_dry_run_table_fits_and_explains_only_columns_shown(tmp_path, columns):
+    """Issue 52 point 2: no line past the width, and no footnote for a column left out."""
+    r = ablate("sweep", "loss_agg.yaml", "--profile", "slurm_gpu", "--dry-run", cwd=tmp_path,
+               columns=columns)
+    assert r.returncode == 0, r
+    lines = r.stdout.splitlines()
+    assert max(len(x) for x in lines) <= columns, max(lines, key=len)
+    text = " ".join(r.stdout.split())
+    hidden = re.search(r"not shown at \d+ columns: ([^(]+) \(see --json\)", text)
+    for col in (hidden.group(1).split(", ") if hidden else []):
+        assert f"{col}: " not in text.split("not shown at")[0].split("name ─")[-1], (col, text)
+    assert "train: GiB per training GPU" in text, text

@@ -35,7 +35,10 @@ def test_a_cpu_grids_dry_run_fits_the_width_names_whole(tmp_path, columns):
     text = " ".join(r.stdout.split())
     assert f"not shown at {columns} columns:" in text and "(see --json)" in text, r.stdout
     # a CPU plan speaks of CPUs
-    assert "GiB of RAM per training process" in text and "CPU-hours" in text, text
+    hidden = text.split(f"not shown at {columns} columns:")[1].split("(see --json)")[0]
+    # the train column's note goes with the column (issue 52 point 2)
+    assert ("GiB of RAM per training process" in text) == ("train," not in hidden), text
+    assert "CPU-hours" in text, text
     assert "Resource plan per CPU process (RAM)" in text and "on CPU" in text, text
     for gpu_word in ("per training GPU", "CUDA context", "GiB/GPU", "GPU-h", "device-hours"):
         assert gpu_word not in text, (gpu_word, text)

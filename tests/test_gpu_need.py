@@ -37,7 +37,7 @@ def test_paper_study_on_a_cpu_profile_is_refused_by_dry_run_and_sweep(tmp_path):
     assert dry == real, (dry, real)  # one rule, one message
     assert "variant loss.aggregation=sample needs GPUs (Qwen/Qwen3-8B, 8.2B params" in dry
     assert "profile slurm: slurm.gpus_per_node 0" in dry, dry
-    assert "use --profile slurm_gpu (2 node(s) x 8 GPUs of 80 GiB: the plan fits)" in dry, dry
+    assert "use --profile slurm_gpu (2 nodes x 8 GPUs of 80 GiB: the plan fits)" in dry, dry
     assert "--force" in dry and not res.exists()
     forced = ablate("sweep", "recipes/loss_agg.yaml", "--profile", "slurm", "--dry-run",
                     "--force")
@@ -80,7 +80,7 @@ def test_the_named_profile_is_one_the_study_fits_next_to_it(tmp_path):
     (sweeps / "cpu.yaml").write_text("executor: slurm\nslurm:\n  nodes: 1\n")
     line = _one_line(ablate("sweep", str(study), "--profile", str(sweeps / "cpu.yaml"),
                             "--dry-run"))
-    assert "use --profile b_big (2 node(s) x 8 GPUs of 80 GiB: the plan fits)" in line, line
+    assert "use --profile b_big (2 nodes x 8 GPUs of 80 GiB: the plan fits)" in line, line
     ok = ablate("sweep", str(study), "--profile", "b_big", "--dry-run")
     assert ok.returncode == 0, ok  # the name it gives works as given
 

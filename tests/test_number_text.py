@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ablate.number_text import compute, estimate, interval, number, span
+from ablate.number_text import compute, count, estimate, interval, number, span
 
 
 @pytest.mark.parametrize("v, ci, want", [
@@ -41,3 +41,8 @@ def test_two_computes_compared_are_printed_apart():
     assert computes_apart(2.8712e10, 2.8745e10) == ("2.871e+10", "2.874e+10")
     assert computes_apart(1.5e9, 3e10) == ("1.5e+09", "3e+10")  # the usual 3 digits
     assert computes_apart(5.0, 5.0) == ("5", "5")  # equal: said alike
+
+
+def test_a_count_agrees_with_its_noun():
+    assert [count(n, "run") for n in (0, 1, 2, 1200)] == ["0 runs", "1 run", "2 runs", "1,200 runs"]
+    assert count(1, "seed") == "1 seed" and count(3, "copy", "copies") == "3 copies"

@@ -246,8 +246,11 @@ def test_ctrl_c_stops_the_waiting_not_the_runs(tmp_path):
     out, err = (tmp_path / "out").read_text(), (tmp_path / "err").read_text()
     assert proc.returncode == 130, (out, err[-3000:])
     assert "Traceback" not in out + err, err[-3000:]
-    (line,) = [x for x in err.splitlines() if x.startswith("stopped waiting")]
-    assert "2 run(s) go on in the background" in line and "ablate status" in line, line
+    tail = err[err.index("stopped waiting"):].splitlines()  # wrapped at the width (100 piped)
+    assert all(len(x) <= 100 for x in tail), tail
+    line = " ".join(tail)
+    assert "2 runs go on in the background (2 running, 0 queued)" in line, line
+    assert "ablate status" in line, line
     pids = re.search(r"stop them: kill -INT ([\d ]+);", line).group(1).split()
     assert len(pids) == 2, line
     steps = {s.run_id: s.step for s in study_states(study_dir)}

@@ -33,7 +33,7 @@ HUGE_AXES = ("optim.lr", "rollout.temperature", "loss.eps_max", "optim.weight_de
              "optim.grad_clip")
 HUGE = "name: s\naxes:\n" + "".join(
     f"  {a}: [{', '.join(str(round(0.01 * (i + 1) + k, 3)) for i in range(20))}]\n"
-    for k, a in enumerate(HUGE_AXES))
+    for k, a in enumerate(HUGE_AXES)) + "base: proxy.yaml\n"  # last: the lines above stay put
 
 CASES = {
     # id: (study text, expected fragments of the one-line message)
@@ -45,7 +45,7 @@ CASES = {
                      ["s.yaml:4", "loss.agregation", "did you mean 'loss.aggregation'"]),
     "unknown_override": ("name: s\noverrides:\n  optim:\n    lrr: 0.1\n",
                          ["s.yaml:4", "optim.lrr", "did you mean 'optim.lr'"]),
-    "invalid_value": ("name: s\naxes:\n  loss.aggregation: [sample, tokn]\n",
+    "invalid_value": ("name: s\naxes:\n  loss.aggregation: [sample, tokn]\nbase: proxy.yaml\n",
                       ["s.yaml:3", "loss.aggregation", "'sample', 'prompt' or 'token'", "tokn"]),
     "invalid_override": ("name: s\noverrides:\n  rollout.temperature: -1\n",
                          ["s.yaml:3", "rollout.temperature", "greater than 0"]),
@@ -60,6 +60,7 @@ CASES = {
     "zip_lengths": ("name: s\nmode: zip\naxes:\n  loss.type: [ppo, dapo]\n  loss.aggregation: [token]\n",
                     ["mode zip", "equal length"]),
     "loo_without_components": ("name: s\nmode: leave_one_out\n", ["leave_one_out", "components"]),
+    "no_base": ("name: s\n", ["s.yaml:1", "no `base:`", "proxy.yaml", "scalerl.yaml"]),
     "bad_mode": ("name: s\nmode: random\n", ["s.yaml:2", "mode", "grid"]),
     "missing_name": ("seeds: [0]\n", ["name", "missing"]),
     "dup_seeds": ("name: s\nseeds: [0, 0]\n", ["s.yaml:2", "listed twice"]),
@@ -95,6 +96,7 @@ def test_bad_study_exits_2_with_one_line(case, tmp_path, monkeypatch, capsys):
     code, out, err = run_main(monkeypatch, capsys, "sweep", str(study), "--results", str(results),
                               "--executor", "local")
     assert code == 2, (out, err)
+    assert not results.exists()  # refused before anything is written
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     for frag in fragments:
@@ -234,7 +236,7 @@ def test_max_variants_raises_the_limit(tmp_path):
     from ablate.studies.expand import expand
     from ablate.studies.study import load_study
 
-    body = "name: s\naxes:\n  loss.aggregation: [sample, token]\nseeds: [0, 1]\n"
+    body = "name: s\nbase: proxy.yaml\naxes:\n  loss.aggregation: [sample, token]\nseeds: [0, 1]\n"
     study = tmp_path / "s.yaml"
     study.write_text(body + "max_variants: 3\n")
     with pytest.raises(InputError, match=r"4 runs .*above max_variants 3"):

@@ -65,8 +65,8 @@ ByOpt = typer.Option(None, "--by", help="Comma-separated columns naming a varian
 MinOpt = typer.Option(None, "--min-compute", help="Fit only points with compute >= X. Default: "
                       "one start for every variant, read from the curves' shapes: early points "
                       "are kept unless a variant's are off the sigmoid its later points follow "
-                      "(an early phase), then they are skipped for all; see "
-                      "ablate/analysis/pipeline.py.")
+                      "(an early phase), then they are skipped for all; stderr names what was "
+                      "skipped (docs/analysis.md).")
 MaxOpt = typer.Option(None, "--max-compute", help="Fit only points with compute <= X.")
 MethodOpt = typer.Option("default", "--method", help="default (fast multi-start least squares) "
                          "or paper (the paper's A x C_mid grid with curve_fit for B).")

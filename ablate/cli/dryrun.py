@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from ablate.number_text import count
 from ablate.studies.expand import Variant
 from ablate.studies.launch.profile import Profile
 from trainer.plan.time_plan import TimePlan, dur
@@ -31,13 +32,13 @@ def _terms(terms: dict[str, float]) -> str:
 
 def shape_text(shape: JobShape, cpu: bool = False) -> str:
     ranks = ("one rank per training GPU" if shape.ranks_auto
-             else f"{shape.ranks_per_node} rank(s)")
+             else count(shape.ranks_per_node, "rank"))
     if cpu:
-        return f"{shape.nodes} node(s) x {ranks}, on CPU"
+        return f"{count(shape.nodes, 'node')} x {ranks}, on CPU"
     gpus = ("GPUs not known here" if shape.gpus_per_node is None
             else f"{shape.gpus_per_node} GPUs" if shape.gpus_per_node else "no GPUs")
     mem = f" of {shape.gpu_memory_gib:g} GiB" if shape.gpu_memory_gib else ""
-    return f"{shape.nodes} node(s) x {ranks}, {gpus}{mem} per node"
+    return f"{count(shape.nodes, 'node')} x {ranks}, {gpus}{mem} per node"
 
 
 def plan_lines(name: str, p: Any) -> list[str]:
@@ -47,7 +48,7 @@ def plan_lines(name: str, p: Any) -> list[str]:
     verdict = ("" if p.fits is None else f" of {p.train_budget_gib:g} -> "
                + ("fits" if p.fits else "DOES NOT FIT"))
     per = "GiB of RAM per process" if p.device == "CPU" else "GiB/GPU"
-    lines = [f"{name}: {p.model} ({p.params_b:g}B params), {p.dp} training rank(s), "
+    lines = [f"{name}: {p.model} ({p.params_b:g}B params), {count(p.dp, 'training rank')}, "
              f"{p.tokens_per_forward:,} tokens per forward/backward",
              f"  training {per} {p.train_gib_per_gpu:g}{verdict}; largest: {p.largest}; "
              f"{_terms(p.train)}",
@@ -81,8 +82,8 @@ def time_lines(t: Optional[TimePlan]) -> list[str]:
                  else "no limit")
         jobs = ("no job keeps a step" if t.jobs is None else
                 f"all {t.steps:,} steps in one job, no requeue needed ({limit})" if t.jobs == 1
-                else f"{t.steps_per_job:,} steps kept per job -> {t.jobs} jobs, {t.requeues} "
-                f"requeues needed ({limit})")
+                else f"{t.steps_per_job:,} steps kept per job -> {t.jobs} jobs, "
+                f"{count(t.requeues, 'requeue')} needed ({limit})")
         to += f"; jobs of {t.job_h:g} h: {jobs}"
     lines.append(to)
     lines += wall_parts_lines(t)
@@ -180,10 +181,10 @@ def launch_text(info: dict[str, Any]) -> str:
         mem = (f" of {info['gpu_memory_gib']:g} GiB" if info["gpu_memory_gib"] else
                " (size not set: gpu_memory_gib)") if gpus else ""
         extra = "".join(f", {k} {info[k]}" for k in ("account", "qos") if info[k])
-        return (f"{head}, partition {part}{extra}; {info['nodes']} node(s) x {gpus} GPUs{mem}, "
+        return (f"{head}, partition {part}{extra}; {count(info['nodes'], 'node')} x {gpus} GPUs{mem}, "
                 f"{_tasks(info['tasks_per_node'])}; time limit {info['time_min']} min "
                 f"per job, {_requeue_cap(info['max_num_timeout'])}, stop signal "
-                f"{info['signal_delay_s']} s before; at most {info['array_parallelism']} runs "
+                f"{info['signal_delay_s']} s before; at most {count(info['array_parallelism'], 'run')} "
                 "at once (array_parallelism)")
     if ex == "local":
         return (f"{head}: background jobs on this machine, {info['runs_at_once']} at once, "
@@ -246,11 +247,11 @@ def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json:
         return
     width = _width()
     cpu = all(p.device == "CPU" for p in plans.values())
-    rows = table(variants, plans, times, f"{study}: {len(variants)} run{'' if len(variants) == 1 else 's'}", width)
+    rows = table(variants, plans, times, f"{study}: {count(len(variants), 'run')}", width)
     out = [launch_text(info), *warnings_of(shape, plans, info), "", *rows]
     per = "CPU process (RAM)" if cpu else "GPU"
-    out += ["", f"Resource plan per {per} ({shape_text(shape, cpu)}; GiB; trainer/plan/memory.py)"
-            " and time plan (trainer/plan/time_plan.py):"]
+    out += ["", f"Resource plan per {per} ({shape_text(shape, cpu)}; GiB) and time plan "
+            "(docs/cluster.md):"]
     # Variants with the same plans (an axis that changes neither) are listed once.
     groups: dict[tuple[str, ...], list[str]] = {}
     for v in variants:
@@ -333,12 +334,13 @@ def table(variants: list[Variant], plans: dict[str, Any], times: dict[str, Any],
     cols = [Col(h, [c[i] for c in cells], justify="left", whole=h == "run_id", drop=d)
             for i, (h, d) in enumerate(heads) if any(c[i] for c in cells)]
     cols.append(Col("name", [c[-1] for c in cells], justify="left", whole=True, keep=True))
-    per = ("GiB of RAM per training process" if dev == "CPU"
-           else "GiB per training/generation GPU")
-    caption = (f"train/gen: {per}; wall h, {dev}-h: to the budget; requeues: needed/allowed; "
-               "reach: the budget under the profile")
+    notes = [(("train",), "train: GiB of RAM per training process" if dev == "CPU"
+              else "train: GiB per training GPU"), (("gen",), "gen: GiB per generation GPU"),
+             (("wall h", f"{dev}-h"), f"wall h, {dev}-h: to the budget"),
+             (("requeues",), "requeues: needed/allowed"),
+             (("reach",), "reach: the budget under the profile")]
     con = Console(width=width or 10_000, file=io.StringIO(), record=True, color_system=None)
-    con.print(layout(con, title, cols, caption=caption, split_last=True))
+    con.print(layout(con, title, cols, split_last=True, col_notes=notes))
     return [line.rstrip() for line in con.export_text().splitlines()]
 
 
@@ -358,7 +360,7 @@ def study_total(variants: list[Variant], times: dict[str, Any], cap: Any) -> lis
             + (f": {wall_text(wall)}; queue waits not counted" if wall is not None else ""))
     refused = sum(1 for t in planned if t.reaches_budget is False)
     if refused:
-        line += (f"; `ablate sweep` refuses it: {refused} run(s) cannot reach the budget "
+        line += (f"; `ablate sweep` refuses it: {count(refused, 'run')} cannot reach the budget "
                  "(--force submits anyway)")
     return ["", line]
 

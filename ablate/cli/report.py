@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from ablate.number_text import count
 from ablate.cli.app import app
 from ablate.cli.curves import (BaselineOpt, BinOpt, ByOpt, MarginOpt, MaxOpt, MethodOpt, MinOpt,
                                PaperGridOpt, StepCostOpt, XOpt, YOpt, YRangeOpt, _opts)
@@ -49,5 +50,5 @@ def report(
 
     con = Console()
     con.print(data.answer or "(no answer: nothing could be fit)", markup=False, highlight=False)
-    con.print(f"report -> [bold]{path}[/]  ({len(data.ranking)} variants, "
-              f"{len(data.runs)} run{'' if len(data.runs) == 1 else 's'}, {len(data.problems)} failed/diverged)")
+    con.print(f"report -> [bold]{path}[/]  ({count(len(data.ranking), 'variant')}, "
+              f"{count(len(data.runs), 'run')}, {len(data.problems)} failed/diverged)")

@@ -60,10 +60,13 @@ def status(
     for s in failed:
         con.print(clip(f"{s.state} {s.name} seed {s.seed}: {cause(s, study_dir)}", width),
                   style="red", markup=False, highlight=False, soft_wrap=True)
-    if failed:
-        rid = failed[0].run_id if len(failed) == 1 else "<run_id>"
+    # only files that exist: a run stopped before it started (queued) wrote no status.json
+    traced = [s for s in failed if (Path(study_dir) / s.run_id / "status.json").is_file()]
+    if traced:
+        rid = traced[0].run_id if len(traced) == 1 else "<run_id>"
         con.print(f"traceback: {study_dir}/{rid}/status.json", style="dim", markup=False,
                   highlight=False, soft_wrap=True)
+    if failed and (Path(study_dir) / "_submitit").is_dir():
         con.print(f"job logs: {study_dir}/_submitit/", style="dim", markup=False,
                   highlight=False, soft_wrap=True)
     stops = [s for s in states if s.state == "stopped"]

@@ -12,7 +12,7 @@ bracketed text (`[95%]`, `E[regret]`) prints as written.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 from rich import box
 from rich.cells import cell_len
@@ -144,7 +144,8 @@ def _overhead(n: int) -> int:
 
 def table(console: Console, title: str, cols: list[Col], *, caption: str = "",
           legend: str = "", row_styles: Optional[list[str]] = None,
-          width: Optional[int] = None, split_last: bool = False) -> Group:
+          width: Optional[int] = None, split_last: bool = False,
+          col_notes: Sequence[tuple[Sequence[str], str]] = ()) -> Group:
     """The title (and legend) lines, a rich Table of `cols` laid out for `width` (default:
     the console's) columns, and the caption lines. Title and caption are lines of their own,
     wrapped at the terminal's width rather than at a narrow table's. `split_last`: a long
@@ -161,6 +162,10 @@ def table(console: Console, title: str, cols: list[Col], *, caption: str = "",
         if len(shown2) > len(shown):
             cols, shown, widths = split, shown2, widths2
     left_out = [c.header for c in cols if c not in shown and not c.summary]
+    # a note explaining columns goes with them: none for a column a narrow terminal hid
+    heads = {c.header for c in shown}
+    said = "; ".join(text for hs, text in col_notes if heads.intersection(hs))
+    caption = "; ".join(x for x in (said, caption) if x)
     notes = [caption] if caption else []
     notes += [c.summary for c in cols if c not in shown and c.summary]
     if left_out:

@@ -5,11 +5,15 @@ status non-zero, with each one's cause, instead of an answer computed from nothi
 
 from __future__ import annotations
 
+import shutil
 import sys
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
 import typer
+
+from ablate.number_text import count
 
 if TYPE_CHECKING:
     from ablate.studydir import RunState
@@ -32,20 +36,45 @@ def watch_or_stop(study_dir: Path | str, study: Path | str, *, show: bool = True
 
 
 def stopped_line(study_dir: Path, study: Path | str) -> str:
-    """What Ctrl-C left: the runs go on (local jobs ignore the terminal's Ctrl-C: see
-    ablate/studies/launch/local.py), how to follow them, stop them and pick up again."""
+    """What Ctrl-C left: the runs go on (local jobs ignore the terminal's Ctrl-C: see the
+    local executor), how to follow them, stop them and pick up again; wrapped at the width of
+    the terminal (COLUMNS), whole words."""
     from ablate.studies.status import study_states
 
     try:
         states = study_states(study_dir)
     except Exception:  # noqa: BLE001 - a second look must not turn Ctrl-C into a traceback
         states = []
-    live = [s for s in states if s.state in ACTIVE]
-    stop = stop_command(sorted({s.job_id for s in live if s.job_id}))
-    stop = f"; stop them: {stop}" if stop else ""
-    return (f"stopped waiting (Ctrl-C); {len(live)} run(s) go on in the background: follow "
-            f"with `ablate status {study_dir}`{stop}; `ablate sweep {study}` resumes what does "
-            "not finish")
+    return wrap(stopped_text(states, study_dir, study), shutil.get_terminal_size((100, 24)).columns)
+
+
+def stopped_text(states: Sequence[RunState], study_dir: Path | str, study: Path | str) -> str:
+    """The stop advice names only running runs' jobs: a queued local run's process is waiting
+    for a slot, and a signal there would end it as "interrupted" and spend an attempt; a queued
+    Slurm job is dequeued by the same `scancel` (said so), a queued local run is left queued."""
+    running = [s for s in states if s.state == "running"]
+    queued = [s for s in states if s.state == "queued"]
+    slurm_queued = [s for s in queued if (s.job_id or "").startswith("slurm:")]
+    local_queued = len(queued) - len(slurm_queued)
+    live = len(running) + len(queued)
+    text = (f"stopped waiting (Ctrl-C); {count(live, 'run')} "
+            f"{'goes' if live == 1 else 'go'} on in the background "
+            f"({len(running)} running, {len(queued)} queued): follow with "
+            f"`ablate status {study_dir}`")
+    stop = stop_command(sorted({s.job_id for s in running + slurm_queued if s.job_id}))
+    if stop:
+        text += f"; stop them: {stop}"
+        if slurm_queued:
+            text += f" (dequeues the {count(len(slurm_queued), 'queued run')})"
+        if local_queued:
+            text += (f"; the {count(local_queued, 'queued local run')} "
+                     f"{'is' if local_queued == 1 else 'are'} left queued and start as slots free")
+    return text + f"; `ablate sweep {study}` resumes what does not finish"
+
+
+def wrap(text: str, width: int) -> str:
+    """Lines of at most `width` (a word longer than that alone on its line, never split)."""
+    return textwrap.fill(text, max(width, 20), break_long_words=False, break_on_hyphens=False)
 
 
 def stop_command(job_ids: Sequence[str]) -> str:

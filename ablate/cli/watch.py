@@ -46,12 +46,11 @@ def watch(
                                 "changes; stops when every run dir is done (Ctrl-C otherwise)."),
     interval: float = typer.Option(60.0, "--interval", help="--follow: seconds between reads."),
     k: int = typer.Option(3, "--k", help="Evaluations in a row below the band that make a "
-                          "departure. With --level 0.99 on benchmarks/bench_watch.py "
-                          "(RESULTS.md, issue 41): 105 healthy runs, 0 false alarms; 92% of "
+                          "departure. With --level 0.99 on the watch benchmark (docs/watch.md): 105 healthy runs, 0 false alarms; 92% of "
                           "collapses flagged within 3 evaluations; 89% of sags >= 0.05 flagged "
                           "(k=2: collapses one evaluation sooner, less margin on long logs)."),
     level: float = typer.Option(0.99, "--level", help="Central probability of the forecast band "
-                                "one evaluation is held to (chosen with --k on bench_watch.py: "
+                                "one evaluation is held to (chosen with --k on the same benchmark: "
                                 "0.999 flags 84% of collapses within 3 evaluations)."),
     from_compute: Optional[float] = typer.Option(None, "--from", help="Freeze the forecast on "
                                                  "the evaluations with compute <= C (default: "

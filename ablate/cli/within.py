@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 from typing import Optional
 
+from ablate.number_text import count
 from ablate.analysis.resolution import HOW, MAX_USEFUL_SEEDS, MEANS, SOURCE
 from ablate.errors import InputError
 from ablate.studies.capacity import wall_text
@@ -58,7 +59,7 @@ def nothing_fits(study: Path, text: str, s, variants, prof) -> InputError:
     return InputError(
         f"{study}: --within {text}: no study of its {s.variants} variants fits "
         f"{_days(s.within_h)} on {s.nodes.nodes.text()}: the paper's smallest {s.stage} stage "
-        f"(1 seed x {p.budget:,.0f} GPU-hours a run, {p.nodes_per_run} node(s) a run) takes "
+        f"(1 seed x {p.budget:,.0f} GPU-hours a run, {count(p.nodes_per_run, 'node')} a run) takes "
         f"{_days(p.study_wall_h)} here{floor}; allow --within {math.ceil(p.study_wall_h / 24)}d"
         f"{more}")
 
@@ -69,8 +70,9 @@ def summary(study: Path, text: str, s, o) -> list[str]:
               "there, so the margin is a lower bound")
     seeds = ("" if o.seeds >= MAX_USEFUL_SEEDS else
              f" (more seeds did not fit; {MAX_USEFUL_SEEDS} would reach compare's 0.02)")
-    return [f"{study} within {text}: {o.runs} runs ({s.variants} variants x {o.seeds} seed(s)), "
-            f"{o.budget:,.0f} GPU-hours of training and {o.nodes_per_run} node(s) a run",
+    return [f"{study} within {text}: {count(o.runs, 'run')} ({count(s.variants, 'variant')} x "
+            f"{count(o.seeds, 'seed')}), "
+            f"{o.budget:,.0f} GPU-hours of training and {count(o.nodes_per_run, 'node')} a run",
             *textwrap.wrap(
                 f"GPU-hours held (GPUs x wall, as the dry run plans): ~{o.run_gpu_hours:,.0f} a "
                 f"run, ~{o.study_gpu_hours:,.0f} the study; beyond the training budget "

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from ablate.number_text import count
 from ablate.adapters.builtin.provenance import Provenance
 from ablate.adapters.builtin.study import Assignment
 from ablate.errors import InputError
@@ -113,5 +114,5 @@ def check_size(ls: LoadedStudy) -> None:
     axes = " x ".join(f"{p} ({len(v)})" for p, v in s.axes.items()) or f"{len(s.components)} components"
     raise InputError(
         f"{ls.doc.where(('axes',))}: the study expands to {runs:,} runs ({s.mode}: {axes}; "
-        f"{len(s.seeds)} seed(s)), above max_variants {s.max_variants:,}; drop values, use mode "
+        f"{count(len(s.seeds), 'seed')}), above max_variants {s.max_variants:,}; drop values, use mode "
         "one_at_a_time, or set `max_variants:` in the study if you mean it")

@@ -24,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from ablate.number_text import count
 from ablate import shipped
 from ablate.adapters import adapter_of, memory_plan
 from ablate.errors import InputError
@@ -100,7 +101,7 @@ def fitting_profile(study_dir: Path, variants: list[Variant]) -> Optional[str]:
             shape = prof.job_shape("slurm")
             if shape.gpus_per_node and _fits(variants, shape):
                 mem = f" of {shape.gpu_memory_gib:g} GiB" if shape.gpu_memory_gib else ""
-                return (f"{path.stem} ({shape.nodes} node(s) x {shape.gpus_per_node} "
+                return (f"{path.stem} ({count(shape.nodes, 'node')} x {shape.gpus_per_node} "
                         f"GPUs{mem}: the plan fits)")
     return None
 

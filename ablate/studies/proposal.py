@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 import yaml
 
+from ablate.number_text import count
 from ablate import shipped
 from ablate.errors import InputError
 from ablate.studies.design import LoadedStudy
@@ -107,7 +108,7 @@ def write_proposal(loaded: LoadedStudy, opt: Option, out: Path, name: str, heade
                 or base.slurm.array_parallelism < opt.cap.runs_at_once):
             prof_file = out.with_name(out.stem + ".profile.yaml")
             prof_text = (f"{MARK}: the launch profile of {out.name}, from {prof_path} with "
-                         f"{opt.nodes_per_run} node(s) a run, {opt.cap.runs_at_once} at "
+                         f"{count(opt.nodes_per_run, 'node')} a run, {opt.cap.runs_at_once} at "
                          "once.\n" + yaml.safe_dump(profile_doc(prof_path, opt), sort_keys=False))
             prof_ref = prof_file.name  # found next to the study (find_profile)
     text = "\n".join([MARK + ".", *(f"# {h}" for h in header), ""]) + yaml.safe_dump(

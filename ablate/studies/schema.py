@@ -47,7 +47,8 @@ class Study(Strict):
         None,
         description="Recipe to start from: a YAML of TrainConfig values, path relative to this "
         "file, else to the current folder, else one ablate ships (scalerl.yaml, proxy.yaml). A "
-        "recipe may itself have `base:` (chained). None = the TrainConfig defaults.",
+        "recipe may itself have `base:` (chained). Required for the built-in trainer (its "
+        "defaults are a full-size run); other trainers build theirs from their own keys.",
     )
     overrides: dict[str, Any] = Field(
         default_factory=dict,

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ablate.number_text import count
 from ablate.analysis import A_MARGIN
 
 if TYPE_CHECKING:
@@ -140,6 +141,6 @@ def departed_variants(frame: pd.DataFrame) -> dict[str, str]:
         if js and all(j.verdict == "departed" for j in js):
             at = min(j.departed_at for j in js)
             out[str(v)] = (f"departed from its frozen forecast from compute {at:.4g} "
-                           f"({len(js)} run(s), {js[0].k} evaluations in a row below the "
+                           f"({count(len(js), 'run')}, {js[0].k} evaluations in a row below the "
                            f"{js[0].level:.0%} band)")
     return out

@@ -21,6 +21,7 @@ from typing import Any, Iterator, Sequence
 
 from pydantic import ValidationError
 
+from ablate import shipped
 from ablate.adapters.base import config_hash
 from ablate.adapters.builtin.config_paths import check_config_path
 from ablate.adapters.builtin.provenance import (Provenance, apply_cli_overrides, resolve_base,
@@ -44,7 +45,18 @@ def load_base(doc: YamlDoc, study: Any, overrides: Sequence[str]
     except ValidationError as err:
         if base_is_a_run(study) or not _axes_may_fix(err, study):
             validate_config(tree, prov, str(doc.path))  # raises the one-line error
+    _need_base(doc, study)  # last: a wrong key or value is the more useful line to read first
     return tree, prov, recipes
+
+
+def _need_base(doc: YamlDoc, study: Any) -> None:
+    """The built-in trainer's defaults are a full-size run (24 CPU-hours), not a starting point:
+    a study that forgot `base:` would otherwise plan, and on Slurm submit, that run in silence.
+    (Other trainers' studies may leave it out: their adapters build the base from their keys.)"""
+    if study.base is None:
+        names = ", ".join(shipped.shipped_names("recipes")) or "a recipe YAML of TrainConfig values"
+        raise InputError(f"{doc.where(('name',))}: the study has no `base:` (the recipe its runs "
+                         f"start from); add e.g. `base: proxy.yaml` (shipped: {names})")
 
 
 def check_values(ls: Any) -> None:
