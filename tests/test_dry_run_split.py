@@ -41,7 +41,7 @@ def test_the_dry_run_shows_the_split_its_step_and_its_neighbours():
             "shortest planned step whose memory fits): step 15 min; neighbours 5/3 step 19 min, "
             "7/1 training needs 89.35 GiB of 80") in text, text
     assert "a task per training GPU of each run's split (tasks_per_node auto)" in text
-    assert "4 training rank(s)" in text and "6 vLLM engines of 1 GPU each on every node" in text
+    assert "4 training ranks" in text and "6 vLLM engines of 1 GPU each on every node" in text
     runs = json.loads(ablate("sweep", "recipes/loss_agg.yaml", "--profile", "slurm_gpu",
                              "--dry-run", "--json").stdout)
     split = runs[0]["resources"]["split"]
