@@ -50,3 +50,10 @@ def test_compare_study_file_names_its_results(tmp_path):
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and "study file" in err[0] and "results/named" in err[0]
     assert "unsupported file type" not in err[0]
+
+
+def test_one_run_dir_of_a_study_stays_that_run(tmp_path):
+    s = _study(tmp_path / "results" / "mine")
+    (s / "run-0").mkdir()
+    (s / "run-0" / "metrics.jsonl").write_text("")
+    assert _study_meant(s / "run-0") == s / "run-0"

@@ -36,7 +36,7 @@ from ablate import readers
 from ablate.analysis.gather import cache_is_fresh, gather, is_study_dir, study_fit_defaults, write_cache
 from ablate.errors import InputError, NoDataYet
 from ablate.readers.common import split_seed
-from trainer.rundir import GPU_HOURS, PASS_RATE
+from trainer.rundir import GPU_HOURS, METRICS, PASS_RATE, STATUS
 
 TABLE_SUFFIXES = (".csv", ".jsonl", ".parquet")
 # Columns that name runs in tables people export (W&B run tables, MLflow `runs` exports, hand
@@ -162,7 +162,8 @@ def _study_meant(p: Path) -> Path:
     folders (results/NAME/runs). Never read as a generic log (every run its own variant)."""
     if not p.is_dir() or is_study_dir(p):
         return p
-    if is_study_dir(p.parent):
+    own_run = any((p / n).exists() for n in (METRICS, STATUS))
+    if is_study_dir(p.parent) and not own_run:  # one run's dir stays that run
         return p.parent
     found = sorted(c for c in p.iterdir() if c.is_dir() and is_study_dir(c))
     if len(found) == 1:
