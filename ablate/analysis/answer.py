@@ -89,13 +89,15 @@ def _pair(lead, follow, p_lead: Optional[float], margin: float, name: Names) -> 
 
 # Verdicts (ablate.analysis.fit_trust) under which A is an extrapolation, not a measurement: such
 # a variant is never the answer's winner, however high its fitted A.
-UNPINNED = ("not bending yet: A unidentified", "A at bound")
+# Matched as prefixes of the table's own label ("too short: 9 points"), so the sentence never
+# calls pinned a fit its table calls short, unidentified or noisy.
+UNPINNED = ("not bending yet", "A at bound", "too short", "too noisy")
 GAIN_TO_PIN = 0.75  # "the compute it needs": where its own fit has made this share of its gain
 
 
 def pinned(row) -> bool:
     """Is this ranked row's ceiling identified (its verdict is not one of UNPINNED)?"""
-    return row.group.verdict()[0] not in UNPINNED
+    return not str(row.group.verdict()[0]).startswith(UNPINNED)
 
 
 def compute_to_pin(fit) -> float:

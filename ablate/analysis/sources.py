@@ -36,7 +36,7 @@ from ablate import readers
 from ablate.analysis.gather import cache_is_fresh, gather, is_study_dir, study_fit_defaults, write_cache
 from ablate.errors import InputError, NoDataYet
 from ablate.readers.common import split_seed
-from trainer.rundir import GPU_HOURS, PASS_RATE
+from trainer.rundir import GPU_HOURS, METRICS, PASS_RATE, STATUS
 
 TABLE_SUFFIXES = (".csv", ".jsonl", ".parquet")
 # Columns that name runs in tables people export (W&B run tables, MLflow `runs` exports, hand
@@ -82,6 +82,7 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
         raise InputError(f"{p}: no such file or directory; SOURCE is a study results dir, a "
                          ".csv/.jsonl/.parquet table, a W&B CSV export, an MLflow tracking dir, "
                          "a TensorBoard log dir, or a verl/TRL JSONL log")
+    p = _study_meant(p)
     if step_cost is not None and is_study_dir(p):
         raise InputError(f"{p}: --step-cost converts a log's steps to compute; a study dir "
                          "has its compute columns (pass --x gpu_hours or --x flops)")
@@ -108,6 +109,9 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
                       duplicates=tidy.attrs["duplicates"], readings=tidy.attrs["notes"],
                       y_range=y_range)
     if p.is_file():
+        if p.suffix in (".yaml", ".yml"):  # a study file: its results are what compare reads
+            raise InputError(f"{p}: a study file, not results; compare its results: "
+                             f"results/{_study_name(p)}")
         if p.suffix not in TABLE_SUFFIXES:
             raise InputError(f"{p}: unsupported file type {p.suffix!r}; valid: "
                              + ", ".join(TABLE_SUFFIXES))
@@ -140,6 +144,34 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
     raise InputError(f"{p}: a directory with none of: variants.json (study results dir), "
                      "TensorBoard event files, an MLflow tracking dir, JSONL logs, "
                      "trainer_state.json")
+
+
+def _study_name(p: Path) -> str:
+    """The study's `name:` (its results folder's name), else the file's stem."""
+    import yaml
+    try:
+        doc = yaml.safe_load(p.read_text())
+    except (OSError, yaml.YAMLError):
+        doc = None
+    name = doc.get("name") if isinstance(doc, dict) else None
+    return str(name) if isinstance(name, str) and name else p.stem
+
+
+def _study_meant(p: Path) -> Path:
+    """The study dir a folder one level off means: a folder of study dirs, or a study's run
+    folders (results/NAME/runs). Never read as a generic log (every run its own variant)."""
+    if not p.is_dir() or is_study_dir(p):
+        return p
+    own_run = any((p / n).exists() for n in (METRICS, STATUS))
+    if is_study_dir(p.parent) and not own_run:  # one run's dir stays that run
+        return p.parent
+    found = sorted(c for c in p.iterdir() if c.is_dir() and is_study_dir(c))
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise InputError(f"{p}: a folder of {len(found)} studies, not one study; did you mean "
+                         + " or ".join(str(c) for c in found[:5]) + "?")
+    return p
 
 
 def _step_compute(df: pd.DataFrame, p: Path, step_cost: float) -> tuple[pd.DataFrame, str]:
