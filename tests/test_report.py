@@ -65,6 +65,8 @@ def make_study(root: Path) -> Path:
     return d
 
 
+@pytest.mark.slow  # fits and draws every variant's plot (matplotlib's first import among
+# them): 2.3 s of CPU in a fresh-clone CI, over the fast tier's 2-s limit (issue 52 point 7)
 def test_report_page_content(tmp_path):
     from ablate.analysis.report import write_report
 
