@@ -13,7 +13,10 @@ imports a layer reaches that layer as surely as one that imports it by name.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("ablate", "trainer")
@@ -80,9 +83,10 @@ def statement_imports(node: ast.AST, package: str) -> set[str]:
     return {f"{base}.{a.name}" for a in node.names}
 
 
+@functools.cache  # the source does not change within a session: parsed once (~0.5 s of CPU)
 def import_graph() -> dict[str, set[str]]:
     """Module -> the modules of the packages it imports (a name resolves to its longest module
-    prefix: `ablate.cli.app` -> `ablate.cli`)."""
+    prefix: `ablate.cli.app` -> `ablate.cli`). Shared by every caller: read it, never change it."""
     mods = module_files()
 
     def resolve(name: str) -> str | None:
@@ -191,16 +195,21 @@ def test_closure_sees_packages_and_indirect_imports():
     assert set(loaded_by("e", graph)) == {"e"}
 
 
-def test_no_import_cycles_beyond_the_named_ones():
-    found = set(cycles(import_graph()))
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    """A shared fixture: the fast tier charges the parse to it, not to the first test."""
+    return import_graph()
+
+
+def test_no_import_cycles_beyond_the_named_ones(graph):
+    found = set(cycles(graph))
     new = [sorted(c) for c in found - set(ALLOWED_CYCLES)]
     gone = [sorted(c) for c in set(ALLOWED_CYCLES) - found]
     assert not new, f"import cycles (function-local imports included): {new}"
     assert not gone, f"allow-listed cycles that are gone or changed, update ALLOWED_CYCLES: {gone}"
 
 
-def test_trainer_imports_nothing_of_ablate():
-    graph = import_graph()
+def test_trainer_imports_nothing_of_ablate(graph):
     bad = []
     for m in sorted(graph):
         if m == "trainer" or m.startswith("trainer."):

@@ -38,6 +38,7 @@ def test_a_1000_point_run_gets_honest_intervals_and_an_ok_verdict():
     assert trust.assess(f)[0] == "ok"
 
 
+@pytest.mark.slow  # a 1,000-point fit, a bootstrap: 1.3-1.5 s CPU (> half the fast limit)
 def test_binning_averages_consecutive_points_and_keeps_the_answer():
     tr, c, y = _long(1)
     full = fit_sigmoid(c, y, intervals=False)  # its A only: no bootstrap (the fast tier's CPU)

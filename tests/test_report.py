@@ -185,6 +185,7 @@ def test_cli_report(tmp_path):
     assert not (tmp_path / "r.pdf").exists()
 
 
+@pytest.mark.slow  # report and compare both fit: 2.2-2.4 s of CPU (> half the fast limit)
 def test_report_says_what_compare_says(tmp_path):
     """The page's ranking is compare's, cell for cell (A, B, the predicted column), under the
     same words about the band: one set of functions makes both (ablate/analysis/ranking_text)."""
