@@ -66,6 +66,11 @@ def _trl(out: str, tmp: Path) -> None:
     assert all(v > 0 for v in doc["median_samples_per_s"].values()), doc
 
 
+def _warmup(out: str, tmp: Path) -> None:
+    (row,) = _json_tail(out)  # one build; a failed one is a row with "error"
+    assert {"target", "warmup_steps", "warmup_rate", "start_rate", "build_s"} <= set(row), row
+
+
 def _finished_study(folder: Path, truths: dict, seeds: int = 2, steps: int = 60) -> None:
     """A finished study in the run-dir layout the study readers take (variants.json; per run
     RUN_ID/metrics.jsonl with step, flops, samples, tokens, eval/pass_rate; status.json done),
@@ -158,6 +163,7 @@ TRAINING = {
     "bench_inflight_lag.py": (["--quick"], _regex(r"^inflight_switch_tokens=None: tokens \d+")),
     "bench_async_eval.py": (["--quick", "--json"], _keys("this tree")),
     "bench_proxy_grid.py": (["{tmp}/grid", "--quick"], _regex(r'"variant"')),
+    "bench_proxy_warmup.py": (["--smoke", "--json"], _warmup),
     "gpu/bench_rl_step.py": (["--tiny", "--shapes", "short", "--steps", "1", "--warmup", "0",
                               "--only", "ours", "--json", "{tmp}/o.json"],
                              _file_keys("o.json", "device", "shapes")),
@@ -167,7 +173,6 @@ NOT_RUN = {
     "gpu/bench_memory_plan.py": "measures CUDA memory: needs a GPU",
     "bench_weight_push.py": "pushes Qwen2.5-0.5B-sized weights into a vLLM engine (the vllm tier)",
     "behaviour/run_cases.sh": "three whole trainer runs of 2-4 min each, twice",
-    "bench_proxy_warmup.py": "builds the proxy model from nothing per data seed (minutes each)",
 }
 
 
