@@ -91,6 +91,7 @@ def test_repeated_steps_dropped_or_last_kept():
     assert none == [] and len(same) == 4
 
 
+@pytest.mark.slow  # a 400-point fit with its bootstrap: 0.8-1.1 s CPU (> half the fast limit)
 def test_cli_verdict_bin_and_duplicates(tmp_path, capsys):
     tr, c, y = _long(3, n=400)
     df = pd.DataFrame({"variant": "long", "compute": c, "score": y})
