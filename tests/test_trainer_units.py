@@ -217,7 +217,7 @@ def test_pipeline_counts_generation_of_batches_refused_as_stale():
     """A batch refused as > k versions old was still generated: the next batch carries its
     generator tokens so the loop counts their FLOPs. (The stream is fed by hand here instead of
     the generator thread, to make the staleness deterministic.)"""
-    from trainer.generation.rollout import Rollout
+    from trainer.rollouts import Rollout
     from trainer.generation.offpolicy import Batch, GroupStream
 
     cfg = C.TrainConfig(off_policy={"mode": "pipeline", "k": 2})

@@ -11,10 +11,12 @@ from __future__ import annotations
 import random
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from trainer.config import TaskConfig
 from trainer.registry import Registry
+
+if TYPE_CHECKING:  # types only: the config reads TASKS for the task kinds it accepts
+    from trainer.config import TaskConfig
 
 
 @dataclass
@@ -48,6 +50,20 @@ def build_task(cfg: TaskConfig, eval_split: str = "heldout") -> Task:
     if eval_split == "train":
         task = replace(task, eval=[replace(p) for p in task.train])
     return cap_task(task, cfg.unanswerable_fraction) if cfg.unanswerable_fraction else task
+
+
+def decode(tok, completions: Sequence[Sequence[int]]) -> list[str]:
+    """Completion ids -> answer text (EOS and other special tokens dropped)."""
+    eos = tok.eos_token_id
+    return tok.batch_decode([[t for t in c if t != eos] for c in completions],
+                            skip_special_tokens=True)
+
+
+def score(task: Task, problems: Sequence[Problem], tok, completions: Sequence[Sequence[int]],
+          n: int) -> list[bool]:
+    """Verdict of each completion; completions are prompt-major, `n` per problem."""
+    return [task.score(problems[i // n], text)
+            for i, text in enumerate(decode(tok, completions))]
 
 
 def unanswerable(i: int, fraction: float) -> bool:

@@ -6,7 +6,12 @@ from typing import Literal, Optional, Union
 
 from pydantic import Field, PositiveInt, model_validator
 
+from trainer.algo.length import CONTROLS
 from trainer.config_parts.base import Strict
+
+# The allowed names are the registry's (torch-free): a length control registered in
+# trainer/algo/length.py is valid here, in the order registered.
+LengthControl = Literal[tuple(CONTROLS.names())]  # type: ignore[valid-type]
 
 
 class VLLMConfig(Strict):
@@ -125,7 +130,7 @@ class RolloutConfig(Strict):
 class LengthConfig(Strict):
     """Length control (ScaleRL: forced interruption; alternative: DAPO overlong penalty)."""
 
-    control: Literal["interrupt", "overlong_penalty", "none"] = Field(
+    control: LengthControl = Field(
         "interrupt", description="How over-long generations are handled."
     )
     thinking_budget: int = Field(

@@ -7,7 +7,12 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
+from trainer.algo.pool import CURRICULA
 from trainer.config_parts.base import Strict
+
+# The allowed names are the registries' (torch-free): a curriculum registered in
+# trainer/algo/pool.py is valid here, in the order registered.
+Curriculum = Literal[tuple(CURRICULA.names())]  # type: ignore[valid-type]
 
 
 class DataConfig(Strict):
@@ -22,7 +27,7 @@ class DataConfig(Strict):
         "`npr_threshold` (ScaleRL)."
     )
     npr_threshold: float = Field(0.9, gt=0, le=1, description="Pass rate that retires a prompt.")
-    curriculum: Literal["none", "easy_to_hard", "pass_rate"] = Field(
+    curriculum: Curriculum = Field(
         "none",
         description="Order of prompts: 'none' (shuffled epochs), 'easy_to_hard' (by the task's "
         "difficulty score), 'pass_rate' (highest measured pass rate first).",
