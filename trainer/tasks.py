@@ -3,7 +3,9 @@
 `task.name` picks one registered builder: "arithmetic" (built-in, the fast CPU proxy),
 "reasoning_gym:<task>" (any reasoning-gym task, procedurally generated offline, scored by the
 task's own scorer) or "math" (a local JSONL/parquet with problem/answer, scored by
-math-verify). Training and held-out eval problems are disjoint by construction.
+math-verify). Training and held-out eval problems are disjoint by construction. `score` is a
+call's verdicts (decoded completions through the task's verifier): the one path the rewards,
+the eval and the proxy's warm-up all take.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""How samples are generated: the rollout backend and its vLLM settings, and length control."""
+"""YAML sections `rollout:` (+ `rollout.vllm:`) and `length:`: how samples are generated, the
+rollout backend and its vLLM settings, and length control."""
 
 from __future__ import annotations
 
@@ -65,6 +66,7 @@ class VLLMConfig(Strict):
 
 
 class RolloutConfig(Strict):
+    # The backends need torch at import: named here too (trainer/registry.py says why).
     backend: Literal["hf", "vllm"] = Field(
         "hf", description="'hf': transformers generate (any device); 'vllm': vLLM engine."
     )

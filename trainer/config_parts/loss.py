@@ -1,4 +1,5 @@
-"""The policy loss (type, aggregation, the type's options) and advantage normalization."""
+"""YAML sections `loss:` and `advantage:`: the policy loss (type, aggregation, the type's
+options) and advantage normalization."""
 
 from __future__ import annotations
 

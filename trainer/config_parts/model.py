@@ -1,4 +1,5 @@
-"""What a run learns from and on: the model, its precision, the task and its reward."""
+"""YAML sections `model:` (+ `model.proxy:`), `precision:`, `task:` and `reward:`: what a run
+learns from and on."""
 
 from __future__ import annotations
 

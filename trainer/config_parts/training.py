@@ -1,5 +1,5 @@
-"""How the trainer steps: prompt-pool filters and curriculum, off-policy mode, optimizer,
-engine."""
+"""YAML sections `data:`, `off_policy:`, `optim:` and `engine:`: how the trainer steps
+(prompt-pool filters and curriculum, off-policy mode, optimizer, engine)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ class DataConfig(Strict):
 
 
 class OffPolicyConfig(Strict):
+    # The modes need torch at import: named here too (trainer/registry.py says why).
     mode: Literal["pipeline", "ppo_off_policy"] = Field(
         "pipeline",
         description="pipeline (PipelineRL-k, ScaleRL): generation runs concurrently; weights are "
@@ -69,6 +70,7 @@ class OptimConfig(Strict):
 
 
 class EngineConfig(Strict):
+    # The engines need torch at import: named here too (trainer/registry.py says why).
     type: Literal["torch", "deepspeed"] = Field("torch", description="Optimizer engine.")
     zero_stage: int = Field(0, ge=0, le=3, description="deepspeed: ZeRO stage 0-3.")
     device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda'.")
