@@ -27,7 +27,8 @@ from trainer.dist.groups import rank
 from trainer.algo.length import generate_rollout
 from trainer.algo.pool import DataPosition
 from trainer.registry import Registry
-from trainer.generation.rollout import Generator, Rollout, make_generator
+from trainer.generation.rollout import make_generator
+from trainer.rollouts import Generator, Rollout
 from trainer.generation.feeders import feeders, strided
 from trainer.generation.push import join_weight_gathers
 from trainer.generation.batches import (  # noqa: F401 (re-exported: the sources' batch)

@@ -43,7 +43,7 @@ import torch
 
 from trainer.config import TrainConfig
 from trainer.dist.binding import current_binding
-from trainer.generation.rollout import Generation
+from trainer.rollouts import Generation
 from trainer.generation.vllm_engine import VLLMGenerator
 from trainer.generation.push import PushStop, named_weights, push_to_all, weight_specs
 from trainer.generation.pins import Pins

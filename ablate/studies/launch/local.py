@@ -122,8 +122,9 @@ def stop_pids(job_ids: list[str]) -> list[int]:
     Not SIGTERM: submitit's job environment bypasses it in the task (job_environment.py,
     _handle_signals: Slurm sends it before a preemption), so the run would go on; nor the job
     id's pid, which is a shell around the controller when the profile has `setup:` lines.
-    The task dies with KeyboardInterrupt, its controller then ends, and `ablate status` reads
-    the runs as interrupted (`ablate sweep` resumes them from their checkpoints)."""
+    The task takes SIGINT as a stop (`_Detached`): its run checkpoints at the next step
+    boundary and ends, its controller then ends, and `ablate status` reads the runs as stopped
+    (`ablate sweep` resumes them from their checkpoints)."""
     out = []
     for jid in job_ids:
         pid = int(jid.split(":", 1)[1])
