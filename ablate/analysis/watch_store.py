@@ -11,8 +11,8 @@ forecasts are appended: the first stays for the record.
 
 This module is the file's one reader and writer. The trainer never reads it (issue 39): the run
 dir's trainer files are trainer/rundir.py's, and the band reaches a dashboard from `ablate
-watch`'s side (ablate/analysis/watch_trackers.py). `ablate status` reads the verdict of the
-study's axis from here.
+watch`'s side (ablate/analysis/watch_trackers.py). `ablate status` and the report read the
+verdict of the study's axis from here (`status_verdicts`).
 """
 
 from __future__ import annotations
@@ -58,10 +58,12 @@ def write(run_dir: Path, record: dict[str, Any]) -> None:
 
 
 def status_verdicts(study_dir: Path, run_ids: list[str]) -> list[str]:
-    """`ablate status`'s watch column: each run's verdict against the forecast `ablate watch`
-    froze on the study's axis (fit.x, fit.y) in its watch.json, re-judged on the run's metrics
-    now (no refit: the band is in the file); "" for a run that has none (nobody watched it on
-    that axis yet)."""
+    """The watch column of `ablate status` and of the report's runs: each run judged on its
+    metrics now, on the study's axis (fit.x, fit.y). A run with a forecast in its watch.json
+    is held to it (no refit, but a provisional one the run has outgrown is renewed: the rule
+    of `ablate watch`); a run that fell from its own peak (ablate.analysis.sag, the rule compare
+    names) says so, watched or not ("fell 0.83→0.70"); "" for a run with neither (nobody
+    watched it on that axis yet, and it has not fallen); "?" for a damaged watch.json."""
     from ablate.analysis.gather import study_fit_defaults
     from ablate.errors import InputError
     from trainer import rundir
@@ -71,20 +73,28 @@ def status_verdicts(study_dir: Path, run_ids: list[str]) -> list[str]:
     out = []
     for rid in run_ids:
         d = Path(study_dir) / rid
+        try:
+            rows = rundir.read_metrics(d) if (d / rundir.METRICS).is_file() else []
+        except rundir.MetricsError:
+            out.append("?")
+            continue
+        pts = [(float(r[x]), float(r[y])) for r in rows
+               if isinstance(r.get(x), (int, float)) and isinstance(r.get(y), (int, float))]
+        c, s = (list(v) for v in zip(*pts)) if pts else ([], [])
         doc = read(d, x, y)
         if doc is None:
-            out.append("")
+            from ablate.analysis.sag import fall_from_peak
+
+            fell = fall_from_peak(c, s) if pts else None
+            out.append("" if fell is None else fell.short())
             continue
-        from ablate.analysis import watch as w  # numpy and the fit: only once a forecast exists
+        from ablate.analysis import watch as w  # the fit: only once a forecast exists
 
         try:
-            rows = rundir.read_metrics(d)
-            pts = [(float(r[x]), float(r[y])) for r in rows
-                   if isinstance(r.get(x), (int, float)) and isinstance(r.get(y), (int, float))]
-            c, s = (list(v) for v in zip(*pts)) if pts else ([], [])
             j = w.judge(rid, rid, 0, c, s, k=int(doc["k"]), level=float(doc["level"]),
                         frozen=doc["forecasts"], with_today=False)
-            out.append(j.verdict)
-        except (rundir.MetricsError, KeyError, TypeError, ValueError, InputError):
+        except (KeyError, TypeError, ValueError, InputError):
             out.append("?")  # a damaged watch.json: `ablate watch` rewrites it
+            continue
+        out.append(j.verdict + ("" if j.fall is None else f", {j.fall.short()}"))
     return out
