@@ -1,6 +1,7 @@
 """Reading results: run dirs and tables into one metrics frame (gather, sources), the sigmoid
 model and its fit (sigmoid, fit, fitters, intervals, noise, window), every variant's fit and
-whether it can be trusted (variant_fits, fit_trust), and what is made of them (compare,
+whether it can be trusted (variant_fits, fit_trust), a run that peaked and fell (sag: the one
+rule compare, extrapolate, the report, status and watch name it by), and what is made of them (compare,
 extrapolate, rank_reversals: where the ranking and the predictions disagree, budget_plan: what to
 scale for a budget, plots, report)."""
 
