@@ -114,20 +114,25 @@ def test_status_and_report_show_the_fall_and_a_folder_one_level_off_is_its_study
     d = write_study(tmp_path / "results", sag_frame())
     r = ablate("status", d, "--json", columns=None)
     assert r.returncode == 0, r.stderr
-    cells = {(x["name"], x["seed"]): x["watch"] for x in json.loads(r.stdout)}
-    assert cells[("hot", 0)] is None and cells[("cold", 0)].startswith("fell 0.8"), cells
+    got = {(x["name"], x["seed"]): x for x in json.loads(r.stdout)}
+    assert got[("hot", 0)]["watch"] is None and got[("hot", 0)]["fell"] is None, got
+    assert got[("cold", 0)]["watch"] is None and got[("cold", 0)]["fell"]["peak"] > 0.78, got
+    table = ablate("status", d, columns=100).stdout
+    assert [line.split()[-1] for line in table.splitlines() if " cold " in line] \
+        == ["0.80→0.70", "0.80→0.69"], table
     # watch and report of the results folder (one level too high) are the study's
     r = ablate("watch", tmp_path / "results", "--json", columns=None)
     assert r.returncode == 0, r.stderr
     assert sorted(p.parent.name for p in d.glob("*/watch.json")) == \
         ["run0000", "run0001", "run0002", "run0003"]
     r = ablate("status", d, "--json", columns=None)
-    cells = {(x["name"], x["seed"]): x["watch"] for x in json.loads(r.stdout)}
-    assert cells[("cold", 1)].startswith(("departed, fell", "behind, fell")), cells
-    assert cells[("hot", 1)] in ("on track", "ahead"), cells
+    got = {(x["name"], x["seed"]): x for x in json.loads(r.stdout)}
+    assert got[("cold", 1)]["watch"] in ("departed", "behind") and got[("cold", 1)]["fell"], got
+    assert got[("hot", 1)]["watch"] in ("on track", "ahead") and not got[("hot", 1)]["fell"]
     r = ablate("report", tmp_path / "results", "--json", columns=None)
     assert r.returncode == 0, r.stderr
-    got = json.loads(r.stdout)
-    assert got["report"] == str(d / "report.html")
-    assert [x["watch"] for x in got["runs"]] == [cells[(x["name"], x["seed"])]
-                                                 for x in got["runs"]]
+    page = json.loads(r.stdout)
+    assert page["report"] == str(d / "report.html")
+    assert [(x["watch"], x["fell"]) for x in page["runs"]] == \
+        [(got[(x["name"], x["seed"])]["watch"], got[(x["name"], x["seed"])]["fell"])
+         for x in page["runs"]]

@@ -108,4 +108,4 @@ def falls(frame) -> dict[str, list[tuple[int, Fall]]]:
         f = fall_from_peak(c, y)
         if f is not None:
             out.setdefault(v, []).append((s, f))
-    return out
+    return {v: sorted(got, key=lambda sf: sf[0]) for v, got in out.items()}  # by seed
