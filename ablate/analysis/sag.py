@@ -4,8 +4,8 @@ score. The one sag rule that `watch`, `compare`, the report, `status` and `extra
 
 A run has FALLEN when the mean of its last W evaluations is FALL or more below the best earlier
 mean of W consecutive evaluations (its peak), and that fall is also Z standard errors of the
-difference of two such means (the evaluation noise read from the run's own successive
-differences): one lucky evaluation is no peak, and on a noisy eval set the best of many means
+difference of two such means (the evaluation noise read from the run's own evaluations,
+each against its neighbours): one lucky evaluation is no peak, and on a noisy eval set the best of many means
 sits well above the level by chance (with noise sd 0.05 a fall of 0.1 is 2.4 such errors). The
 peak is later than the first W evaluations: a score that only declines from its start has no
 peak to fall from (`watch` calls it falling; its fit is refused).
@@ -56,12 +56,16 @@ def _sorted(c, y):
 
 
 def noise_sd(y) -> float:
-    """One evaluation's noise sd, robustly from successive differences (a trend's small steps
-    and a collapse's one big step barely move their median)."""
+    """One evaluation's noise sd, robustly from each evaluation's distance to the mean of its
+    two neighbours (variance 1.5 sd^2 for white noise): a rise's slope cancels out, and a
+    collapse's one big step barely moves the median."""
     import numpy as np
 
-    d = np.abs(np.diff(np.asarray(y, float)))
-    return float(1.4826 * np.median(d) / math.sqrt(2)) if d.size else 0.0
+    y = np.asarray(y, float)
+    if y.size < 3:
+        return 0.0
+    e = np.abs(y[1:-1] - 0.5 * (y[:-2] + y[2:]))
+    return float(1.4826 * np.median(e) / math.sqrt(1.5))
 
 
 def fall_from_peak(c, y) -> Optional[Fall]:
