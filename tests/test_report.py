@@ -185,6 +185,8 @@ def test_cli_report(tmp_path):
     assert not (tmp_path / "r.pdf").exists()
 
 
+@pytest.mark.slow  # a report and a compare, each fitting 3 variants: 3.4-3.6 s of CPU (on main
+# too, 43ed0e9), over the fast tier's 2-s limit
 def test_report_says_what_compare_says(tmp_path):
     """The page's ranking is compare's, cell for cell (A, B, the predicted column), under the
     same words about the band: one set of functions makes both (ablate/analysis/ranking_text)."""
