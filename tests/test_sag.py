@@ -102,6 +102,7 @@ def test_a_provisional_forecast_is_renewed_as_the_run_outgrows_it():
     assert len(j.forecasts) >= 2 and all(f.rule == "provisional" for f in j.forecasts)
     assert j.forecasts[-1].frozen_at >= watch.OUTGROWN * early.frozen_at * 0.95
     assert j.verdict == "on track", (j.verdict, j.reason, j.points[-1])
+    assert "refit at compute" in j.reason and "outgrew" in j.reason, j.reason
     # the same run falling to 0.70 over its last 6 evaluations: not ahead of anything
     y2 = y.copy()
     y2[-6:] = 0.70

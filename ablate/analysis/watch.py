@@ -47,6 +47,7 @@ from ablate.analysis.watch_forecast import (  # noqa: F401 - the watch API in on
 from ablate.analysis.watch_forecast import _Scan
 from ablate.errors import InputError
 from ablate.number_text import compute, interval, number
+from ablate.number_text import compute as _c_text  # where `judge`'s argument `compute` hides it
 
 K = 3  # consecutive evaluations below the band that make a departure
 LEVEL = 0.99  # the band's central probability
@@ -315,6 +316,10 @@ def judge(run: str, variant: str, seed: int, compute, score, *, k: int = K, leve
         j.departure = got.kind
     elif j.forecast.rule == "provisional":
         _waiting(j, c, y, got.why, from_compute)
+        f = j.forecast
+        if len(j.forecasts) > 1 and j.forecasts[0].rule == "provisional":
+            j.reason += (f"; provisional forecast refit at compute {_c_text(f.frozen_at)} (A "
+                         f"{f.A:.3f}, the first {j.forecasts[0].A:.3f}): the run outgrew it")
         _fallen(j, c, y)
         return j
     if with_today and j.verdict != "departed":  # a sigmoid through a collapse misleads
