@@ -4,11 +4,11 @@ score. The one sag rule that `watch`, `compare`, the report, `status` and `extra
 
 A run has FALLEN when the mean of its last W evaluations is FALL or more below the best earlier
 mean of W consecutive evaluations (its peak), and that fall is also Z standard errors of the
-difference of two such means (the evaluation noise read from the run's own evaluations,
-each against its neighbours): one lucky evaluation is no peak, and on a noisy eval set the best of many means
-sits well above the level by chance (with noise sd 0.05 a fall of 0.1 is 2.4 such errors). The
-peak is later than the first W evaluations: a score that only declines from its start has no
-peak to fall from (`watch` calls it falling; its fit is refused).
+difference of two such means (the evaluation noise read from the run's own evaluations, each
+against its neighbours): one lucky evaluation is no peak, and on a noisy eval set the best of
+many means sits well above the level by chance (with noise sd 0.05 a fall of 0.1 is 2.4 such
+errors). The peak is later than the first W evaluations: a score that only declines from its
+start has no peak to fall from (`watch` calls it falling; its fit is refused).
 A run REACHED a score where the mean of W consecutive evaluations first got to it.
 Pure numbers in, plain records out: no numpy import at a command's start.
 """
