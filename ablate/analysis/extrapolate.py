@@ -166,6 +166,8 @@ def extrapolate_answer(rows: list[dict], *, x: str, y: str, budget: float | None
     if best.get("reached"):  # the data answered: no fit's interval to give
         said = (f"{who} reached {y}={target:g} first: at {x} {compute(best['compute'])} "
                 f"(observed, seed {best['reached']['seed']})")
+        if best.get("rank") not in (None, 1):
+            said += f"; compare ranks it #{best['rank']} (see its note)"
         fell = [name(r["variant"]) for r in rows if r.get("reached") and r.get("fell")]
         if fell:
             said += f"; {', '.join(fell)} then fell from its peak (see its note)"
