@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from ablate.analysis.sources import _study_meant
+from ablate.analysis.sources import study_meant
 from tests._cli import ablate_script
 
 
@@ -16,18 +16,18 @@ def _study(d: Path) -> Path:
 def test_folder_of_one_study_means_that_study(tmp_path):
     s = _study(tmp_path / "results" / "mine")
     (tmp_path / "results" / "notes").mkdir()
-    assert _study_meant(tmp_path / "results") == s
+    assert study_meant(tmp_path / "results") == s
 
 
 def test_runs_folder_means_its_study(tmp_path):
     s = _study(tmp_path / "results" / "mine")
     (s / "runs").mkdir()
-    assert _study_meant(s / "runs") == s
+    assert study_meant(s / "runs") == s
 
 
 def test_plain_log_dir_is_left_alone(tmp_path):
     (tmp_path / "logs").mkdir()
-    assert _study_meant(tmp_path / "logs") == tmp_path / "logs"
+    assert study_meant(tmp_path / "logs") == tmp_path / "logs"
 
 
 @pytest.mark.slow
@@ -56,4 +56,4 @@ def test_one_run_dir_of_a_study_stays_that_run(tmp_path):
     s = _study(tmp_path / "results" / "mine")
     (s / "run-0").mkdir()
     (s / "run-0" / "metrics.jsonl").write_text("")
-    assert _study_meant(s / "run-0") == s / "run-0"
+    assert study_meant(s / "run-0") == s / "run-0"

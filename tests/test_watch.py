@@ -78,8 +78,10 @@ def test_a_fall_from_its_own_peak_reads_behind_whatever_the_band():
     j = watch.judge("q", "q", 0, c, y)
     assert j.verdict in ("behind", "departed"), (j.verdict, j.reason)
     assert watch.fall_from_peak(c[:25], y[:25]) is None  # before the fall: none
-    peak, _, latest = watch.fall_from_peak(c, y)
-    assert peak == pytest.approx(0.83, abs=0.01) and latest == pytest.approx(0.70, abs=0.01)
+    fell = watch.fall_from_peak(c, y)
+    assert fell.peak == pytest.approx(0.83, abs=0.01)
+    assert fell.latest == pytest.approx(0.70, abs=0.01)
+    assert j.as_json()["fell"]["latest"] == pytest.approx(0.70, abs=0.01)
     # held to a provisional band that sits below 0.70 (the issue's "ahead 0.700 [0.607,
     # 0.681]": a band fitted early, on a curve 0.8 times this one): the fall decides
     early = watch.make_forecast(watch.fit_quiet(c[:25], 0.8 * y[:25], intervals=True), 12,

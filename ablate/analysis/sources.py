@@ -82,7 +82,7 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
         raise InputError(f"{p}: no such file or directory; SOURCE is a study results dir, a "
                          ".csv/.jsonl/.parquet table, a W&B CSV export, an MLflow tracking dir, "
                          "a TensorBoard log dir, or a verl/TRL JSONL log")
-    p = _study_meant(p)
+    p = study_meant(p)
     if step_cost is not None and is_study_dir(p):
         raise InputError(f"{p}: --step-cost converts a log's steps to compute; a study dir "
                          "has its compute columns (pass --x gpu_hours or --x flops)")
@@ -157,7 +157,7 @@ def _study_name(p: Path) -> str:
     return str(name) if isinstance(name, str) and name else p.stem
 
 
-def _study_meant(p: Path) -> Path:
+def study_meant(p: Path) -> Path:
     """The study dir a folder one level off means: a folder of study dirs, or a study's run
     folders (results/NAME/runs). Never read as a generic log (every run its own variant)."""
     if not p.is_dir() or is_study_dir(p):

@@ -314,7 +314,8 @@ def extrapolate(source: Path = SourceArg,
                                paper_grid, baseline, margin, budget, y_range), json_)
     from ablate.analysis.extrapolate import extrapolate_answer
 
-    rows = predict(a.groups, budget=budget, target=target, margin=a.options.margin)
+    rows = predict(a.groups, budget=budget, target=target, margin=a.options.margin,
+                   frame=a.curves.frame)
     _plot(a.curves, a.groups, plot, extend_to=budget)
     answer = extrapolate_answer(rows, x=a.curves.x, y=a.curves.y, budget=budget, target=target)
     if json_:

@@ -39,13 +39,14 @@ def status(
         keys = ("run_id", "name", "seed", "state", "step", "progress", "job_id", "attempts",
                 "error")
         print(json.dumps([{**{k: getattr(s, k) for k in keys}, "stopped": stopped.get(s.name),
-                           "watch": v or None} for s, v in zip(states, watched)]))
+                           **v.as_json()} for s, v in zip(states, watched)]))
         return
     con = Console()
     from ablate.cli.tables import Col
 
+    cells = [v.cell for v in watched]
     con.print(status_table(con, _title(study_dir), states, wide,
-                           (Col("watch", watched, justify="left", drop=5),) if any(watched) else ()))
+                           (Col("watch", cells, justify="left", drop=5),) if any(cells) else ()))
     counts: dict[str, int] = {}
     for s in states:
         counts[s.state] = counts.get(s.state, 0) + 1

@@ -322,6 +322,9 @@ def _parts(j) -> list[str]:
 
     if j.verdict == "waiting":
         return [j.reason.replace("no forecast yet: needs about ", "needs ~")]
+    if j.forecast is None:  # behind on a fall from its peak alone, before any forecast
+        return [j.fall.short(), f"needs ~{j.needs} more evaluation(s) for a forecast"
+                if j.needs else "no forecast"]
     judged = [p for p in j.points if p.side != "past"]
     if j.verdict == "departed":
         parts = [f"{j.departure} since {compute(j.departed_at)}"
@@ -335,6 +338,8 @@ def _parts(j) -> list[str]:
         parts = [f"{estimate(p.score, (p.lo, p.hi))} @{compute(p.compute)}"]
     else:
         parts = [f"frozen @{compute(j.forecast.frozen_at)}, nothing after it yet"]
+    if j.fall is not None:  # fell from its own peak (ablate/analysis/sag.py): compare names it too
+        parts.append(j.fall.short())
     if j.forecast.rule == "renewed":
         parts.append(f"renewed @{compute(j.forecast.frozen_at)}")
     if j.at_budget:
