@@ -192,7 +192,7 @@ def test_budget_in_flops_and_gpu_hours_gives_steps():
 def test_local_requeue_limit_is_submitits_default():
     import submitit
 
-    from ablate.studies.launch.profile import LOCAL_MAX_NUM_TIMEOUT
+    from ablate.studies.launch.local import LOCAL_MAX_NUM_TIMEOUT
 
     default = inspect.signature(submitit.LocalExecutor.__init__).parameters["max_num_timeout"]
     assert LOCAL_MAX_NUM_TIMEOUT == default.default

@@ -180,18 +180,9 @@ def intended_executor(requested: Optional[str], prof: Profile) -> str:
 
 
 def executor_reason(requested: Optional[str], prof: Profile) -> tuple[str, str]:
-    """(executor, why that one) as launch.choose_executor picks it; says when it would not
-    work here (the dry run shows it; `sweep` refuses it)."""
-    if requested or prof.executor:
-        name = requested or prof.executor
-        why = "--executor" if requested else "the profile's executor"
-        mod = launch.EXECUTORS.get(name)
-        if mod is not None and not mod.available():
-            why += f"; not usable here: {mod.UNAVAILABLE}"
-        return name, why
-    if launch.slurm.available():
-        return "slurm", "no executor named; Slurm answers here (`sinfo`)"
-    return "local", "no executor named and no working Slurm here"
+    """(executor, why that one) as launch.choose_executor picks it (launch.pick, the one
+    rule); says when it would not work here (the dry run shows it; `sweep` refuses it)."""
+    return launch.pick(requested, prof)
 
 
 def choose_runs(plan: SweepPlan, *,

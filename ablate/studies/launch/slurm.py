@@ -29,12 +29,25 @@ import submitit
 
 from ablate.errors import InputError
 from ablate.studies.launch.job import RunJob
+from ablate.studies.launch.slurm_profile import (  # noqa: F401  (the executor's parts)
+    Section,
+    capacity,
+    describe,
+    job_shape,
+    limits,
+    sentence,
+)
 
 if TYPE_CHECKING:
-    from ablate.studies.launch.profile import Profile, SlurmProfile
+    from ablate.studies.launch.profile import Profile
 
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default when scontrol says nothing
 UNAVAILABLE = "no working Slurm here (`sinfo` missing or failing); use --executor local"
+DEFAULT_PREFERENCE = 0  # first (launch.pick): a cluster that answers wins
+CHOSEN_BECAUSE = "no executor named; Slurm answers here (`sinfo`)"
+SHARES_JOBS = False  # one array task per run
+RUNS_IN_SUBMIT = False
+STOP_DEQUEUES = True  # scancel dequeues a pending job as well
 
 
 def available() -> bool:
@@ -85,7 +98,7 @@ def max_num_timeout(run_dirs: list[Path], profile: Profile) -> int:
     from trainer.config import TrainConfig
     from trainer.plan.time_plan import plan_time
 
-    shape, limits, need = profile.job_shape("slurm"), profile.limits("slurm"), []
+    shape, limits, need = job_shape(profile), limits(profile), []
     for d in run_dirs:
         try:
             c = TrainConfig.model_validate(rundir.read_config(Path(d)))
@@ -113,7 +126,7 @@ def tasks_per_node(run_dir: Path, profile: Profile) -> int:
         c = TrainConfig.model_validate(rundir.read_config(Path(run_dir)))
     except Exception:  # noqa: BLE001 - another trainer's config: one task per GPU
         return max(1, profile.slurm.gpus_per_node)
-    return topology(c, profile.job_shape("slurm")).shape.ranks_per_node
+    return topology(c, job_shape(profile)).shape.ranks_per_node
 
 
 def cpus_per_task(run_dir: Path, profile: Profile) -> int:
@@ -132,13 +145,13 @@ def cpus_per_task(run_dir: Path, profile: Profile) -> int:
 
     try:
         c = TrainConfig.model_validate(rundir.read_config(Path(run_dir)))
-        engines = topology(c, profile.job_shape("slurm")).engines
+        engines = topology(c, job_shape(profile)).engines
     except Exception:  # noqa: BLE001 - another trainer's config, or no layout: the profile's
         return base
     return base + sum(1 + max(1, len(gpus)) for gpus in engines)
 
 
-def executor(folder: Path, prof: SlurmProfile, job_name: str,
+def executor(folder: Path, prof: Section, job_name: str,
              max_num_timeout: int, tasks: int, cpus: int | None = None) -> submitit.SlurmExecutor:
     """submitit's executor for runs of `tasks` tasks per node (`tasks_per_node`) of `cpus`
     cores each (cpus_per_task; None: the profile's). The count is given to srun too, as
@@ -209,7 +222,7 @@ def _submit_arrays(ex: submitit.SlurmExecutor, run_dirs: list[Path], profile: Pr
     return out
 
 
-def requeue_within(prof: SlurmProfile) -> float:
+def requeue_within(prof: Section) -> float:
     """Seconds after USR2 by which the job requeues itself even if the trainer has not
     checkpointed (job.py Fallback): the signal's warning less a margin for submitit's pickle
     and `scontrol requeue` (30 s, or a tenth of a long warning)."""
@@ -272,3 +285,11 @@ def job_states(job_ids: list[str]) -> dict[str, str]:
                 found[jid] = state.split()[0] if state else "UNKNOWN"
     return {f"slurm:{i}": found.get(i, "UNKNOWN" if text is None else "GONE") for i in ids}
 
+
+
+def stop_command(job_ids: list[str]) -> str:
+    """`scancel` of the jobs (an array task `slurm:123_4` cancels as 123_4, the whole array
+    as 123): the job's USR2 handler is not involved, the run resumes from its last
+    checkpoint on the next sweep."""
+    ids = sorted({j.split(":", 1)[1] for j in job_ids})
+    return f"scancel {' '.join(ids)}" if ids else ""
