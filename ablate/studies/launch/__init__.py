@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Optional
 
 from ablate.errors import InputError
 from ablate.studies.launch import debug, local, slurm
-from ablate.studies.launch.executor import Executor
+from ablate.studies.launch.executor import Executor, RunResources
 
 if TYPE_CHECKING:
     from ablate.studies.launch.profile import Profile
@@ -71,9 +71,9 @@ def executor_of(job_id: str) -> Optional[Executor]:
     return EXECUTORS.get(job_id.split(":", 1)[0])
 
 
-def submit(executor: str, run_dirs: list[Path], folder: Path, profile: Profile, *,
+def submit(executor: str, runs: list[RunResources], folder: Path, profile: Profile, *,
            entry: str = "trainer:run", job_name: str = "ablate") -> dict[str, str]:
-    return EXECUTORS[executor].submit(run_dirs, folder, profile, entry=entry, job_name=job_name)
+    return EXECUTORS[executor].submit(runs, folder, profile, entry=entry, job_name=job_name)
 
 
 def job_states(job_ids: list[str]) -> dict[str, str]:

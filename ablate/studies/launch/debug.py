@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import submitit
 
-from ablate.studies.launch.executor import Capacity
+from ablate.studies.launch.executor import Capacity, RunResources
 from ablate.studies.launch.job import RunJob, stdout_to_stderr
 from ablate.validation import Strict
 from trainer.plan.time_plan import Limits
@@ -64,12 +64,12 @@ def stop_command(job_ids: list[str]) -> str:
     return ""  # they ended before submit() returned
 
 
-def submit(run_dirs: list[Path], folder: Path, profile: Profile, *, entry: str,
+def submit(runs: list[RunResources], folder: Path, profile: Profile, *, entry: str,
            job_name: str) -> dict[str, str]:
     """Run each run's job now, in this process; the profile has no debug settings."""
     ex = submitit.DebugExecutor(folder=folder)
     out: dict[str, str] = {}
-    for d in run_dirs:
+    for d in (r.run_dir for r in runs):
         job = ex.submit(RunJob([str(d)], entry=entry))
         out[d.name] = f"debug:{job.job_id}"
         try:

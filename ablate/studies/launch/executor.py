@@ -48,6 +48,23 @@ class Capacity:
         return out
 
 
+@dataclass(frozen=True)
+class RunResources:
+    """One run's needs as its trainer's plans give them on the executor's job shape, computed
+    once by the planner (ablate/studies/sweep.py resources_of) and handed to `submit`, so no
+    executor reads a run's config or plans it again."""
+
+    run_dir: Path
+    # Training ranks per node of the run's topology (trainer/plan/topology.py; None: its
+    # trainer has no plan here, an executor gives it one rank per GPU).
+    ranks_per_node: Optional[int] = None
+    # CPU cores the vLLM engines its local rank 0 hosts want beside that rank: one per engine
+    # process and one for their client (0: no engines of their own, or no plan).
+    engine_cores: int = 0
+    # Restarts after time limits its time plan derives (auto_max_num_timeout; None: no plan).
+    requeues: Optional[int] = None
+
+
 @runtime_checkable
 class Executor(Protocol):
     """Where jobs run. Job ids it returns start with its registered name and a colon."""
@@ -95,11 +112,11 @@ class Executor(Protocol):
         """The dry run's line after `where: executor NAME (why)`, from describe()'s object."""
         ...
 
-    def submit(self, run_dirs: list[Path], folder: Path, profile: Profile, *, entry: str,
+    def submit(self, runs: list[RunResources], folder: Path, profile: Profile, *, entry: str,
                job_name: str) -> dict[str, str]:
-        """Start jobs training `run_dirs` (scripts and logs under `folder`), as `profile`
-        says; returns run_id (the run dir's name) -> job id. InputError when the scheduler
-        refuses the profile (nothing may be left running then)."""
+        """Start jobs training `runs` (scripts and logs under `folder`), as `profile` says
+        and each run's resources ask; returns run_id (the run dir's name) -> job id.
+        InputError when the scheduler refuses the profile (nothing may be left running)."""
         ...
 
     def job_states(self, job_ids: list[str]) -> dict[str, str]:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import submitit
 from pydantic import Field
 
-from ablate.studies.launch.executor import Capacity
+from ablate.studies.launch.executor import Capacity, RunResources
 from ablate.studies.launch.job import RunJob
 from ablate.validation import Strict
 from trainer.dist import preempt
@@ -96,9 +96,11 @@ def sentence(info: dict[str, Any]) -> str:
             f"{info['timeout_min']:g} min per job")
 
 
-def submit(run_dirs: list[Path], folder: Path, profile: Profile, *, entry: str,
+def submit(runs: list[RunResources], folder: Path, profile: Profile, *, entry: str,
            job_name: str) -> dict[str, str]:
-    """Start background jobs (profile.local); returns run_id -> job id (the controller's pid)."""
+    """Start background jobs (profile.local); returns run_id -> job id (the controller's pid).
+    A job is one process on this machine: the runs' resources ask nothing of it."""
+    run_dirs = [r.run_dir for r in runs]
     if not run_dirs:
         return {}
     prof = profile.local
