@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from ablate.errors import InputError
-from ablate.studies.launch import debug, local, slurm
+from ablate.studies.launch import debug, local, ray, slurm
 from ablate.studies.launch.executor import Executor, RunResources
 
 if TYPE_CHECKING:
     from ablate.studies.launch.profile import Profile
 
-EXECUTORS: dict[str, Executor] = {"local": local, "slurm": slurm, "debug": debug}
+EXECUTORS: dict[str, Executor] = {"local": local, "slurm": slurm, "debug": debug, "ray": ray}
 
 # Job states (Slurm's words, the one vocabulary every executor maps its own onto) that mean
 # "this job will still run or is running".
