@@ -122,7 +122,8 @@ def test_two_one_rank_runs_then_status_compare_and_a_rerun_that_submits_nothing(
 
 
 def test_two_rank_run_stopped_by_ray_resumes_with_every_step_once(tmp_path, cluster):
-    """torchrun starts two gloo ranks in one Ray job (RANK, WORLD_SIZE, MASTER_ADDR...);
+    """torchrun starts two gloo ranks in one Ray job (RANK, WORLD_SIZE, MASTER_ADDR...); a
+    re-run while it is queued or running submits nothing;
     `stop_job` sends SIGTERM to all of them, the trainer checkpoints its last finished step
     and the run reads "stopped"; the next sweep submits it under a new id, it resumes from the
     checkpoint and finishes with every eval step exactly once; a third sweep submits 0."""
@@ -135,6 +136,10 @@ def test_two_rank_run_stopped_by_ray_resumes_with_every_step_once(tmp_path, clus
     (rid,) = cli_json("sweep", str(study), "--profile", str(prof),
                       "--results", str(results))["submitted"]
     sdir, run_dir = results / "two", results / "two" / rid
+    # queued or running: a re-run submits nothing
+    assert states(sdir)[rid]["state"] in ("queued", "running")
+    assert cli_json("sweep", str(study), "--profile", str(prof),
+                    "--results", str(results))["submitted"] == []
     wait_until(lambda: (run_dir / "checkpoint").is_dir() and (states(sdir)[rid]["step"] or 0)
                >= 2 * every, 240, 0.2, "a checkpoint past step 40")
     first = states(sdir)[rid]["job_id"]
