@@ -129,10 +129,11 @@ def describe(profile: Profile, cap: Capacity) -> dict[str, Any]:
 
 
 def sentence(info: dict[str, Any]) -> str:
-    where = info["address"] or "no address (set ray.address or RAY_ADDRESS)"
+    where = (f"on the cluster at {info['address']}" if info["address"] else
+             "on no cluster yet (set ray.address or RAY_ADDRESS)")
     ranks = info["ranks_per_node"]
     how = "one process" if ranks == 1 else f"{ranks} ranks under torchrun"
-    return (f": a Ray job per run on the cluster at {where}, {how} with "
+    return (f": a Ray job per run {where}, {how} with "
             f"{info['gpus_per_node']} GPUs and {ranks * info['cpus_per_rank']} CPUs; "
             f"{info['runs_at_once']} at once (ray.runs_at_once), no time limit")
 
