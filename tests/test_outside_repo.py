@@ -149,7 +149,7 @@ def test_a_missing_name_lists_each_place_once(tmp_path):
     # sweeps/ of the study's folder, of its parent (= of here: said once), then the shipped one
     assert places[:2] == ["studies/sweeps/slurm_gpus.yaml", "sweeps/slurm_gpus.yaml"], places
     assert len(places) == len(set(places)) == 3 and places[2].endswith("sweeps/slurm_gpus.yaml")
-    assert "profile 'slurm_gpus' not found" in err and "shipped: local, slurm, slurm_gpu" in err
+    assert "profile 'slurm_gpus' not found" in err and "shipped: local, ray, slurm, slurm_gpu" in err
 
 
 @pytest.mark.slow

@@ -192,7 +192,7 @@ def test_budget_in_flops_and_gpu_hours_gives_steps():
 def test_local_requeue_limit_is_submitits_default():
     import submitit
 
-    from ablate.studies.launch.profile import LOCAL_MAX_NUM_TIMEOUT
+    from ablate.studies.launch.local import LOCAL_MAX_NUM_TIMEOUT
 
     default = inspect.signature(submitit.LocalExecutor.__init__).parameters["max_num_timeout"]
     assert LOCAL_MAX_NUM_TIMEOUT == default.default
@@ -358,15 +358,14 @@ def test_slurm_executor_gets_the_requeues_the_plan_derives(tmp_path):
     integer in the profile is passed as it is. Built, not submitted (no sbatch needed)."""
     from ablate.studies.launch import slurm
     from ablate.studies.launch.profile import Profile, load_profile
-    from trainer import rundir
+    from ablate.studies.sweep import resources_of
 
     prof = load_profile(Path("sweeps/slurm_gpu.yaml"))
     assert prof.slurm.max_num_timeout == "auto"
-    small, big = tmp_path / "small", tmp_path / "big"
-    for d, c in ((small, paper(budget={"steps": 200})), (big, paper())):
-        d.mkdir()
-        rundir.write_config(d, c)
+
     shape, limits = prof.job_shape("slurm"), prof.limits("slurm")
+    small = resources_of(paper(budget={"steps": 200}), tmp_path / "small", shape, limits)
+    big = resources_of(paper(), tmp_path / "big", shape, limits)
     need = plan_time(paper(), shape, limits).requeues
     assert need > plan_time(paper(budget={"steps": 200}), shape, limits).requeues
     n = slurm.max_num_timeout([small, big], prof)

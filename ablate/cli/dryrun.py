@@ -140,56 +140,21 @@ def resources_json(p: Any, t: Optional[TimePlan] = None) -> dict[str, Any]:
     return out
 
 
-def launch_info(executor: str, why: str, prof: Profile, cap: Any = None) -> dict[str, Any]:
-    """Where the jobs would go: the executor (and why that one), and its profile's limits;
-    `runs_at_once` is what the study's nodes allow (`cap`, ablate/studies/capacity.py)."""
-    out: dict[str, Any] = {"executor": executor, "executor_from": why}
-    if executor == "slurm":
-        s = prof.slurm
-        out.update(partition=s.partition, account=s.account, qos=s.qos, nodes=s.nodes,
-                   tasks_per_node=s.tasks_per_node, gpus_per_node=s.gpus_per_node,
-                   gpu_memory_gib=prof.gpu_memory_gib, gpu_model=prof.gpu_model,
-                   time_min=s.time_min, max_num_timeout=s.max_num_timeout,
-                   signal_delay_s=s.signal_delay_s, array_parallelism=s.array_parallelism,
-                   runs_at_once=cap.runs_at_once if cap else s.array_parallelism,
-                   study_nodes=cap.nodes.nodes if cap and cap.nodes else None,
-                   study_nodes_from=cap.nodes.source if cap and cap.nodes else None)
-    elif executor == "local":
-        out.update(timeout_min=prof.local.timeout_min, runs_at_once=prof.local.max_parallel,
-                   gpu_memory_gib=prof.gpu_memory_gib, gpu_model=prof.gpu_model)
-    else:
-        out.update(runs_at_once=1, gpu_memory_gib=prof.gpu_memory_gib)
-    return out
+def launch_info(executor: str, why: str, prof: Profile, cap: Any) -> dict[str, Any]:
+    """Where the jobs would go: the executor (and why that one), and its profile's settings
+    as the executor describes them; `runs_at_once` is what it allows (`cap`)."""
+    from ablate.studies import launch
 
-
-def _requeue_cap(cap: Any) -> str:
-    return ("requeues as each run's plan derives (max_num_timeout auto)" if cap == "auto"
-            else f"up to {cap} requeues")
-
-
-def _tasks(n: Any) -> str:
-    return ("a task per training GPU of each run's split (tasks_per_node auto)"
-            if n == "auto" else f"{n} task(s) per node")
+    return {"executor": executor, "executor_from": why,
+            **launch.EXECUTORS[executor].describe(prof, cap)}
 
 
 def launch_text(info: dict[str, Any]) -> str:
+    from ablate.studies import launch
+
     ex = info["executor"]
-    head = f"where: executor {ex} ({info['executor_from']})"
-    if ex == "slurm":
-        part = info["partition"] or "the cluster's default"
-        gpus = info["gpus_per_node"]
-        mem = (f" of {info['gpu_memory_gib']:g} GiB" if info["gpu_memory_gib"] else
-               " (size not set: gpu_memory_gib)") if gpus else ""
-        extra = "".join(f", {k} {info[k]}" for k in ("account", "qos") if info[k])
-        return (f"{head}, partition {part}{extra}; {count(info['nodes'], 'node')} x {gpus} GPUs{mem}, "
-                f"{_tasks(info['tasks_per_node'])}; time limit {info['time_min']} min "
-                f"per job, {_requeue_cap(info['max_num_timeout'])}, stop signal "
-                f"{info['signal_delay_s']} s before; at most {count(info['array_parallelism'], 'run')} "
-                "at once (array_parallelism)")
-    if ex == "local":
-        return (f"{head}: background jobs on this machine, {info['runs_at_once']} at once, "
-                f"{info['timeout_min']:g} min per job")
-    return f"{head}: in this process, one run after another"
+    return f"where: executor {ex} ({info['executor_from']})" + \
+        launch.EXECUTORS[ex].sentence(info)
 
 
 def command_of(v: Variant, run_dir: Path) -> Optional[str]:
@@ -209,9 +174,8 @@ def warnings_of(shape: JobShape, plans: dict[str, Any], info: dict[str, Any]) ->
                   p.model != "proxy"]
     if shape.gpu_memory_gib is None and gpu_models:
         top = max(p.train_gib_per_gpu for p in gpu_models)
-        no_gpus = shape.gpus_per_node == 0 or (
-            info["executor"] == "slurm" and not info.get("gpus_per_node"))
-        where = ("the Slurm jobs would get no GPUs (slurm.gpus_per_node 0)" if no_gpus else
+        no_gpus = shape.gpus_per_node == 0
+        where = (f"the jobs would get no GPUs ({info['executor']}.gpus_per_node 0)" if no_gpus else
                  "GPUs not known here" if shape.gpus_per_node is None else
                  "gpu_memory_gib is not set")
         out.append(f"warning: the memory plan (up to {top:g} GiB per training GPU) is not "

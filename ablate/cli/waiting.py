@@ -49,26 +49,30 @@ def stopped_line(study_dir: Path, study: Path | str) -> str:
 
 
 def stopped_text(states: Sequence[RunState], study_dir: Path | str, study: Path | str) -> str:
-    """The stop advice names only running runs' jobs: a queued local run's process is waiting
-    for a slot, and a signal there would end it as "interrupted" and spend an attempt; a queued
-    Slurm job is dequeued by the same `scancel` (said so), a queued local run is left queued."""
+    """The stop advice names only running runs' jobs, and queued ones only where the same
+    command dequeues them (STOP_DEQUEUES: `scancel` of a queued Slurm job, said so); a
+    queued local run's process is waiting for a slot, and a signal there would end it as
+    "interrupted" and spend an attempt, so it is left queued."""
+    from ablate.studies import launch
+
     running = [s for s in states if s.state == "running"]
     queued = [s for s in states if s.state == "queued"]
-    slurm_queued = [s for s in queued if (s.job_id or "").startswith("slurm:")]
-    local_queued = len(queued) - len(slurm_queued)
+    dequeued = [s for s in queued if s.job_id and getattr(
+        launch.executor_of(s.job_id), "STOP_DEQUEUES", False)]
+    left_queued = len(queued) - len(dequeued)
     live = len(running) + len(queued)
     text = (f"stopped waiting (Ctrl-C); {count(live, 'run')} "
             f"{'goes' if live == 1 else 'go'} on in the background "
             f"({len(running)} running, {len(queued)} queued): follow with "
             f"`ablate status {study_dir}`")
-    stop = stop_command(sorted({s.job_id for s in running + slurm_queued if s.job_id}))
+    stop = stop_command(sorted({s.job_id for s in running + dequeued if s.job_id}))
     if stop:
         text += f"; stop them: {stop}"
-        if slurm_queued:
-            text += f" (dequeues the {count(len(slurm_queued), 'queued run')})"
-        if local_queued:
-            text += (f"; the {count(local_queued, 'queued local run')} "
-                     f"{'is' if local_queued == 1 else 'are'} left queued and start as slots free")
+        if dequeued:
+            text += f" (dequeues the {count(len(dequeued), 'queued run')})"
+        if left_queued:
+            text += (f"; the {count(left_queued, 'queued local run')} "
+                     f"{'is' if left_queued == 1 else 'are'} left queued and start as slots free")
     return text + f"; `ablate sweep {study}` resumes what does not finish"
 
 
@@ -78,16 +82,12 @@ def wrap(text: str, width: int) -> str:
 
 
 def stop_command(job_ids: Sequence[str]) -> str:
-    """The command that stops these jobs ("" when none is known): `kill -INT` of local jobs'
-    processes (ablate/studies/launch/local.py says why SIGINT), `scancel` of Slurm jobs (an
-    array task `slurm:123_4` cancels as 123_4, the whole array as 123)."""
-    from ablate.studies.launch.local import stop_pids
+    """The command that stops these jobs ("" when none is known), each executor's for its
+    own jobs (launch.stop_command): `kill -INT` of local jobs' processes, `scancel` of Slurm
+    jobs..."""
+    from ablate.studies import launch
 
-    local = [str(p) for p in stop_pids([j for j in job_ids if j.startswith("local:")])]
-    slurm = sorted({j.split(":", 1)[1] for j in job_ids if j.startswith("slurm:")})
-    parts = ([f"kill -INT {' '.join(local)}"] if local else []) + (
-        [f"scancel {' '.join(slurm)}"] if slurm else [])
-    return " and ".join(parts)
+    return launch.stop_command(list(job_ids))
 
 
 def failed_runs(states: Sequence[RunState]) -> list[RunState]:

@@ -32,6 +32,7 @@ from ablate.adapters import adapter_of
 from ablate.analysis.resolution import MAX_USEFUL_SEEDS, a_margin
 from ablate.errors import InputError
 from ablate.studies.capacity import Capacity, capacity, study_wall_h
+from ablate.studies.launch.slurm_nodes import nodes_capacity
 from ablate.studies.design import LoadedStudy
 from ablate.studies.expand import Variant
 from ablate.studies.launch.profile import Profile
@@ -162,7 +163,7 @@ def best_option(variants: list[Variant], prof: Profile, budget: float, seeds: in
         if (budget, n) not in cache:
             cache[(budget, n)] = run_plans(variants, prof, budget, n)
         plans = cache[(budget, n)][0]
-        cap = capacity("slurm", prof, nodes_per_run=n, array_cap=None)
+        cap = nodes_capacity(prof, nodes_per_run=n, array_cap=None)
         if plans is None or cap.runs_at_once < 1:
             continue
         walls = [t.wall_h for t in plans]
