@@ -278,7 +278,9 @@ def test_dry_run_shows_a_command_trainers_command(tmp_path):
         cmd = run["command"]
         assert str(script) in cmd and f"--seed {run['seed']}" in cmd
         assert f"--out {results / 'cmd' / run['run_id']}" in cmd and "--resume" not in cmd
-        assert f"{run['run_id']} {run['name']} seed 0: {cmd}" in r.stdout
+        # folded between arguments at the width with ` \` (a shell joins them back)
+        assert f"{run['run_id']} {run['name']} seed 0: {cmd}" in r.stdout.replace(" \\\n    ", " ")
+    assert max(len(x) for x in r.stdout.splitlines()) <= 100, r.stdout
     assert not results.exists()  # the dry run wrote nothing
 
 
