@@ -123,7 +123,7 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
         if step_cost is not None:  # compute = step x cost, whatever else the table holds
             df, x = _step_compute(df, p, step_cost)
         # the file's own names, found as a log's are (ablate/readers/columns.py)
-        x, y, by_cols, notes = table_axes(df.columns, str(p), x=x, y=y, by=by_cols,
+        x, y, by_cols, said = table_axes(df.columns, str(p), x=x, y=y, by=by_cols,
                                           skip=("variant", *RUN_COLUMNS))
         by = ",".join(by_cols) or None
         if by is None and "variant" not in df.columns:
@@ -145,6 +145,7 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
                      first_line={".csv": 2, ".jsonl": 1}.get(p.suffix))
         return Curves(tidy, str(p), x, y, dropped=int(tidy.attrs.get("dropped", 0)),
                       duplicates=tidy.attrs["duplicates"], readings=notes + tidy.attrs["notes"],
+                      notes=said,
                       y_range=y_range)
     raise InputError(f"{p}: a directory with none of: variants.json (study results dir), "
                      "TensorBoard event files, an MLflow tracking dir, JSONL logs, "

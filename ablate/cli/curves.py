@@ -126,7 +126,7 @@ def _options(**kw) -> "Options":
 def _print_load_notes(curves: Curves, quiet: bool) -> None:
     if not quiet:
         for note in curves.notes:  # what a reader of another tool's log picked
-            err.print(f"[dim]{note}[/dim]", markup=True)
+            err.print(note, style="dim", markup=False, highlight=False)  # names as written
     if curves.dropped:  # always on stderr, --json or not: the data differs from the file
         err.print(f"{curves.source}: dropped {curves.dropped} row(s) with a blank "
                   f"{curves.x!r} or {curves.y!r} cell", markup=False)
