@@ -37,7 +37,8 @@ def test_a_cumulative_count_beats_the_step_as_compute(cols, want):
 
 
 def test_score_rules_take_dotted_names_and_bare_pass_rates():
-    assert find_score(["eval.pass_rate", "train/loss"], "f") == ("eval.pass_rate", "auto-detected")
+    assert find_score(["eval.pass_rate", "train/reward"], "f") == ("eval.pass_rate",
+                                                                    "auto-detected")
     assert find_score(["pass_rate", "gpu_hours"], "f")[0] == "pass_rate"
     assert find_score(["eval/math/accuracy", "train/loss", "tokens"], "f")[0] \
         == "eval/math/accuracy"
@@ -64,6 +65,16 @@ def test_a_plain_table_finds_its_columns_as_a_log_does_and_says_so():
     assert x == "step" and "--step-cost" in said[0]
     with pytest.raises(InputError, match=r"no column 'Run' for --by; columns: run, step"):
         table_axes(["run", "step", "acc"], "t.csv", x=None, y=None, by=["Run"], skip=())
+
+
+def test_a_loss_is_never_taken_as_the_score():
+    """A falling curve fitted as a rising one is a wrong answer in silence: the only column
+    (or the only eval/ one) is not the score when it is a loss."""
+    assert find_score(["train/loss", "eval/acc"], "f")[0] == "eval/acc"
+    with pytest.raises(InputError, match="'loss' reads as a loss|loss reads as a loss"):
+        find_score(["loss"], "f")
+    with pytest.raises(InputError, match="a loss is never taken as the score: eval/loss"):
+        find_score(["eval/loss", "reward_std", "lr"], "f")
 
 
 def test_a_loss_gets_a_loss_hint_not_a_scale():

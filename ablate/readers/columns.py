@@ -82,7 +82,10 @@ def listing(cols: Sequence[str]) -> str:
 def find_score(cols: Sequence[str], src: str, what: str = "metric") -> tuple[str, str]:
     """(the score column, how it was found) among `cols`; InputError naming the --y to pass
     when none or several fit."""
-    cols = [c for c in cols if not is_band(c)]  # `ablate watch`'s band is never the score
+    # `ablate watch`'s band is never the score, nor a loss (it falls; A is a ceiling a score
+    # rises to): taking the only column when it is a loss fitted a wrong curve in silence
+    losses = [c for c in cols if is_loss(c)]
+    cols = [c for c in cols if not is_band(c) and c not in losses]
     if len(cols) == 1:
         return cols[0], f"the only {what}"
     hits = matches(SCORE_RULES, cols)
@@ -94,9 +97,15 @@ def find_score(cols: Sequence[str], src: str, what: str = "metric") -> tuple[str
         raise InputError(f"{src}: several score {what}s fit; pass one of "
                          + " or ".join(f"--y {h}" for h in hits[:6]))
     if not hits:
+        if losses and not cols:
+            raise InputError(f"{src}: no score {what}: {listing(losses)} reads as a loss "
+                             "(lower is better), not a score that rises to a ceiling; the "
+                             "sigmoid fits an evaluation score (a pass rate or accuracy)")
+        lost = (f" (a loss is never taken as the score: {listing(losses[:3])})"
+                if losses else "")
         raise InputError(f"{src}: no score {what} recognised (e.g. score, eval/pass_rate, "
                          f"accuracy, verl val-core/<src>/acc/mean@N, TRL eval/reward); pass "
-                         f"--y NAME with one of: {listing(cols)}")
+                         f"--y NAME with one of: {listing(cols)}{lost}")
     return hits[0], "auto-detected"
 
 
