@@ -335,7 +335,8 @@ def test_dry_run_with_no_profile_on_a_slurm_machine_says_where_and_warns():
     r = ablate("sweep", "recipes/loss_agg.yaml", "--dry-run", "--override", "seeds=[0]",
                "--force")
     assert r.returncode == 0, r.stderr
-    first, second = r.stdout.splitlines()[:2]
+    # each fact folded at the width under its own indent (issue 52): read back as one line
+    first, second = r.stdout.replace("\n    ", " ").splitlines()[:2]
     assert first.startswith("where: executor slurm (no executor named; Slurm answers here")
     assert "no launch profile" in first and "time limit 60 min per job" in first
     assert second.startswith("warning: the memory plan (up to 150.") and "no GPUs" in second
