@@ -41,6 +41,9 @@ def console(stderr: bool = False) -> Console:
     """A rich Console that prints at `columns()`: made when used, so a COLUMNS set after
     import (an in-process caller) is seen."""
     stream = sys.stderr if stderr else sys.stdout
+    env = os.environ.get("COLUMNS", "").strip()
+    if _isatty(stream) and not env.isdigit():  # rich measures the terminal, resizes included
+        return Console(stderr=stderr)
     return Console(stderr=stderr, width=columns(stream))
 
 
