@@ -59,6 +59,7 @@ def test_a_jsonl_log_tokens_dotted_names_and_a_loss(tmp_path):
     assert "score = 'eval/math/accuracy' (as given), compute = 'tokens' (auto-detected)" \
         in text, r.stderr  # tokens, not the step
     assert "pooled runs of cispo, dapo" in text, r.stderr  # each line's own run
+    assert "JSONL log: score = " in text and "verl" not in text, r.stderr  # no one's format
     err = _one_error_line(ablate_script("fit", "log.jsonl", "--y", "train/loss", cwd=tmp_path))
     assert "reads as a loss (lower is better)" in err and "percent" not in err, err
 

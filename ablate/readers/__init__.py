@@ -39,7 +39,7 @@ READERS: list[tuple[str, Callable[[Path], bool], Callable[[Path], Wide]]] = [
     ("MLflow tracking dir", is_mlflow_dir, read_mlflow),
     ("TensorBoard logs", has_events, read_tensorboard),
     ("HF/TRL trainer_state.json", is_hf_state, read_hf_state),
-    ("verl/TRL JSONL log", is_run_log, read_run_logs),
+    ("JSONL log", is_run_log, read_run_logs),  # verl's, TRL's or anyone's: not said which
 ]
 
 
