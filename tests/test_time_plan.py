@@ -278,7 +278,9 @@ def test_dry_run_shows_a_command_trainers_command(tmp_path):
         cmd = run["command"]
         assert str(script) in cmd and f"--seed {run['seed']}" in cmd
         assert f"--out {results / 'cmd' / run['run_id']}" in cmd and "--resume" not in cmd
-        assert f"{run['run_id']} {run['name']} seed 0: {cmd}" in r.stdout
+        # folded between arguments at the width with ` \` (a shell joins them back)
+        assert f"{run['run_id']} {run['name']} seed 0: {cmd}" in r.stdout.replace(" \\\n    ", " ")
+    assert max(len(x) for x in r.stdout.splitlines()) <= 100, r.stdout
     assert not results.exists()  # the dry run wrote nothing
 
 
@@ -333,7 +335,8 @@ def test_dry_run_with_no_profile_on_a_slurm_machine_says_where_and_warns():
     r = ablate("sweep", "recipes/loss_agg.yaml", "--dry-run", "--override", "seeds=[0]",
                "--force")
     assert r.returncode == 0, r.stderr
-    first, second = r.stdout.splitlines()[:2]
+    # each fact folded at the width under its own indent (issue 52): read back as one line
+    first, second = r.stdout.replace("\n    ", " ").splitlines()[:2]
     assert first.startswith("where: executor slurm (no executor named; Slurm answers here")
     assert "no launch profile" in first and "time limit 60 min per job" in first
     assert second.startswith("warning: the memory plan (up to 150.") and "no GPUs" in second

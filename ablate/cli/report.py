@@ -49,9 +49,9 @@ def report(
     if as_json:
         print(json.dumps({"report": str(path), **data.to_json()}))
         return
-    from rich.console import Console
+    from ablate.cli.width import console
 
-    con = Console()
+    con = console()
     con.print(data.answer or "(no answer: nothing could be fit)", markup=False, highlight=False)
     con.print(f"report -> [bold]{path}[/]  ({count(len(data.ranking), 'variant')}, "
               f"{count(len(data.runs), 'run')}, {len(data.problems)} failed/diverged)")

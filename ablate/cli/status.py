@@ -4,15 +4,14 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.console import Console
 
 from ablate.cli.app import app
 from ablate.cli.waiting import clip, one_line
+from ablate.cli.width import console
 from ablate.studydir import PROBLEM_STATES
 
 if TYPE_CHECKING:
@@ -41,7 +40,7 @@ def status(
         print(json.dumps([{**{k: getattr(s, k) for k in keys}, "stopped": stopped.get(s.name),
                            **v.as_json()} for s, v in zip(states, watched)]))
         return
-    con = Console()
+    con = console()
     from ablate.cli.tables import Col
 
     cells = [v.cell for v in watched]
@@ -55,9 +54,9 @@ def status(
         con.print(f"stopped at stage {why['stage']} ({budget_text(why['budget'])}): {name}: "
                   f"{why['reason']}", style="yellow", markup=False)
     failed = [s for s in states if s.state in PROBLEM_STATES]  # a diverged run's why too
-    # each failure's cause, one line (the table has no room for it): cut to a terminal's width
-    # (or COLUMNS), whole when piped with no COLUMNS (a log, a grep)
-    width = con.width if con.is_terminal or os.environ.get("COLUMNS") else None
+    # each failure's cause, one line (the table has no room for it): cut to the width
+    # (ablate/cli/width.py); `--json` has it whole
+    width = con.width
     for s in failed:
         con.print(clip(f"{s.state} {s.name} seed {s.seed}: {cause(s, study_dir)}", width),
                   style="red", markup=False, highlight=False, soft_wrap=True)

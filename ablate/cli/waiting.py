@@ -5,7 +5,6 @@ status non-zero, with each one's cause, instead of an answer computed from nothi
 
 from __future__ import annotations
 
-import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -37,15 +36,17 @@ def watch_or_stop(study_dir: Path | str, study: Path | str, *, show: bool = True
 
 def stopped_line(study_dir: Path, study: Path | str) -> str:
     """What Ctrl-C left: the runs go on (local jobs ignore the terminal's Ctrl-C: see the
-    local executor), how to follow them, stop them and pick up again; wrapped at the width of
-    the terminal (COLUMNS), whole words."""
+    local executor), how to follow them, stop them and pick up again; wrapped at the width
+    (ablate/cli/width.py), whole words."""
     from ablate.studies.status import study_states
 
     try:
         states = study_states(study_dir)
     except Exception:  # noqa: BLE001 - a second look must not turn Ctrl-C into a traceback
         states = []
-    return wrap(stopped_text(states, study_dir, study), shutil.get_terminal_size((100, 24)).columns)
+    from ablate.cli.width import columns
+
+    return wrap(stopped_text(states, study_dir, study), columns(sys.stderr))
 
 
 def stopped_text(states: Sequence[RunState], study_dir: Path | str, study: Path | str) -> str:

@@ -26,18 +26,28 @@ def label_of(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]", "", text)
 
 
-def table(s, chosen) -> list[str]:
-    """The options the search tried, the chosen one marked."""
-    head = ("seeds", "budget GPU-h", "held GPU-h", "nodes/run", "at once", "wall", "margin A",
-            "")
+def table(s, chosen, width: int = 100) -> list[str]:
+    """The options the search tried, the chosen one marked, laid out for `width`
+    (ablate/cli/tables.py: every option one line, the least telling columns left out)."""
+    import io
+
+    from rich.console import Console
+
+    from ablate.cli.tables import Col, table as layout
+
+    heads = [("seeds", True, 0), ("budget GPU-h", True, 0), ("held GPU-h", False, 2),
+             ("nodes/run", False, 4), ("at once", False, 3), ("wall", True, 0),
+             ("margin A", False, 1), ("", True, 0)]
     rows = [(str(o.seeds), f"{o.budget:,.0f}" + ("" if o.paper else "*"),
              f"{o.run_gpu_hours:,.0f}", str(o.nodes_per_run),
              str(o.cap.runs_at_once), _days(o.study_wall_h), f"{o.margin:.3f}",
              "<- proposed" if o is chosen else ("fits" if o.study_wall_h <= s.within_h else ""))
             for o in s.tried]
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return [("  " + fmt.format(*r)).rstrip() for r in [head, *rows]]
+    cols = [Col(h, [r[i] for r in rows], justify="left", unbroken=True, keep=keep, drop=drop)
+            for i, (h, keep, drop) in enumerate(heads)]
+    con = Console(width=width - 2, file=io.StringIO(), record=True, color_system=None)
+    con.print(layout(con, "", cols))
+    return [("  " + x).rstrip() for x in con.export_text().splitlines() if x.strip()]
 
 
 def nothing_fits(study: Path, text: str, s, variants, prof) -> InputError:
@@ -117,7 +127,10 @@ def within(study: Path, text: str, *, executor: Optional[str], profile: Optional
                           "tried": [t.to_json() for t in s.tried], "wrote": wrote,
                           "study_yaml": yaml_text, "profile_yaml": prof_text}))
         return
-    print("\n".join([*lines, "", "considered (* below the paper's stage budget; held: a run's "
-                     "GPUs x its wall; wall: the study's):", *table(s, o), "",
-                     f"wrote {' and '.join(wrote)}; check it with: ablate sweep {out} "
-                     "--dry-run"]))
+    from ablate.cli.width import columns, fold
+
+    rows = table(s, o, columns())  # laid out for the width
+    print("\n".join(fold([*lines, "", "considered (* below the paper's stage budget; held: a "
+                          "run's GPUs x its wall; wall: the study's):", *rows, "",
+                          f"wrote {' and '.join(wrote)}; check it with: ablate sweep {out} "
+                          "--dry-run"], columns(), keep=rows)))
