@@ -53,7 +53,7 @@ class Capacity:
     runs_at_once: int  # 0: not one run fits where the study may run
     said: str  # in words: `2 at once (local.max_parallel)`
     nodes_per_run: int = 1
-    nodes: Optional[StudyNodes] = None  # the nodes the study may hold, where an executor counts them
+    nodes: Optional[StudyNodes] = None  # the study may hold, where an executor counts them
     array_cap: Optional[int] = None  # an executor's own cap on runs at once, when it binds
 
     def text(self) -> str:
