@@ -6,7 +6,9 @@ Read from the source, like tests/test_layers.py: in ablate/, outside an executor
 (ablate/studies/launch/NAME.py and NAME_*.py) and the registry (launch/__init__.py), no string
 that is an executor's name or a job id's prefix (`"slurm"`, `"local:"`), no attribute of that
 name (`profile.slurm`: its profile section) and no import of its module. trainer/ is left out:
-it knows launchers (torchrun, srun's variables), not executors.
+it knows launchers (torchrun, srun's variables), not executors. What only some executors can
+do is a capability they declare (executor.GpuNodes: `sweep --within`'s node sizing, the
+GPU-need check), which shared code asks for through launch.gpu_nodes, never by name.
 """
 
 from __future__ import annotations
@@ -18,21 +20,6 @@ from ablate.studies.launch import EXECUTORS
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH = ROOT / "ablate" / "studies" / "launch"
-
-# Modules that still name an executor, each with why. An entry that no longer does fails the
-# test too, so a module that is cleaned up is struck off.
-ALLOWED: dict[str, str] = {
-    "ablate/studies/gpu_need.py":
-        "the GPU-need check sizes a Slurm job's CPU cores and time limit (slurm.nodes, "
-        "cpus_per_task, time_min) and looks for a Slurm profile with GPUs to name",
-    "ablate/studies/sizing.py":
-        "`sweep --within` proposes Slurm node counts (slurm.study_nodes) for a budget",
-    "ablate/cli/within.py":
-        "`sweep --within` says the Slurm nodes a budget needs (slurm.study_nodes)",
-    "ablate/studies/proposal.py":
-        "`sweep --within` writes a Slurm profile (slurm.nodes, array_parallelism) beside the study",
-}
-
 
 def owner(path: Path) -> str | None:
     """The executor whose own file this is (None: a shared module)."""
@@ -59,18 +46,14 @@ def names_in(path: Path) -> set[str]:
 
 
 def test_no_executor_name_outside_its_module_and_the_registry():
-    seen: dict[str, set[str]] = {}
+    seen: dict[str, list[str]] = {}
     for path in sorted((ROOT / "ablate").rglob("*.py")):
-        rel = path.relative_to(ROOT).as_posix()
         if path == LAUNCH / "__init__.py" or owner(path) is not None:
             continue
         names = names_in(path)
         if names:
-            seen[rel] = names
-    unexplained = {f: sorted(n) for f, n in seen.items() if f not in ALLOWED}
-    assert not unexplained, f"executor names outside their modules: {unexplained}"
-    stale = sorted(set(ALLOWED) - set(seen))
-    assert not stale, f"no longer names an executor, strike from ALLOWED: {stale}"
+            seen[path.relative_to(ROOT).as_posix()] = sorted(names)
+    assert not seen, f"executor names outside their modules: {seen}"
 
 
 def test_the_check_sees_each_kind_of_use(tmp_path):

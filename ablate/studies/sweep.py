@@ -69,8 +69,7 @@ def check_inputs(study_path: Path | str, *, executor: Optional[str] = None,
     ex = intended_executor(executor, prof)  # one executor decides the shape and both plans
     check_variants(study_path, variants, prof.job_shape(ex))
     if not force:
-        label = f"profile {ref}" if ref else "no launch profile, Slurm's defaults"
-        check_gpus(study_path, variants, prof, ex, label)
+        check_gpus(study_path, variants, prof, ex, ref)
     return loaded, variants, prof
 
 

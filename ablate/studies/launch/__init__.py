@@ -7,7 +7,7 @@ module plus its line in `EXECUTORS` (tests/test_executors.py checks each against
 protocol; tests/test_executor_names.py that no shared module names one). Job ids are prefixed
 with their executor's name (`slurm:123_4`, `local:4567`) so `ablate status` asks the right
 scheduler. Profile validation, the `--executor` check, the default, submission and status
-all read this one table.
+all read this one table; so do the modules that ask for an optional capability (`gpu_nodes`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Optional
 
 from ablate.errors import InputError
 from ablate.studies.launch import debug, local, ray, slurm
-from ablate.studies.launch.executor import Executor, RunResources
+from ablate.studies.launch.executor import Executor, GpuNodes, RunResources
 
 if TYPE_CHECKING:
     from ablate.studies.launch.profile import Profile
@@ -64,6 +64,16 @@ def choose_executor(requested: Optional[str], profile: Profile) -> str:
         if not mod.available():
             raise InputError(f"--executor {name}: {mod.UNAVAILABLE}")
     return pick(requested, profile)[0]
+
+
+def gpu_nodes(name: Optional[str] = None) -> Optional[GpuNodes]:
+    """The executor that sizes runs in GPU nodes (executor.GpuNodes: `sweep --within`, the
+    GPU-need check): `name`'s when it does (None when it does not); with no name the first
+    registered that does, for words about where such runs would go (None: none does)."""
+    if name is not None:
+        mod = EXECUTORS.get(name)
+        return mod if isinstance(mod, GpuNodes) else None
+    return next((m for m in EXECUTORS.values() if isinstance(m, GpuNodes)), None)
 
 
 def executor_of(job_id: str) -> Optional[Executor]:

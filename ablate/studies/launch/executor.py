@@ -8,7 +8,8 @@ lives in the executor's module: its profile section (`Section`, the profile's ke
 registered name), the shape of one run's job and its limits (trainer/plan: nodes, ranks,
 GPUs, time), how many runs go at once and the dry run's sentence, its jobs' states, how to
 stop them, and whether it is usable here. Shared code asks `launch.EXECUTORS[name]`, never
-compares a name (tests/test_executor_names.py).
+compares a name (tests/test_executor_names.py). What only some executors can do is an
+optional capability, a protocol of its own that extends this one (`GpuNodes`).
 
 Job states use one vocabulary, Slurm's (launch.ALIVE: still coming; COMPLETED, FAILED,
 CANCELLED..., GONE when the job is no longer known): an executor maps its own onto it.
@@ -28,6 +29,22 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class StudyNodes:
+    """The nodes a study may hold at once, where an executor counts them (GpuNodes), and
+    where that number comes from."""
+
+    nodes: int
+    source: str  # the profile key that states it (`slurm.study_nodes`), a query, "assumed"
+    detail: str  # in words, for the dry run
+
+    def text(self) -> str:
+        n = f"{self.nodes} node{'s' if self.nodes != 1 else ''}"
+        if self.source == "assumed":
+            return f"assumed {n} (the profile's; {self.detail})"
+        return f"{n} ({self.detail})"
+
+
+@dataclass(frozen=True)
 class Capacity:
     """Runs of a study at once under an executor, and why that many (the dry run's study
     line, `sweep --dry-run --json`'s launch object)."""
@@ -36,7 +53,7 @@ class Capacity:
     runs_at_once: int  # 0: not one run fits where the study may run
     said: str  # in words: `2 at once (local.max_parallel)`
     nodes_per_run: int = 1
-    nodes: Optional[Any] = None  # the nodes the study may hold, where an executor counts them
+    nodes: Optional[StudyNodes] = None  # the study may hold, where an executor counts them
     array_cap: Optional[int] = None  # an executor's own cap on runs at once, when it binds
 
     def text(self) -> str:
@@ -127,4 +144,54 @@ class Executor(Protocol):
     def stop_command(self, job_ids: list[str]) -> str:
         """The shell command that stops these jobs ("" when none is known), each run
         checkpointing where the executor lets it (the next sweep resumes it)."""
+        ...
+
+
+@runtime_checkable
+class GpuNodes(Executor, Protocol):
+    """An executor whose runs take whole nodes of GPUs from a share of a cluster that its
+    profile section states (Slurm): what `ablate sweep --within` sizes in nodes
+    (ablate/studies/sizing.py, proposal.py, cli/within.py) and what the GPU-need check asks
+    (ablate/studies/gpu_need.py), in the executor's own words and key names, so those modules
+    name no executor. launch.gpu_nodes finds the executors that have it."""
+
+    CALLED: str  # its name in a sentence: "its Slurm jobs", "Slurm's defaults"
+    GPU_PROFILE: str  # a shipped profile (sweeps/NAME.yaml) with GPUs, to name in advice
+
+    def key(self, field: str) -> str:
+        """A key of its profile section as the user writes it (`slurm.study_nodes`)."""
+        ...
+
+    def nodes_per_run(self, profile: Profile) -> int:
+        """The nodes one run's job takes."""
+        ...
+
+    def cpu_cores(self, profile: Profile) -> int:
+        """The CPU cores one run's job holds on nodes without GPUs (its processes' cores)."""
+        ...
+
+    def study_nodes(self, profile: Profile) -> StudyNodes:
+        """The nodes the study may hold at once, and where that number comes from."""
+        ...
+
+    def nodes_capacity(self, profile: Profile, nodes_per_run: Optional[int] = None,
+                       array_cap: Optional[int] = -1) -> Capacity:
+        """Runs at once on the study's nodes at `nodes_per_run` (None: the profile's), capped
+        by `array_cap` (-1: the profile's own cap; None: none, for a proposal that writes
+        its own)."""
+        ...
+
+    def with_study_nodes(self, profile: Profile, nodes: int) -> Profile:
+        """A copy of `profile` whose study may hold `nodes` nodes."""
+        ...
+
+    def proposal_profile(self, data: dict[str, Any], nodes_per_run: int,
+                         runs_at_once: int) -> dict[str, Any]:
+        """A profile file's keys (`data`, as read) with a proposal's nodes per run and runs at
+        once set in its section."""
+        ...
+
+    def keeps_proposal(self, profile: Profile, nodes_per_run: int, runs_at_once: int) -> bool:
+        """Whether `profile` runs a proposal of these nodes per run and runs at once as it is
+        (no copy with other keys needed)."""
         ...

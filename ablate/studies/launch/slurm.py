@@ -38,6 +38,17 @@ from ablate.studies.launch.slurm_profile import (  # noqa: F401  (the executor's
     limits,
     sentence,
 )
+from ablate.studies.launch.slurm_gpu_nodes import (  # noqa: F401  (its GpuNodes capability)
+    CALLED,
+    GPU_PROFILE,
+    cpu_cores,
+    keeps_proposal,
+    key,
+    nodes_per_run,
+    proposal_profile,
+    with_study_nodes,
+)
+from ablate.studies.launch.slurm_nodes import nodes_capacity, study_nodes  # noqa: F401
 
 if TYPE_CHECKING:
     from ablate.studies.launch.profile import Profile

@@ -30,7 +30,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
-from ablate.studies.launch.executor import Capacity
+from ablate.studies.launch.executor import Capacity, StudyNodes
 
 if TYPE_CHECKING:
     from ablate.studies.launch.profile import Profile
@@ -126,25 +126,10 @@ def ask_sinfo(partition: Optional[str]) -> tuple[Optional[PartitionNodes], str]:
     return found, ""
 
 
-@dataclass(frozen=True)
-class StudyNodes:
-    """The nodes a study may hold at once on Slurm, and where that number comes from."""
-
-    nodes: int
-    source: str  # "slurm.study_nodes" | "sinfo" | "assumed"
-    detail: str  # in words, for the dry run
-
-    def text(self) -> str:
-        n = f"{self.nodes} node{'s' if self.nodes != 1 else ''}"
-        if self.source == "assumed":
-            return f"assumed {n} (the profile's; {self.detail})"
-        return f"{n} ({self.detail})"
-
-
-def study_nodes(prof: Profile) -> StudyNodes:
+def study_nodes(profile: Profile) -> StudyNodes:
     """The profile's `slurm.study_nodes`, else the partition's usable nodes from `sinfo`,
     else the profile's `slurm.nodes` (one run at a time), assumed."""
-    s = prof.slurm
+    s = profile.slurm
     if s.study_nodes is not None:
         return StudyNodes(s.study_nodes, "slurm.study_nodes", "slurm.study_nodes")
     found, why = ask_sinfo(s.partition)
@@ -154,15 +139,15 @@ def study_nodes(prof: Profile) -> StudyNodes:
     return StudyNodes(s.nodes, "assumed", why)
 
 
-def nodes_capacity(prof: Profile, nodes_per_run: Optional[int] = None,
+def nodes_capacity(profile: Profile, nodes_per_run: Optional[int] = None,
                    array_cap: Optional[int] = -1) -> Capacity:
     """Runs at once on Slurm: the study's nodes // `nodes_per_run` (default the profile's
     `slurm.nodes`), at most `array_cap` (default the profile's `slurm.array_parallelism`;
     None: no cap, for a proposal that writes its own). Said as `1 at once: 2-node runs on
     assumed 2 nodes (the profile's; ...)`."""
-    n = nodes_per_run or prof.slurm.nodes
-    cap = prof.slurm.array_parallelism if array_cap == -1 else array_cap
-    where = study_nodes(prof)
+    n = nodes_per_run or profile.slurm.nodes
+    cap = profile.slurm.array_parallelism if array_cap == -1 else array_cap
+    where = study_nodes(profile)
     fit = where.nodes // n
     binds = cap is not None and 0 < cap < fit
     at_once = cap if binds else fit
