@@ -28,7 +28,9 @@ from trainer.algo.length import generate_rollout
 from trainer.algo.pool import DataPosition
 from trainer.registry import Registry
 from trainer.generation.rollout import Generator, Rollout, make_generator
-from trainer.generation.feeders import feeders, strided
+from trainer.dist import preempt
+from trainer.generation.feeders import feeders, step_batch, strided
+from trainer.plan.placement import shares
 from trainer.generation.push import join_weight_gathers
 from trainer.generation.batches import (  # noqa: F401 (re-exported: the sources' batch)
     Batch, GroupStream, concat, oldest_version)
@@ -112,18 +114,34 @@ def split(batch: Batch, k: int, g: int) -> list[Batch]:
 class PPOOffPolicy:
     """One big generation (k x prompts_per_step prompts), then k optimizer steps on its parts.
 
-    With vllm, one engine serves the job: rank 0 holds it and generates, the loop broadcasts
-    rank 0's batch, and the other ranks only join the ZeRO-3 gathers of each weight push (an
-    engine per rank would put several engines on the same generation GPUs). With hf every rank
-    decodes the same batch itself (under ZeRO-3 the decode's all-gathers need every rank)."""
+    With vllm the engines are every node's (trainer/plan/topology.py: the same per-node split
+    as pipeline mode, run synchronously): each node's local rank 0 is a feeder
+    (trainer/generation/feeders.py) and generates its dealt share of the big generation on its
+    node's engines, all nodes at once; the shares are then joined in node order on every rank
+    (an all-gather) and rank 0 keeps the k minibatches, which the loop broadcasts one a step
+    (`step_ranks`). The other ranks only join the ZeRO-3 gathers of each weight push. The
+    shares are contiguous slices of the one draw a single feeder would make, each sampled with
+    that draw's seeds (prompt j with seed + j x G), so the big batch is the one-node run's
+    whatever the node count, and every feeder's pool advances alike. Evals go over every
+    node's engines at their step's weights (trainer/loop/final_eval.py: the source's
+    `feeders`); no rollout is in flight between steps. With hf every rank decodes the same
+    batch itself (under ZeRO-3 the decode's all-gathers need every rank)."""
+
+    # The step's batch is rank 0's, broadcast by the loop (trainer/loop/train.py next_batch):
+    # the feeders' shares were joined at the big generation already.
+    step_ranks = (0,)
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         c = ctx.config
-        self.feeds = rank() == 0 or c.rollout.backend == "hf"
+        self.feeders = feeders(c)  # collective: every rank, in the same place
+        self.feeds = self.feeders.share is not None or c.rollout.backend == "hf"
+        # who holds the minibatches: rank 0 (vllm: the loop broadcasts them), or every rank
+        # under hf (each decoded the same batch itself)
+        self.keeps = rank() == 0 or c.rollout.backend == "hf"
         self.gen = make_generator(c, ctx.model, ctx.tokenizer) if self.feeds else None
         if not self.feeds:
-            _join_push(ctx.model)  # the engine's start-up push (VLLMGenerator.__init__)
+            _join_push(ctx.model)  # the engines' start-up push (VLLMGenerator.__init__)
         self.buffer: list[Batch] = []
         self.left = 0  # steps still to take from the current big generation (every rank)
         if isinstance(ctx.restored, dict) and ctx.restored.get("source") == "ppo_off_policy":
@@ -134,18 +152,50 @@ class PPOOffPolicy:
     def next(self, version: int) -> Batch | None:
         c = self.ctx.config
         if self.left == 0:  # a new big generation, on the same step on every rank
-            self.left = c.off_policy.k
-            if self.feeds:
+            if self.gen is not None:
                 self.gen.sync_weights(self.ctx.model, version)
-                big = sample(self.gen, self.ctx, c.rollout.prompts_per_step * c.off_policy.k)
-                self.buffer = split(big, c.off_policy.k, c.rollout.generations_per_prompt)
             else:
                 _join_push(self.ctx.model)
+            big = self._generate()
+            self.buffer = split(big, c.off_policy.k, c.rollout.generations_per_prompt) \
+                if big is not None else []
+            self.left = c.off_policy.k
         self.left -= 1
-        return self.buffer.pop(0) if self.feeds else None
+        return self.buffer.pop(0) if self.keeps else None
+
+    def _generate(self) -> Batch | None:
+        """The big generation: this feeder's dealt share (placement.py shares, dealt_groups),
+        the shares joined in node order on every rank where several nodes generate; kept on
+        rank 0 (under hf on every rank, each of which decodes it all). A stop signal inside
+        any node's generation reaches every rank as preempt.Stopped."""
+        c, ctx, f = self.ctx.config, self.ctx, self.feeders
+        n, G = c.rollout.prompts_per_step * c.off_policy.k, c.rollout.generations_per_prompt
+        mine = None
+        if self.gen is not None:
+            idx = ctx.data.pool.next_batch(n)  # every feeder draws alike: pools stay equal
+            seed = ctx.data.next_call_seed(c.seed)
+            a, b = _bounds(n, f.count, f.share or 0)
+            t0 = time.perf_counter()
+            try:
+                ro = generate_rollout(self.gen, [ctx.prompts[i] for i in idx[a:b]], c,
+                                      ctx.tokenizer, seed + a * G, n=G,
+                                      temperature=c.rollout.temperature)
+                mine = Batch(idx[a:b], ro, time.perf_counter() - t0)
+            except (preempt.Stopped, RuntimeError) as e:
+                stopped = isinstance(e, preempt.Stopped) or isinstance(e.__cause__,
+                                                                       preempt.Stopped)
+                if f.count == 1 or not stopped:
+                    raise
+                mine = preempt.STOP  # every rank learns it in the join below
+        if f.count == 1:
+            return mine
+        got = step_batch(mine, f.ranks, preempt.STOP, _joined)
+        if isinstance(got, str) and got == preempt.STOP:
+            raise preempt.Stopped("stop signal inside the big generation")
+        return got if self.keeps else None
 
     def after_step(self, model: nn.Module, version: int) -> None:
-        pass  # weights reach the generator only at the next big generation
+        pass  # weights reach the engines only at the next big generation (or an eval)
 
     def stop_generating(self) -> None:
         pass  # it generates only inside next()
@@ -158,6 +208,22 @@ class PPOOffPolicy:
     def close(self) -> None:
         if self.gen is not None:
             _close(self.gen)
+
+
+def _joined(parts: list[Batch]) -> Batch:
+    """The nodes' shares of a big generation in node order; its wall is the slowest share's
+    (the nodes generated at once), not their sum."""
+    out = concat(parts)
+    out.gen_seconds = max(b.gen_seconds for b in parts)
+    return out
+
+
+def _bounds(n: int, count: int, share: int) -> tuple[int, int]:
+    """Feeder `share`'s contiguous slice [a, b) of a big generation of `n` prompt groups dealt
+    over `count` nodes (trainer/plan/placement.py shares: the first n % count one more)."""
+    sizes = shares(n, count)
+    a = sum(sizes[:share])
+    return a, a + sizes[share]
 
 
 def _join_push(model: nn.Module) -> None:

@@ -30,8 +30,8 @@ import math
 from trainer.config import TrainConfig
 from trainer.plan.memory import on_cpu
 from trainer.plan.model_shape import ModelShape, model_shape, proxy_shape
-from trainer.plan.placement import (eval_engines, eval_rows, fleet_eval, largest_share,
-                                    rollout_rows)
+from trainer.plan.placement import (dealt_groups, eval_engines, eval_rows, fleet_eval,
+                                    largest_share, rollout_rows)
 from trainer.plan.time_jobs import Limits, TimePlan, dur, eval_checks, jobs  # noqa: F401 (dur)
 from trainer.plan.time_model import (  # noqa: F401 (lengths: ablate reads the plan's here)
     CHECKPOINT_BYTES_PER_S, COMPLETION_SHARE, CPU_DECODE_FLOPS, CPU_DECODE_ITER_S,
@@ -95,7 +95,7 @@ def _gpu_step(c: TrainConfig, m: ModelShape, topo: Topology, limits: Limits,
         # the node with the largest share, so the job's rate is the node rate times the step's
         # prompts over that share (nodes, where they divide; 48 / 5 = 9.6 on 10 nodes).
         nodes, replicas, size = topo.engine_nodes, len(topo.engines), topo.tp
-        dealt = c.rollout.prompts_per_step / largest_share(c, nodes)
+        dealt = dealt_groups(c) / largest_share(c, nodes)  # ppo_off_policy: a big generation's
         # the stream reserves each sample's whole footprint (dealing.py): the same rule here
         foot = prompt + completion
         b = engine_concurrency(c, m, topo, math.ceil(rollout_rows(c, nodes) / replicas), foot)
