@@ -83,6 +83,29 @@ def test_colocated_and_shared_engines():
     assert hf.engines == () and hf.training == tuple(range(8)) and hf.devices == 16
 
 
+@pytest.mark.parametrize("nodes", [1, 2, 10])
+def test_ppo_off_policy_generates_on_every_nodes_own_gpus(nodes):
+    """ppo_off_policy with vLLM (issue 46 point 1): before, one engine set on rank 0's node,
+    sharing local rank 0's training GPU (one engine for a job of 16 GPUs, and a weight push of
+    two NCCL ranks on one GPU). Now the per-node split of pipeline mode: every node's local
+    rank 0 starts engines on its node's own generation GPUs, no training GPU among them."""
+    c = cfg("ppo_off_policy", model=SMALL)
+    t = topology(c, JobShape(nodes=nodes, gpus_per_node=8, gpu_memory_gib=80, ranks_auto=True))
+    assert t.engine_nodes == nodes and t.own_gpus and not t.shares_training_gpu
+    engine_gpus = {g for e in t.engines for g in e}
+    assert engine_gpus == set(t.generation) and not engine_gpus & set(t.training)
+    assert [t.starts_engines(n, 0) for n in range(nodes)] == [True] * nodes
+    assert not any(t.starts_engines(n, 1) for n in range(nodes))
+    assert t.training_ranks == nodes * len(t.training) and t.devices == nodes * 8
+    assert all(t.idle_gpus(n) == 0 for n in range(nodes))
+    # the same split as pipeline mode gets on that shape, when both are told it
+    pipe = topology(cfg(model=SMALL, generation_gpus=len(t.generation)), t.shape)
+    assert (pipe.generation, pipe.training, pipe.engines) == (t.generation, t.training, t.engines)
+    # a one-GPU node would put the engine on the training GPU: said, for validate to refuse
+    one = topology(c, JobShape(nodes=nodes, ranks_per_node=1, gpus_per_node=1))
+    assert one.shares_training_gpu and one.engines == ((0,),) and one.engine_nodes == nodes
+
+
 @pytest.mark.parametrize("c, message", [
     (cfg(tensor_parallel_size=3), r"tensor_parallel_size=3 does not divide the 4 generation "
                                   r"GPUs per node \(8-GPU nodes\); valid: 1, 2, 4"),
