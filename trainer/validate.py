@@ -76,7 +76,8 @@ def _engine_on_training_gpu(c: TrainConfig, shape: JobShape) -> Optional[str]:
     # trainer/plan/topology.py (module doc): a vLLM engine on a training rank's GPU (a one-GPU
     # node) gets its weights over an NCCL group of that rank and the engine's workers
     # (trainer/generation/push.py WeightBroadcast), two ranks on one GPU, which NCCL's init
-    # rejects ("Duplicate GPU detected", ncclInvalidUsage): the first push would fail.
+    # rejects ("Duplicate GPU detected", ncclInvalidUsage; NVIDIA/nccl v2.29.7-1
+    # src/init.cc:973-977, the pin of torch 2.13): the first push would fail.
     gpus = shape.gpus_per_node
     if c.rollout.backend != "vllm" or not gpus or c.engine.device == "cpu":
         return None

@@ -16,8 +16,8 @@ reward scorer, data loading, the hf sampler's Python overhead on GPUs.
 The plan in three modules: the device constants and rates, each formula with its source
 (time_model.py: decode rooflines, training FLOPs, the CPU proxy's measured constants); a step,
 an eval and the run to its budget from those, on the engines and ranks of the job's topology
-(here: in pipeline mode with vLLM every node's engines decode their node's share of a step,
-and with several nodes every eval, rollouts paused; on one node eval goes to rank 0's pinned
+(here: with vLLM every node's engines decode their node's share of a step, or in
+ppo_off_policy of a big generation, and with several nodes every eval, rollouts paused; on one node eval goes to rank 0's pinned
 engines; pipeline mode overlaps generation and training, a step
 is the slower of them, while ppo_off_policy and the hf backend take turns); the jobs and
 requeues under the profile's limits and whether an eval fits (time_jobs.py).
@@ -88,9 +88,9 @@ def _gpu_step(c: TrainConfig, m: ModelShape, topo: Topology, limits: Limits,
     gen_tokens = samples * completion
     prefill = c.rollout.prompts_per_step * prompt
     if c.rollout.backend == "vllm":
-        # Rollouts: every node's engines, each its node's call over its replicas (in pipeline
-        # mode every node generates its dealt share of a step's groups; otherwise one node);
-        # eval: rank 0's node's engines only (trainer/plan/placement.py).
+        # Rollouts: every node's engines, each its node's call over its replicas (every node
+        # generates its dealt share of a step's groups, ppo_off_policy of a big generation's);
+        # eval: every node's engines, or on one node rank 0's pinned ones (placement.py).
         # A step's prompts are dealt over the nodes (placement.py shares): the step waits for
         # the node with the largest share, so the job's rate is the node rate times the step's
         # prompts over that share (nodes, where they divide; 48 / 5 = 9.6 on 10 nodes).

