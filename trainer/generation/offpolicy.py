@@ -23,7 +23,7 @@ from typing import Callable, Protocol
 from torch import nn
 
 from trainer.config import TrainConfig
-from trainer.dist.groups import rank
+from trainer.dist.groups import all_reduce_floats, rank, world_size
 from trainer.algo.length import generate_rollout
 from trainer.algo.pool import DataPosition
 from trainer.registry import Registry
@@ -119,7 +119,8 @@ class PPOOffPolicy:
     (trainer/generation/feeders.py) and generates its dealt share of the big generation on its
     node's engines, all nodes at once; the shares are then joined in node order on every rank
     (an all-gather) and rank 0 keeps the k minibatches, which the loop broadcasts one a step
-    (`step_ranks`). The other ranks only join the ZeRO-3 gathers of each weight push. The
+    (`step_ranks`). Meanwhile every rank polls (`_in_turns`) instead of waiting hours in one
+    collective. The other ranks only join the ZeRO-3 gathers of each weight push. The
     shares are contiguous slices of the one draw a single feeder would make, each sampled with
     that draw's seeds (prompt j with seed + j x G), so the big batch is the one-node run's
     whatever the node count, and every feeder's pool advances alike. Evals go over every
@@ -168,31 +169,29 @@ class PPOOffPolicy:
         the shares joined in node order on every rank where several nodes generate; kept on
         rank 0 (under hf on every rank, each of which decodes it all). A stop signal inside
         any node's generation reaches every rank as preempt.Stopped."""
-        c, ctx, f = self.ctx.config, self.ctx, self.feeders
-        n, G = c.rollout.prompts_per_step * c.off_policy.k, c.rollout.generations_per_prompt
-        mine = None
-        if self.gen is not None:
-            idx = ctx.data.pool.next_batch(n)  # every feeder draws alike: pools stay equal
-            seed = ctx.data.next_call_seed(c.seed)
-            a, b = _bounds(n, f.count, f.share or 0)
-            t0 = time.perf_counter()
-            try:
-                ro = generate_rollout(self.gen, [ctx.prompts[i] for i in idx[a:b]], c,
-                                      ctx.tokenizer, seed + a * G, n=G,
-                                      temperature=c.rollout.temperature)
-                mine = Batch(idx[a:b], ro, time.perf_counter() - t0)
-            except (preempt.Stopped, RuntimeError) as e:
-                stopped = isinstance(e, preempt.Stopped) or isinstance(e.__cause__,
-                                                                       preempt.Stopped)
-                if f.count == 1 or not stopped:
-                    raise
-                mine = preempt.STOP  # every rank learns it in the join below
+        c, f = self.ctx.config, self.feeders
+        work = self._share if self.gen is not None else None
+        if c.rollout.backend == "vllm" and world_size() > 1:
+            mine = _in_turns(work, next(self.ctx.model.parameters()).device)
+        else:  # one process, or hf (every rank decodes in lockstep): nobody waits
+            mine = work() if work is not None else None
         if f.count == 1:
             return mine
-        got = step_batch(mine, f.ranks, preempt.STOP, _joined)
-        if isinstance(got, str) and got == preempt.STOP:
-            raise preempt.Stopped("stop signal inside the big generation")
-        return got if self.keeps else None
+        # every share is done (a stop raised above): the join is quick, on every rank
+        return step_batch(mine, f.ranks, preempt.STOP, _joined if self.keeps else _dropped)
+
+    def _share(self) -> Batch:
+        """This feeder's contiguous slice of the draw one feeder would make, sampled with that
+        draw's seeds (the class doc): every feeder draws alike, so the pools stay equal."""
+        c, ctx, f = self.ctx.config, self.ctx, self.feeders
+        n, G = c.rollout.prompts_per_step * c.off_policy.k, c.rollout.generations_per_prompt
+        idx = ctx.data.pool.next_batch(n)
+        seed = ctx.data.next_call_seed(c.seed)
+        a, b = _bounds(n, f.count, f.share or 0)
+        t0 = time.perf_counter()
+        ro = generate_rollout(self.gen, [ctx.prompts[i] for i in idx[a:b]], c, ctx.tokenizer,
+                              seed + a * G, n=G, temperature=c.rollout.temperature)
+        return Batch(idx[a:b], ro, time.perf_counter() - t0)
 
     def after_step(self, model: nn.Module, version: int) -> None:
         pass  # weights reach the engines only at the next big generation (or an eval)
@@ -208,6 +207,62 @@ class PPOOffPolicy:
     def close(self) -> None:
         if self.gen is not None:
             _close(self.gen)
+
+
+POLL_S = 1.0  # seconds between the ranks' agreements while a big generation runs
+
+
+def _stopped(e: BaseException) -> bool:
+    return isinstance(e, preempt.Stopped) or isinstance(e.__cause__, preempt.Stopped)
+
+
+def _in_turns(work: Callable[[], Batch] | None, device) -> Batch | None:
+    """Run `work` (this rank's share of a big generation; None on a rank that generates
+    nothing) in a thread while every rank agrees every POLL_S whether any is still busy, a
+    stop arrived or one failed: one small all-reduce, as trainer/loop/final_eval.py does for
+    an eval. Why: the other ranks would otherwise wait for the whole big generation (k steps'
+    decoding: ~2.5 h for the paper recipe on 2 nodes) inside one collective, which the
+    group's timeout (engine.collective_timeout_minutes, 120 min) ends. A stop anywhere raises
+    preempt.Stopped on every rank (this rank's decode ends at its next step); a failure
+    raises on every rank, the failing one's own error."""
+    out: list[Batch] = []
+    errors: list[BaseException] = []
+    thread = None
+    if work is not None:
+        def run() -> None:
+            try:
+                out.append(work())
+            except BaseException as e:  # noqa: BLE001 - a stop, or the failure all must see
+                errors.append(e)
+
+        thread = threading.Thread(target=run, name="ablate-big-generation", daemon=True)
+        thread.start()
+    while True:
+        if thread is not None:
+            thread.join(timeout=POLL_S)
+        else:
+            time.sleep(POLL_S)
+        failed = any(not _stopped(e) for e in errors)
+        stop = preempt.requested() or any(_stopped(e) for e in errors)
+        busy = thread is not None and thread.is_alive()
+        busy, stop, failed_any = all_reduce_floats(
+            [float(busy and not failed), float(stop), float(failed)], device, "max")
+        if failed_any:
+            if failed:
+                raise next(e for e in errors if not _stopped(e))
+            raise RuntimeError("another node's big generation failed (its own error ends it)")
+        if stop:
+            preempt.peer_stopped()  # ends this rank's decode at its next step too
+            if thread is not None:
+                thread.join()
+            raise preempt.Stopped("stop signal inside the big generation")
+        if not busy:
+            return out[0] if out else None
+
+
+def _dropped(parts: list[Batch]) -> None:
+    """A rank that keeps no minibatches (vllm, not rank 0): the shares are not joined here."""
+    return None
 
 
 def _joined(parts: list[Batch]) -> Batch:
