@@ -142,6 +142,24 @@ def test_ppo_off_policy_generates_on_every_nodes_engines_then_trains():
                                            for a in p2.assumptions)
 
 
+def test_a_big_generation_longer_than_a_job_is_refused():
+    """ppo_off_policy's big generation (k steps' prompts at once) is abandoned by a stop
+    inside it: one that outlasts a job never ends, and the plan says so in one line."""
+    from dataclasses import replace
+
+    ppo = paper(off_policy={"mode": "ppo_off_policy", "k": 8})
+    shape = replace(PAPER_SHAPE, ranks_auto=True)
+    ok = plan_time(ppo, shape, Limits(time_min=240, signal_delay_s=300, gpu_model="h100",
+                                      auto_requeues=True))
+    assert ok.reaches_budget and 8 * ok.generation_s < 240 * 60  # ~2.5 h of a 4 h job
+    short = plan_time(ppo, shape, Limits(time_min=120, signal_delay_s=300, gpu_model="h100",
+                                         auto_requeues=True))
+    assert short.reaches_budget is False, short.problem
+    assert short.problem.startswith("one big generation (off_policy.k=8 steps' prompts) takes")
+    assert "lower off_policy.k or raise slurm.time_min" in short.problem
+    assert "\n" not in short.problem
+
+
 def test_off_policy_study_plans_ppo_within_twice_the_pipeline_gpu_hours():
     """recipes/off_policy.yaml on sweeps/slurm_gpu.yaml's shape (2 x 8 H100 80 GiB, one task
     per training GPU of each variant's `auto` split): ppo_off_policy reaches its budget within

@@ -257,3 +257,20 @@ def _to_budget(c: TrainConfig, m: ModelShape, shape: JobShape, limits: Limits,
     tp.wall_parts_h["job ends"] = max(0.0, tp.wall_h - sum(tp.wall_parts_h.values()))
     tp.gpu_hours = tp.wall_h * (tp.devices or 1)
     eval_checks(c, tp, limits)
+    big_generation_check(c, tp, limits, start)
+
+
+def big_generation_check(c: TrainConfig, tp: TimePlan, limits: Limits, start: float) -> None:
+    """ppo_off_policy generates k steps' prompts in one go, and a stop inside it abandons it
+    (trainer/generation/offpolicy.py PPOOffPolicy: its minibatches are kept only once it has
+    ended), so a job must hold a whole one after its start: else no job ever finishes one."""
+    if c.off_policy.mode != "ppo_off_policy" or not limits.time_min or not tp.generation_s:
+        return
+    big = c.off_policy.k * tp.generation_s
+    usable = limits.time_min * 60 - start - (limits.signal_delay_s or 0)
+    if big > usable and not tp.problem:
+        tp.reaches_budget = False
+        tp.problem = (f"one big generation (off_policy.k={c.off_policy.k} steps' prompts) takes "
+                      f"{dur(big)}, longer than a {dur(limits.time_min * 60)} job after its "
+                      f"start: a stop inside it abandons it, so no job finishes one; lower "
+                      f"off_policy.k or raise {limits.time_key}")
