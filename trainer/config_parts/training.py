@@ -47,7 +47,9 @@ class OffPolicyConfig(Strict):
         description="pipeline: max staleness in optimizer steps: the generator runs at most k "
         "steps ahead of the trainer (PipelineRL's max_lag), older data is refused. "
         "ppo_off_policy: one generation of k x rollout.prompts_per_step prompts is split into "
-        "k minibatches, one optimizer step each (so every step sees prompts_per_step prompts).",
+        "k minibatches, one optimizer step each (so every step sees prompts_per_step prompts); "
+        "with vLLM every node's engines generate a share of it on the same per-node split as "
+        "pipeline mode, then the training GPUs train (trainer/plan/topology.py).",
     )
     groups_per_call: Optional[int] = Field(
         None, gt=0,
