@@ -57,3 +57,17 @@ def test_one_run_dir_of_a_study_stays_that_run(tmp_path):
     (s / "run-0").mkdir()
     (s / "run-0" / "metrics.jsonl").write_text("")
     assert study_meant(s / "run-0") == s / "run-0"
+
+
+def test_status_reads_a_folder_one_level_off_as_its_study(tmp_path):
+    """`ablate status results` (one study inside) answers for that study, as compare does; a
+    folder of two studies is refused naming both (in process: a fast test)."""
+    from tests._cli import ablate
+
+    s = _study(tmp_path / "results" / "mine")
+    r = ablate("status", str(tmp_path / "results"), "--json")
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r
+    assert ablate("status", str(s)).stdout == ablate("status", str(tmp_path / "results")).stdout
+    _study(tmp_path / "results" / "other")
+    r = ablate("status", str(tmp_path / "results"))
+    assert r.returncode == 2 and "did you mean" in r.stderr and "mine" in r.stderr, r

@@ -27,8 +27,10 @@ def status(
     """Per-run state of a study (run dir files first; squeue/sacct add detail)."""
     from ablate.cli.render import status_table
     from ablate.studydir import budget_text, stopped_variants
+    from ablate.analysis.sources import study_meant  # the folder rule compare and watch use
     from ablate.studies.status import study_states
 
+    study_dir = study_meant(Path(study_dir))  # results/ (one study) or results/NAME/runs
     states = study_states(study_dir)
     from ablate.analysis.watch_store import status_verdicts  # `ablate watch`'s (watch.json)
 
