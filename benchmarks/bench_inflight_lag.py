@@ -19,7 +19,7 @@ import torch
 import yaml
 
 from trainer.config import TrainConfig
-from trainer.models.load import load_model
+from trainer.policy import load_model
 from trainer.generation.offpolicy import MODES, Context
 from trainer.algo.pool import DataPosition, PromptPool
 from trainer.tasks import build_task

@@ -146,7 +146,7 @@ def config_for(overrides: dict) -> dict:
 
 def run_all(out: Path, variants: dict, steps: int) -> None:
     from trainer.config import TrainConfig
-    from trainer.models.proxy import proxy_path
+    from trainer.policy import proxy_path
 
     t0 = time.time()
     cfgs = {n: config_for({**COMMON, "budget.steps": steps, **o}) for n, o in variants.items()}

@@ -31,7 +31,7 @@ sys.path.insert(0, {root!r})
 import yaml
 from trainer.config import TrainConfig
 from trainer.evaluate import pass_rate
-from trainer.models.load import load_model
+from trainer.policy import load_model
 from trainer.generation.rollout import HFGenerator
 from trainer.tasks import build_task
 

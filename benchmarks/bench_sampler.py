@@ -33,7 +33,7 @@ def proxy_setup():
     import yaml
 
     from trainer.config import TrainConfig
-    from trainer.models.load import load_model
+    from trainer.policy import load_model
     from trainer.generation.rollout import HFGenerator
     from trainer.tasks import build_task
 

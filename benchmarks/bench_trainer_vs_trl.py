@@ -80,7 +80,7 @@ def run_trl(steps: int) -> float:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from trainer.models.proxy import proxy_path
+    from trainer.policy import proxy_path
     from trainer.tasks import build_task
 
     cfg = base_config(steps, "ppo_off_policy")
@@ -131,7 +131,7 @@ def main() -> None:
         print(json.dumps({"samples_per_s": sps}))
         return
     # Build the cached proxy once before timing anything.
-    from trainer.models.proxy import proxy_path
+    from trainer.policy import proxy_path
 
     proxy_path(base_config(a.steps, "ppo_off_policy"))
     res: dict[str, list[float]] = {"trl": [], "ablate": [], "ablate-pipeline": []}

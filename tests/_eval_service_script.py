@@ -50,7 +50,8 @@ def greedy_tokens(gen, run) -> list[list[int]]:
 
 def hf_reference(run) -> tuple[float, list[list[int]]]:
     """What eval gives with the hf sampler on the trainer's current weights."""
-    from trainer.evaluate import pass_rate, score
+    from trainer.evaluate import pass_rate
+    from trainer.tasks import score
     from trainer.generation.rollout import HFGenerator
 
     c, p = run.config, run.parts

@@ -33,7 +33,7 @@ if __name__ == "__main__":
     import torch.distributed as dist
 
     from trainer.engine_deepspeed import make_deepspeed_engine
-    from trainer.models.load import load_model
+    from trainer.policy import load_model
     from trainer.generation.push import join_weight_gathers
     from trainer.generation.push import named_weights as _named_weights
 

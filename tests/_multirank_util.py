@@ -95,7 +95,7 @@ def warm_proxy(cache: Path, config_expr: str, python: str = sys.executable) -> N
     tests/) into `cache` once, before ranks start, so they only load it. `python`: the ranks'
     interpreter (its torch and transformers versions are part of the proxy's cache key)."""
     env = dict(os.environ, ABLATE_CACHE=str(cache), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="2")
-    code = ("import sys; sys.path.insert(0, 'tests'); from trainer.models.proxy import proxy_path; "
+    code = ("import sys; sys.path.insert(0, 'tests'); from trainer.policy import proxy_path; "
             f"print(proxy_path({config_expr}))")
     subprocess.run([python, "-c", code], cwd=ROOT, env=env, check=True, timeout=300)
 

@@ -129,7 +129,7 @@ def _old_token_diffs(v0, prompts, ro) -> dict:
     """Against version 0's own log-probs (recomputed by the trainer's code): the largest
     difference over tokens labelled 0, and the smallest over each row's first token
     labelled 1 (its prefix is version 0's tokens, so the recompute is exact there)."""
-    from trainer.generation.rollout import Generation
+    from trainer.rollouts import Generation
 
     g = Generation(tokens=ro.tokens, logprobs=ro.logprobs, versions=ro.versions,
                    finished=ro.finished)
@@ -204,7 +204,7 @@ def main(work: Path) -> None:
     import torch
 
     from trainer.generation.rollout import make_generator
-    from trainer.models.proxy import build_proxy
+    from trainer.warmup import build_proxy
 
     torch.manual_seed(0)
     small_engines()

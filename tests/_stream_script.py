@@ -36,7 +36,7 @@ def main(work: Path) -> None:
     from trainer.generation.rollout import make_generator
     from trainer.generation.service import Request, make_service
     from trainer.algo.length import generate_rollout
-    from trainer.models.proxy import build_proxy
+    from trainer.warmup import build_proxy
 
     torch.manual_seed(0)
     over = {"rollout.max_new_tokens": 24, "length.control": "interrupt",

@@ -1,6 +1,6 @@
 """Shared helpers for the trainer tests: the proxy recipe shrunk to a few steps.
 
-The warmed proxy model is cached on disk by its config (trainer.models.proxy.proxy_path), so every
+The warmed proxy model is cached on disk by its config (trainer.policy.proxy_path), so every
 test module and test process builds it at most once per test session (conftest.py points
 ABLATE_CACHE at a fresh temp dir unless the environment already chose one).
 """

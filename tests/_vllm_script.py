@@ -77,7 +77,7 @@ def check_generator(work: Path) -> None:
     import torch
 
     from trainer.algo.length import generate_rollout
-    from trainer.models.proxy import build_proxy
+    from trainer.warmup import build_proxy
     from trainer.generation.rollout import make_generator
 
     torch.manual_seed(0)
@@ -171,7 +171,7 @@ def check_engine_process(work: Path) -> None:
     cross the process boundary on sync."""
     import torch
 
-    from trainer.models.proxy import build_proxy
+    from trainer.warmup import build_proxy
     from trainer.generation.rollout import make_generator
 
     from transformers import AutoModelForCausalLM
@@ -219,7 +219,7 @@ def check_zero3(work: Path) -> None:
 
     from trainer.engine_deepspeed import make_deepspeed_engine
     from trainer.models.logprobs import completion_logprobs, pack
-    from trainer.models.proxy import build_proxy
+    from trainer.warmup import build_proxy
     from trainer.models.precision import LMHead
     from trainer.generation.rollout import make_generator
 
@@ -257,7 +257,7 @@ def check_bf16(work: Path) -> None:
     import torch
 
     from trainer.models.logprobs import completion_logprobs, pack
-    from trainer.models.proxy import build_proxy
+    from trainer.warmup import build_proxy
     from trainer.models.precision import LMHead
     from trainer.generation.rollout import make_generator
 
@@ -293,7 +293,7 @@ def check_prefix_salt(work: Path) -> None:
     import torch
 
     from trainer.generation.rollout import make_generator
-    from trainer.models.proxy import build_proxy
+    from trainer.warmup import build_proxy
 
     torch.manual_seed(0)
     config = tiny_config(**{"model.proxy.max_position_embeddings": 512})

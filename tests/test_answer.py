@@ -26,7 +26,7 @@ def test_one_axis_named_once_values_as_in_the_table(tmp_path, capsys):
     d = write_study(tmp_path, curves_frame(seed=22, truths=truths))
     code, out, err = run_cli(["compare", d], capsys)
     assert code == 0, err
-    s = out.splitlines()[0]
+    s = " ".join(out.split("\nranking by")[0].split())  # the sentence, folded at 100 piped
     assert s.startswith("off_policy.mode: pipeline has the higher ceiling: A 0.6"), s
     assert "for ppo_off_policy, more than" in s and "(baseline pipeline;" in s
     assert s.count("off_policy.mode") == 1 and "=" not in s.split(" (baseline")[0]

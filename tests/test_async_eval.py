@@ -29,7 +29,7 @@ OVER = {"off_policy": {"mode": "ppo_off_policy", "k": 1}, "budget": {"steps": 4}
 @pytest.fixture(scope="module")
 def warm_proxy():
     """The warmed proxy, built once (or loaded from the shared on-disk cache)."""
-    from trainer.models.load import load_model
+    from trainer.policy import load_model
 
     torch.set_num_threads(1)
     return load_model(config(tiny()))

@@ -64,7 +64,7 @@ EPS_MAX = 4.0
 @pytest.fixture(scope="module")
 def vocab():
     """Warm the mini proxy once (cached on disk by its config); its LM head's output size."""
-    from trainer.models.load import load_model
+    from trainer.policy import load_model
 
     torch.set_num_threads(1)
     model, _ = load_model(config(merge(MINI, {})))

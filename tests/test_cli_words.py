@@ -70,7 +70,12 @@ def test_piped_status_of_a_failed_study_one_table_each_cause_once_whole(tmp_path
     assert len(heads) == 1 and len(rules) == 1, out  # one table
     assert out.count("CUDA out of memory") == 1, out
     assert out.count("diverged loss.type=grpo seed 0: non-finite loss or grad at step 5") == 1, out
-    assert "77.10 GiB already allocated)" in out, out  # whole, not cut at 80 columns
+    # piped, the width is 100 (ablate/cli/width.py, issue 52): the cause cut there, whole
+    # in --json
+    assert max(len(x) for x in out.splitlines()) <= 100, out
+    assert "77.10 GiB already allocated)" not in out and "(GPU..." in out, out
+    whole = json.loads(ablate("status", d, "--json", cwd=tmp_path, env={"COLUMNS": None}).stdout)
+    assert any("77.10 GiB already allocated)" in (x["error"] or "") for x in whole), whole
     assert "traceback: " in out and "job logs: " in out, out
     (d / "_submitit").rmdir()
     (d / "000000000001" / "status.json").unlink()  # now only the diverged run wrote one

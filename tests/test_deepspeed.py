@@ -79,7 +79,7 @@ def test_zero_updates_the_weights(runs, cache, tmp_path_factory, monkeypatch):
     from _deepspeed_script import config
 
     monkeypatch.setenv("ABLATE_CACHE", str(cache))
-    from trainer.models.proxy import proxy_path
+    from trainer.policy import proxy_path
 
     init = AutoModelForCausalLM.from_pretrained(proxy_path(config(0, "fp32")), dtype=torch.float32)
     start = torch.cat([p.detach().reshape(-1) for p in init.parameters()]).tolist()

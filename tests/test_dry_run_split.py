@@ -8,6 +8,7 @@ Which split is chosen, worked by hand, is tests/test_topology.py's; here the CLI
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -73,21 +74,23 @@ def test_slurm_jobs_get_the_tasks_their_split_asks_for(tmp_path):
     it is. Built, not submitted (no sbatch needed)."""
     from ablate.studies.launch import slurm
     from ablate.studies.launch.profile import load_profile
-    from trainer import rundir
+    from ablate.studies.sweep import resources_of
 
     prof = load_profile(ROOT / "sweeps" / "slurm_gpu.yaml")
+    shape, limits = prof.job_shape("slurm"), prof.limits("slurm")
     runs = {}
     for name, c in (("auto", paper()), ("half", paper(generation_gpus=4)),
                     ("ppo", paper(generation_gpus=4).model_copy(update={
                         "off_policy": paper().off_policy.model_copy(
                             update={"mode": "ppo_off_policy"})}))):
-        runs[name] = tmp_path / name
-        runs[name].mkdir()
-        rundir.write_config(runs[name], c)
+        runs[name] = resources_of(c, tmp_path / name, shape, limits)  # what the sweep submits
     assert {k: slurm.tasks_per_node(d, prof) for k, d in runs.items()} == \
-        {"auto": 2, "half": 4, "ppo": 8}
+        {"auto": 2, "half": 4, "ppo": 4}  # ppo_off_policy: the same split (issue 46)
     pinned = load_profile(profile(tmp_path, tasks_per_node=4))
     assert slurm.tasks_per_node(runs["auto"], pinned) == 4
+    other = resources_of(paper(), tmp_path / "x", shape, limits)
+    assert slurm.tasks_per_node(replace(other, ranks_per_node=None), prof) == \
+        prof.slurm.gpus_per_node  # another trainer's run (no topology): one per GPU
     ex = slurm.executor(tmp_path / "submitit", prof.slurm, "ablate-test", 7, tasks=2)
     assert ex.parameters["ntasks_per_node"] == 2
     # The task hosting a node's engines gets cores for them (one per engine process and one

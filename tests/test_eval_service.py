@@ -17,7 +17,7 @@ import sys
 import pytest
 from test_vllm import run_checks
 
-from trainer.generation.rollout import Generation
+from trainer.rollouts import Generation
 
 
 @pytest.fixture(scope="module")

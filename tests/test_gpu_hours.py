@@ -23,20 +23,21 @@ def test_separate_generation_gpus_are_counted():
     assert held("pipeline", nodes=2, ranks=4, gpus=8) == 16
     # One GPU shared by generation and training is one GPU.
     assert held("pipeline", nodes=1, ranks=1, gpus=1) == 1
-    # Colocated generation (ppo_off_policy): one GPU per rank.
-    assert held("ppo_off_policy", nodes=1, ranks=8, gpus=8) == 8
+    # ppo_off_policy splits the nodes alike (4 generate, 4 train), taking turns.
+    assert held("ppo_off_policy", nodes=1, ranks=4, gpus=8) == 8
+    assert held("ppo_off_policy", nodes=2, ranks=4, gpus=8) == 16
     # GPUs the job holds count even when no rank or engine uses them.
     assert held("pipeline", nodes=2, ranks=1, gpus=8) == 16
-    assert held("ppo_off_policy", nodes=1, ranks=6, gpus=8) == 8
+    assert held("ppo_off_policy", nodes=1, ranks=2, gpus=8) == 8
     # CPU: one device per process.
     assert held("pipeline", nodes=1, ranks=2, gpus=0) == 2
 
 
 @pytest.mark.parametrize("world", [1, 4])
 def test_off_policy_modes_of_one_job_shape_share_the_x_axis(world):
-    """One node with 8 GPUs, as the trainer reads it from the launcher's variables: on-policy
-    / PPO-off-policy with vLLM colocated run 8 training ranks; pipeline with vLLM runs ranks
-    on the 4 training GPUs only (`world` of them) and 4 generation GPUs. All hold 8 GPUs."""
+    """One node with 8 GPUs, as the trainer reads it from the launcher's variables: with vLLM
+    both modes run ranks on the node's training GPUs only (`world` of them) and engines on
+    its generation GPUs. Both hold 8 GPUs."""
     def devices(mode: str, ranks: int) -> int:
         env = {"RANK": "0", "WORLD_SIZE": str(ranks), "LOCAL_WORLD_SIZE": str(ranks),
                "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7", "ABLATE_GPU_MEMORY_GIB": ""}
@@ -44,7 +45,7 @@ def test_off_policy_modes_of_one_job_shape_share_the_x_axis(world):
                         engine={"type": "torch", "device": "cuda"}))
         return job_topology(c, env).devices
 
-    assert devices("ppo_off_policy", 8) == 8
+    assert devices("ppo_off_policy", world) == 8
     assert devices("pipeline", world) == 8  # 1 rank: 1 + 4 GPUs used, 8 held
 
 

@@ -1,6 +1,8 @@
 """Import layering, read from the source (no imports run): no import cycles among ablate/ and
-trainer/ modules, function-local imports included, and trainer/ importing nothing of ablate,
-directly or not.
+trainer/ modules, function-local imports included, trainer/ importing nothing of ablate,
+directly or not, and trainer/'s own parts importing downward (no cycle among its subpackages and
+root modules; the RL maths reaching nothing of the generation service or the eval, the models
+nothing of the generation service).
 
 Why from the AST: a function-local import hides a cycle from Python (it only bites when that
 function runs first, in some order nobody tested), so the graph takes every `import` and
@@ -83,10 +85,11 @@ def statement_imports(node: ast.AST, package: str) -> set[str]:
     return {f"{base}.{a.name}" for a in node.names}
 
 
-@functools.cache  # the source does not change within a session: parsed once (~0.5 s of CPU)
+@functools.lru_cache(maxsize=1)
 def import_graph() -> dict[str, set[str]]:
     """Module -> the modules of the packages it imports (a name resolves to its longest module
-    prefix: `ablate.cli.app` -> `ablate.cli`). Shared by every caller: read it, never change it."""
+    prefix: `ablate.cli.app` -> `ablate.cli`). Parsed once per session (callers only read it):
+    every layer test walks the same graph."""
     mods = module_files()
 
     def resolve(name: str) -> str | None:
@@ -216,3 +219,65 @@ def test_trainer_imports_nothing_of_ablate(graph):
             got = loaded_by(m, graph)
             bad += [chain(got, n) for n in sorted(got) if n == "ablate" or n.startswith("ablate.")]
     assert not bad, bad
+
+
+# trainer/'s parts that may not reach another, not even through a package `__init__`: the RL
+# maths (algo/) is one function per axis value over the rollout types (trainer/rollouts.py), so
+# a newcomer reads a loss without the generation service, the eval or the policy's loading;
+# the models (models/) are what reads the policy, below what samples it.
+TRAINER_FORBIDDEN = {
+    "trainer.algo": ("trainer.generation", "trainer.evaluate", "trainer.policy", "trainer.loop"),
+    "trainer.models": ("trainer.generation", "trainer.evaluate", "trainer.policy",
+                       "trainer.warmup", "trainer.loop"),
+    "trainer.rollouts": ("trainer.generation", "trainer.algo", "trainer.models"),
+    "trainer.config": ("trainer.generation", "trainer.evaluate", "trainer.policy",
+                       "trainer.warmup", "trainer.plan", "trainer.loop"),
+}
+
+
+def trainer_graph() -> dict[str, set[str]]:
+    """The import graph without the `trainer` package's own edges: its one import is `run`'s
+    function-local import of the loop, the entry point at the top of every stack. Importing
+    trainer.algo.losses runs trainer/__init__.py, which defines `run` and imports nothing."""
+    graph = import_graph()
+    return {**graph, "trainer": set()}
+
+
+def trainer_part(module: str) -> str | None:
+    """trainer.algo.losses -> trainer.algo: the subpackage or root module a module is part of
+    (None outside trainer/ and for the package itself)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "trainer" and len(parts) > 1 else None
+
+
+def test_trainer_root_package_imports_nothing_at_import():
+    """What trainer_graph leaves out is only `run`'s deferred import of the loop."""
+    tree = ast.parse((ROOT / "trainer" / "__init__.py").read_text())
+    top = set().union(*(statement_imports(n, "trainer") for n in tree.body))
+    assert not {n for n in top if n.startswith("trainer.")}, top
+
+
+@pytest.mark.parametrize("part", sorted(TRAINER_FORBIDDEN))
+def test_trainer_part_reaches_nothing_above_it(part):
+    graph = trainer_graph()
+    mods = [m for m in graph if m == part or m.startswith(part + ".")]
+    assert mods, f"no module under {part}"
+    bad = []
+    for m in sorted(mods):
+        got = loaded_by(m, graph)
+        bad += [chain(got, n) for n in sorted(got)
+                if any(n == f or n.startswith(f + ".") for f in TRAINER_FORBIDDEN[part])]
+    assert not bad, bad[:20]
+
+
+def test_trainer_parts_import_downward():
+    """No cycle among trainer/'s subpackages and root modules (algo, config, generation, ...,
+    tasks): the module cycles named in ALLOWED_CYCLES live inside one part (trainer/plan/)."""
+    parts: dict[str, set[str]] = {}
+    for m, targets in trainer_graph().items():
+        if trainer_part(m):
+            parts.setdefault(trainer_part(m), set()).update(
+                trainer_part(t) for t in targets if trainer_part(t) not in (None, trainer_part(m)))
+    assert len(parts) > 10, sorted(parts)
+    found = [sorted(c) for c in cycles(parts)]
+    assert not found, f"import cycles among trainer/'s parts: {found}"

@@ -15,7 +15,7 @@ import pytest
 from _trainer_util import config, tiny
 
 from trainer.algo.length import generate_rollout
-from trainer.generation.rollout import Generation
+from trainer.rollouts import Generation
 from trainer.models.tokenizer import char_tokenizer
 
 TOK = char_tokenizer()

@@ -133,3 +133,31 @@ def test_registries_cover_the_names():
         "gspo": {"eps_low": 1e-3, "eps_high": 1e-3}, "ppo": {"eps_low": 0.2, "eps_high": 0.2}}
     assert AGGREGATIONS.keys() == ["prompt", "sample", "token"]
     assert math.isfinite(expected("ppo", "token"))
+
+
+def test_only_registered_options_are_options():
+    """Which `loss:` keys are options is the registry's: a new plain setting under `loss:`
+    with a default breaks no loss type, and every option some type takes can be set."""
+    from pydantic import Field
+
+    from trainer.algo.losses import loss_option_names
+
+    assert set(loss_option_names()) <= set(LossConfig.model_fields), loss_option_names()
+
+    class WithSetting(LossConfig):
+        log_every: int = Field(3)
+
+    for loss_type in LOSSES.names():
+        assert WithSetting(type=loss_type).log_every == 3
+
+
+def test_every_loss_returns_its_stats_typed():
+    """update.py reads each loss type's ratio and clipped flags (train/is_ratio_*, clip_frac)."""
+    from trainer.algo.losses import LossStats, loss_options
+
+    logp, old, adv, mask, _ = tensors()
+    for loss_type in LOSSES.names():
+        terms, stats = LOSSES.get(loss_type)(logp, old, adv[:, None], mask,
+                                            **loss_options(loss_type, {}))
+        assert isinstance(stats, LossStats), loss_type
+        assert stats.ratio.shape == stats.clipped.shape == terms.shape, loss_type

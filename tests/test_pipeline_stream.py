@@ -20,14 +20,14 @@ import pytest
 import torch
 
 from _trainer_util import config, tiny
-from trainer.generation.rollout import Rollout
+from trainer.rollouts import Rollout
 from trainer.generation.offpolicy import MODES, Batch, Context, GroupStream
 from trainer.algo.pool import DataPosition, PromptPool
 
 
 @pytest.fixture(scope="module")
 def proxy():
-    from trainer.models.load import load_model
+    from trainer.policy import load_model
 
     torch.set_num_threads(1)
     return load_model(config(tiny()))

@@ -144,7 +144,7 @@ def test_two_rank_slurm_job_preempted_resumes_from_the_signal_checkpoint(tmp_pat
                     "  time_min: 10\n  setup: ['export OMP_NUM_THREADS=1']\n")
     from ablate.studies.expand import expand
     from ablate.studies.study import load_study
-    from trainer.models.proxy import proxy_path
+    from trainer.policy import proxy_path
 
     proxy_path(expand(load_study(study))[0].config)  # build the model once, before the ranks
     (rid,) = cli_json("sweep", str(study), "--profile", str(prof),

@@ -18,8 +18,8 @@ SMALL = {"model": {"proxy": {"hidden_size": 64, "num_layers": 2, "num_heads": 4,
 @pytest.mark.slow
 def test_warmup_stops_inside_the_band_and_eval_measures_the_same(tmp_path, monkeypatch):
     from trainer.evaluate import pass_rate
-    from trainer.models.load import load_model
-    from trainer.models.proxy import WARMUP_EVAL_SEED
+    from trainer.policy import load_model
+    from trainer.warmup import WARMUP_EVAL_SEED
     from trainer.generation.rollout import HFGenerator
     from trainer.tasks import build_task
 
@@ -43,7 +43,8 @@ def test_warmup_stops_inside_the_band_and_eval_measures_the_same(tmp_path, monke
 
 
 def test_warmup_that_never_reaches_its_band_says_what_to_change(tmp_path, monkeypatch):
-    from trainer.models.proxy import WarmupError, build_proxy
+    from trainer.models.proxy import WarmupError
+    from trainer.warmup import build_proxy
 
     monkeypatch.setenv("ABLATE_CACHE", str(tmp_path))
     c = config(merge(PROXY, merge(SMALL, {"model": {"proxy": {
@@ -59,7 +60,7 @@ def test_proxy_is_built_with_denormals_flushed_like_the_trainer_runs():
     1,066 vs 1,069 steps), and the trainer flushes them; so the build must flush them itself,
     or the cached model would depend on which process (a run, a test fixture, a benchmark)
     built it first. Checked by the mode the build leaves: a denormal input reads as zero."""
-    from trainer.models.proxy import build_proxy
+    from trainer.warmup import build_proxy
 
     denormal = lambda: (torch.tensor([1e-39], dtype=torch.float32) * 1.0).item()
     torch.set_flush_denormal(False)

@@ -185,7 +185,8 @@ def test_cli_report(tmp_path):
     assert not (tmp_path / "r.pdf").exists()
 
 
-@pytest.mark.slow  # report and compare both fit: 2.2-2.4 s of CPU (> half the fast limit)
+@pytest.mark.slow  # a report and a compare, each fitting 3 variants: 3.4-3.6 s of CPU (on main
+# too, 43ed0e9), over the fast tier's 2-s limit
 def test_report_says_what_compare_says(tmp_path):
     """The page's ranking is compare's, cell for cell (A, B, the predicted column), under the
     same words about the band: one set of functions makes both (ablate/analysis/ranking_text)."""
@@ -201,11 +202,14 @@ def test_report_says_what_compare_says(tmp_path):
     assert c.returncode == 0, c
     rows = [line.split() for line in c.stdout.splitlines() if re.match(r"\s+\d+\s", line)]
     assert len(rows) == 2, c
+    # the page's number cells as text (an estimate and its interval are two spans there, so
+    # that a narrow window can put them on two lines)
+    shown = {re.sub(r"<[^>]+>", "", m) for m in re.findall(r'<td class="num">(.*?)</td>', page)}
     for row in rows:  # "1 prompt 0.619 [0.601, 0.638] 1.6 [1.3, 1.9] 0.61 [...] ok —"
         cells = re.findall(r"[-\d.e+]+ \[[^\]]+\]", " ".join(row))
         assert len(cells) == 3, row
         for cell in cells:
-            assert f">{cell}<" in page, (cell, page[page.index("<table>"):][:3000])
+            assert cell in shown, (cell, sorted(shown))
     said = " ".join(c.stdout.split())
     assert "(max) [95% predictive]" in page and PREDICTIVE in page and PREDICTIVE in said, said
     assert "may reach above" not in page

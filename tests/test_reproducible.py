@@ -42,7 +42,7 @@ MODES = {
 def warm_proxy():
     """Build (or load from the session's cache) the warmed proxy before any subprocess starts,
     so the runs only load it."""
-    from trainer.models.load import load_model
+    from trainer.policy import load_model
 
     load_model(config(tiny()))
 

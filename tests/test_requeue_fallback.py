@@ -73,7 +73,7 @@ def test_hand_over_without_a_requeue_marks_the_run_failed(tmp_path):
 
 
 def test_requeue_within_leaves_a_margin_inside_the_signal_window():
-    from ablate.studies.launch.profile import SlurmProfile
+    from ablate.studies.launch.slurm import Section as SlurmProfile
 
     assert requeue_within(SlurmProfile(signal_delay_s=300)) == 270
     assert requeue_within(SlurmProfile(signal_delay_s=900)) == 810

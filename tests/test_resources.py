@@ -212,15 +212,15 @@ def test_kv_cache_is_sized_for_each_nodes_share_and_eval_over_every_node():
                JobShape(nodes=2, ranks_per_node=4, gpus_per_node=8, gpu_memory_gib=80))
     assert tp4.generation["KV cache"] == pytest.approx(64 * per_seq / 4 / GIB, abs=0.01)
     assert " of 64 sequences" in tp4.kv_sequences  # one engine of 4 GPUs a node: 32 + 64 / 2
-    # Two replicas a node split their node's sequences; ppo_off_policy starts engines on rank
-    # 0's node only and sends them k x the prompts, and its eval runs between steps (the
-    # larger of the two calls, not their sum), whatever the nodes.
+    # Two replicas a node split their node's sequences; ppo_off_policy deals its big
+    # generation (k x the prompts) over every node's engines, and its eval runs between steps
+    # (the larger of the two calls, not their sum).
     reps = plan(small(rollout__vllm__tensor_parallel_size=1, rollout__vllm__data_parallel_replicas=2),
                 JobShape(nodes=2, ranks_per_node=4, gpus_per_node=8, gpu_memory_gib=80))
     assert " of 32 sequences" in reps.kv_sequences  # 32 / 2 + 64 / 4
     ppo = plan(small(off_policy__mode="ppo_off_policy", off_policy__k=2),
-               JobShape(nodes=2, ranks_per_node=8, gpus_per_node=8, gpu_memory_gib=80))
-    assert " of 128 sequences" in ppo.kv_sequences  # max(2 x 4 x 16, 4 x 16)
+               JobShape(nodes=2, ranks_per_node=4, gpus_per_node=8, gpu_memory_gib=80))
+    assert " of 16 sequences" in ppo.kv_sequences  # max(2 x 4 / 2 x 16 / 4, 4 x 16 / 8)
 
 
 def test_dry_run_says_where_engines_run_and_which_gpus_idle():
@@ -239,10 +239,18 @@ def test_dry_run_says_where_engines_run_and_which_gpus_idle():
     two = plan_of(small(rollout__vllm__data_parallel_replicas=2), shape).note
     assert "4 of the job's 16 GPUs are idle (2 on rank 0's node, 2 on the other node)" in two, two
     assert "2 engine(s) x tensor_parallel_size 1 use 2 of each node's 4 generation GPUs" in two
-    # ppo_off_policy: every GPU may train, but 4 tasks per node leave 4 GPUs a node unused.
+    # ppo_off_policy: the same split, every node's engines making its share of each big
+    # generation (k steps' prompt groups), none idle.
     ppo = plan_of(small(off_policy__mode="ppo_off_policy"), shape).note
-    assert "8 of the job's 16 GPUs are idle (4 on rank 0's node, 4 on the other node)" in ppo, ppo
-    assert "tasks_per_node=4 starts fewer ranks than the node's 8 training GPUs" in ppo, ppo
+    assert ("4 vLLM engines of 1 GPU each on every node (2 nodes, 8 in all) serve the job's "
+            "rollouts, each node 16 of each generation's 32 (8 steps', then 8 training steps) "
+            "prompt groups") in ppo, ppo
+    assert "idle" not in ppo, ppo
+    # 2 tasks per node leave 2 training GPUs a node unused, and say so
+    two_tasks = plan_of(small(off_policy__mode="ppo_off_policy", rollout__vllm__generation_gpus=4),
+                        JobShape(nodes=2, ranks_per_node=2, gpus_per_node=8, gpu_memory_gib=80))
+    assert "4 of the job's 16 GPUs are idle" in two_tasks.note, two_tasks.note
+    assert "tasks_per_node=2 starts fewer ranks than the node's 4 training GPUs" in two_tasks.note
 
 
 @pytest.mark.slow

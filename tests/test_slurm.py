@@ -229,7 +229,7 @@ def test_two_rank_training_job_preempted_once_resumes_and_finishes(tmp_path):
     # Build the tiny proxy model first: the ranks then only load it from the cache.
     from ablate.studies.expand import expand
     from ablate.studies.study import load_study
-    from trainer.models.proxy import proxy_path
+    from trainer.policy import proxy_path
 
     proxy_path(expand(load_study(study))[0].config)
     out = cli_json("sweep", str(study), "--profile", str(prof), "--results", str(results))

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from ablate.analysis.sources import _study_meant
+from ablate.analysis.sources import study_meant
 from tests._cli import ablate_script
 
 
@@ -16,18 +16,18 @@ def _study(d: Path) -> Path:
 def test_folder_of_one_study_means_that_study(tmp_path):
     s = _study(tmp_path / "results" / "mine")
     (tmp_path / "results" / "notes").mkdir()
-    assert _study_meant(tmp_path / "results") == s
+    assert study_meant(tmp_path / "results") == s
 
 
 def test_runs_folder_means_its_study(tmp_path):
     s = _study(tmp_path / "results" / "mine")
     (s / "runs").mkdir()
-    assert _study_meant(s / "runs") == s
+    assert study_meant(s / "runs") == s
 
 
 def test_plain_log_dir_is_left_alone(tmp_path):
     (tmp_path / "logs").mkdir()
-    assert _study_meant(tmp_path / "logs") == tmp_path / "logs"
+    assert study_meant(tmp_path / "logs") == tmp_path / "logs"
 
 
 @pytest.mark.slow
@@ -56,4 +56,18 @@ def test_one_run_dir_of_a_study_stays_that_run(tmp_path):
     s = _study(tmp_path / "results" / "mine")
     (s / "run-0").mkdir()
     (s / "run-0" / "metrics.jsonl").write_text("")
-    assert _study_meant(s / "run-0") == s / "run-0"
+    assert study_meant(s / "run-0") == s / "run-0"
+
+
+def test_status_reads_a_folder_one_level_off_as_its_study(tmp_path):
+    """`ablate status results` (one study inside) answers for that study, as compare does; a
+    folder of two studies is refused naming both (in process: a fast test)."""
+    from tests._cli import ablate
+
+    s = _study(tmp_path / "results" / "mine")
+    r = ablate("status", str(tmp_path / "results"), "--json")
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r
+    assert ablate("status", str(s)).stdout == ablate("status", str(tmp_path / "results")).stdout
+    _study(tmp_path / "results" / "other")
+    r = ablate("status", str(tmp_path / "results"))
+    assert r.returncode == 2 and "did you mean" in r.stderr and "mine" in r.stderr, r

@@ -11,7 +11,13 @@ from _cli import ablate
 
 from ablate.studies.capacity import capacity, study_wall_h, wall_text
 from ablate.studies.launch.profile import Profile
-from ablate.studies.launch.slurm_nodes import SINFO_ARGS, ask_sinfo, node_usable, parse_sinfo
+from ablate.studies.launch.slurm_nodes import (
+    SINFO_ARGS,
+    ask_sinfo,
+    node_usable,
+    nodes_capacity,
+    parse_sinfo,
+)
 
 # Captured from this project's test cluster (slurm-wlm 22.05.8), `sinfo --noheader --Node
 # --format=%N|%P|%a|%T`: one node in the default partition.
@@ -99,7 +105,7 @@ def test_profile_study_nodes_wins_over_sinfo_and_array_parallelism_caps():
     cap = capacity("slurm", prof)
     assert (cap.runs_at_once, cap.nodes.source, cap.array_cap) == (3, "slurm.study_nodes", 3)
     assert "capped by slurm.array_parallelism 3" in cap.text(), cap.text()
-    assert capacity("slurm", prof, nodes_per_run=4, array_cap=None).runs_at_once == 4
+    assert nodes_capacity(prof, nodes_per_run=4, array_cap=None).runs_at_once == 4
     small = prof.model_copy(update={"slurm": prof.slurm.model_copy(update={"study_nodes": 1})})
     assert capacity("slurm", small).runs_at_once == 0
     assert capacity("slurm", small).text().startswith("no run can start: 2-node runs on 1 node")

@@ -101,8 +101,7 @@ def test_every_nodes_engines_generate_in_pipeline_mode_and_every_eval_on_all_of_
     rate (the rule when only rank 0's node ran engines kept it equal). On one node the eval
     pins 2 of its 4 engines beside the rollouts; on two, every eval decodes on all 8 engines,
     rollouts paused and training waiting (trainer/loop/final_eval.py; issue 46): a quarter
-    of the time, all of it charged to the wall. ppo_off_policy keeps one engine set on rank
-    0's node: a second node adds none."""
+    of the time, all of it charged to the wall."""
     from dataclasses import replace
 
     c = paper(eval={"num_prompts": 50})
@@ -116,10 +115,66 @@ def test_every_nodes_engines_generate_in_pipeline_mode_and_every_eval_on_all_of_
     assert not one.eval_blocks_training and one.eval_cost_s < one.eval_s
     assert any("4 engine(s) of 1 GPU(s) on each of 2 nodes" in a for a in two.assumptions)
     assert any("eval on all 8 engines of the 2 nodes" in a for a in two.assumptions)
-    ppo = paper(off_policy={"mode": "ppo_off_policy", "k": 1}, eval={"num_prompts": 50})
-    p1, p2 = (plan_time(ppo, replace(PAPER_SHAPE, ranks_per_node=8, nodes=n), PAPER_LIMITS)
-              for n in (1, 2))
-    assert p2.generation_tokens_per_s == pytest.approx(p1.generation_tokens_per_s)
+
+
+def test_ppo_off_policy_generates_on_every_nodes_engines_then_trains():
+    """ppo_off_policy with vLLM (issue 46 point 1): pipeline mode's per-node split run
+    synchronously. Every node's engines generate their share of the big generation (k steps'
+    prompts), so a second node doubles the decode rate (before: one engine on rank 0's GPU, a
+    second node added none); then the training GPUs train: the plan charges a step
+    generation + training, where pipeline mode on the same split charges the slower."""
+    from dataclasses import replace
+
+    split = {"vllm": {"generation_gpus": 4}}
+    ppo = paper(off_policy={"mode": "ppo_off_policy", "k": 8}, rollout=split,
+                eval={"num_prompts": 50})
+    p1, p2 = (plan_time(ppo, replace(PAPER_SHAPE, nodes=n), PAPER_LIMITS) for n in (1, 2))
+    assert p2.generation_tokens_per_s == pytest.approx(2 * p1.generation_tokens_per_s, rel=1e-3)
+    pipe = plan_time(paper(rollout=split, eval={"num_prompts": 50}), PAPER_SHAPE, PAPER_LIMITS)
+    for p in (p1, p2):
+        assert p.step_s == pytest.approx(p.generation_s + p.train_s)  # in series, not overlapped
+        assert p.overlap == "ppo_off_policy: generation, then training"
+    # the same engines and ranks as pipeline mode on that split: the same parts
+    assert p2.train_s == pytest.approx(pipe.train_s)
+    assert p2.step_s > pipe.step_s == pytest.approx(max(pipe.generation_s, pipe.train_s))
+    # its evals over both nodes' 8 engines too, training waiting (no rollout in flight)
+    assert p2.eval_blocks_training and any("eval on all 8 engines of the 2 nodes" in a
+                                           for a in p2.assumptions)
+
+
+def test_a_big_generation_longer_than_a_job_is_refused():
+    """ppo_off_policy's big generation (k steps' prompts at once) is abandoned by a stop
+    inside it: one that outlasts a job never ends, and the plan says so in one line."""
+    from dataclasses import replace
+
+    ppo = paper(off_policy={"mode": "ppo_off_policy", "k": 8})
+    shape = replace(PAPER_SHAPE, ranks_auto=True)
+    ok = plan_time(ppo, shape, Limits(time_min=240, signal_delay_s=300, gpu_model="h100",
+                                      auto_requeues=True))
+    assert ok.reaches_budget and 8 * ok.generation_s < 240 * 60  # ~2.5 h of a 4 h job
+    short = plan_time(ppo, shape, Limits(time_min=120, signal_delay_s=300, gpu_model="h100",
+                                         auto_requeues=True))
+    assert short.reaches_budget is False, short.problem
+    assert short.problem.startswith("one big generation (off_policy.k=8 steps' prompts) takes")
+    assert "lower off_policy.k or raise slurm.time_min" in short.problem
+    assert "\n" not in short.problem
+
+
+def test_off_policy_study_plans_ppo_within_twice_the_pipeline_gpu_hours():
+    """recipes/off_policy.yaml on sweeps/slurm_gpu.yaml's shape (2 x 8 H100 80 GiB, one task
+    per training GPU of each variant's `auto` split): ppo_off_policy reaches its budget within
+    2x the pipeline variant's GPU-hours (before issue 46: ~366,000 GPU-hours, refused)."""
+    import yaml
+    from dataclasses import replace
+
+    axes = yaml.safe_load((ROOT / "recipes" / "off_policy.yaml").read_text())["axes"]
+    assert list(axes) == ["off_policy.mode"]  # no memory share of a GPU shared with training
+    shape = replace(PAPER_SHAPE, ranks_auto=True)
+    limits = Limits(time_min=240, signal_delay_s=300, gpu_model="h100", auto_requeues=True)
+    pipe, ppo = (plan_time(paper(off_policy={"mode": m}), shape, limits)
+                 for m in ("pipeline", "ppo_off_policy"))
+    assert pipe.reaches_budget and ppo.reaches_budget, (pipe.problem, ppo.problem)
+    assert pipe.gpu_hours < ppo.gpu_hours <= 2 * pipe.gpu_hours, (pipe.gpu_hours, ppo.gpu_hours)
 
 
 def test_an_eval_longer_than_the_gap_between_evals_is_refused():
@@ -192,7 +247,7 @@ def test_budget_in_flops_and_gpu_hours_gives_steps():
 def test_local_requeue_limit_is_submitits_default():
     import submitit
 
-    from ablate.studies.launch.profile import LOCAL_MAX_NUM_TIMEOUT
+    from ablate.studies.launch.local import LOCAL_MAX_NUM_TIMEOUT
 
     default = inspect.signature(submitit.LocalExecutor.__init__).parameters["max_num_timeout"]
     assert LOCAL_MAX_NUM_TIMEOUT == default.default
@@ -278,7 +333,9 @@ def test_dry_run_shows_a_command_trainers_command(tmp_path):
         cmd = run["command"]
         assert str(script) in cmd and f"--seed {run['seed']}" in cmd
         assert f"--out {results / 'cmd' / run['run_id']}" in cmd and "--resume" not in cmd
-        assert f"{run['run_id']} {run['name']} seed 0: {cmd}" in r.stdout
+        # folded between arguments at the width with ` \` (a shell joins them back)
+        assert f"{run['run_id']} {run['name']} seed 0: {cmd}" in r.stdout.replace(" \\\n    ", " ")
+    assert max(len(x) for x in r.stdout.splitlines()) <= 100, r.stdout
     assert not results.exists()  # the dry run wrote nothing
 
 
@@ -333,7 +390,8 @@ def test_dry_run_with_no_profile_on_a_slurm_machine_says_where_and_warns():
     r = ablate("sweep", "recipes/loss_agg.yaml", "--dry-run", "--override", "seeds=[0]",
                "--force")
     assert r.returncode == 0, r.stderr
-    first, second = r.stdout.splitlines()[:2]
+    # each fact folded at the width under its own indent (issue 52): read back as one line
+    first, second = r.stdout.replace("\n    ", " ").splitlines()[:2]
     assert first.startswith("where: executor slurm (no executor named; Slurm answers here")
     assert "no launch profile" in first and "time limit 60 min per job" in first
     assert second.startswith("warning: the memory plan (up to 150.") and "no GPUs" in second
@@ -358,15 +416,14 @@ def test_slurm_executor_gets_the_requeues_the_plan_derives(tmp_path):
     integer in the profile is passed as it is. Built, not submitted (no sbatch needed)."""
     from ablate.studies.launch import slurm
     from ablate.studies.launch.profile import Profile, load_profile
-    from trainer import rundir
+    from ablate.studies.sweep import resources_of
 
     prof = load_profile(Path("sweeps/slurm_gpu.yaml"))
     assert prof.slurm.max_num_timeout == "auto"
-    small, big = tmp_path / "small", tmp_path / "big"
-    for d, c in ((small, paper(budget={"steps": 200})), (big, paper())):
-        d.mkdir()
-        rundir.write_config(d, c)
+
     shape, limits = prof.job_shape("slurm"), prof.limits("slurm")
+    small = resources_of(paper(budget={"steps": 200}), tmp_path / "small", shape, limits)
+    big = resources_of(paper(), tmp_path / "big", shape, limits)
     need = plan_time(paper(), shape, limits).requeues
     assert need > plan_time(paper(budget={"steps": 200}), shape, limits).requeues
     n = slurm.max_num_timeout([small, big], prof)

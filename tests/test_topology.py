@@ -56,7 +56,8 @@ def test_the_split_is_an_argument_and_every_choice_is_a_topology():
     assert [len(t.engines) for t in layouts.values()] == [1, 2, 3, 4, 5, 6, 7]  # one GPU each
     assert [t.training_ranks for t in layouts.values()] == [14, 12, 10, 8, 6, 4, 2]
     assert {t.devices for t in layouts.values()} == {16}  # the job holds its GPUs either way
-    assert split_choices(cfg("ppo_off_policy"), shape()) == []  # nothing to choose
+    assert split_choices(cfg("ppo_off_policy"), shape()) == [1, 2, 3, 4]  # the same split
+    assert split_choices(cfg(backend="hf"), shape()) == []  # nothing to choose
     with pytest.raises(TopologyError, match="generation_gpus=8 on a 8-GPU node.*1..7"):
         split(c, 8, generation_gpus=8)
 
@@ -73,10 +74,6 @@ def test_tensor_parallel_groups_and_replicas_per_node():
 
 
 def test_colocated_and_shared_engines():
-    ppo = topology(cfg("ppo_off_policy", data_parallel_replicas=2), shape(ranks=8))
-    assert ppo.training == tuple(range(8)) and ppo.generation == ()
-    assert ppo.engines == ((0,), (0,)) and ppo.per_gpu == 2  # both on local rank 0's GPU
-    assert ppo.engine_nodes == 1 and not ppo.starts_engines(1, 0)  # rank 0 alone starts them
     one_gpu = topology(cfg(), shape(nodes=2, ranks=1, gpus=1))
     assert one_gpu.training == (0,) and one_gpu.engines == ((0,),) and not one_gpu.own_gpus
     assert one_gpu.engine_nodes == 2  # pipeline: every node generates its share
@@ -86,14 +83,37 @@ def test_colocated_and_shared_engines():
     assert hf.engines == () and hf.training == tuple(range(8)) and hf.devices == 16
 
 
+@pytest.mark.parametrize("nodes", [1, 2, 10])
+def test_ppo_off_policy_generates_on_every_nodes_own_gpus(nodes):
+    """ppo_off_policy with vLLM (issue 46 point 1): before, one engine set on rank 0's node,
+    sharing local rank 0's training GPU (one engine for a job of 16 GPUs, and a weight push of
+    two NCCL ranks on one GPU). Now the per-node split of pipeline mode: every node's local
+    rank 0 starts engines on its node's own generation GPUs, no training GPU among them."""
+    c = cfg("ppo_off_policy", model=SMALL)
+    t = topology(c, JobShape(nodes=nodes, gpus_per_node=8, gpu_memory_gib=80, ranks_auto=True))
+    assert t.engine_nodes == nodes and t.own_gpus and not t.shares_training_gpu
+    engine_gpus = {g for e in t.engines for g in e}
+    assert engine_gpus == set(t.generation) and not engine_gpus & set(t.training)
+    assert [t.starts_engines(n, 0) for n in range(nodes)] == [True] * nodes
+    assert not any(t.starts_engines(n, 1) for n in range(nodes))
+    assert t.training_ranks == nodes * len(t.training) and t.devices == nodes * 8
+    assert all(t.idle_gpus(n) == 0 for n in range(nodes))
+    # the same split as pipeline mode gets on that shape, when both are told it
+    pipe = topology(cfg(model=SMALL, generation_gpus=len(t.generation)), t.shape)
+    assert (pipe.generation, pipe.training, pipe.engines) == (t.generation, t.training, t.engines)
+    # a one-GPU node would put the engine on the training GPU: said, for validate to refuse
+    one = topology(c, JobShape(nodes=nodes, ranks_per_node=1, gpus_per_node=1))
+    assert one.shares_training_gpu and one.engines == ((0,),) and one.engine_nodes == nodes
+
+
 @pytest.mark.parametrize("c, message", [
     (cfg(tensor_parallel_size=3), r"tensor_parallel_size=3 does not divide the 4 generation "
                                   r"GPUs per node \(8-GPU nodes\); valid: 1, 2, 4"),
     (cfg(tensor_parallel_size=2, data_parallel_replicas=3),
      r"data_parallel_replicas=3 needs 3 x tensor_parallel_size .* valid: 1..2"),
     (cfg(generation_gpus=8), r"generation_gpus=8 on a 8-GPU node .* 1..7, or auto \(the split"),
-    (cfg("ppo_off_policy", tensor_parallel_size=2), r"tensor_parallel_size=2 with off_policy."
-                                                   r"mode=ppo_off_policy: .* valid: 1 or null"),
+    (cfg("ppo_off_policy", tensor_parallel_size=3), r"tensor_parallel_size=3 does not divide "
+                                                   r"the 4 generation GPUs .* valid: 1, 2, 4"),
 ])
 def test_a_layout_the_nodes_cannot_hold_is_one_line(c, message):
     with pytest.raises(TopologyError, match=message) as e:
@@ -105,15 +125,18 @@ def test_every_process_binds_to_the_topology():
     """2 nodes x 8 GPUs named by the launcher (UUIDs), 4 tasks a node: the binding maps the
     layout onto the names, and only the starting nodes' local rank 0 hosts engines."""
     names = tuple(f"GPU-{i}" for i in range(8))
-    for c, hosts in ((cfg(tensor_parallel_size=2), {0, 4}), (cfg("ppo_off_policy"), {0})):
-        ranks = 4 if c.off_policy.mode == "pipeline" else 8
+    for c, hosts in ((cfg(tensor_parallel_size=2), {0, 4}),
+                     (cfg("ppo_off_policy", tensor_parallel_size=1), {0, 4})):
+        ranks = 4
         t = topology(c, shape(ranks=ranks))
         binds = [plan_binding(t, names, rank=n * ranks + r, world_size=2 * ranks, node=n,
                               local_rank=r, local_world_size=ranks)
                  for n in range(2) for r in range(ranks)]
         assert {b.rank for b in binds if b.engines} == hosts
         assert [b.gpu for b in binds[:ranks]] == [names[i] for i in t.training[:ranks]]
-    assert binds[0].engines == (("GPU-0",),) and binds[0].shared  # ppo: on rank 0's GPU
+    # ppo_off_policy: every node's engines on its own generation GPUs, never a training one
+    assert binds[0].engines == tuple((f"GPU-{i}",) for i in range(4)) and not binds[0].shared
+    assert binds[4].engines == binds[0].engines and binds[0].gpu == "GPU-4"
     pipe = plan_binding(topology(cfg(tensor_parallel_size=2), shape()), names, rank=0,
                         world_size=8, node=0, local_rank=0, local_world_size=4)
     assert pipe.engines == (("GPU-0", "GPU-1"), ("GPU-2", "GPU-3")) and not pipe.shared

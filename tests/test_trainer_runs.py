@@ -28,7 +28,7 @@ REQUIRED = ["step", "samples", "tokens", "flops", "gpu_hours", "eval/pass_rate",
 @pytest.fixture(scope="session")
 def warm_proxy():
     """Build (or load from the on-disk cache) the warmed proxy once for the session."""
-    from trainer.models.load import load_model
+    from trainer.policy import load_model
 
     torch.set_num_threads(1)
     model, tok = load_model(config(tiny()))
@@ -343,7 +343,7 @@ def test_shared_prefix_forward_equals_packed_forward(warm_proxy):
 
 def _build(cache: str, q) -> None:
     os.environ["ABLATE_CACHE"] = cache
-    from trainer.models.proxy import proxy_path
+    from trainer.policy import proxy_path
 
     q.put(str(proxy_path(config(tiny(model={"proxy": {"hidden_size": 32, "num_layers": 1,
                                                        "num_heads": 2, "intermediate_size": 64,

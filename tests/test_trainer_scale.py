@@ -61,7 +61,7 @@ def test_chat_template_prompts_through_the_loop(tmp_path):
     from transformers import AutoTokenizer
 
     from trainer.models.chat import prompt_encoder
-    from trainer.models.proxy import proxy_path
+    from trainer.policy import proxy_path
 
     d = tiny(engine={"type": "torch", "device": "cpu"})
     src = proxy_path(config(d))

@@ -217,7 +217,7 @@ def test_pipeline_counts_generation_of_batches_refused_as_stale():
     """A batch refused as > k versions old was still generated: the next batch carries its
     generator tokens so the loop counts their FLOPs. (The stream is fed by hand here instead of
     the generator thread, to make the staleness deterministic.)"""
-    from trainer.generation.rollout import Rollout
+    from trainer.rollouts import Rollout
     from trainer.generation.offpolicy import Batch, GroupStream
 
     cfg = C.TrainConfig(off_policy={"mode": "pipeline", "k": 2})
@@ -246,3 +246,23 @@ def test_eval_per_decade_adds_log_spaced_steps_to_every_steps():
     assert due == ({s for s in log_spaced if s <= 1000} | set(range(50, 1001, 50)))
     assert {1, 2, 3, 4, 6, 7, 10, 13, 18, 24, 32, 42, 56, 75} <= due
     assert not any(EvalConfig(every_steps=50).due(s) for s in (1, 13, 75))
+
+
+def test_checkpoint_loads_rollout_types_pickled_where_they_used_to_live():
+    """A checkpoint pickles a rollout source's batches (Rollout, Generation): one written when
+    they lived in trainer/length.py or trainer/generation/rollout.py resumes now that they live
+    in trainer/rollouts.py."""
+    import io
+    import pickle
+
+    from trainer.loop.checkpoint import _Unpickler
+    from trainer.rollouts import Generation, Rollout
+
+    r = Rollout(prompts=[[1]], tokens=[[2]], logprobs=[[0.0]], versions=[[0]], loss_mask=[[1]],
+                finished=[True])
+    g = Generation(tokens=[[1]], logprobs=[[0.0]], versions=[[0]], finished=[True])
+    for old, objs in ((b"trainer.generation.rollout", [r, g]), (b"trainer.length", [r])):
+        now = pickle.dumps(objs, protocol=2)  # protocol 2 spells a class "c<module>\n<name>"
+        then = now.replace(b"ctrainer.rollouts\n", b"c" + old + b"\n")
+        assert then != now
+        assert _Unpickler(io.BytesIO(then)).load() == objs

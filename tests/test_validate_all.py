@@ -95,14 +95,28 @@ REFUSED = [
     ({"off_policy": {"mode": "pipeline"}, "rollout": {"backend": "vllm"}},
      JobShape(nodes=2, ranks_per_node=8, gpus_per_node=8),
      ["generation_gpus=auto", "8 ranks per node", "none of a node's 8 GPUs",
-      "off_policy.mode=pipeline"], "tasks_per_node: auto"),
+      "rollout.backend=vllm"], "tasks_per_node: auto"),
     ({"off_policy": {"mode": "pipeline"}, "rollout": {"backend": "vllm",
                                                        "vllm": {"generation_gpus": 4}}},
      JobShape(nodes=2, ranks_per_node=8, gpus_per_node=8),
-     ["8 ranks per node", "4 training GPUs", "off_policy.mode=pipeline"], "tasks_per_node: 4"),
-    ({"off_policy": {"mode": "ppo_off_policy"}, "rollout": {"backend": "vllm"}},
+     ["8 ranks per node", "4 training GPUs", "rollout.backend=vllm"], "tasks_per_node: 4"),
+    ({"off_policy": {"mode": "ppo_off_policy"}, "rollout": {"backend": "hf"}},
      JobShape(ranks_per_node=4, gpus_per_node=2), ["4 ranks per node", "2 training GPUs"],
      "tasks_per_node: 2"),
+    # ppo_off_policy splits the node as pipeline mode does (issue 46 point 1): its ranks too
+    # leave the engines GPUs of their own
+    ({"off_policy": {"mode": "ppo_off_policy"}, "rollout": {"backend": "vllm"}},
+     JobShape(ranks_per_node=4, gpus_per_node=2), ["4 ranks per node", "none of a node's 2 GPUs"],
+     "tasks_per_node: auto"),
+    # an engine on a training rank's GPU: two NCCL ranks on one GPU at the first weight push
+    # (trainer/plan/topology.py module doc), in either mode
+    ({"off_policy": {"mode": "ppo_off_policy"}, "rollout": {"backend": "vllm"}},
+     JobShape(nodes=2, ranks_per_node=1, gpus_per_node=1),
+     ["rollout.backend=vllm on 1-GPU nodes", "two ranks on one GPU", "Duplicate GPU detected"],
+     "valid: nodes of at least 2 GPUs"),
+    ({"off_policy": {"mode": "pipeline"}, "rollout": {"backend": "vllm"}},
+     JobShape(ranks_per_node=1, gpus_per_node=1),
+     ["rollout.backend=vllm on 1-GPU nodes", "share local rank 0's GPU"], "rollout.backend: hf"),
     ({"rollout": {"backend": "vllm", "vllm": {"generation_gpus": 3, "tensor_parallel_size": 2}}},
      JobShape(ranks_per_node=5, gpus_per_node=8),
      ["rollout.vllm.tensor_parallel_size=2", "3 generation GPUs"], "valid: 1, 3"),
@@ -112,6 +126,12 @@ REFUSED = [
      JobShape(nodes=4, ranks_per_node=4, gpus_per_node=8),
      ["rollout.prompts_per_step=3 is fewer than the job's 4 nodes", "off_policy.mode=pipeline"],
      "valid: at least 4"),
+    # ppo_off_policy deals a big generation, k steps' groups, over the nodes
+    ({"off_policy": {"mode": "ppo_off_policy", "k": 2},
+      "rollout": {"backend": "vllm", "prompts_per_step": 1}},
+     JobShape(nodes=4, ranks_per_node=4, gpus_per_node=8),
+     ["rollout.prompts_per_step=1 x off_policy.k=2 (2 prompt groups a generation) is fewer than "
+      "the job's 4 nodes", "off_policy.mode=ppo_off_policy"], "valid: at least 4"),
 ]
 
 
@@ -146,10 +166,18 @@ def test_neighbours_of_each_refused_combination_pass():
     paper = {"rollout": {**odd["rollout"], "prompts_per_step": 48}}
     for tree, nodes in ((odd, 1), (odd, 4), (paper, 10),
                         ({"rollout": {**odd["rollout"], "prompts_per_step": 3}}, 3),
-                        ({**odd, "off_policy": {"mode": "ppo_off_policy"}}, 4)):
-        ranks = 4 if "off_policy" not in tree else 8
+                        ({**odd, "off_policy": {"mode": "ppo_off_policy"}}, 4),
+                        ({"rollout": {**odd["rollout"], "prompts_per_step": 3},
+                          "off_policy": {"mode": "ppo_off_policy", "k": 2}}, 4)):
         assert problems(TrainConfig.model_validate(tree),
-                        JobShape(nodes=nodes, ranks_per_node=ranks, gpus_per_node=8)) == [], tree
+                        JobShape(nodes=nodes, ranks_per_node=4, gpus_per_node=8)) == [], tree
+    # vLLM beside a training rank on one GPU: fine on the CPU (gloo), and hf never has engines
+    one = JobShape(nodes=2, ranks_per_node=1, gpus_per_node=1)
+    for tree in ({"rollout": {"backend": "vllm"}, "engine": {"device": "cpu"}},
+                 {"rollout": {"backend": "hf"}, "off_policy": {"mode": "ppo_off_policy"}}):
+        assert problems(TrainConfig.model_validate(tree), one) == [], tree
+    assert problems(TrainConfig.model_validate({"rollout": {"backend": "vllm"}}),
+                    JobShape(nodes=2, ranks_per_node=2, gpus_per_node=0)) == []
     assert problems(pipeline.model_copy(update={"rollout": pipeline.rollout.model_copy(
         update={"backend": "hf"})}), JobShape(ranks_per_node=8, gpus_per_node=8)) == []
     # Unknown GPU count (local executor): the GPU checks wait for the trainer's own start.

@@ -1,8 +1,9 @@
-"""Decode-and-score: the one path from sampled tokens to verified answers.
+"""The pass rate (mean@k) of a generator on a task's problems: sample, then score.
 
-Training rewards, the held-out eval (mean@k) and the proxy warm-up's stopping rule all go
-through `score` and `pass_rate`, so "pass rate" means the same thing everywhere: a warm-up
-that stops at a measured pass rate lands where the run's first eval point then measures it.
+Training rewards, the held-out eval and the proxy warm-up's stopping rule all score through
+trainer/tasks.py `score` and measure through `pass_rate`, so "pass rate" means the same thing
+everywhere: a warm-up that stops at a measured pass rate lands where the run's first eval point
+then measures it.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from typing import Sequence
 
 from trainer.config import TrainConfig
 from trainer.algo.length import generate_rollout
-from trainer.generation.rollout import Generator
-from trainer.tasks import Problem, Task
+from trainer.rollouts import Generator
+from trainer.tasks import Problem, Task, score
 
 # Held-out prompts per generate call when no row budget is given (eval.batch_size unset): the
 # chunking every run used before eval.batch_size existed, so their results stay unchanged.
@@ -25,20 +26,6 @@ def prompts_per_call(batch_rows: int | None, k: int) -> int:
     sampler's KV cache (rows x sequence length), which is what runs out of memory: the paper's
     eval is 1,000 prompts x 16 samples at ~14k tokens."""
     return EVAL_CHUNK if batch_rows is None else max(1, batch_rows // k)
-
-
-def decode(tok, completions: Sequence[Sequence[int]]) -> list[str]:
-    """Completion ids -> answer text (EOS and other special tokens dropped)."""
-    eos = tok.eos_token_id
-    return tok.batch_decode([[t for t in c if t != eos] for c in completions],
-                            skip_special_tokens=True)
-
-
-def score(task: Task, problems: Sequence[Problem], tok, completions: Sequence[Sequence[int]],
-          n: int) -> list[bool]:
-    """Verdict of each completion; completions are prompt-major, `n` per problem."""
-    return [task.score(problems[i // n], text)
-            for i, text in enumerate(decode(tok, completions))]
 
 
 def pass_rate(gen: Generator, task: Task, problems: Sequence[Problem],

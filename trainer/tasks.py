@@ -3,7 +3,9 @@
 `task.name` picks one registered builder: "arithmetic" (built-in, the fast CPU proxy),
 "reasoning_gym:<task>" (any reasoning-gym task, procedurally generated offline, scored by the
 task's own scorer) or "math" (a local JSONL/parquet with problem/answer, scored by
-math-verify). Training and held-out eval problems are disjoint by construction.
+math-verify). Training and held-out eval problems are disjoint by construction. `score` is a
+call's verdicts (decoded completions through the task's verifier): the one path the rewards,
+the eval and the proxy's warm-up all take.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ from __future__ import annotations
 import random
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from trainer.config import TaskConfig
 from trainer.registry import Registry
+
+if TYPE_CHECKING:  # types only: the config reads TASKS for the task kinds it accepts
+    from trainer.config import TaskConfig
 
 
 @dataclass
@@ -48,6 +52,20 @@ def build_task(cfg: TaskConfig, eval_split: str = "heldout") -> Task:
     if eval_split == "train":
         task = replace(task, eval=[replace(p) for p in task.train])
     return cap_task(task, cfg.unanswerable_fraction) if cfg.unanswerable_fraction else task
+
+
+def decode(tok, completions: Sequence[Sequence[int]]) -> list[str]:
+    """Completion ids -> answer text (EOS and other special tokens dropped)."""
+    eos = tok.eos_token_id
+    return tok.batch_decode([[t for t in c if t != eos] for c in completions],
+                            skip_special_tokens=True)
+
+
+def score(task: Task, problems: Sequence[Problem], tok, completions: Sequence[Sequence[int]],
+          n: int) -> list[bool]:
+    """Verdict of each completion; completions are prompt-major, `n` per problem."""
+    return [task.score(problems[i // n], text)
+            for i, text in enumerate(decode(tok, completions))]
 
 
 def unanswerable(i: int, fraction: float) -> bool:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from trainer.config import TrainConfig
+from trainer.plan.placement import dealt_groups
 from trainer.plan.topology import (  # noqa: F401  (JobShape, separate_generation: re-exported)
     JobShape,
     TopologyError,
@@ -71,6 +72,29 @@ def _generation_split(c: TrainConfig, shape: JobShape) -> Optional[str]:
     return None
 
 
+def _engine_on_training_gpu(c: TrainConfig, shape: JobShape) -> Optional[str]:
+    # trainer/plan/topology.py (module doc): a vLLM engine on a training rank's GPU (a one-GPU
+    # node) gets its weights over an NCCL group of that rank and the engine's workers
+    # (trainer/generation/push.py WeightBroadcast), two ranks on one GPU, which NCCL's init
+    # rejects ("Duplicate GPU detected", ncclInvalidUsage; NVIDIA/nccl v2.29.7-1
+    # src/init.cc:973-977, the pin of torch 2.13): the first push would fail.
+    gpus = shape.gpus_per_node
+    if c.rollout.backend != "vllm" or not gpus or c.engine.device == "cpu":
+        return None
+    try:
+        shared = topology(c, shape).shares_training_gpu
+    except TopologyError:
+        return None  # _generation_split / _engines say why
+    if not shared:
+        return None
+    return (f"rollout.backend=vllm on {gpus}-GPU nodes (slurm.gpus_per_node): the vLLM engine "
+            f"would share local rank 0's GPU with its training rank, and the weight push's "
+            f"NCCL group (that rank and the engine's workers) would put two ranks on one GPU, "
+            f"which NCCL refuses (\"Duplicate GPU detected\"); valid: nodes of at least 2 GPUs "
+            f"(the engines get GPUs of their own, rollout.vllm.generation_gpus), "
+            f"rollout.backend: hf, or engine.device: cpu")
+
+
 def _engines(c: TrainConfig, shape: JobShape) -> Optional[str]:
     # trainer/plan/topology.py: the engines' tensor-parallel groups and replicas the node's
     # generation GPUs cannot hold (the binding at start raises the same).
@@ -95,32 +119,35 @@ def _ranks_per_gpu(c: TrainConfig, shape: JobShape) -> Optional[str]:
         return None  # _engines says why
     if shape.ranks_per_node <= train:
         return None
-    why = (f" (off_policy.mode=pipeline, rollout.backend=vllm: {n - train} of the {n} GPUs "
-           "generate)" if train < n else "")
+    why = (f" (rollout.backend=vllm: {n - train} of the {n} GPUs generate)"
+           if train < n else "")
     return (f"{shape.ranks_per_node} ranks per node (tasks_per_node) on {train} training GPUs "
             f"per node{why}: one rank per GPU needs slurm.tasks_per_node: {train}, or set "
             f"rollout.vllm.generation_gpus")
 
 
 def prompts_per_node(c: TrainConfig, shape: JobShape) -> Optional[str]:
-    """In pipeline mode with vLLM every node's local rank 0 starts its node's engines and
-    generates its share of each step: the step's prompt groups dealt over the nodes
-    (trainer/plan/placement.py shares; unevenly where they do not divide, the plan charging
-    the largest share). A node dealt no group would hold its engines idle and its stream
-    would wait for nothing (trainer/generation/feeders.py holds the feeders it finds at start
-    to this rule too)."""
-    n, per_step = shape.nodes, c.rollout.prompts_per_step
-    if not separate_generation(c) or n <= 1 or per_step >= n:
+    """With vLLM every node's local rank 0 starts its node's engines and generates its share
+    of each generation: its prompt groups dealt over the nodes (trainer/plan/placement.py
+    shares, dealt_groups: a step's in pipeline mode, k steps' in ppo_off_policy; unevenly
+    where they do not divide, the plan charging the largest share). A node dealt no group
+    would hold its engines idle and its stream would wait for nothing (trainer/generation/
+    feeders.py holds the feeders it finds at start to this rule too)."""
+    n, per_call = shape.nodes, dealt_groups(c)
+    if not separate_generation(c) or n <= 1 or per_call >= n:
         return None
-    return (f"rollout.prompts_per_step={per_step} is fewer than the job's {n} nodes (off_policy."
-            f"mode=pipeline, rollout.backend=vllm: every node's engines generate a share of "
-            f"each step's prompt groups); valid: at least {n}, or fewer slurm.nodes")
+    what = (f"rollout.prompts_per_step={per_call}" if c.off_policy.mode == "pipeline" else
+            f"rollout.prompts_per_step={c.rollout.prompts_per_step} x off_policy.k="
+            f"{c.off_policy.k} ({per_call} prompt groups a generation)")
+    return (f"{what} is fewer than the job's {n} nodes (rollout.backend=vllm, "
+            f"off_policy.mode={c.off_policy.mode}: every node's engines generate a share of "
+            f"each generation's prompt groups); valid: at least {n}, or fewer slurm.nodes")
 
 
 # Each returns the one-line problem, or None. Order: the most fundamental first.
 CHECKS: tuple[Callable[[TrainConfig, JobShape], Optional[str]], ...] = (
     _zero3_pipeline_hf, _chat_template_proxy, _cuda_without_gpus, _generation_split,
-    _ranks_per_gpu, _engines, prompts_per_node,
+    _ranks_per_gpu, _engines, _engine_on_training_gpu, prompts_per_node,
 )
 
 

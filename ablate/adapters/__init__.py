@@ -70,5 +70,17 @@ def time_plan(config: Any, shape: Any, limits: Any) -> Any:
     return None if adapter.time_plan is None else adapter.time_plan(config, shape, limits)
 
 
+def topology(config: Any, shape: Any) -> Any:
+    """Where the run's ranks and engines go (trainer/plan/topology.py), or None where its
+    trainer has no plan here or the shape holds no layout (the trainer refuses it at start)."""
+    adapter = adapter_of(config)
+    if adapter.topology is None:
+        return None
+    try:
+        return adapter.topology(config, shape)
+    except ValueError:  # TopologyError: no layout on this shape
+        return None
+
+
 __all__ = ["ADAPTERS", "Adapter", "TrainerSpec", "adapter_class", "adapter_for", "adapter_of",
-           "kind_of", "memory_plan", "time_plan"]
+           "kind_of", "memory_plan", "time_plan", "topology"]

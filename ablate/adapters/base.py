@@ -77,8 +77,9 @@ class Adapter(Protocol):
     shape: the dry run and `sweep` share it) and `check_fit` (a `fit:` column it never logs).
 
     Capabilities a trainer may have, None where it has none (the dry run says so):
-    `memory_plan(config, shape)`, `time_plan(config, shape, limits)` (ablate plans its own
-    trainer only) and `command(config, run_dir)` (the command a run executes, for a trainer
+    `memory_plan(config, shape)`, `time_plan(config, shape, limits)`, `topology(config,
+    shape)` (where ranks and engines go; ablate plans its own trainer only) and
+    `command(config, run_dir)` (the command a run executes, for a trainer
     run as a program).
 
     Static, for what holds only a run dir's config (nothing built from the trainer block):
@@ -89,6 +90,7 @@ class Adapter(Protocol):
     reads_own_log: bool  # its curve is in the trainer's own log, which gather's cache cannot see
     memory_plan: Optional[Callable[[Any, Any], Any]]
     time_plan: Optional[Callable[[Any, Any, Any], Any]]
+    topology: Optional[Callable[[Any, Any], Any]]
     command: Optional[Callable[[Any, Path], str]]
 
     @classmethod

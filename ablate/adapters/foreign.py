@@ -30,6 +30,7 @@ class ForeignAdapter:
     reads_own_log = True
     memory_plan = None
     time_plan = None
+    topology = None
 
     @classmethod
     def from_spec(cls, spec: TrainerSpec) -> "ForeignAdapter":

@@ -1,8 +1,9 @@
 """Reading results: run dirs and tables into one metrics frame (gather, sources), the sigmoid
 model and its fit (sigmoid, fit, fitters, intervals, noise, window), every variant's fit and
-whether it can be trusted (variant_fits, fit_trust), and what is made of them (compare,
-extrapolate, rank_reversals: where the ranking and the predictions disagree, budget_plan: what to
-scale for a budget, plots, report)."""
+whether it can be trusted (variant_fits, fit_trust), a run that peaked and fell (sag: the one
+rule compare, extrapolate, the report, status and watch name it by), and what is made of them
+(compare, extrapolate, rank_reversals: where the ranking and the predictions disagree,
+budget_plan: what to scale for a budget, plots, report)."""
 
 # The paper's run-to-run margin on A: A's closer than this are a tie (compare, stages,
 # extrapolate, every --margin). Here, not in fit.py, so that loading a study file (stagespec)

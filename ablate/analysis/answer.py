@@ -180,6 +180,13 @@ def _lead_pair(fitted: list, baseline: Optional[str]):
     return top, base, top.p_beats
 
 
+def _fell_clause(row, name: Names) -> str:
+    """"0.3 peaked and fell (seed 1: 0.82 → 0.72)": a variant whose runs fell from their peak
+    (ablate.analysis.sag), named in the answer as its verdict names it in the table."""
+    runs = ", ".join(f"seed {s}: {f.peak:.2f} → {f.latest:.2f}" for s, f in row.group.falls)
+    return f"{name(row.group.variant)} peaked and fell ({runs})"
+
+
 def answer_sentence(analysis: Analysis) -> str:
     """One sentence: who wins by the paper's rule (or that nothing differs), with the baseline,
     the window, stopped/unscaled variants and failed fits named.
@@ -227,6 +234,7 @@ def answer_sentence(analysis: Analysis) -> str:
     more = len([r for r in fitted if r.group.variant not in named])
     if more:
         parts.append(f"{more} more variant(s) rank below (see the table)")
+    parts += [_fell_clause(r, name) for r in analysis.rows if r.group.falls]
     tail = f"({where})" if len(fitted) == 1 else \
         f"(baseline {name(analysis.baseline)}; {where})"
     parts += _stage_clauses(analysis.stopped, analysis.stages, name)

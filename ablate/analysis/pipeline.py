@@ -216,6 +216,11 @@ def fit_all(curves, options: Options, window: Window,
         for g in groups:
             if g.fit is not None:
                 g.fit.window_rule = window.rule
+    from ablate.analysis.sag import falls
+
+    fell = falls(curves.frame)  # on every evaluation of each run, as `watch` reads it
+    for g in groups:
+        g.falls = fell.get(g.variant, [])
     return groups
 
 

@@ -62,7 +62,9 @@ def note_text(row: Row, *more: Optional[str]) -> str:
                  *_not_said_by(reason, list(row.get("warnings") or []))]
     else:
         parts = list(row.get("warnings") or [])
-    return "; ".join(p for p in (*parts, *more) if p)
+    # compare's own note of a failed fit ("fit failed: <the error>") would say the error twice
+    said = row.get("error") or None
+    return "; ".join(p for p in (*parts, *more) if p and not (said and said in p and p != said))
 
 
 def _est(row: Row, name: str) -> str:

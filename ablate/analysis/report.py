@@ -191,7 +191,11 @@ def collect(study_dir: Path, *, options=None, n_boot: Optional[int] = None,
     text, doc = _read_study_yaml(study_dir)
     name = str(doc.get("name") or study_dir.name)
     states = recorded_states(study_dir) if states is None else states
-    runs = [s.to_json() for s in states]
+    from ablate.analysis.watch_store import status_verdicts  # `ablate status`'s watch column
+
+    watched = status_verdicts(study_dir, [s.run_id for s in states])
+    runs = [{**s.to_json(), **v.as_json(), "watch_cell": v.cell}
+            for s, v in zip(states, watched)]
     data = ReportData(str(study_dir), name, str(doc.get("description") or ""), text, "", "",
                       [], runs, _problems(study_dir, states),
                       _commands(study_dir, text, name, options, runs))

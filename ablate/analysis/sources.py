@@ -2,7 +2,8 @@
 
     study results dir    ablate.analysis.gather; x/y default to gpu_hours / eval/pass_rate, or the
                          study.yaml `fit:` section; rows lacking x or y (non-eval lines) are left out
-    .csv .jsonl .parquet long tables: columns variant, seed (optional), compute, score; names
+    .csv .jsonl .parquet long tables: columns variant, seed (optional), compute, score (else
+                         found by the names a log's are: ablate/readers/columns.py); names
                          are text as written (a variant called None, NA, nan, null or N/A is
                          a variant, not a missing value); without a variant column a `run`,
                          `name` or `run_name` column names the variants (said on stderr), and
@@ -35,6 +36,7 @@ import pandas as pd
 from ablate import readers
 from ablate.analysis.gather import cache_is_fresh, gather, is_study_dir, study_fit_defaults, write_cache
 from ablate.errors import InputError, NoDataYet
+from ablate.readers.columns import scale_hint, table_axes
 from ablate.readers.common import split_seed
 from trainer.rundir import GPU_HOURS, METRICS, PASS_RATE, STATUS
 
@@ -82,7 +84,7 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
         raise InputError(f"{p}: no such file or directory; SOURCE is a study results dir, a "
                          ".csv/.jsonl/.parquet table, a W&B CSV export, an MLflow tracking dir, "
                          "a TensorBoard log dir, or a verl/TRL JSONL log")
-    p = _study_meant(p)
+    p = study_meant(p)
     if step_cost is not None and is_study_dir(p):
         raise InputError(f"{p}: --step-cost converts a log's steps to compute; a study dir "
                          "has its compute columns (pass --x gpu_hours or --x flops)")
@@ -102,8 +104,8 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
         return Curves(tidy, str(p), x, y, defaults, duplicates=tidy.attrs["duplicates"],
                       readings=tidy.attrs["notes"], y_range=y_range)
     if readers.detect(p) is not None:
-        got = readers.read(p, x=x, y=y, step_cost=step_cost)
-        tidy = _tidy(got.frame, str(p), got.x, got.y, by or "variant", drop_missing=True,
+        got = readers.read(p, x=x, y=y, step_cost=step_cost, by=by)  # by: its run column
+        tidy = _tidy(got.frame, str(p), got.x, got.y, "variant", drop_missing=True,
                      y_range=y_range, seed_names=False)  # the reader split the seeds
         return Curves(tidy, str(p), got.x, got.y, notes=got.notes,
                       duplicates=tidy.attrs["duplicates"], readings=tidy.attrs["notes"],
@@ -117,10 +119,13 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
                              + ", ".join(TABLE_SUFFIXES))
         by_cols = [c.strip() for c in (by or "").split(",") if c.strip()]
         df = _read_table(p, text_columns=["variant", *RUN_COLUMNS, *by_cols])
-        x, y = x or "compute", y or "score"
         notes = []
         if step_cost is not None:  # compute = step x cost, whatever else the table holds
             df, x = _step_compute(df, p, step_cost)
+        # the file's own names, found as a log's are (ablate/readers/columns.py)
+        x, y, by_cols, said = table_axes(df.columns, str(p), x=x, y=y, by=by_cols,
+                                          skip=("variant", *RUN_COLUMNS))
+        by = ",".join(by_cols) or None
         if by is None and "variant" not in df.columns:
             run_col = next((c for c in RUN_COLUMNS if c in df.columns), None)
             if run_col is not None:  # the runs are the variants (seeds pooled by name)
@@ -140,6 +145,7 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
                      first_line={".csv": 2, ".jsonl": 1}.get(p.suffix))
         return Curves(tidy, str(p), x, y, dropped=int(tidy.attrs.get("dropped", 0)),
                       duplicates=tidy.attrs["duplicates"], readings=notes + tidy.attrs["notes"],
+                      notes=said,
                       y_range=y_range)
     raise InputError(f"{p}: a directory with none of: variants.json (study results dir), "
                      "TensorBoard event files, an MLflow tracking dir, JSONL logs, "
@@ -157,7 +163,7 @@ def _study_name(p: Path) -> str:
     return str(name) if isinstance(name, str) and name else p.stem
 
 
-def _study_meant(p: Path) -> Path:
+def study_meant(p: Path) -> Path:
     """The study dir a folder one level off means: a folder of study dirs, or a study's run
     folders (results/NAME/runs). Never read as a generic log (every run its own variant)."""
     if not p.is_dir() or is_study_dir(p):
@@ -219,16 +225,6 @@ def check_y_range(y_range) -> tuple[float, float] | None:
         raise InputError(f"--y-range {lo:g} {hi:g}: needs finite LO < HI (e.g. -1 1 for "
                          "rewards, 0 100 for percent)")
     return lo, hi
-
-
-def _scale_hint(scores: np.ndarray) -> str:
-    """The --y-range that holds these scores: rewards in [-1, 1], percent, else their span."""
-    lo, hi = float(np.min(scores)), float(np.max(scores))
-    if lo >= -1 and hi <= 1:
-        return "--y-range -1 1 (rewards in [-1, 1])"
-    if lo >= 0 and hi <= 100:
-        return "--y-range 0 100 (percent)"
-    return f"--y-range LO HI (the score's scale; these run from {lo:g} to {hi:g})"
 
 
 def _where(first_line: int | None) -> Callable[[int], str]:
@@ -296,8 +292,7 @@ def _check_values(out: pd.DataFrame, src: str, x: str, y: str, at: Callable[[int
             raise InputError(f"{src}: column {y!r} {row} is {out['score'][outside].iloc[0]:g} "
                              f"(variant {variant}), outside --y-range {lo:g} {hi:g}")
         return
-    scale = "" if out.empty else "; for another scale pass " + _scale_hint(
-        out["score"].to_numpy())
+    scale = "" if out.empty else "; " + scale_hint(y, out["score"].to_numpy())
     for name, c, bad, valid in (("compute", x, out["compute"] < 0, "compute must be >= 0"),
                                 ("score", y, (out["score"] < 0) | (out["score"] > 1),
                                  "scores are pass rates in [0, 1]" + scale)):

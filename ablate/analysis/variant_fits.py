@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ablate.analysis import fit_trust
 from ablate.analysis.fit import N_BOOT, Fit, FitError
 from ablate.analysis.fitters import fit_sigmoid
+from ablate.analysis.sag import Fall
 from ablate.analysis.sources import Curves
+
+
+FELL = "fell from its peak"  # the verdict of a variant whose runs peaked and fell
+
+
+def fall_text(falls: list[tuple[int, Fall]]) -> str:
+    """"seed 1 fell 0.10 from its peak: ..." for each run that fell."""
+    return "; ".join(f"seed {s} {f.text()}" for s, f in falls)
 
 
 @dataclass
@@ -20,17 +29,35 @@ class GroupFit:
     n_points: int  # points in the variant's data (all seeds, before the window)
     method: str = "default"
     cause: str = "no fit"  # why there is no fit (FitError.cause), for the verdict
+    # its runs that fell from their peak (ablate.analysis.sag, the rule `watch` holds runs to):
+    # [(seed, Fall)]; set by the pipeline from every evaluation of each run
+    falls: list[tuple[int, Fall]] = field(default_factory=list)
 
-    def verdict(self) -> tuple[str, str]:
+    def fit_verdict(self) -> tuple[str, str]:
         """(verdict, reason): can this fit be trusted, and why (ablate.analysis.fit_trust)."""
         if self.fit is None:
             return fit_trust.refused(self.cause, self.error or "")
         v, why, _ = fit_trust.assess(self.fit)
         return v, why
 
+    def verdict(self) -> tuple[str, str]:
+        """The fit's verdict, except that a fit judged ok whose runs peaked and fell reads
+        FELL (a sigmoid cannot fall: its A sits between the peak and the end). A fit judged
+        otherwise keeps its label (the answer reads "pinned" from it) and names the fall in its
+        reason."""
+        v, why = self.fit_verdict()
+        if not self.falls:
+            return v, why
+        fell = fall_text(self.falls)
+        if v == fit_trust.OK:
+            return FELL, f"{fell}; a sigmoid cannot fall, so A reads the curve between its " \
+                         f"peak and its end; the fit: {why}"
+        return v, f"{why}; {fell}"
+
     def as_dict(self) -> dict:
         v, why = self.verdict()
-        return {**self._fields(), "verdict": v, "verdict_reason": why}
+        return {**self._fields(), "verdict": v, "verdict_reason": why,
+                "fell": [{"seed": s, **f.as_json()} for s, f in self.falls]}
 
     def _fields(self) -> dict:
         if self.fit is None:

@@ -22,9 +22,9 @@ Verdicts (one per run, `judge`), from the latest evaluation:
   behind     the latest evaluation is below the band, fewer than k in a row so far, or below
              *today's* fit's band (the fit on every evaluation so far): a run sagging below its
              own current curve is never "ahead" of an old forecast
-             or the run has fallen FALL from its own peak (the mean of its last FALL_W
-             evaluations against the best such mean): a collapse reads so whatever band the
-             forecast drew (a provisional band fitted on the early points may sit below it)
+             or the run has fallen from its own peak (ablate/analysis/sag.py: the one rule
+             compare, the report and status name a sag by): a collapse reads so whatever band
+             the forecast drew
   ahead      the latest evaluation is above the band (better than forecast is not a departure)
   on track   the latest evaluation is inside the band (or none is judged yet)
   waiting    no forecast yet; `needs` says about how many more evaluations it takes
@@ -35,23 +35,29 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
 from ablate.analysis.fit import FitError, predictive_interval
+from ablate.analysis.sag import Fall, fall_from_peak  # noqa: F401 - the one sag rule
 from ablate.analysis.watch_forecast import (  # noqa: F401 - the watch API in one place
     N_DRAWS, SAG_LEVEL, SCAN_DRAWS, Forecast, Freeze, band_at, falling, fit_quiet, freeze_index,
     identified, make_forecast, needs_more, one_eval_band, scan_freeze)
+from ablate.analysis.watch_forecast import _Scan
 from ablate.errors import InputError
 from ablate.number_text import compute, interval, number
+from ablate.number_text import compute as _c_text  # where `judge`'s argument `compute` hides it
 
 K = 3  # consecutive evaluations below the band that make a departure
 LEVEL = 0.99  # the band's central probability
 TOL = 0.005  # "scaling stops paying": where the current fit is within TOL of its ceiling A
 RENEW_GROWTH = 1.1  # a failed renewal is tried again once compute has grown by this factor
-FALL = 0.1  # a fall from the run's own peak that reads "behind" (issue 51: 0.83 -> 0.70 read ahead)
-FALL_W = 3  # evaluations averaged on both sides of a fall: one lucky evaluation is no peak
+# a provisional forecast (fit on the first evaluations whose ceiling is identified, before it
+# held) is refit once the run has this factor of its compute: issue 51, a quickstart run held
+# all its life to the band of its first 10 evaluations read "ahead 0.700 [0.607, 0.681]" after
+# rising to 0.83 and falling back
+OUTGROWN = 2.0
 VERDICTS = ("on track", "ahead", "behind", "departed", "waiting")
 
 
@@ -95,6 +101,7 @@ class Judgement:
     at_budget: Optional[dict] = None  # today's fit: {"score", "lo", "hi"} at the budget
     stops_paying: Optional[float] = None  # today's fit: compute within TOL of its A
     today_band: Optional[list[float]] = None  # today's fit: one evaluation's band, latest compute
+    fall: Optional[Fall] = None  # fallen from its own peak (ablate.analysis.sag), any verdict
 
     @property
     def forecast(self) -> Optional[Forecast]:
@@ -120,6 +127,7 @@ class Judgement:
             "returned": self.returned, "needs": self.needs,
             "budget": self.budget, "budget_rule": self.budget_rule,
             "at_budget": self.at_budget, "stops_paying": self.stops_paying,
+            "fell": None if self.fall is None else self.fall.as_json(),
         }
 
 
@@ -147,13 +155,26 @@ class _Walk:
 
 
 def walk(c: np.ndarray, y: np.ndarray, forecasts: list[Forecast], start: int, k: int, *,
-         renew: bool = False, c_end: Optional[float] = None) -> _Walk:
+         renew: bool = False, c_end: Optional[float] = None,
+         outgrow: Optional[Callable[[int], Optional[Forecast]]] = None) -> _Walk:
     """Each evaluation from index `start` on, in order, against the forecast in force then
-    (see the module docstring: departures, and renewals when `renew`)."""
+    (see the module docstring: departures, and renewals when `renew`). `outgrow(n)`: a new
+    provisional forecast on the first n evaluations (None: none identified there), asked for
+    once the run has OUTGROWN x the compute the provisional forecast in force was fit on."""
     out = _Walk([], list(forecasts))
     since: list[str] = []  # sides of the judged points since the forecast in force was frozen
     below, tried, left = 0, 0.0, None  # left: the first evaluation above since then
+    grown = OUTGROWN * out.forecasts[-1].frozen_at  # the next provisional renewal's compute
     for i in range(start, c.size):
+        if (outgrow is not None and out.dep is None and out.forecasts[-1].rule == "provisional"
+                and c[i] >= grown):  # outgrown: refit on every evaluation before this one
+            new = outgrow(i)
+            if new is not None:
+                out.forecasts.append(new)
+                since, below, left = [], 0, None
+                grown = OUTGROWN * new.frozen_at
+            else:
+                grown = float(c[i]) * RENEW_GROWTH
         fd = out.forecasts[-1].as_dict()
         lo, mid, hi, lo_w = (float(v[0]) for v in band_at(fd, c[i], ("lo", "mid", "hi", "lo_w")))
         side = _side(float(y[i]), lo, hi)
@@ -278,13 +299,15 @@ def judge(run: str, variant: str, seed: int, compute, score, *, k: int = K, leve
     if frozen:
         fcs = [Forecast(**d) for d in frozen]
         got = walk(c, y, fcs, int(np.sum(c <= fcs[-1].frozen_at)), k,
-                   renew=renew and fcs[-1].rule != "provisional", c_end=c_end)
+                   renew=renew and fcs[-1].rule != "provisional", c_end=c_end,
+                   outgrow=_outgrow(c, _Scan(c, y), level, c_end))
         got.why = "the ceiling is not yet held"
     else:
         fz = scan_freeze(c, y, from_compute) if c.size else Freeze(None, None, "no evaluations")
         got = follow(c, y, fz, k, level, c_end, given=from_compute is not None)
         if got is None:
             _waiting(j, c, y, fz.why, from_compute)
+            _fallen(j, c, y)
             return j
     j.forecasts, j.points = got.forecasts, got.points
     j.verdict, j.returned = verdict_of(j.points, got.dep, k)
@@ -293,6 +316,10 @@ def judge(run: str, variant: str, seed: int, compute, score, *, k: int = K, leve
         j.departure = got.kind
     elif j.forecast.rule == "provisional":
         _waiting(j, c, y, got.why, from_compute)
+        f = j.forecast
+        if len(j.forecasts) > 1 and j.forecasts[0].rule == "provisional":
+            j.reason += (f"; provisional forecast refit at compute {_c_text(f.frozen_at)} (A "
+                         f"{f.A:.3f}, the first {j.forecasts[0].A:.3f}): the run outgrew it")
         _fallen(j, c, y)
         return j
     if with_today and j.verdict != "departed":  # a sigmoid through a collapse misleads
@@ -305,27 +332,14 @@ def judge(run: str, variant: str, seed: int, compute, score, *, k: int = K, leve
     return j
 
 
-def fall_from_peak(c: np.ndarray, y: np.ndarray) -> Optional[tuple[float, float, float]]:
-    """(peak, its compute, latest) as means of FALL_W evaluations when the latest has fallen
-    FALL or more below the best earlier one; None otherwise (or with too few evaluations)."""
-    if y.size < 2 * FALL_W:
-        return None
-    means = np.convolve(y, np.ones(FALL_W) / FALL_W, mode="valid")  # means[i]: y[i:i+FALL_W]
-    i = int(np.argmax(means[:-1]))
-    if means[i] - means[-1] < FALL:
-        return None
-    return float(means[i]), float(c[i + FALL_W - 1]), float(means[-1])
-
-
 def _fallen(j: Judgement, c: np.ndarray, y: np.ndarray) -> None:
-    """A run that fell FALL from its own peak is behind, not ahead or on track or waiting."""
+    """A run that fell from its own peak (ablate.analysis.sag, the rule compare names too) is
+    behind, not ahead or on track or waiting; departed stays departed."""
     got = fall_from_peak(c, y)
+    j.fall = got
     if got is None or j.verdict == "departed":
         return
-    peak, at, latest = got
-    fell = (f"fell {peak - latest:.2f} from its peak: the mean of its last {FALL_W} "
-            f"evaluations {latest:.3f}, the best such mean {peak:.3f} at compute {compute(at)}")
-    j.reason = f"{fell}; {j.reason}" if j.reason else fell
+    j.reason = f"{got.text()}; {j.reason}" if j.reason else got.text()
     j.verdict = "behind"
 
 
@@ -333,13 +347,15 @@ def follow(c: np.ndarray, y: np.ndarray, fz: Freeze, k: int, level: float, c_end
            given: bool = False) -> Optional[_Walk]:
     """The evaluations after the freeze `fz` (`scan_freeze` of the same curve), walked. Before
     the freeze (the ceiling identified but not yet held), the evaluations after the first
-    identified fit are held to that fit as a provisional forecast: a collapse there is a
-    departure, not a wait. None when there is not even a provisional forecast."""
+    identified fit are held to that fit as a provisional forecast, refit on every evaluation
+    so far each time the run outgrows it (OUTGROWN): a collapse there is a departure, not a
+    wait. None when there is not even a provisional forecast."""
     pre = None
     if fz.first is not None and (fz.n is None or fz.n_first < fz.n):
         prov = make_forecast(fz.first, fz.n_first, "provisional", level,
                              max(c_end, 4 * float(c[fz.n_first - 1])))
-        pre = walk(c[:fz.n or c.size], y[:fz.n or c.size], [prov], fz.n_first, k)
+        pre = walk(c[:fz.n or c.size], y[:fz.n or c.size], [prov], fz.n_first, k,
+                   outgrow=_outgrow(c, fz.scan, level, c_end))
         pre.why = fz.why
         if fz.n is None or pre.dep is not None:
             return pre
@@ -348,10 +364,22 @@ def follow(c: np.ndarray, y: np.ndarray, fz: Freeze, k: int, level: float, c_end
     fc = make_forecast(fz.fit, fz.n, "given" if given else "identified", level,
                        max(c_end, 4 * float(c[fz.n - 1])))
     got = walk(c, y, [fc], fz.n, k, renew=True, c_end=c_end)
-    if pre is not None:  # the provisional forecast is kept for the record, first
+    if pre is not None:  # the provisional forecasts are kept for the record, first
         got.forecasts = pre.forecasts + got.forecasts
-        got.points = pre.points + [replace(p, forecast=p.forecast + 1) for p in got.points]
+        shift = len(pre.forecasts)
+        got.points = pre.points + [replace(p, forecast=p.forecast + shift) for p in got.points]
     return got
+
+
+def _outgrow(c: np.ndarray, scan, level: float, c_end: float
+             ) -> Callable[[int], Optional[Forecast]]:
+    """`walk`'s provisional renewal: the identified fit on the first n evaluations (the freeze
+    scan's, each prefix fit once), as a provisional forecast; None where it is not identified."""
+    def new(n: int) -> Optional[Forecast]:
+        f = scan(n)[0] if scan is not None else None
+        return None if f is None else make_forecast(f, n, "provisional", level,
+                                                    max(c_end, 4 * float(c[n - 1])))
+    return new
 
 
 def _waiting(j: Judgement, c: np.ndarray, y: np.ndarray, why: str,

@@ -107,7 +107,8 @@ def identified(fit: Fit) -> bool:
 
 
 class _Scan:
-    """Fits of prefixes of one curve, each computed once: (fit or None, why not)."""
+    """Fits of prefixes of one curve, each computed once: (fit or None, why not); the fit is
+    one whose ceiling is identified (`identified`), else None."""
 
     def __init__(self, c: np.ndarray, y: np.ndarray) -> None:
         self.c, self.y, self.got = c, y, {}
@@ -149,6 +150,7 @@ class Freeze:
     why: str
     n_first: Optional[int] = None
     first: Optional[Fit] = None
+    scan: Optional["_Scan"] = None  # the prefix fits it made: a provisional renewal reuses them
 
 
 def freeze_index(c: np.ndarray, y: np.ndarray, from_compute: Optional[float] = None
@@ -168,7 +170,8 @@ def scan_freeze(c: np.ndarray, y: np.ndarray, from_compute: Optional[float] = No
             return Freeze(n, fit_quiet(c[:n], y[:n], intervals=True), "given")
         except FitError as e:
             return Freeze(None, None, f"--from {from_compute:g}: {e}")
-    scan, out = _Scan(c, y), Freeze(None, None, "too few evaluations")
+    scan = _Scan(c, y)
+    out = Freeze(None, None, "too few evaluations", scan=scan)
     for n in range(max(MIN_TRUSTED_POINTS, MIN_POINTS), c.size + 1):
         f, why = scan(n)
         if f is None:

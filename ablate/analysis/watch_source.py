@@ -40,8 +40,10 @@ class WatchedRun:
 
 def read_runs(target: str | Path, *, x: Optional[str] = None, y: Optional[str] = None,
               step_cost: Optional[float] = None) -> tuple[list[WatchedRun], str, str]:
-    """(runs, x column, y column) of TARGET; InputError (one line) when nothing can be read."""
-    p = Path(target)
+    """(runs, x column, y column) of TARGET; InputError (one line) when nothing can be read.
+    A folder one level off is the study it holds (sources.study_meant, the rule compare reads
+    folders by), so its runs keep their run dirs (ids, watch.json, budgets)."""
+    p = sources.study_meant(Path(target)) if Path(target).exists() else Path(target)
     if p.is_dir() and not is_study_dir(p) and (p / rundir.METRICS).exists() or \
             p.is_dir() and (p / rundir.STATUS).exists() and not is_study_dir(p):
         study = study_fit_defaults(p.parent) if is_study_dir(p.parent) else {}

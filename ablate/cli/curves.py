@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -29,18 +27,16 @@ if TYPE_CHECKING:  # numpy/scipy/pandas load when a command fits, not for `ablat
 
 
 class _Stream:
-    """stdout or stderr as a rich Console made when it is used, so its width is the one at
-    the call: a terminal's; COLUMNS when set (a script or test asking for a given width; read
-    at import, an in-process caller's later COLUMNS went unseen); else, piped, wide (rich would
-    wrap at 80 columns and the tables carry intervals in every cell)."""
+    """stdout or stderr as a rich Console made when it is used, at the width of the one rule
+    (ablate/cli/width.py) at the call (an in-process caller's later COLUMNS is seen)."""
 
     def __init__(self, stderr: bool) -> None:
         self.stderr = stderr
 
     def console(self) -> Console:
-        f = sys.stderr if self.stderr else sys.stdout
-        wide = None if f.isatty() or "COLUMNS" in os.environ else 200
-        return Console(stderr=self.stderr, width=wide)
+        from ablate.cli.width import console
+
+        return console(stderr=self.stderr)
 
     def print(self, *args: Any, **kw: Any) -> None:
         self.console().print(*args, **kw)
@@ -130,7 +126,7 @@ def _options(**kw) -> "Options":
 def _print_load_notes(curves: Curves, quiet: bool) -> None:
     if not quiet:
         for note in curves.notes:  # what a reader of another tool's log picked
-            err.print(f"[dim]{note}[/dim]", markup=True)
+            err.print(note, style="dim", markup=False, highlight=False)  # names as written
     if curves.dropped:  # always on stderr, --json or not: the data differs from the file
         err.print(f"{curves.source}: dropped {curves.dropped} row(s) with a blank "
                   f"{curves.x!r} or {curves.y!r} cell", markup=False)
@@ -314,7 +310,8 @@ def extrapolate(source: Path = SourceArg,
                                paper_grid, baseline, margin, budget, y_range), json_)
     from ablate.analysis.extrapolate import extrapolate_answer
 
-    rows = predict(a.groups, budget=budget, target=target, margin=a.options.margin)
+    rows = predict(a.groups, budget=budget, target=target, margin=a.options.margin,
+                   frame=a.curves.frame)
     _plot(a.curves, a.groups, plot, extend_to=budget)
     answer = extrapolate_answer(rows, x=a.curves.x, y=a.curves.y, budget=budget, target=target)
     if json_:

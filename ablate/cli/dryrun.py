@@ -8,8 +8,9 @@ the jobs/requeues that takes under the profile's time limit (trainer/plan/time_p
 checks refuse the study in `ablate sweep` (ablate/studies/sweep.py check_fit, check_time).
 The runs' table is laid out for the terminal (ablate/cli/tables.py): the name last and whole
 (a long multi-axis one breaks after an `axis=value,` at most), the least important columns
-left out and named when the width cannot hold them; piped with no COLUMNS, every column, one
-line a run, for grep. A plan on CPU speaks of CPUs: RAM per training process, CPU-hours.
+left out and named when the width cannot hold them, one line a run (for grep); prose folds at
+words and commands at arguments (with `\\`), all at the width of ablate/cli/width.py (100 when
+piped). A plan on CPU speaks of CPUs: RAM per training process, CPU-hours.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from ablate.cli.width import columns, fold
 from ablate.number_text import count
 from ablate.studies.expand import Variant
 from ablate.studies.launch.profile import Profile
@@ -140,56 +142,21 @@ def resources_json(p: Any, t: Optional[TimePlan] = None) -> dict[str, Any]:
     return out
 
 
-def launch_info(executor: str, why: str, prof: Profile, cap: Any = None) -> dict[str, Any]:
-    """Where the jobs would go: the executor (and why that one), and its profile's limits;
-    `runs_at_once` is what the study's nodes allow (`cap`, ablate/studies/capacity.py)."""
-    out: dict[str, Any] = {"executor": executor, "executor_from": why}
-    if executor == "slurm":
-        s = prof.slurm
-        out.update(partition=s.partition, account=s.account, qos=s.qos, nodes=s.nodes,
-                   tasks_per_node=s.tasks_per_node, gpus_per_node=s.gpus_per_node,
-                   gpu_memory_gib=prof.gpu_memory_gib, gpu_model=prof.gpu_model,
-                   time_min=s.time_min, max_num_timeout=s.max_num_timeout,
-                   signal_delay_s=s.signal_delay_s, array_parallelism=s.array_parallelism,
-                   runs_at_once=cap.runs_at_once if cap else s.array_parallelism,
-                   study_nodes=cap.nodes.nodes if cap and cap.nodes else None,
-                   study_nodes_from=cap.nodes.source if cap and cap.nodes else None)
-    elif executor == "local":
-        out.update(timeout_min=prof.local.timeout_min, runs_at_once=prof.local.max_parallel,
-                   gpu_memory_gib=prof.gpu_memory_gib, gpu_model=prof.gpu_model)
-    else:
-        out.update(runs_at_once=1, gpu_memory_gib=prof.gpu_memory_gib)
-    return out
+def launch_info(executor: str, why: str, prof: Profile, cap: Any) -> dict[str, Any]:
+    """Where the jobs would go: the executor (and why that one), and its profile's settings
+    as the executor describes them; `runs_at_once` is what it allows (`cap`)."""
+    from ablate.studies import launch
 
-
-def _requeue_cap(cap: Any) -> str:
-    return ("requeues as each run's plan derives (max_num_timeout auto)" if cap == "auto"
-            else f"up to {cap} requeues")
-
-
-def _tasks(n: Any) -> str:
-    return ("a task per training GPU of each run's split (tasks_per_node auto)"
-            if n == "auto" else f"{n} task(s) per node")
+    return {"executor": executor, "executor_from": why,
+            **launch.EXECUTORS[executor].describe(prof, cap)}
 
 
 def launch_text(info: dict[str, Any]) -> str:
+    from ablate.studies import launch
+
     ex = info["executor"]
-    head = f"where: executor {ex} ({info['executor_from']})"
-    if ex == "slurm":
-        part = info["partition"] or "the cluster's default"
-        gpus = info["gpus_per_node"]
-        mem = (f" of {info['gpu_memory_gib']:g} GiB" if info["gpu_memory_gib"] else
-               " (size not set: gpu_memory_gib)") if gpus else ""
-        extra = "".join(f", {k} {info[k]}" for k in ("account", "qos") if info[k])
-        return (f"{head}, partition {part}{extra}; {count(info['nodes'], 'node')} x {gpus} GPUs{mem}, "
-                f"{_tasks(info['tasks_per_node'])}; time limit {info['time_min']} min "
-                f"per job, {_requeue_cap(info['max_num_timeout'])}, stop signal "
-                f"{info['signal_delay_s']} s before; at most {count(info['array_parallelism'], 'run')} "
-                "at once (array_parallelism)")
-    if ex == "local":
-        return (f"{head}: background jobs on this machine, {info['runs_at_once']} at once, "
-                f"{info['timeout_min']:g} min per job")
-    return f"{head}: in this process, one run after another"
+    return f"where: executor {ex} ({info['executor_from']})" + \
+        launch.EXECUTORS[ex].sentence(info)
 
 
 def command_of(v: Variant, run_dir: Path) -> Optional[str]:
@@ -209,9 +176,8 @@ def warnings_of(shape: JobShape, plans: dict[str, Any], info: dict[str, Any]) ->
                   p.model != "proxy"]
     if shape.gpu_memory_gib is None and gpu_models:
         top = max(p.train_gib_per_gpu for p in gpu_models)
-        no_gpus = shape.gpus_per_node == 0 or (
-            info["executor"] == "slurm" and not info.get("gpus_per_node"))
-        where = ("the Slurm jobs would get no GPUs (slurm.gpus_per_node 0)" if no_gpus else
+        no_gpus = shape.gpus_per_node == 0
+        where = (f"the jobs would get no GPUs ({info['executor']}.gpus_per_node 0)" if no_gpus else
                  "GPUs not known here" if shape.gpus_per_node is None else
                  "gpu_memory_gib is not set")
         out.append(f"warning: the memory plan (up to {top:g} GiB per training GPU) is not "
@@ -265,47 +231,48 @@ def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json:
     cmds = [(v, c) for v in variants if (c := commands[v.run_id])]
     if cmds:
         out += ["", "Commands (first attempt; a retry adds the trainer's resume flag):"]
-    commands_text = [f"{v.run_id} {v.name} seed {v.seed}: {c}" for v, c in cmds]
+    commands_text = [x for v, c in cmds for x in command_lines(f"{v.run_id} {v.name} seed "
+                                                               f"{v.seed}: ", c, width)]
     out += commands_text
     out += study_total(variants, times, cap)
-    # the table (laid out for the width) and commands (to copy into a shell) stay as they are
-    print("\n".join(_fold(out, {*rows, *commands_text}, width)))
+    # the table (laid out for the width) and commands (folded as a shell reads them) stay
+    print("\n".join(fold(out, width, keep={*rows, *commands_text})))
 
 
-def _width() -> Optional[int]:
-    """The columns to fit: a terminal's, or COLUMNS when set; None piped without it (every
-    fact on one line for grep)."""
-    import os
-    import shutil
-    import sys
-
-    if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit():
-        return max(60, shutil.get_terminal_size().columns)
-    return None
+def _width() -> int:
+    """The columns to fit (ablate/cli/width.py), at least 60: the plan's lines are not
+    laid out for less."""
+    return max(60, columns())
 
 
-def _fold(lines: list[str], keep: set[str], width: Optional[int]) -> list[str]:
-    """Prose lines wider than `width` fold at words under their own indent (a terminal would
-    cut them mid-word); the table and commands (`keep`) stay as they are."""
-    import textwrap
+def command_lines(head: str, command: str, width: int) -> list[str]:
+    """`head` and the command on one line where it fits, else folded between its arguments
+    with ` \\` (a shell joins the lines back: the text still pastes as one command); an
+    argument longer than the width stays whole."""
+    import shlex
 
-    if width is None:
-        return lines
-    out = []
-    for line in lines:
-        if line in keep or len(line) <= width:
-            out.append(line)
-            continue
-        lead = " " * (len(line) - len(line.lstrip()))
-        out += textwrap.wrap(line, width, subsequent_indent=lead + "    ",
-                             break_long_words=False, break_on_hyphens=False)
-    return out
+    one = head + command
+    if len(one) <= width:
+        return [one]
+    try:
+        words = shlex.split(command)
+    except ValueError:  # unbalanced quotes: not split where the shell would not
+        return [one]
+    lines, cur = [], head.rstrip()
+    for w in map(shlex.quote, words):
+        if len(cur) + 1 + len(w) + 2 > width and cur.strip():
+            lines.append(cur + " \\")
+            cur = "    " + w
+        else:
+            cur = f"{cur} {w}" if cur.strip() else cur + w
+    return [*lines, cur]
 
 
 def table(variants: list[Variant], plans: dict[str, Any], times: dict[str, Any], title: str,
-          width: Optional[int]) -> list[str]:
-    """The runs, one a row, laid out for `width` (ablate/cli/tables.py; None: all columns);
-    the variant's name last and whole, the footnote under it."""
+          width: int) -> list[str]:
+    """The runs, one a line, laid out for `width` (ablate/cli/tables.py): no cell wraps (a
+    column that does not fit is left out and named), the variant's name last and whole, the
+    footnote under it."""
     import io
 
     from rich.console import Console
@@ -331,7 +298,8 @@ def table(variants: list[Variant], plans: dict[str, Any], times: dict[str, Any],
     # (header, drop: higher gives way first on a narrow terminal); the name is kept, whole
     heads = [("run_id", 1), ("seed", 4), ("train", 2), ("gen", 4), ("fits", 3), ("step", 6),
              ("eval", 7), ("wall h", 1), (f"{dev}-h", 2), ("requeues", 5), ("reach", 3)]
-    cols = [Col(h, [c[i] for c in cells], justify="left", whole=h == "run_id", drop=d)
+    cols = [Col(h, [c[i] for c in cells], justify="left", whole=h == "run_id", drop=d,
+                unbroken=True)
             for i, (h, d) in enumerate(heads) if any(c[i] for c in cells)]
     cols.append(Col("name", [c[-1] for c in cells], justify="left", whole=True, keep=True))
     notes = [(("train",), "train: GiB of RAM per training process" if dev == "CPU"
@@ -339,7 +307,7 @@ def table(variants: list[Variant], plans: dict[str, Any], times: dict[str, Any],
              (("wall h", f"{dev}-h"), f"wall h, {dev}-h: to the budget"),
              (("requeues",), "requeues: needed/allowed"),
              (("reach",), "reach: the budget under the profile")]
-    con = Console(width=width or 10_000, file=io.StringIO(), record=True, color_system=None)
+    con = Console(width=width, file=io.StringIO(), record=True, color_system=None)
     con.print(layout(con, title, cols, split_last=True, col_notes=notes))
     return [line.rstrip() for line in con.export_text().splitlines()]
 

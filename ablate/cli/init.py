@@ -22,7 +22,10 @@ def init(
     FOLDER; never overwrites. Then: ablate sweep FOLDER/study.yaml --dry-run."""
     from ablate.studies.starter import write_starter
 
+    from ablate.cli.width import columns, fold
+
     path = write_starter(folder, name, file)
-    print(f"wrote {path}: a study of 4 CPU-proxy runs (base: proxy.yaml and profile: local, "
-          "shipped with ablate)")
-    print(f"next: ablate sweep {path} --dry-run   (then: ablate sweep {path} --wait)")
+    print("\n".join(fold([f"wrote {path}: a study of 4 CPU-proxy runs (base: proxy.yaml and "
+                          "profile: local, shipped with ablate)",
+                          f"next: ablate sweep {path} --dry-run   (then: ablate sweep {path} "
+                          "--wait)"], columns())))

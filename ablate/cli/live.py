@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 from rich.progress_bar import ProgressBar
@@ -19,6 +18,7 @@ from rich.text import Text
 
 from ablate.analysis.labels import shorten
 from ablate.cli.tables import Col, table
+from ablate.cli.width import console as console_for
 from ablate.studies.status import study_states, wait_for_runs
 from ablate.studydir import PROBLEM_STATES, RunState, read_variants, where_to_look
 
@@ -65,7 +65,7 @@ def _table(states: list[RunState], budgets: dict[str, Optional[int]], title: str
             Col("progress", bars, justify="left", width=BAR_WIDTH, drop=4),
             Col("step", steps, drop=1),
             Col("run_id", [s.run_id for s in states], justify="left", whole=True, drop=3)]
-    return table(console or Console(stderr=True), title, cols, legend=legend)
+    return table(console or console_for(stderr=True), title, cols, legend=legend)
 
 
 def watch(study_dir: Path, *, poll_s: float = 2.0, timeout_s: Optional[float] = None,
@@ -74,7 +74,7 @@ def watch(study_dir: Path, *, poll_s: float = 2.0, timeout_s: Optional[float] = 
     live per-run table on stderr and one message per run that fails or diverges."""
     if not show:
         return wait_for_runs(study_dir, poll_s=poll_s, timeout_s=timeout_s)
-    con = console or Console(stderr=True)
+    con = console or console_for(stderr=True)
     view = _View(Path(study_dir), con)
     with Live(view.table(None), console=con, refresh_per_second=2, transient=False) as live:
         states = wait_for_runs(study_dir, poll_s=poll_s, timeout_s=timeout_s,

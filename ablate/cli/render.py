@@ -95,9 +95,23 @@ def _col(c: Column, drop: Optional[int] = None) -> Col:
 
 
 def _fit_cols(groups: list[GroupFit], wide: bool) -> tuple[list[Col], list[Col]]:
-    """(A and B, the --wide fit columns: C_mid, R0, R², points)."""
-    cols = [_col(c) for c in fit_columns([g.as_dict() for g in groups], wide=wide)]
+    """(A and B, the --wide fit columns: C_mid, R0, R², points). B is one of the two numbers
+    a ranking is read by: never left out, at a narrow width its estimate alone."""
+    dicts = [g.as_dict() for g in groups]
+    cols = [_col(c) for c in fit_columns(dicts, wide=wide)]
+    cols[1] = replace(cols[1], keep=True, narrow=[number(d.get("B"), d.get("B_ci"))
+                                                  for d in dicts],
+                      narrow_header="B", narrow_note="B")
     return cols[:2], cols[2:]
+
+
+def _narrow_predictions(col: Col, c: Column, rows: list[dict]) -> Col:
+    """A prediction column whose narrow form is the predicted score alone (header without
+    "[95% predictive]")."""
+    key = "predicted_at_budget" if c.key == "at_budget" else "predicted_at_max_compute"
+    cells = [number(d[key]["score"], d[key]["ci"]) if d.get(key) else "—" for d in rows]
+    return replace(col, narrow=cells, narrow_header=c.header.replace(" [95% predictive]", ""),
+                   narrow_note="predicted")
 
 
 def _details(console: Console, labels: list[str], legend: str, more: list[Col],
@@ -187,7 +201,8 @@ def print_compare(console: Console, rows: list[Ranked], groups: list[GroupFit], 
     win_caption, win = _window_cols(ranked, x, wide)
     dicts = [r.as_dict() for r in rows]
     # at --budget the max column stays (the README's promise), giving way first when narrow
-    preds = [_col(c, None if c.key == "at_budget" or budget is None else 6)
+    preds = [_narrow_predictions(_col(c, None if c.key == "at_budget" or budget is None
+                                      else 6), c, dicts)
              for c in predicted_columns(dicts, budget)]
     notes = Notes(wide, short)
     cells = [notes.cell(r.group.variant, note(r.group, r.note if r.rank is not None else ""))

@@ -33,12 +33,15 @@ def report(
     and extrapolation bands (one colour per variant in every plot), run states, failures, and
     commands that reproduce it. Plots are embedded; the file stands alone."""
     from ablate.analysis.report import write_report
+    from ablate.analysis.sources import study_meant
     from ablate.studies.status import study_states
     from ablate.studydir import is_study_dir
 
     options = _opts(x, y, by, step_cost, min_compute, max_compute, bins, method, paper_grid,
                     baseline, margin, y_range=y_range)
     options.check()
+    # A folder one level off is the study it holds, by the rule compare reads folders by.
+    study_dir = study_meant(study_dir) if study_dir.exists() else study_dir
     # The runs' states with the scheduler's view (queued, cancelled...); the report itself only
     # reads files. A dir that is no study is left to write_report's one-line error.
     states = study_states(study_dir) if is_study_dir(study_dir) else None
@@ -46,9 +49,9 @@ def report(
     if as_json:
         print(json.dumps({"report": str(path), **data.to_json()}))
         return
-    from rich.console import Console
+    from ablate.cli.width import console
 
-    con = Console()
+    con = console()
     con.print(data.answer or "(no answer: nothing could be fit)", markup=False, highlight=False)
     con.print(f"report -> [bold]{path}[/]  ({count(len(data.ranking), 'variant')}, "
               f"{count(len(data.runs), 'run')}, {len(data.problems)} failed/diverged)")

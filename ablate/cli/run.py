@@ -74,13 +74,13 @@ def run_cmd(
     if json_out:
         print(json.dumps(status))
         return
-    from rich.console import Console
+    from ablate.cli.width import console
 
     try:
         last = rundir.last_metrics_row(out) or {}
     except rundir.MetricsError as e:
         raise InputError(str(e)) from None
-    Console().print(f"[bold]{status['state']}[/] at step {status['step']} -> {out}  "
+    console().print(f"[bold]{status['state']}[/] at step {status['step']} -> {out}  "
                     f"{rundir.PASS_RATE}={last.get(rundir.PASS_RATE, float('nan')):.3f}")
     if status["state"] != rundir.RunState.DONE:
         raise typer.Exit(1)

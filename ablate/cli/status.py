@@ -4,15 +4,14 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.console import Console
 
 from ablate.cli.app import app
 from ablate.cli.waiting import clip, one_line
+from ablate.cli.width import console
 from ablate.studydir import PROBLEM_STATES
 
 if TYPE_CHECKING:
@@ -28,8 +27,10 @@ def status(
     """Per-run state of a study (run dir files first; squeue/sacct add detail)."""
     from ablate.cli.render import status_table
     from ablate.studydir import budget_text, stopped_variants
+    from ablate.analysis.sources import study_meant  # the folder rule compare and watch use
     from ablate.studies.status import study_states
 
+    study_dir = study_meant(Path(study_dir))  # results/ (one study) or results/NAME/runs
     states = study_states(study_dir)
     from ablate.analysis.watch_store import status_verdicts  # `ablate watch`'s (watch.json)
 
@@ -39,13 +40,14 @@ def status(
         keys = ("run_id", "name", "seed", "state", "step", "progress", "job_id", "attempts",
                 "error")
         print(json.dumps([{**{k: getattr(s, k) for k in keys}, "stopped": stopped.get(s.name),
-                           "watch": v or None} for s, v in zip(states, watched)]))
+                           **v.as_json()} for s, v in zip(states, watched)]))
         return
-    con = Console()
+    con = console()
     from ablate.cli.tables import Col
 
+    cells = [v.cell for v in watched]
     con.print(status_table(con, _title(study_dir), states, wide,
-                           (Col("watch", watched, justify="left", drop=5),) if any(watched) else ()))
+                           (Col("watch", cells, justify="left", drop=5),) if any(cells) else ()))
     counts: dict[str, int] = {}
     for s in states:
         counts[s.state] = counts.get(s.state, 0) + 1
@@ -54,9 +56,9 @@ def status(
         con.print(f"stopped at stage {why['stage']} ({budget_text(why['budget'])}): {name}: "
                   f"{why['reason']}", style="yellow", markup=False)
     failed = [s for s in states if s.state in PROBLEM_STATES]  # a diverged run's why too
-    # each failure's cause, one line (the table has no room for it): cut to a terminal's width
-    # (or COLUMNS), whole when piped with no COLUMNS (a log, a grep)
-    width = con.width if con.is_terminal or os.environ.get("COLUMNS") else None
+    # each failure's cause, one line (the table has no room for it): cut to the width
+    # (ablate/cli/width.py); `--json` has it whole
+    width = con.width
     for s in failed:
         con.print(clip(f"{s.state} {s.name} seed {s.seed}: {cause(s, study_dir)}", width),
                   style="red", markup=False, highlight=False, soft_wrap=True)

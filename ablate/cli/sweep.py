@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import typer
-from rich.console import Console
 
 from ablate.cli.app import app
+from ablate.cli.width import console
 from ablate.errors import InputError
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def print_sweep(plan: SweepPlan, out: dict[str, Any], waited: bool,
     """What `ablate sweep` prints for a plain study: counts, what was skipped and why, then the
     answer (after --wait; not when every run failed: there is nothing to answer from) and
     which runs failed, or the command to follow the runs."""
-    con = Console()
+    con = console()
     con.print(f"[bold]{plan.loaded.study.name}[/]: {len(plan.variants)} run{'' if len(plan.variants) == 1 else 's'}, "
               f"submitted {len(out['submitted'])} via {out['executor']}, skipped "
               f"{len(out['skipped'])}  ->  {out['study_dir']}")
@@ -154,7 +154,7 @@ def adaptive_sweep(study: Path, *, executor: Optional[str], profile: Optional[st
         if failed:
             raise typer.Exit(1)
         return
-    con = Console()
+    con = console()
     n = len(rep.budgets)
     shown = min(rep.stage, n - 1)
     con.print(f"[bold]{Path(rep.study_dir).name}[/]: adaptive, stage {shown + 1} of {n} "

@@ -40,6 +40,11 @@ class Col:
     drop: int = 0  # among the others, higher is left out first when the terminal is narrow
     width: Optional[int] = None  # a fixed-width renderable (a progress bar)
     summary: str = ""  # said in the caption instead when left out (e.g. every verdict is "ok")
+    # a narrower form (an estimate without its interval), taken where the column would
+    # otherwise be left out; with `keep`, the column is then never left out (B at 80 columns)
+    narrow: Optional[list[Cell]] = None
+    narrow_header: str = ""
+    narrow_note: str = ""  # its name in the caption's line on what is shown narrow
     texts: list[Text] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
@@ -120,19 +125,32 @@ def _grow(target: list[int], widths: list[int], room: int) -> tuple[list[int], i
     return widths, room
 
 
-def _layout(console: Console, cols: list[Col], width: int) -> tuple[list[Col], list[int]]:
-    """The columns that fit `width` (dropping the least important first) and their widths:
-    from the tightest, first every cell onto one line, then every header."""
-    shown = list(cols)
+def narrowed(c: Col) -> Col:
+    """The column in its narrower form (its cells and header), or itself when it has none."""
+    if c.narrow is None:
+        return c
+    return replace(c, cells=list(c.narrow), header=c.narrow_header or c.header, narrow=None)
+
+
+def _layout(console: Console, cols: list[Col], width: int
+            ) -> tuple[list[Col], list[int], list[Col]]:
+    """The columns that fit `width`, their widths, and the column of `cols` each came from:
+    from the tightest, first every cell onto one line, then every header. The least important
+    column gives way first: in its narrow form where it has one, else left out."""
+    shown, origin = list(cols), list(cols)
     while True:
         measured = [_widths(console, c) for c in shown]
         tight = [m.tight for m in measured]
         room = width - _overhead(len(shown)) - sum(tight)
-        droppable = [c for c in shown if not c.keep]
-        if room >= 0 or not droppable:
+        yielding = [i for i, c in enumerate(shown) if not c.keep or c.narrow is not None]
+        if room >= 0 or not yielding:
             widths, room = _grow([m.cells for m in measured], tight, max(0, room))
-            return shown, _grow([m.full for m in measured], widths, room)[0]
-        shown.remove(max(droppable, key=lambda c: (c.drop, shown.index(c))))
+            return shown, _grow([m.full for m in measured], widths, room)[0], origin
+        i = max(yielding, key=lambda i: (shown[i].drop, i))
+        if shown[i].narrow is not None:
+            shown[i] = narrowed(shown[i])
+        else:
+            del shown[i], origin[i]
 
 
 def _overhead(n: int) -> int:
@@ -152,22 +170,29 @@ def table(console: Console, title: str, cols: list[Col], *, caption: str = "",
     label goes onto two lines only when it does not fit on one even beside the kept columns
     alone (the dry run's full names, one a line for grep), not to keep more columns."""
     width = width or console.width
-    shown, widths = _layout(console, cols, width)
+    shown, widths, origin = _layout(console, cols, width)
     crowded = len(shown) < len(cols) and (
         not split_last or sum(widths) + _overhead(len(shown)) > width)
     if crowded:  # a long label crowds columns out: try it on two lines
         split = [replace(c, cells=[_two_lines(x) for x in c.cells]) if c.whole and c.keep
                  else c for c in cols]
-        shown2, widths2 = _layout(console, split, width)
+        shown2, widths2, origin2 = _layout(console, split, width)
         if len(shown2) > len(shown):
-            cols, shown, widths = split, shown2, widths2
-    left_out = [c.header for c in cols if c not in shown and not c.summary]
+            cols, shown, widths, origin = split, shown2, widths2, origin2
+    hidden = [c for c in cols if not any(c is o for o in origin)]
+    narrow = [s for s, o in zip(shown, origin) if s is not o]
+    left_out = [c.header for c in hidden if not c.summary]
     # a note explaining columns goes with them: none for a column a narrow terminal hid
-    heads = {c.header for c in shown}
+    heads = {c.header for c in origin} | {c.header for c in shown}
     said = "; ".join(text for hs, text in col_notes if heads.intersection(hs))
     caption = "; ".join(x for x in (said, caption) if x)
     notes = [caption] if caption else []
-    notes += [c.summary for c in cols if c not in shown and c.summary]
+    notes += [c.summary for c in hidden if c.summary]
+    said_narrow = list(dict.fromkeys(c.narrow_note for c in narrow if c.narrow_note))
+    if said_narrow:
+        what = ("the estimate without its interval" if len(said_narrow) == 1
+                else "estimates without their intervals")
+        notes.append(f"{', '.join(said_narrow)}: {what} at {width} columns (see --json)")
     if left_out:
         notes.append(f"not shown at {width} columns: {', '.join(left_out)} (see --json)")
     t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=PADDING)

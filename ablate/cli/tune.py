@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ablate.cli.app import app
+from ablate.cli.width import console
 
 
 @app.command()
@@ -40,4 +40,4 @@ def tune(
         style = "bold green" if tr["number"] == best else ""
         value = "" if tr["value"] is None else f"{tr['value']:.4g}"
         t.add_row(str(tr["number"]), tr["state"], value, json.dumps(tr["params"]), style=style)
-    Console().print(t)
+    console().print(t)

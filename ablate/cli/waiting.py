@@ -5,7 +5,6 @@ status non-zero, with each one's cause, instead of an answer computed from nothi
 
 from __future__ import annotations
 
-import shutil
 import sys
 import textwrap
 from pathlib import Path
@@ -37,38 +36,44 @@ def watch_or_stop(study_dir: Path | str, study: Path | str, *, show: bool = True
 
 def stopped_line(study_dir: Path, study: Path | str) -> str:
     """What Ctrl-C left: the runs go on (local jobs ignore the terminal's Ctrl-C: see the
-    local executor), how to follow them, stop them and pick up again; wrapped at the width of
-    the terminal (COLUMNS), whole words."""
+    local executor), how to follow them, stop them and pick up again; wrapped at the width
+    (ablate/cli/width.py), whole words."""
     from ablate.studies.status import study_states
 
     try:
         states = study_states(study_dir)
     except Exception:  # noqa: BLE001 - a second look must not turn Ctrl-C into a traceback
         states = []
-    return wrap(stopped_text(states, study_dir, study), shutil.get_terminal_size((100, 24)).columns)
+    from ablate.cli.width import columns
+
+    return wrap(stopped_text(states, study_dir, study), columns(sys.stderr))
 
 
 def stopped_text(states: Sequence[RunState], study_dir: Path | str, study: Path | str) -> str:
-    """The stop advice names only running runs' jobs: a queued local run's process is waiting
-    for a slot, and a signal there would end it as "interrupted" and spend an attempt; a queued
-    Slurm job is dequeued by the same `scancel` (said so), a queued local run is left queued."""
+    """The stop advice names only running runs' jobs, and queued ones only where the same
+    command dequeues them (STOP_DEQUEUES: `scancel` of a queued Slurm job, said so); a
+    queued local run's process is waiting for a slot, and a signal there would end it as
+    "interrupted" and spend an attempt, so it is left queued."""
+    from ablate.studies import launch
+
     running = [s for s in states if s.state == "running"]
     queued = [s for s in states if s.state == "queued"]
-    slurm_queued = [s for s in queued if (s.job_id or "").startswith("slurm:")]
-    local_queued = len(queued) - len(slurm_queued)
+    dequeued = [s for s in queued if s.job_id and getattr(
+        launch.executor_of(s.job_id), "STOP_DEQUEUES", False)]
+    left_queued = len(queued) - len(dequeued)
     live = len(running) + len(queued)
     text = (f"stopped waiting (Ctrl-C); {count(live, 'run')} "
             f"{'goes' if live == 1 else 'go'} on in the background "
             f"({len(running)} running, {len(queued)} queued): follow with "
             f"`ablate status {study_dir}`")
-    stop = stop_command(sorted({s.job_id for s in running + slurm_queued if s.job_id}))
+    stop = stop_command(sorted({s.job_id for s in running + dequeued if s.job_id}))
     if stop:
         text += f"; stop them: {stop}"
-        if slurm_queued:
-            text += f" (dequeues the {count(len(slurm_queued), 'queued run')})"
-        if local_queued:
-            text += (f"; the {count(local_queued, 'queued local run')} "
-                     f"{'is' if local_queued == 1 else 'are'} left queued and start as slots free")
+        if dequeued:
+            text += f" (dequeues the {count(len(dequeued), 'queued run')})"
+        if left_queued:
+            text += (f"; the {count(left_queued, 'queued local run')} "
+                     f"{'is' if left_queued == 1 else 'are'} left queued and start as slots free")
     return text + f"; `ablate sweep {study}` resumes what does not finish"
 
 
@@ -78,16 +83,12 @@ def wrap(text: str, width: int) -> str:
 
 
 def stop_command(job_ids: Sequence[str]) -> str:
-    """The command that stops these jobs ("" when none is known): `kill -INT` of local jobs'
-    processes (ablate/studies/launch/local.py says why SIGINT), `scancel` of Slurm jobs (an
-    array task `slurm:123_4` cancels as 123_4, the whole array as 123)."""
-    from ablate.studies.launch.local import stop_pids
+    """The command that stops these jobs ("" when none is known), each executor's for its
+    own jobs (launch.stop_command): `kill -INT` of local jobs' processes, `scancel` of Slurm
+    jobs..."""
+    from ablate.studies import launch
 
-    local = [str(p) for p in stop_pids([j for j in job_ids if j.startswith("local:")])]
-    slurm = sorted({j.split(":", 1)[1] for j in job_ids if j.startswith("slurm:")})
-    parts = ([f"kill -INT {' '.join(local)}"] if local else []) + (
-        [f"scancel {' '.join(slurm)}"] if slurm else [])
-    return " and ".join(parts)
+    return launch.stop_command(list(job_ids))
 
 
 def failed_runs(states: Sequence[RunState]) -> list[RunState]:

@@ -26,11 +26,12 @@ from typing import Any, Optional
 import typer
 
 from ablate.cli.app import app
+from ablate.cli.width import PIPED
 from ablate.errors import EXIT_NOT_YET, InputError
 
-WIDTH = 100
+WIDTH = PIPED  # the default width of line() and header(): ablate/cli/width.py
 RETRIES = 10  # --follow: re-reads of a file caught changing or shorter than before
-NAME_W = 22  # a longer run name is cut (~) in the one-line verdict; --json has it whole
+NAME_W = 60  # a longer run label is cut (~) in the one-line verdict; --json has it whole
 EXIT_WAITING = EXIT_NOT_YET  # every run is waiting for its forecast (docs/JSON.md exit codes)
 UNITS = {"gpu_hours": "GPU-hours", "flops": "FLOPs", "samples": "samples", "tokens": "tokens",
          "step": "steps", "compute": "compute units"}
@@ -171,14 +172,17 @@ def _show(js, changed, looker: _Looker, as_json: bool, follow: bool) -> None:
             print(json.dumps(_clean([{**j.as_json(), "x": looker.x, "y": looker.y}
                                      for j in shown])), flush=True)
         return
-    width = terminal_width()
+    from ablate.cli.width import columns
+
+    width = columns()
+    names = run_names(js)
     if not looker.header_shown and shown:
-        print(header(looker.target, looker.x, looker.y, js[0].level, js[0].k, width),
-              flush=True)
+        print(header(looker.target, looker.x, looker.y, js[0].level, js[0].k, width,
+                     names.legend), flush=True)
         looker.header_shown = True
-    name_w = name_width(js, width)
+    name_w = max((len(names.label(j)) for j in js), default=0)
     for j in shown:
-        print(line(j, name_w, width), flush=True)
+        print(line(j, name_w, width, names.label(j)), flush=True)
 
 
 def unit(x: str) -> str:
@@ -186,12 +190,23 @@ def unit(x: str) -> str:
     return UNITS.get(x, x)
 
 
-def header(target: Path, x: str, y: str, level: float, k: int, width: int = WIDTH) -> str:
-    """The axis and unit, said once: every compute below is in it (two lines when narrow)."""
+def header(target: Path, x: str, y: str, level: float, k: int, width: int = WIDTH,
+           legend: str = "") -> str:
+    """The axis and unit, said once: every compute below is in it; then the legend of the
+    shortened variant names (as the tables print it). Wrapped at `width`, whole words."""
     axis = f"{y} against {x} ({unit(x)})"
     rule = f"{level:.0%} band of one evaluation, departed after {k} below"
     one = f"{axis}; {rule}"
-    return one if len(one) <= width else f"{axis};\n    {rule}"
+    head = [one] if len(one) <= width else [*_wrap(f"{axis};", width, ""),
+                                            *_wrap(rule, width, "    ")]
+    return "\n".join(head + [x for line in legend.splitlines() for x in _wrap(line, width, "    ")])
+
+
+def _wrap(text: str, width: int, indent: str) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_long_words=False, break_on_hyphens=False) or [indent]
 
 
 def _read(target, x, y, step_cost, follow, counts: Optional[dict[str, int]] = None):
@@ -291,24 +306,45 @@ def _notify(cmd: str, run: str, verdict: str) -> None:
         print(f"warning: --on-depart for {run} exited {rc}", file=sys.stderr)
 
 
-def name_width(js, width: int = WIDTH) -> int:
-    """The run column's width: the longest name, at most NAME_W, cut (down to 12, a run id's
-    length) on a terminal narrower than WIDTH; --json has every name whole."""
-    longest = max((len(j.run) for j in js), default=0)
-    return max(min(longest, 12), min(longest, NAME_W - max(0, WIDTH - width)))
+class RunNames:
+    """What names a run on its line: its id, and beside it the variant (shortened as the
+    tables shorten it, `legend` saying the axes) and the seed; a log's run, whose name is
+    already variant[/seed<N>], by that name alone."""
+
+    def __init__(self, js) -> None:
+        from ablate.analysis.labels import shorten
+
+        ids = [j for j in js if not j.run.startswith(j.variant)]
+        self.legend, self.short = shorten(list(dict.fromkeys(j.variant for j in ids)))
+
+    def label(self, j) -> str:
+        if j.run.startswith(j.variant):
+            return j.run
+        return f"{j.run} {self.short.get(j.variant, j.variant)} seed {j.seed}"
 
 
-def line(j, name_w: int = NAME_W, width: int = WIDTH) -> str:
-    """One run's verdict: the run (padded to `name_w`), its verdict, then its parts (_parts),
-    as many a line as `width` holds; a part that does not fit goes whole onto the next line,
-    indented under the first: a number is never cut from its band, nothing is cut (~)."""
-    head = f"{_short(j.run, name_w):<{name_w}} {j.verdict:<8} "
+def run_names(js) -> RunNames:
+    return RunNames(js)
+
+
+def line(j, name_w: int = NAME_W, width: int = WIDTH, label: Optional[str] = None) -> str:
+    """One run's verdict: the run's label (padded to `name_w`: its id, variant and seed), its
+    verdict, then its parts (_parts), as many a line as `width` holds; a part that does not
+    fit goes whole onto the next line, indented under the first: a number is never cut from
+    its band, nothing is cut. No line is longer than `width` unless one part alone is (a
+    label is cut with ~ to leave the verdict room)."""
+    label = j.run if label is None else label
+    room = max(12, width - 9)  # the verdict's 8 characters and a space stay on the line
+    name_w = min(name_w, room)
+    head = f"{_short(label, name_w):<{name_w}} {j.verdict:<8}".rstrip() + " "
     indent = " " * (len(head) if width - len(head) >= 40 else 4)
     lines, cur = [], head
-    for i, part in enumerate(_parts(j)):
+    parts = _parts(j)
+    for i, part in enumerate(parts):
         piece = part if i == 0 else f"; {part}"
-        if i and len(cur) + len(piece) > width:
-            lines.append(cur + ";")
+        end = 0 if i == len(parts) - 1 else 1  # the ";" that ends a line before a break
+        if len(cur) + len(piece) + end > width and cur.strip():
+            lines.append(cur.rstrip() + (";" if i else ""))
             cur, piece = indent, part
         cur += piece
     return "\n".join([*lines, cur.rstrip()])
@@ -322,6 +358,9 @@ def _parts(j) -> list[str]:
 
     if j.verdict == "waiting":
         return [j.reason.replace("no forecast yet: needs about ", "needs ~")]
+    if j.forecast is None:  # behind on a fall from its peak alone, before any forecast
+        return [j.fall.short(), f"needs ~{j.needs} more evaluation(s) for a forecast"
+                if j.needs else "no forecast"]
     judged = [p for p in j.points if p.side != "past"]
     if j.verdict == "departed":
         parts = [f"{j.departure} since {compute(j.departed_at)}"
@@ -335,6 +374,8 @@ def _parts(j) -> list[str]:
         parts = [f"{estimate(p.score, (p.lo, p.hi))} @{compute(p.compute)}"]
     else:
         parts = [f"frozen @{compute(j.forecast.frozen_at)}, nothing after it yet"]
+    if j.fall is not None:  # fell from its own peak (ablate/analysis/sag.py): compare names it too
+        parts.append(j.fall.short())
     if j.forecast.rule == "renewed":
         parts.append(f"renewed @{compute(j.forecast.frozen_at)}")
     if j.at_budget:
@@ -347,16 +388,6 @@ def _parts(j) -> list[str]:
 
 def _short(s: str, n: int) -> str:
     return s if len(s) <= n else s[:n - 1] + "~"
-
-
-def terminal_width() -> int:
-    """Columns to print in: the terminal's (COLUMNS when set), else WIDTH on a pipe."""
-    import os
-    import shutil
-
-    if "COLUMNS" in os.environ or sys.stdout.isatty():
-        return shutil.get_terminal_size((WIDTH, 24)).columns
-    return WIDTH
 
 
 def _clean(o: Any) -> Any:

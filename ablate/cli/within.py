@@ -26,34 +26,44 @@ def label_of(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]", "", text)
 
 
-def table(s, chosen) -> list[str]:
-    """The options the search tried, the chosen one marked."""
-    head = ("seeds", "budget GPU-h", "held GPU-h", "nodes/run", "at once", "wall", "margin A",
-            "")
+def table(s, chosen, width: int = 100) -> list[str]:
+    """The options the search tried, the chosen one marked, laid out for `width`
+    (ablate/cli/tables.py: every option one line, the least telling columns left out)."""
+    import io
+
+    from rich.console import Console
+
+    from ablate.cli.tables import Col, table as layout
+
+    heads = [("seeds", True, 0), ("budget GPU-h", True, 0), ("held GPU-h", False, 2),
+             ("nodes/run", False, 4), ("at once", False, 3), ("wall", True, 0),
+             ("margin A", False, 1), ("", True, 0)]
     rows = [(str(o.seeds), f"{o.budget:,.0f}" + ("" if o.paper else "*"),
              f"{o.run_gpu_hours:,.0f}", str(o.nodes_per_run),
              str(o.cap.runs_at_once), _days(o.study_wall_h), f"{o.margin:.3f}",
              "<- proposed" if o is chosen else ("fits" if o.study_wall_h <= s.within_h else ""))
             for o in s.tried]
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return [("  " + fmt.format(*r)).rstrip() for r in [head, *rows]]
+    cols = [Col(h, [r[i] for r in rows], justify="left", unbroken=True, keep=keep, drop=drop)
+            for i, (h, keep, drop) in enumerate(heads)]
+    con = Console(width=width - 2, file=io.StringIO(), record=True, color_system=None)
+    con.print(layout(con, "", cols))
+    return [("  " + x).rstrip() for x in con.export_text().splitlines() if x.strip()]
 
 
-def nothing_fits(study: Path, text: str, s, variants, prof) -> InputError:
-    """One line: what the smallest study takes here, and the time or nodes that would do."""
-    from ablate.studies.sizing import nodes_for
-
-    from ablate.studies.sizing import STAGE_BUDGETS, run_walls
+def nothing_fits(study: Path, text: str, s, variants, prof, sizer) -> InputError:
+    """One line: what the smallest study takes here, and the time or nodes that would do
+    (`sizer`: the executor that sized it, launch/executor.py GpuNodes, names its key)."""
+    from ablate.studies.sizing import STAGE_BUDGETS, nodes_for, run_walls
 
     p = s.paper_smallest or s.smallest
     if p is None:
-        _, why = run_walls(variants, prof, STAGE_BUDGETS[s.stage][0], prof.slurm.nodes)
+        _, why = run_walls(sizer, variants, prof, STAGE_BUDGETS[s.stage][0],
+                           sizer.nodes_per_run(prof))
         return InputError(f"{study}: --within {text}: not every variant can run on the "
                           f"profile's GPUs at the paper's {s.stage} budget ({why}); "
                           "`ablate sweep --dry-run` shows its plans")
-    need = nodes_for(variants, prof, s.within_h, p.budget)
-    more = f", or {need} nodes (slurm.study_nodes: {need})" if need else ""
+    need = nodes_for(sizer, variants, prof, s.within_h, p.budget)
+    more = f", or {need} nodes ({sizer.key('study_nodes')}: {need})" if need else ""
     floor = (f"; {s.smallest.budget:,.0f} GPU-hours (twice the fit window's start) "
              f"{_days(s.smallest.study_wall_h)}" if s.smallest and s.smallest is not p else "")
     return InputError(
@@ -98,18 +108,18 @@ def within(study: Path, text: str, *, executor: Optional[str], profile: Optional
     hours = parse_within(text)
     loaded, variants, prof = check_inputs(study, executor=executor, profile=profile,
                                           overrides=overrides)
-    check_sizable(str(study), loaded, variants, prof, intended_executor(executor, prof))
-    s = size_study(loaded, variants, prof, hours)
+    sizer = check_sizable(str(study), loaded, variants, prof, intended_executor(executor, prof))
+    s = size_study(sizer, loaded, variants, prof, hours)
     o = s.chosen
     if o is None:
-        raise nothing_fits(study, text, s, variants, prof)
+        raise nothing_fits(study, text, s, variants, prof, sizer)
     name = f"{loaded.study.name}_within_{label_of(text)}"
     out = out or Path(f"{name}.yaml")
     lines = summary(study, text, s, o)
     cmd = " ".join(["ablate sweep", str(study), f"--within {text}",
                     *(f"--profile {profile}" for _ in [0] if profile),
                     *(f"--override {x}" for x in overrides)])
-    yaml_text, prof_text = write_proposal(loaded, o, out, name, [cmd, *lines], profile)
+    yaml_text, prof_text = write_proposal(sizer, loaded, o, out, name, [cmd, *lines], profile)
     wrote = [str(out)] + ([str(out.with_name(out.stem + ".profile.yaml"))] if prof_text else [])
     if as_json:
         print(json.dumps({"study": str(study), "within_h": hours, "stage": s.stage,
@@ -117,7 +127,10 @@ def within(study: Path, text: str, *, executor: Optional[str], profile: Optional
                           "tried": [t.to_json() for t in s.tried], "wrote": wrote,
                           "study_yaml": yaml_text, "profile_yaml": prof_text}))
         return
-    print("\n".join([*lines, "", "considered (* below the paper's stage budget; held: a run's "
-                     "GPUs x its wall; wall: the study's):", *table(s, o), "",
-                     f"wrote {' and '.join(wrote)}; check it with: ablate sweep {out} "
-                     "--dry-run"]))
+    from ablate.cli.width import columns, fold
+
+    rows = table(s, o, columns())  # laid out for the width
+    print("\n".join(fold([*lines, "", "considered (* below the paper's stage budget; held: a "
+                          "run's GPUs x its wall; wall: the study's):", *rows, "",
+                          f"wrote {' and '.join(wrote)}; check it with: ablate sweep {out} "
+                          "--dry-run"], columns(), keep=rows)))

@@ -12,8 +12,10 @@
 
 Every reader returns a `Wide` frame (one row per run and step, one column per metric);
 `ablate.readers.pick` then chooses the score and compute columns (auto-detected where the
-choice is unambiguous, or as given by --x/--y), converts steps to compute with a per-step cost
-when only steps are logged, and says what it picked.
+choice is unambiguous, or as given by --x/--y: the rules, shared with plain tables, are
+ablate/readers/columns.py), converts steps to compute with a per-step cost when only steps are
+logged, and says what it picked. A reader claims a file only by marks of its own format (a CSV
+of `run,step,...` with none of W&B's is a plain table, read as one).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ READERS: list[tuple[str, Callable[[Path], bool], Callable[[Path], Wide]]] = [
     ("MLflow tracking dir", is_mlflow_dir, read_mlflow),
     ("TensorBoard logs", has_events, read_tensorboard),
     ("HF/TRL trainer_state.json", is_hf_state, read_hf_state),
-    ("verl/TRL JSONL log", is_run_log, read_run_logs),
+    ("JSONL log", is_run_log, read_run_logs),  # verl's, TRL's or anyone's: not said which
 ]
 
 
@@ -50,11 +52,13 @@ def detect(path: Path) -> Optional[str]:
 
 
 def read(path: Path, *, x: Optional[str] = None, y: Optional[str] = None,
-         step_cost: Optional[float] = None) -> Picked:
-    """Read `path` with its reader and pick compute/score; raises InputError on bad input."""
+         step_cost: Optional[float] = None, by: Optional[str] = None) -> Picked:
+    """Read `path` with its reader and pick compute/score (the frame's variants named as
+    `by`, the file's own name of its run column, allows); raises InputError on bad input."""
     for name, test, reader in READERS:
         if test(path):
-            return pick(reader(path), str(path), x=x, y=y, step_cost=step_cost, kind=name)
+            return pick(reader(path), str(path), x=x, y=y, step_cost=step_cost, kind=name,
+                        by=by)
     raise ValueError(f"{path}: no reader")  # callers use detect() first
 
 

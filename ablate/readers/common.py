@@ -33,6 +33,7 @@ class Wide:
 
     frame: pd.DataFrame
     step_name: str = "step"  # what the tool calls its x axis (W&B: the CSV's first column)
+    run_column: str = "run"  # what the file calls the column naming its runs (--by takes it)
 
 
 def split_seed(run: str, fallback: str) -> tuple[str, int]:

@@ -10,7 +10,8 @@
                        checkpoint-N folder the run is the folder above it
 
 SOURCE is one file or a folder of them (each file a run, named by its path below SOURCE;
-a file called metrics/log/train.jsonl is named by its folder).
+a file called metrics/log/train.jsonl is named by its folder; a line with a "run" or
+"run_name" key is of the run it names).
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from ablate.readers.common import Wide, wide_from_long
 from trainer.rundir import MetricsError, read_jsonl
 
 STEP_KEYS = ("step", "global_step", "_step")
+# A line's own run name (one file holding several runs' lines): it beats the file's name; a
+# file of many runs read as one curve would mix them (issue 51)
+RUN_KEYS = ("run", "run_name")
 _GENERIC = {"metrics", "log", "logs", "train", "training"}
 
 
@@ -99,10 +103,12 @@ def _rows(run: str, f: Path, entries: Iterator[tuple[int, dict[str, Any]]]) -> l
         # verl nests the metrics under "data"; flat logs hold them at the top level
         data = obj["data"] if isinstance(obj.get("data"), dict) else {
             k: v for k, v in obj.items() if k not in STEP_KEYS}
+        own = next((str(obj[k]) for k in RUN_KEYS if isinstance(obj.get(k), (str, int))
+                    and not isinstance(obj.get(k), bool)), run)
         for k, v in _flatten(data):
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
+            if k in RUN_KEYS or isinstance(v, bool) or not isinstance(v, (int, float)):
                 continue  # text, lists, None: not a curve
-            rows.append((run, step, k, float(v)))
+            rows.append((own, step, k, float(v)))
     return rows
 
 
@@ -112,7 +118,10 @@ def read_run_logs(path: Path) -> Wide:
         rows += _rows(_run_name(f, path), f, _records(f))
     if not rows:
         raise InputError(f"{path}: no numeric metrics in the JSONL log(s)")
-    return Wide(wide_from_long(pd.DataFrame(rows, columns=["run", "step", "key", "value"])))
+    first = [_first_object(f) or {} for f in _log_files(path)]
+    run_key = next((k for k in RUN_KEYS if any(k in o for o in first)), "run")
+    return Wide(wide_from_long(pd.DataFrame(rows, columns=["run", "step", "key", "value"])),
+                run_column=run_key)
 
 
 # -- HF Trainer / TRL trainer_state.json ------------------------------------------------------

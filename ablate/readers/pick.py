@@ -1,27 +1,17 @@
 """Choose the score and compute columns of a tool's log, and say what was chosen.
 
-Score (y), first rule that matches wins; two matches for one rule are ambiguous (--y picks):
-    eval/pass_rate                               ablate
-    val-core/<data source>/acc/mean@N            verl (the accuracy mean@N of its validation)
-    val/test_score/<data source>                 older verl
-    eval/rewards/<*acc*|*correct*|*pass*>/mean   TRL (an accuracy reward function, eval split)
-    val-core/<data source>/reward/mean@N         verl without an accuracy variable
-    eval/reward                                  TRL (the weighted reward sum, eval split)
-    eval/accuracy, eval/acc, eval/pass@1         common names
-(TRL/HF write "eval_x" in JSON logs and "eval/x" in TensorBoard; both match.) A W&B export of
-one chart has one metric: that is the score.
-
-Compute (x): --step-cost C makes compute = step x C. Otherwise the first of: gpu_hours, flops
-(ablate); num_tokens (TRL: cumulative tokens); the running sum of verl's per-step
-perf/total_num_tokens; a W&B chart's x axis when it is not a step; else the step itself
+The rules (which names are a score, which a compute, `.` and `/` alike in a given name) are
+ablate/readers/columns.py, shared with plain tables. Here: --step-cost C makes compute = step x
+C; otherwise a cumulative compute column, else the running sum of verl's per-step
+perf/total_num_tokens, else a W&B chart's x axis when it is not a step, else the step itself
 (A and B do not depend on a constant per-step cost; C_mid and budgets are then in steps).
 Where compute was logged at other steps than the score (TRL logs train and eval rows
-separately), it is interpolated over the step.
+separately), it is interpolated over the step. --by takes the file's own name of its run
+column (each run a variant, a trailing seed<N> its seed): the only column a log's runs have.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Optional
@@ -30,17 +20,9 @@ import numpy as np
 import pandas as pd
 
 from ablate.errors import InputError
-from ablate.readers.common import Wide, is_band, split_seed
-from trainer.rundir import FLOPS, GPU_HOURS, PASS_RATE, STEP
-
-# ablate's own run-dir columns (trainer/rundir.py) first, then other tools' names.
-SCORE_RULES = [re.escape(PASS_RATE), r"val-core/.+/acc/mean@\d+", r"val/test_score/.+",
-               r"eval[/_]rewards/[^/]*(?:acc|correct|pass)[^/]*/mean",
-               r"val-core/.+/reward/mean@\d+", r"eval[/_]reward",
-               r"eval[/_](?:accuracy|acc|pass@1)"]
-CUMULATIVE = [re.escape(GPU_HOURS), re.escape(FLOPS), r"(?:train/)?num_tokens"]
-PER_STEP = [r"perf/total_num_tokens"]
-STEP_AXES = {STEP, "_step", "global_step", "trainer/global_step", "train/global_step"}
+from ablate.readers.columns import (PER_STEP, STEP_AXES, find_compute, find_score, given,
+                                    matches)
+from ablate.readers.common import Wide, split_seed
 
 
 @dataclass
@@ -53,40 +35,15 @@ class Picked:
     notes: list[str] = field(default_factory=list)
 
 
-def _matches(rules: list[str], cols: list[str]) -> tuple[Optional[str], list[str]]:
-    for rule in rules:
-        hits = [c for c in cols if re.fullmatch(rule, c)]
-        if hits:
-            return rule, hits
-    return None, []
-
-
-def _listing(cols: list[str]) -> str:
-    more = f" (+{len(cols) - 25} more)" if len(cols) > 25 else ""
-    return ", ".join(cols[:25]) + more
-
-
-def _score(cols: list[str], src: str, y: Optional[str]) -> tuple[str, str]:
-    if y is not None:
-        if y not in cols:
-            raise InputError(f"{src}: no metric {y!r} for --y; metrics: {_listing(cols)}")
-        return y, "as given"
-    cols = [c for c in cols if not is_band(c)]  # `ablate watch`'s band is never the score
-    if len(cols) == 1:
-        return cols[0], "the only metric"
-    rule, hits = _matches(SCORE_RULES, cols)
-    if not hits:  # one evaluation column that stands out is the score
-        hits = [c for c in cols if re.match(r"(?:eval|val|test)[/_]", c)]
-        if len(hits) == 1:
-            return hits[0], "the only evaluation metric"
-    if len(hits) > 1:
-        raise InputError(f"{src}: several score metrics fit; pass one of "
-                         + " or ".join(f"--y {h}" for h in hits[:6]))
-    if not hits:
-        raise InputError(f"{src}: no score metric recognised (e.g. eval/pass_rate, verl "
-                         f"val-core/<src>/acc/mean@N, TRL eval/reward); pass --y NAME with "
-                         f"one of: {_listing(cols)}")
-    return hits[0], "auto-detected"
+def _check_by(by: Optional[str], wide: Wide, src: str, kind: str) -> None:
+    """--by on a log: its runs are what names a variant, so only its run column is valid."""
+    names = [b.strip() for b in (by or "").split(",") if b.strip()]
+    runs = {wide.run_column, "run"}
+    bad = [b for b in names if b not in runs]
+    if bad:
+        raise InputError(f"{src}: no column {bad[0]!r} for --by; a {kind} names its runs "
+                         f"(--by {wide.run_column}: each run a variant, a trailing seed<N> "
+                         "in its name its seed, as without --by)")
 
 
 def _fill_over_step(step: np.ndarray, v: pd.Series) -> np.ndarray:
@@ -101,7 +58,8 @@ def _fill_over_step(step: np.ndarray, v: pd.Series) -> np.ndarray:
 
 
 def pick(wide: Wide, src: str, *, x: Optional[str] = None, y: Optional[str] = None,
-         step_cost: Optional[float] = None, kind: str = "log") -> Picked:
+         step_cost: Optional[float] = None, kind: str = "log", by: Optional[str] = None
+         ) -> Picked:
     df = wide.frame
     cols = [c for c in df.columns if c not in ("run", "step")]
     if not cols or df.empty:
@@ -111,31 +69,34 @@ def pick(wide: Wide, src: str, *, x: Optional[str] = None, y: Optional[str] = No
     if step_cost is not None and x not in (None, "step"):
         raise InputError("give either --x (a compute metric) or --step-cost (compute per "
                          "step), not both")
-    y_col, how_y = _score(cols, src, y)
+    _check_by(by, wide, src, kind)
+    y_col = given(y, cols, src, "--y", what="metric")
+    how_y = "as given"
+    if y_col is None:
+        y_col, how_y = find_score(cols, src)
     df = df.sort_values(["run", "step"], kind="stable").reset_index(drop=True)
     step = df["step"].to_numpy(dtype=float)
     notes = []
-    if x is not None and x != "step" and x not in cols:
-        raise InputError(f"{src}: no metric {x!r} for --x; metrics: {_listing(cols)} (or "
-                         "--x step, or --step-cost C for compute = step x C)")
+    x_col = None if x in (None, "step") else given(
+        x, cols, src, "--x", "or --x step, or --step-cost C for compute = step x C", "metric")
     if step_cost is not None or x == "step":
         x_name = "step" if step_cost is None else f"step x {step_cost:g}"
         xv = step * (step_cost or 1.0)
         how_x = "as given"
-    elif x is not None:
-        x_name, xv, how_x = x, df[x].to_numpy(dtype=float), "as given"
+    elif x_col is not None:
+        x_name, xv, how_x = x_col, df[x_col].to_numpy(dtype=float), "as given"
     else:
-        _, cum = _matches(CUMULATIVE, cols)
-        _, per = _matches(PER_STEP, cols)
+        cum = find_compute([c for c in cols if c != y_col])
+        per = matches(PER_STEP, cols)
         if cum:
-            x_name, how_x = cum[0], "auto-detected"
+            x_name, how_x = cum, "auto-detected"
             xv = np.concatenate([_fill_over_step(g["step"].to_numpy(float), g[x_name])
                                  for _, g in df.groupby("run", sort=False)])
         elif per:
             x_name, how_x = f"{per[0]} (running sum)", "auto-detected, summed over steps"
             xv = df.groupby("run", sort=False)[per[0]].transform(
                 lambda s: s.fillna(0).cumsum()).to_numpy(dtype=float)
-        elif wide.step_name not in STEP_AXES and wide.step_name != "Step":
+        elif wide.step_name not in STEP_AXES:
             x_name, xv, how_x = wide.step_name, step, "the chart's x axis"
         else:
             x_name, xv = "step", step

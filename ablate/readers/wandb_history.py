@@ -23,13 +23,18 @@ STEP_COLUMNS = ("Step", "_step", "step", "global_step", "trainer/global_step",
                 "train/global_step")
 CLOCK = ("_runtime", "_timestamp", "_wandb.runtime")
 TABLE = {"variant", "compute", "score"}  # ablate's own long table: read as a table
+# W&B's own marks: its system columns (`_step`, `_runtime`, `_timestamp`, any `_x`) or the
+# UI's `Step`. A CSV of `run,step,...` without one is anyone's table (issue 51: a plain CSV was
+# announced as a "W&B history export" and its columns renamed under --by).
+MARKS = ("Step",)
 
 
 def is_wandb_history(path: Path) -> bool:
     if not (path.is_file() and path.suffix == ".csv"):
         return False
     cols = _header(path)
-    return (any(c in cols for c in RUN_COLUMNS) and any(c in cols for c in STEP_COLUMNS)
+    wandb = any(c in MARKS or c.startswith("_") for c in cols)
+    return (wandb and any(c in cols for c in RUN_COLUMNS) and any(c in cols for c in STEP_COLUMNS)
             and not TABLE & set(cols) and not any(" - " in c for c in cols))
 
 
@@ -49,4 +54,5 @@ def read_wandb_history(path: Path) -> Wide:
     long["step"] = pd.to_numeric(long[step], errors="coerce")
     long = long.dropna(subset=["value", "step"]).rename(columns={run: "run"})
     long["run"] = long["run"].astype(str)
-    return Wide(wide_from_long(long[["run", "step", "key", "value"]]), step_name=step)
+    return Wide(wide_from_long(long[["run", "step", "key", "value"]]), step_name=step,
+                run_column=run)

@@ -13,10 +13,13 @@ there: train_flops (trainer/plan/time_plan.py, 8N FLOPs a token with activation 
 measured CPU rate, one thread of this project's 2-core machine; a big node's core may be a few
 times faster, which moves no real case across the line: Qwen3-8B at the paper's 768 x 16k
 tokens takes ~10 months a step on one such core). A run needs GPUs when that lower bound on one
-step is longer than one job (`slurm.time_min`): it could never keep a step. The CPU proxy and
-tiny test checkpoints (the dress rehearsal's 2-layer Qwen3) stay runnable on CPUs; `engine.
-device: cpu` always is (the user chose it). A model whose shape is not known here is not
-judged (the dry run's memory-plan warning still says what is not checked).
+step is longer than one job (its time limit, `slurm.time_min`): it could never keep a step.
+The CPU proxy and tiny test checkpoints (the dress rehearsal's 2-layer Qwen3) stay runnable on
+CPUs; `engine.device: cpu` always is (the user chose it). A model whose shape is not known
+here is not judged (the dry run's memory-plan warning still says what is not checked).
+
+Where: the executors that size runs in GPU nodes (launch.gpu_nodes, executor.GpuNodes: Slurm),
+whose cores, time limit, key names and GPU profile to suggest this module asks for.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from ablate.number_text import count
 from ablate import shipped
 from ablate.adapters import adapter_of, memory_plan
 from ablate.errors import InputError
+from ablate.studies import launch
 from ablate.studies.expand import Variant
+from ablate.studies.launch.executor import GpuNodes
 from ablate.studies.launch.profile import Profile, load_profile
 from trainer.config import TrainConfig
 from trainer.plan.model_shape import model_shape
@@ -46,46 +51,50 @@ def cpu_step_s(c: TrainConfig, cores: int) -> Optional[float]:
     return flops / (max(1, cores) * CPU_TRAIN_FLOPS)
 
 
-def gpu_reason(c: TrainConfig, prof: Profile) -> Optional[str]:
-    """Why a run of `c` needs GPUs on `prof`'s Slurm jobs (None: it can run on their CPUs)."""
+def gpu_reason(c: TrainConfig, prof: Profile, sizer: GpuNodes) -> Optional[str]:
+    """Why a run of `c` needs GPUs on `prof`'s jobs under `sizer` (None: it can run on their
+    CPUs)."""
     if c.engine.device == "cpu" or c.model.name_or_path is None:
         return None
-    s = prof.slurm
-    tasks = 1 if s.tasks_per_node == "auto" else s.tasks_per_node  # auto: one on a CPU node
-    cores = s.nodes * tasks * s.cpus_per_task
+    cores, time_min = sizer.cpu_cores(prof), sizer.limits(prof).time_min
     step = cpu_step_s(c, cores)
-    if step is None or step <= s.time_min * 60:
+    if step is None or step <= time_min * 60:
         return None
     m, _ = model_shape(c.model.name_or_path)
     return (f"{c.model.name_or_path}, {m.params / 1e9:.1f}B params: one step's training alone "
             f"takes ~{_long(step)} on the job's {cores} CPU core(s) at the time plan's CPU "
-            f"rate, longer than its {s.time_min}-min job")
+            f"rate, longer than its {time_min}-min job")
 
 
 def check_gpus(study_path: Path | str, variants: list[Variant], prof: Profile, executor: str,
-               profile_label: str) -> None:
-    """Refuse (InputError, one line) a study with a run that needs GPUs when its Slurm jobs
-    would get none. `profile_label` says which profile that is, for the message."""
-    if executor != "slurm" or prof.slurm.gpus_per_node:
+               ref: Optional[str]) -> None:
+    """Refuse (InputError, one line) a study with a run that needs GPUs when the jobs of an
+    executor that sizes GPU nodes (launch.gpu_nodes) would get none. `ref`: the profile as
+    named (None: none, the executor's defaults), for the message."""
+    sizer = launch.gpu_nodes(executor)
+    if sizer is None or sizer.job_shape(prof).gpus_per_node:
         return
     for v in variants:
         if adapter_of(v.config).time_plan is None:
             continue  # a trainer with no time plan here (another trainer) sizes its own jobs
-        why = gpu_reason(v.config, prof)
+        why = gpu_reason(v.config, prof, sizer)
         if why is None:
             continue
-        fit = fitting_profile(Path(study_path).parent, variants)
-        use = (f"use --profile {fit}" if fit else "use a profile with slurm.gpus_per_node and "
-               "gpu_memory_gib (the shipped sweeps/slurm_gpu.yaml is one to copy)")
-        raise InputError(f"{study_path}: variant {v.name} needs GPUs ({why}), but its Slurm "
-                         f"jobs would get none ({profile_label}: slurm.gpus_per_node 0); {use}, "
+        gpus = sizer.key("gpus_per_node")
+        fit = fitting_profile(Path(study_path).parent, variants, sizer)
+        use = (f"use --profile {fit}" if fit else f"use a profile with {gpus} and "
+               f"gpu_memory_gib (the shipped sweeps/{sizer.GPU_PROFILE}.yaml is one to copy)")
+        label = f"profile {ref}" if ref else f"no launch profile, {sizer.CALLED}'s defaults"
+        raise InputError(f"{study_path}: variant {v.name} needs GPUs ({why}), but its "
+                         f"{sizer.CALLED} jobs would get none ({label}: {gpus} 0); {use}, "
                          "or --force to submit anyway")
 
 
-def fitting_profile(study_dir: Path, variants: list[Variant]) -> Optional[str]:
-    """The first profile with GPUs on which the trainer accepts every variant and its memory
-    plan fits: `NAME (2 nodes x 8 GPUs of 80 GiB)`, looked for where a bare `--profile NAME`
-    is (ablate/studies/launch/profile.py find_profile), in that order, so NAME finds it."""
+def fitting_profile(study_dir: Path, variants: list[Variant], sizer: GpuNodes) -> Optional[str]:
+    """The first profile with GPUs under `sizer` on which the trainer accepts every variant
+    and its memory plan fits: `NAME (2 nodes x 8 GPUs of 80 GiB)`, looked for where a bare
+    `--profile NAME` is (ablate/studies/launch/profile.py find_profile), in that order, so
+    NAME finds it."""
     folders = [study_dir / "sweeps", study_dir.parent / "sweeps", Path.cwd() / "sweeps",
                shipped.shipped_dir("sweeps")]
     seen: set[str] = set()
@@ -98,7 +107,7 @@ def fitting_profile(study_dir: Path, variants: list[Variant]) -> Optional[str]:
                 prof = load_profile(path)
             except InputError:
                 continue  # a search space for `ablate tune`, or a broken file
-            shape = prof.job_shape("slurm")
+            shape = sizer.job_shape(prof)
             if shape.gpus_per_node and _fits(variants, shape):
                 mem = f" of {shape.gpu_memory_gib:g} GiB" if shape.gpu_memory_gib else ""
                 return (f"{path.stem} ({count(shape.nodes, 'node')} x {shape.gpus_per_node} "

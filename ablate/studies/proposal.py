@@ -4,10 +4,11 @@ The file is the user's study with what the search chose (ablate/studies/sizing.p
 `seeds`, `budget: {gpu_hours: ...}` and a new `name` (so its results do not mix with the
 original's), the `--override`s the search ran with, and the same `base` and `profile` written
 so they resolve from wherever the file is put: a file ablate ships by its bare name, any other
-by its absolute path. When the chosen nodes per run are not the profile's (or the profile's
-array_parallelism would hold back the runs that fit), a copy of the profile with
-`slurm.nodes` and `slurm.array_parallelism` set is written beside it and named by the study.
-Nothing is written over a file that is not an earlier proposal.
+by its absolute path. When the profile would not run the proposal as it is (the executor that
+sized it says, launch/executor.py GpuNodes: on Slurm, other nodes per run, or an
+array_parallelism that would hold back the runs that fit), a copy of the profile with the
+executor's keys set (Slurm: `slurm.nodes` and `slurm.array_parallelism`) is written beside it
+and named by the study. Nothing is written over a file that is not an earlier proposal.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ablate.number_text import count
 from ablate import shipped
 from ablate.errors import InputError
 from ablate.studies.design import LoadedStudy
+from ablate.studies.launch.executor import GpuNodes
 from ablate.studies.launch.profile import Profile, find_profile
 from ablate.adapters.builtin.provenance import find_recipe
 from ablate.studies.sizing import Option, with_seeds
@@ -79,13 +81,11 @@ def study_doc(loaded: LoadedStudy, opt: Option, name: str, profile_ref: Optional
     return data
 
 
-def profile_doc(path: Path, opt: Option) -> dict:
-    """The profile's own keys with the proposal's nodes per run and runs at once."""
-    data = dict(load_yaml(path).data or {})
-    slurm = dict(data.get("slurm") or {})
-    slurm["nodes"] = opt.nodes_per_run
-    slurm["array_parallelism"] = max(1, opt.cap.runs_at_once)
-    data["slurm"] = slurm
+def profile_doc(sizer: GpuNodes, path: Path, opt: Option) -> dict:
+    """The profile's own keys with the proposal's nodes per run and runs at once, in the keys
+    of the executor that sized it."""
+    data = sizer.proposal_profile(dict(load_yaml(path).data or {}), opt.nodes_per_run,
+                                  opt.cap.runs_at_once)
     Profile.model_validate(data)  # the copy is a valid profile
     return data
 
@@ -95,21 +95,22 @@ def _check_free(path: Path) -> None:
         raise InputError(f"{path}: exists and is not an earlier proposal; choose another --out")
 
 
-def write_proposal(loaded: LoadedStudy, opt: Option, out: Path, name: str, header: list[str],
-                   profile: Optional[str], dry: bool = False) -> tuple[str, Optional[str]]:
+def write_proposal(sizer: GpuNodes, loaded: LoadedStudy, opt: Option, out: Path, name: str,
+                   header: list[str], profile: Optional[str],
+                   dry: bool = False) -> tuple[str, Optional[str]]:
     """(study YAML text, profile YAML text or None), written to `out` (and `out`'s stem +
-    `.profile.yaml`) unless `dry`; `name` the proposed study's. `header`: comment lines on
-    what was chosen and why."""
+    `.profile.yaml`) unless `dry`; `name` the proposed study's, `sizer` the executor that
+    sized it (sizing.check_sizable's). `header`: comment lines on what was chosen and why."""
     prof_path = profile_path(loaded, profile)
     prof_text, prof_ref = None, portable_ref(prof_path, "sweeps") if prof_path else None
     if prof_path is not None:
         base = Profile.model_validate(load_yaml(prof_path).data or {})
-        if (opt.nodes_per_run != base.slurm.nodes
-                or base.slurm.array_parallelism < opt.cap.runs_at_once):
+        if not sizer.keeps_proposal(base, opt.nodes_per_run, opt.cap.runs_at_once):
             prof_file = out.with_name(out.stem + ".profile.yaml")
+            doc = profile_doc(sizer, prof_path, opt)
             prof_text = (f"{MARK}: the launch profile of {out.name}, from {prof_path} with "
                          f"{count(opt.nodes_per_run, 'node')} a run, {opt.cap.runs_at_once} at "
-                         "once.\n" + yaml.safe_dump(profile_doc(prof_path, opt), sort_keys=False))
+                         "once.\n" + yaml.safe_dump(doc, sort_keys=False))
             prof_ref = prof_file.name  # found next to the study (find_profile)
     text = "\n".join([MARK + ".", *(f"# {h}" for h in header), ""]) + yaml.safe_dump(
         study_doc(loaded, opt, name, prof_ref), sort_keys=False)

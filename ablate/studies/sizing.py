@@ -5,7 +5,8 @@ has is a deadline and a share of a partition. The paper's study as shipped needs
 on the 2 nodes of sweeps/slurm_gpu.yaml, and nothing said so or offered what would fit.
 
 What is searched (every number from the time plan, trainer/plan/time_plan.py, on the
-profile's GPUs; the nodes from ablate/studies/capacity.py):
+profile's GPUs; the nodes from the executor that counts GPU nodes, launch/executor.py
+GpuNodes: on Slurm the study's nodes, slurm.study_nodes or `sinfo`):
 - budget per run, in GPU-hours (the trainer's `budget.gpu_hours`: the train loop's wall x
   devices held, the fit's x axis; what a run holds besides, for evals, checkpoints, job starts
   and requeues, is said beside it as the dry run plans it, GPUs held x wall): the
@@ -31,9 +32,11 @@ from typing import Optional
 from ablate.adapters import adapter_of
 from ablate.analysis.resolution import MAX_USEFUL_SEEDS, a_margin
 from ablate.errors import InputError
-from ablate.studies.capacity import Capacity, capacity, study_wall_h
+from ablate.studies import launch
+from ablate.studies.capacity import Capacity, study_wall_h
 from ablate.studies.design import LoadedStudy
 from ablate.studies.expand import Variant
+from ablate.studies.launch.executor import GpuNodes
 from ablate.studies.launch.profile import Profile
 from trainer.plan.memory import plan
 from trainer.plan.time_plan import plan_time
@@ -108,38 +111,45 @@ def floor_budget(loaded: LoadedStudy) -> float:
 
 
 def check_sizable(study_path: str, loaded: LoadedStudy, variants: list[Variant],
-                  prof: Profile, executor: str) -> None:
-    """--within plans GPU-hour budgets of the built-in trainer on Slurm GPUs: one line if not."""
+                  prof: Profile, executor: str) -> GpuNodes:
+    """The executor that sizes the runs: --within plans GPU-hour budgets of the built-in
+    trainer on the GPU nodes of an executor that counts them (launch.gpu_nodes: Slurm); one
+    line if not."""
+    sizer = launch.gpu_nodes(executor)
+    named = sizer or launch.gpu_nodes()
+    called = f"{named.CALLED} runs" if named else "runs in GPU nodes"
     why = None
-    if executor != "slurm" or not prof.slurm.gpus_per_node:
-        why = (f"it sizes Slurm runs on GPUs (budgets in the paper's GPU-hours) and these go to "
-               f"{executor}" + ("" if executor != "slurm" else " without GPUs"))
+    if sizer is None or not sizer.job_shape(prof).gpus_per_node:
+        why = (f"it sizes {called} on GPUs (budgets in the paper's GPU-hours) and these go to "
+               f"{executor}" + ("" if sizer is None else " without GPUs"))
     elif loaded.study.stages is not None:
         why = "it sizes a plain study; this one has `stages:` (adaptive)"
     elif any(adapter_of(v.config).time_plan is None for v in variants):
         why = "another trainer's runs have no time plan here"
     if why:
-        raise InputError(f"{study_path}: --within: {why}; use a profile with slurm.gpus_per_node "
-                         "(e.g. --profile slurm_gpu)")
+        use = (f"; use a profile with {named.key('gpus_per_node')} (e.g. --profile "
+               f"{named.GPU_PROFILE})" if named else "")
+        raise InputError(f"{study_path}: --within: {why}{use}")
+    return sizer
 
 
-def run_walls(variants: list[Variant], prof: Profile, budget: float,
+def run_walls(sizer: GpuNodes, variants: list[Variant], prof: Profile, budget: float,
               nodes: int) -> tuple[Optional[list[float]], str]:
     """(wall hours of each variant, one seed, at `budget` GPU-hours on `nodes` nodes a run,
     ""), or (None, why the first that cannot run there cannot: the trainer refuses the shape,
     its memory plan does not fit, or its time plan cannot reach the budget under the
     profile's limits)."""
-    plans, why = run_plans(variants, prof, budget, nodes)
+    plans, why = run_plans(sizer, variants, prof, budget, nodes)
     return (None if plans is None else [t.wall_h for t in plans]), why
 
 
-def run_plans(variants: list[Variant], prof: Profile, budget: float,
+def run_plans(sizer: GpuNodes, variants: list[Variant], prof: Profile, budget: float,
               nodes: int) -> tuple[Optional[list], str]:
     """run_walls' time plans (trainer/plan/time_jobs.py TimePlan: wall_h, gpu_hours held)."""
     from ablate.studies.sweep import stage_variant
 
-    shape = replace(prof.job_shape("slurm"), nodes=nodes)
-    limits, plans = prof.limits("slurm"), []
+    shape = replace(sizer.job_shape(prof), nodes=nodes)
+    limits, plans = sizer.limits(prof), []
     for v in {v.name: v for v in variants}.values():
         c = stage_variant(v, {"gpu_hours": budget}).config
         found = problems(c, shape)
@@ -153,21 +163,21 @@ def run_plans(variants: list[Variant], prof: Profile, budget: float,
     return plans, ""
 
 
-def best_option(variants: list[Variant], prof: Profile, budget: float, seeds: int,
-                paper: bool, cache: dict) -> Optional[Option]:
+def best_option(sizer: GpuNodes, variants: list[Variant], prof: Profile, budget: float,
+                seeds: int, paper: bool, cache: dict) -> Optional[Option]:
     """The nodes per run that finish `seeds` seeds of every variant at `budget` soonest."""
     best = None
-    study_nodes = capacity("slurm", prof).nodes.nodes
-    for n in range(1, study_nodes + 1):
+    own = sizer.nodes_per_run(prof)
+    for n in range(1, sizer.study_nodes(prof).nodes + 1):
         if (budget, n) not in cache:
-            cache[(budget, n)] = run_plans(variants, prof, budget, n)
+            cache[(budget, n)] = run_plans(sizer, variants, prof, budget, n)
         plans = cache[(budget, n)][0]
-        cap = capacity("slurm", prof, nodes_per_run=n, array_cap=None)
+        cap = sizer.nodes_capacity(prof, nodes_per_run=n, array_cap=None)
         if plans is None or cap.runs_at_once < 1:
             continue
         walls = [t.wall_h for t in plans]
         wall = study_wall_h(walls * seeds, cap.runs_at_once)
-        key = (wall, n != prof.slurm.nodes, n)
+        key = (wall, n != own, n)
         if best is None or key < best[0]:
             held = [t.gpu_hours for t in plans]
             best = (key, Option(budget, seeds, n, len(walls) * seeds, max(walls), wall,
@@ -183,18 +193,19 @@ def budgets(loaded: LoadedStudy) -> list[tuple[float, bool]]:
     return [(b, True) for b in stage] + [(round(b), False) for b in below if b < low]
 
 
-def size_study(loaded: LoadedStudy, variants: list[Variant], prof: Profile,
+def size_study(sizer: GpuNodes, loaded: LoadedStudy, variants: list[Variant], prof: Profile,
                within_h: float) -> Sizing:
-    """Search as the module doc says; `variants` are the study's (any seeds)."""
+    """Search as the module doc says, on `sizer`'s nodes (check_sizable's); `variants` are
+    the study's (any seeds)."""
     one_seed = list({v.name: v for v in variants}.values())
-    out = Sizing(within_h, stage_of(loaded), len(one_seed), capacity("slurm", prof))
+    out = Sizing(within_h, stage_of(loaded), len(one_seed), sizer.capacity(prof))
     cache: dict = {}
     sizes = budgets(loaded)
     for seeds in range(MAX_USEFUL_SEEDS, 0, -1):
         for budget, paper in sizes:
             if not paper and (seeds > 1 or out.chosen is not None):
                 continue  # below the paper's budget: one seed only, as a last resort
-            opt = best_option(one_seed, prof, budget, seeds, paper, cache)
+            opt = best_option(sizer, one_seed, prof, budget, seeds, paper, cache)
             if opt is None:
                 continue
             out.tried.append(opt)
@@ -206,15 +217,15 @@ def size_study(loaded: LoadedStudy, variants: list[Variant], prof: Profile,
     return out
 
 
-def nodes_for(variants: list[Variant], prof: Profile, within_h: float, budget: float,
-              up_to: int = 64) -> Optional[int]:
-    """The fewest study nodes (slurm.study_nodes, up to `up_to`) on which one seed of every
-    variant at `budget` GPU-hours fits `within_h`; None when not even `up_to` do."""
+def nodes_for(sizer: GpuNodes, variants: list[Variant], prof: Profile, within_h: float,
+              budget: float, up_to: int = 64) -> Optional[int]:
+    """The fewest study nodes (Slurm's `slurm.study_nodes`, up to `up_to`) on which one seed
+    of every variant at `budget` GPU-hours fits `within_h`; None when not even `up_to` do."""
     one_seed = list({v.name: v for v in variants}.values())
     cache: dict = {}
     for n in range(1, up_to + 1):
-        more = prof.model_copy(update={"slurm": prof.slurm.model_copy(update={"study_nodes": n})})
-        opt = best_option(one_seed, more, budget, 1, True, cache)
+        more = sizer.with_study_nodes(prof, n)
+        opt = best_option(sizer, one_seed, more, budget, 1, True, cache)
         if opt is not None and opt.study_wall_h <= within_h:
             return n
     return None

@@ -38,16 +38,18 @@ def derive_state(status: dict[str, Any], fresh: bool, sub: Optional[dict[str, An
         return file_state(status)
     if fresh and fs == rundir.RunState.STOPPED:
         return "stopped"  # by the user, at a checkpoint (its job may still be ending)
-    if sub["jobs"][-1].startswith("debug:"):
-        # The debug executor trains inside `submit`, before submissions.json records the
-        # submission time, so its status.json always looks older than the submission: a run
-        # that failed there read as "interrupted", its error hidden. The file is the truth.
+    ex = launch.executor_of(sub["jobs"][-1])
+    if getattr(ex, "RUNS_IN_SUBMIT", False):
+        # An executor that trains inside `submit` (debug) does so before submissions.json
+        # records the submission time, so its status.json always looks older than the
+        # submission: a run that failed there read as "interrupted", its error hidden. The
+        # file is the truth.
         fresh = True
     if sched in launch.ALIVE:
-        local = sub["jobs"][-1].startswith("local:")
-        if local and fresh and fs == rundir.RunState.FAILED:
-            return "failed"  # its local share job is still running the other runs
-        if sched == "RUNNING" and (fresh and fs == rundir.RunState.RUNNING or not local):
+        shared = getattr(ex, "SHARES_JOBS", False)
+        if shared and fresh and fs == rundir.RunState.FAILED:
+            return "failed"  # its share job is still running the other runs
+        if sched == "RUNNING" and (fresh and fs == rundir.RunState.RUNNING or not shared):
             return "running"
         return "queued"
     if fresh and fs == rundir.RunState.FAILED:

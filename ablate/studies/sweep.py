@@ -18,12 +18,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from ablate.adapters import adapter_of, memory_plan, time_plan
+from ablate.adapters import adapter_of, memory_plan, time_plan, topology
 from ablate.errors import InputError
 from ablate.studies import launch
 from ablate.studies.expand import Variant, expand
 from ablate.studies.fitcheck import check_fit_columns
 from ablate.studies.gpu_need import check_gpus
+from ablate.studies.launch.executor import RunResources
 from ablate.studies.launch.profile import Profile, find_profile, load_profile
 from ablate.studies.stagespec import check_baseline, check_stages
 from ablate.studies.status import run_states
@@ -68,8 +69,7 @@ def check_inputs(study_path: Path | str, *, executor: Optional[str] = None,
     ex = intended_executor(executor, prof)  # one executor decides the shape and both plans
     check_variants(study_path, variants, prof.job_shape(ex))
     if not force:
-        label = f"profile {ref}" if ref else "no launch profile, Slurm's defaults"
-        check_gpus(study_path, variants, prof, ex, label)
+        check_gpus(study_path, variants, prof, ex, ref)
     return loaded, variants, prof
 
 
@@ -101,6 +101,18 @@ def time_plans(variants: list[Variant], shape: JobShape, limits: Limits) -> dict
         if v.name not in by_name:
             by_name[v.name] = time_plan(v.config, shape, limits)
     return {v.run_id: by_name[v.name] for v in variants}
+
+
+def resources_of(config: Any, run_dir: Path, shape: JobShape, limits: Limits) -> RunResources:
+    """What one run's job needs on the executor's `shape` and `limits`, from its trainer's
+    plans (none for another trainer): its ranks per node and its engines' cores (topology),
+    its restarts after time limits (time plan). Computed here, once, and handed to `submit`."""
+    topo = topology(config, shape)
+    t = time_plan(config, shape, limits)
+    return RunResources(
+        run_dir, ranks_per_node=topo.shape.ranks_per_node if topo is not None else None,
+        engine_cores=sum(1 + max(1, len(gpus)) for gpus in topo.engines) if topo is not None
+        else 0, requeues=t.max_num_timeout if t is not None else None)
 
 
 def check_time(study_path: Path | str, variants: list[Variant], shape: JobShape,
@@ -180,18 +192,9 @@ def intended_executor(requested: Optional[str], prof: Profile) -> str:
 
 
 def executor_reason(requested: Optional[str], prof: Profile) -> tuple[str, str]:
-    """(executor, why that one) as launch.choose_executor picks it; says when it would not
-    work here (the dry run shows it; `sweep` refuses it)."""
-    if requested or prof.executor:
-        name = requested or prof.executor
-        why = "--executor" if requested else "the profile's executor"
-        mod = launch.EXECUTORS.get(name)
-        if mod is not None and not mod.available():
-            why += f"; not usable here: {mod.UNAVAILABLE}"
-        return name, why
-    if launch.slurm.available():
-        return "slurm", "no executor named; Slurm answers here (`sinfo`)"
-    return "local", "no executor named and no working Slurm here"
+    """(executor, why that one) as launch.choose_executor picks it (launch.pick, the one
+    rule); says when it would not work here (the dry run shows it; `sweep` refuses it)."""
+    return launch.pick(requested, prof)
 
 
 def choose_runs(plan: SweepPlan, *,
@@ -245,9 +248,12 @@ def run_sweep(plan: SweepPlan, *, entry: str = "trainer:run") -> dict[str, Any]:
         with store.locked():
             undo = store.write_study(study_record(plan.loaded), plan.variants,
                                      frozenset(v.run_id for v in plan.submit))
-            dirs = [store.run_dir(v.run_id) for v in plan.submit]
+            shape = plan.profile.job_shape(plan.executor)
+            limits = plan.profile.limits(plan.executor)
+            runs = [resources_of(v.config, store.run_dir(v.run_id), shape, limits)
+                    for v in plan.submit]
             try:
-                jobs = launch.submit(plan.executor, dirs, store.submitit_dir, plan.profile,
+                jobs = launch.submit(plan.executor, runs, store.submitit_dir, plan.profile,
                                      entry=entry, job_name=f"ablate-{plan.loaded.study.name}")
             except InputError:  # the scheduler refused the profile: leave nothing behind
                 undo()

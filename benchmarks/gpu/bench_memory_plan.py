@@ -2,7 +2,7 @@
 
 For each model shape (Qwen2.5-0.5B and 1.5B, random init from their configs: nothing is
 downloaded) x micro-batch size x sequence length, builds the model the way the trainer does
-(trainer.models.load.load_model: fp32 weights, gradient checkpointing), runs one training
+(trainer.policy.load_model: fp32 weights, gradient checkpointing), runs one training
 micro-batch of the trainer's forward (trainer.models.logprobs.completion_logprobs with the fp32 LM head
 under bf16 autocast), backward and AdamW step, and prints the measured peak next to the plan's
 training estimate for the same TrainConfig on a one-GPU job (engine torch: DeepSpeed is not on
@@ -65,7 +65,7 @@ def train_config(path: Path, mbt: int, seq: int):
 def measure(config, mbt: int, seq: int) -> float:
     """Peak GiB allocated by one micro-batch step (forward, backward, AdamW step)."""
     from trainer.models.logprobs import completion_logprobs
-    from trainer.models.load import load_model
+    from trainer.policy import load_model
     from trainer.models.precision import LMHead
 
     dev = torch.device("cuda")

@@ -7,11 +7,13 @@ wrap any Generator, so forced interruption and the overlong penalty work for eve
 from __future__ import annotations
 
 import random
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from trainer.config import TrainConfig
 from trainer.registry import Registry
-from trainer.generation.rollout import Generator, Rollout
+from trainer.rollouts import Generator, Rollout
+
+if TYPE_CHECKING:  # types only: the config reads this registry for its names (config_parts/)
+    from trainer.config import TrainConfig
 
 
 CONTROLS: Registry[Callable[..., Rollout]] = Registry("length.control")

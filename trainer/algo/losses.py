@@ -2,8 +2,8 @@
 sample, prompt, token), with token-level signatures as in verl's core_algos.
 
 A loss type is one function (logp, old_logp, adv [B, 1], mask, *, <its options>) -> (per-token
-terms [B, T], stats), registered under the name the YAML uses together with its options'
-defaults; an aggregation is one function (terms, mask, group_ids) -> the batch's scalar. They
+terms [B, T], LossStats), registered under the name the YAML uses together with its options
+and their defaults (`options=`: the `loss:` keys it takes, checked by `check_loss_options`); an aggregation is one function (terms, mask, group_ids) -> the batch's scalar. They
 meet in one place, `policy_loss_and_stats`: each token's term times its weight in the
 aggregation (`token_weights`: the aggregation's gradient, exact because every aggregation is
 linear), the whole batch's weights when the batch is one micro-batch of it
@@ -19,6 +19,7 @@ inside the one function that needs it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from trainer.registry import Registry
@@ -26,8 +27,18 @@ from trainer.registry import Registry
 if TYPE_CHECKING:
     import torch
 
+
+@dataclass(frozen=True)
+class LossStats:
+    """What every loss type returns beside its terms, per token [B, T], for the step's metrics
+    (trainer/loop/update.py: train/is_ratio_mean, is_ratio_max, clip_frac)."""
+
+    ratio: torch.Tensor  # the importance ratio the terms use (gspo: its sequence-level one)
+    clipped: torch.Tensor  # 1.0 where clipping or truncation changed the token's term, else 0.0
+
+
 # (logp, old_logp, adv[B,1], mask, *, <the type's options>) -> (per-token terms [B,T], stats)
-TokenLoss = Callable[..., "tuple[torch.Tensor, dict[str, torch.Tensor]]"]
+TokenLoss = Callable[..., "tuple[torch.Tensor, LossStats]"]
 LOSSES: Registry[TokenLoss] = Registry("loss.type")
 AGGREGATIONS: Registry[Callable[..., "torch.Tensor"]] = Registry("loss.aggregation")
 
@@ -48,7 +59,7 @@ def ppo(logp, old_logp, adv, mask, *, eps_low, eps_high):
     """GRPO/PPO-clip: per-token -min(r a, clip(r, 1-eps_low, 1+eps_high) a)."""
     ratio = (logp - old_logp).exp()
     terms, clipped = _clipped(ratio, adv, eps_low, eps_high)
-    return terms, {"ratio": ratio.detach(), "clipped": clipped}
+    return terms, LossStats(ratio=ratio.detach(), clipped=clipped)
 
 
 @LOSSES.register("dapo", options={"eps_low": 0.2, "eps_high": 0.28})
@@ -64,7 +75,7 @@ def gspo(logp, old_logp, adv, mask, *, eps_low, eps_high):
     s = (((logp - old_logp) * mask).sum(-1) / n).exp()  # [B]
     s_tok = s[:, None].expand_as(logp)
     terms, clipped = _clipped(s_tok, adv, eps_low, eps_high)
-    return terms, {"ratio": s_tok.detach(), "clipped": clipped}
+    return terms, LossStats(ratio=s_tok.detach(), clipped=clipped)
 
 
 @LOSSES.register("cispo", options={"eps_max": 4.0})
@@ -72,11 +83,18 @@ def cispo(logp, old_logp, adv, mask, *, eps_max):
     """CISPO (ScaleRL): -sg(min(r, eps_max)) * a * logp — REINFORCE with a truncated IS weight."""
     ratio = (logp - old_logp).exp().detach()
     weight = ratio.clamp(max=eps_max)
-    return -weight * adv * logp, {"ratio": ratio, "clipped": (ratio > eps_max).float()}
+    return -weight * adv * logp, LossStats(ratio=ratio, clipped=(ratio > eps_max).float())
+
+
+def loss_option_names() -> list[str]:
+    """Every option some loss type takes, in the order registered: the `loss:` keys that are
+    options (LossConfig has a field for each); any other key of `loss:` is not one."""
+    return list(dict.fromkeys(o for t in LOSSES.names() for o in LOSSES.options(t)))
 
 
 def check_loss_options(loss_type: str, given) -> None:
-    """ValueError naming the loss, the options it does not take and the ones it does."""
+    """The one check of a loss type's options (the config's and the loss call's): ValueError
+    naming the loss, the options it does not take and the ones it does."""
     valid = LOSSES.options(loss_type) if loss_type in LOSSES.keys() else {}
     unknown = [k for k in given if k not in valid]
     if unknown:
@@ -130,7 +148,7 @@ def token_weights(aggregation: str, mask: "torch.Tensor", group: "torch.Tensor")
 
 
 def policy_loss_and_stats(logp, old_logp, advantages, mask, weight, *, loss_type: str,
-                          **options) -> tuple["torch.Tensor", dict]:
+                          **options) -> tuple["torch.Tensor", LossStats]:
     """The policy loss of these rows and the loss type's per-token stats (importance ratio,
     clipped): the type's per-token terms, each times its `weight` in the aggregation
     (token_weights; for one micro-batch, its rows of the whole batch's weights). logp /

@@ -12,10 +12,12 @@ from __future__ import annotations
 import random
 import threading
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from trainer.config import DataConfig
 from trainer.registry import Registry
+
+if TYPE_CHECKING:  # types only: the config reads this registry for its names (config_parts/)
+    from trainer.config import DataConfig
 
 # (pool, rng) -> order of the next epoch (indices of active prompts)
 CURRICULA: Registry[Callable[["PromptPool", random.Random], list[int]]] = Registry("data.curriculum")

@@ -4,16 +4,17 @@ the DAPO overlong penalty, 0 otherwise). No learned reward model, no KL term.
 
 Why its own function: it is the one place a recipe's reward is defined, read apart from the
 loop that calls it (trainer/loop/train.py) and the scorer that gives the verdicts
-(trainer/evaluate.py score, the same path as the held-out eval's)."""
+(trainer/tasks.py score, the same path as the held-out eval's)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from trainer.config import RewardConfig
-from trainer.evaluate import score
-from trainer.generation.rollout import Rollout
-from trainer.tasks import Problem, Task
+from trainer.rollouts import Rollout
+from trainer.tasks import Problem, Task, score
+
+if TYPE_CHECKING:  # types only: the config is above trainer/algo/ (it reads its registries)
+    from trainer.config import RewardConfig
 
 
 def rewards(verdicts: Sequence[bool], penalty: Sequence[float], cfg: RewardConfig) -> list[float]:

@@ -1,4 +1,5 @@
-"""How samples are generated: the rollout backend and its vLLM settings, and length control."""
+"""YAML sections `rollout:` (+ `rollout.vllm:`) and `length:`: how samples are generated, the
+rollout backend and its vLLM settings, and length control."""
 
 from __future__ import annotations
 
@@ -6,7 +7,12 @@ from typing import Literal, Optional, Union
 
 from pydantic import Field, PositiveInt, model_validator
 
+from trainer.algo.length import CONTROLS
 from trainer.config_parts.base import Strict
+
+# The allowed names are the registry's (torch-free): a length control registered in
+# trainer/algo/length.py is valid here, in the order registered.
+LengthControl = Literal[tuple(CONTROLS.names())]  # type: ignore[valid-type]
 
 
 class VLLMConfig(Strict):
@@ -60,6 +66,7 @@ class VLLMConfig(Strict):
 
 
 class RolloutConfig(Strict):
+    # The backends need torch at import: named here too (trainer/registry.py says why).
     backend: Literal["hf", "vllm"] = Field(
         "hf", description="'hf': transformers generate (any device); 'vllm': vLLM engine."
     )
@@ -125,7 +132,7 @@ class RolloutConfig(Strict):
 class LengthConfig(Strict):
     """Length control (ScaleRL: forced interruption; alternative: DAPO overlong penalty)."""
 
-    control: Literal["interrupt", "overlong_penalty", "none"] = Field(
+    control: LengthControl = Field(
         "interrupt", description="How over-long generations are handled."
     )
     thinking_budget: int = Field(

@@ -1,4 +1,5 @@
-"""The policy loss (type, aggregation, the type's options) and advantage normalization."""
+"""YAML sections `loss:` and `advantage:`: the policy loss (type, aggregation, the type's
+options) and advantage normalization."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Literal, Optional
 from pydantic import Field, model_validator
 
 from trainer.algo.advantages import NORMALIZATIONS
-from trainer.algo.losses import AGGREGATIONS, LOSSES, check_loss_options
+from trainer.algo.losses import AGGREGATIONS, LOSSES, check_loss_options, loss_option_names
 from trainer.config_parts.base import Strict
 
 
@@ -26,9 +27,10 @@ def _loss_defaults(option: str) -> str:
 
 
 class LossConfig(Strict):
-    """Policy loss and its options. An option the chosen type does not take (eps_max with
-    ppo, say) is an error; None takes the type's default (its registration in
-    trainer/algo/losses.py)."""
+    """Policy loss and its options. Which keys are options, and which of them each type takes,
+    is the registry's (each type's `options=` in trainer/algo/losses.py): an option the chosen
+    type does not take (eps_max with ppo, say) is an error; None takes the type's default. A
+    field here that no type registers as an option is a plain setting, never checked as one."""
 
     type: LossType = Field(
         "cispo",
@@ -54,8 +56,7 @@ class LossConfig(Strict):
 
     @model_validator(mode="after")
     def _options_of_type(self) -> "LossConfig":
-        given = [k for k in type(self).model_fields  # every field but these is an option
-                 if k not in ("type", "aggregation") and getattr(self, k) is not None]
+        given = [k for k in loss_option_names() if getattr(self, k) is not None]
         check_loss_options(self.type, given)
         return self
 

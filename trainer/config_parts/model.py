@@ -1,4 +1,5 @@
-"""What a run learns from and on: the model, its precision, the task and its reward."""
+"""YAML sections `model:` (+ `model.proxy:`), `precision:`, `task:` and `reward:`: what a run
+learns from and on."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ from typing import Literal, Optional
 from pydantic import Field, field_validator
 
 from trainer.config_parts.base import Strict
+from trainer.tasks import TASKS
 
 
-# Task kinds registered in trainer.tasks.TASKS; `task.name` is one of them ("reasoning_gym"
-# takes the task after a colon).
-TASK_KINDS = ("arithmetic", "reasoning_gym", "math")
+# The task kinds are the registry's (trainer/tasks.py TASKS, torch-free): `task.name` is one of
+# them; "reasoning_gym" takes the task after a colon.
+TASK_KINDS = tuple(TASKS.names())
 
 
 class ProxyModelConfig(Strict):
@@ -125,8 +127,9 @@ class TaskConfig(Strict):
     def _known_task(cls, v: str) -> str:
         kind, _, rest = v.partition(":")
         if kind not in TASK_KINDS or (kind == "reasoning_gym") != bool(rest):
-            raise ValueError("must be 'arithmetic', 'math' or 'reasoning_gym:<task>' "
-                             "(e.g. reasoning_gym:basic_arithmetic)")
+            valid = ", ".join(f"'{k}:<task>'" if k == "reasoning_gym" else f"'{k}'"
+                              for k in TASK_KINDS)
+            raise ValueError(f"must be one of {valid} (e.g. reasoning_gym:basic_arithmetic)")
         return v
 
 

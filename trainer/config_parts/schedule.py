@@ -1,5 +1,5 @@
-"""When things happen in a run: evaluation points, the budget that ends it, checkpoints, and
-the trackers it also logs to."""
+"""YAML sections `eval:`, `budget:`, `checkpoint:` and `logging:`: when things happen in a run
+(evaluation points, the budget that ends it, checkpoints) and the trackers it also logs to."""
 
 from __future__ import annotations
 

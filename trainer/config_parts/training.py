@@ -1,5 +1,5 @@
-"""How the trainer steps: prompt-pool filters and curriculum, off-policy mode, optimizer,
-engine."""
+"""YAML sections `data:`, `off_policy:`, `optim:` and `engine:`: how the trainer steps
+(prompt-pool filters and curriculum, off-policy mode, optimizer, engine)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,12 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
+from trainer.algo.pool import CURRICULA
 from trainer.config_parts.base import Strict
+
+# The allowed names are the registries' (torch-free): a curriculum registered in
+# trainer/algo/pool.py is valid here, in the order registered.
+Curriculum = Literal[tuple(CURRICULA.names())]  # type: ignore[valid-type]
 
 
 class DataConfig(Strict):
@@ -22,7 +27,7 @@ class DataConfig(Strict):
         "`npr_threshold` (ScaleRL)."
     )
     npr_threshold: float = Field(0.9, gt=0, le=1, description="Pass rate that retires a prompt.")
-    curriculum: Literal["none", "easy_to_hard", "pass_rate"] = Field(
+    curriculum: Curriculum = Field(
         "none",
         description="Order of prompts: 'none' (shuffled epochs), 'easy_to_hard' (by the task's "
         "difficulty score), 'pass_rate' (highest measured pass rate first).",
@@ -30,6 +35,7 @@ class DataConfig(Strict):
 
 
 class OffPolicyConfig(Strict):
+    # The modes need torch at import: named here too (trainer/registry.py says why).
     mode: Literal["pipeline", "ppo_off_policy"] = Field(
         "pipeline",
         description="pipeline (PipelineRL-k, ScaleRL): generation runs concurrently; weights are "
@@ -41,7 +47,9 @@ class OffPolicyConfig(Strict):
         description="pipeline: max staleness in optimizer steps: the generator runs at most k "
         "steps ahead of the trainer (PipelineRL's max_lag), older data is refused. "
         "ppo_off_policy: one generation of k x rollout.prompts_per_step prompts is split into "
-        "k minibatches, one optimizer step each (so every step sees prompts_per_step prompts).",
+        "k minibatches, one optimizer step each (so every step sees prompts_per_step prompts); "
+        "with vLLM every node's engines generate a share of it on the same per-node split as "
+        "pipeline mode, then the training GPUs train (trainer/plan/topology.py).",
     )
     groups_per_call: Optional[int] = Field(
         None, gt=0,
@@ -64,6 +72,7 @@ class OptimConfig(Strict):
 
 
 class EngineConfig(Strict):
+    # The engines need torch at import: named here too (trainer/registry.py says why).
     type: Literal["torch", "deepspeed"] = Field("torch", description="Optimizer engine.")
     zero_stage: int = Field(0, ge=0, le=3, description="deepspeed: ZeRO stage 0-3.")
     device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda'.")

@@ -17,15 +17,15 @@ vLLM then refused to start. Instead every process is bound by construction:
   ABLATE_LOCAL_RANK (trainer/dist/groups.py read_env). NCCL between ranks that each see one
   GPU is the usual `srun --gpus-per-task=1` setup: NCCL finds peers by PCI bus id, not by
   CUDA ordinal (read, not run here).
-- The local rank 0 of each node that starts engines is bound to that node's vLLM engines (in
-  pipeline mode every node, each generating its node's share of every step,
-  trainer/generation/feeders.py; otherwise rank 0's alone): each engine process is started
+- The local rank 0 of each node that starts engines is bound to that node's vLLM engines (every
+  node with vLLM, each generating its node's share of every generation,
+  trainer/generation/feeders.py): each engine process is started
   with CUDA_VISIBLE_DEVICES = its own GPUs (the node's generation GPUs,
   `tensor_parallel_size` per engine) and V1 multiprocessing, so the engine core (a child
   process that inherits the environment: vllm/v1/engine/utils.py launch_core_engines ->
   CoreEngineProcManager) and its workers never see a training GPU. Without generation GPUs
-  of their own (on-policy/ppo_off_policy modes, one-GPU nodes) the engines share the host's
-  training GPU with a smaller memory share.
+  of their own (one-GPU nodes, which trainer/validate.py refuses on GPUs: the weight push
+  would put two NCCL ranks on one GPU; the CPU) the engines share the host's device.
 - Which GPUs train, which generate and the engines are not decided here: the job's topology
   (trainer/plan/topology.py) is, and this module maps it onto the GPU names of the node.
 - The node's GPU list as the launcher gave it (Slurm's CUDA_VISIBLE_DEVICES: ordinals or UUIDs)

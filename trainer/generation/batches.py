@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from trainer.generation.rollout import Rollout
+from trainer.rollouts import Rollout
 
 
 @dataclass

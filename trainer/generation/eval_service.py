@@ -34,7 +34,7 @@ import torch
 from trainer.config import TrainConfig
 from trainer.dist.groups import broadcast_object, rank
 from trainer.evaluate import pass_rate
-from trainer.generation.rollout import Generator
+from trainer.rollouts import Generator
 from trainer.rundir import EVAL_S, PASS_RATE
 from trainer.tasks import Problem, Task
 
@@ -332,7 +332,7 @@ def service_eval(svc, step: int, chunks: list[tuple[int, int, int]], task: Task,
     (EvalJob.done: the checkpoint keeps it); chunks already in `done` are not decoded again.
     Returns the pass rate and the versions that decoded it (EVAL_VERSIONS). `pin`: the
     engines pinned for it (pins.py), where all its samples go."""
-    from trainer.evaluate import score
+    from trainer.tasks import score
     from trainer.generation.service import Request
 
     k, T = config.eval.samples_per_prompt, config.eval.temperature

@@ -1,6 +1,6 @@
 """Which ranks generate a step's rollouts, and how a step's batch is put together from them.
 
-Why: in pipeline mode with vLLM (trainer/plan/topology.py separate_generation) each node's local
+Why: with vLLM (trainer/plan/topology.py separate_generation) each node's local
 rank 0 is bound to its own node's engines (binding.py plan_binding). If only rank 0 fed the
 trainer, every other node's generation GPUs would be held and idle: half the generation of a
 2-node job. So every node's local rank 0 is a *feeder*: it runs the pipeline's generator over
@@ -22,7 +22,9 @@ generator wait for the trainer at each epoch's end; not done.) Every feeder push
 the trainer's weights into its own engines after each step (one ZeRO-3 gather per parameter on
 every rank, as before: trainer/generation/push.py). Eval stays on rank 0's node's engines.
 
-In every other case (hf, ppo_off_policy, one node) rank 0 alone feeds, as before.
+ppo_off_policy has the same feeders, each generating its node's share of a big generation
+(k steps' prompts: trainer/generation/offpolicy.py PPOOffPolicy, which joins the shares
+itself). With hf, or on one node, rank 0 alone feeds.
 """
 
 from __future__ import annotations

@@ -23,12 +23,15 @@ from typing import Callable, Protocol
 from torch import nn
 
 from trainer.config import TrainConfig
-from trainer.dist.groups import rank
+from trainer.dist.groups import all_reduce_floats, rank, world_size
 from trainer.algo.length import generate_rollout
 from trainer.algo.pool import DataPosition
 from trainer.registry import Registry
-from trainer.generation.rollout import Generator, Rollout, make_generator
-from trainer.generation.feeders import feeders, strided
+from trainer.generation.rollout import make_generator
+from trainer.rollouts import Generator, Rollout
+from trainer.dist import preempt
+from trainer.generation.feeders import feeders, step_batch, strided
+from trainer.plan.placement import shares
 from trainer.generation.push import join_weight_gathers
 from trainer.generation.batches import (  # noqa: F401 (re-exported: the sources' batch)
     Batch, GroupStream, concat, oldest_version)
@@ -112,18 +115,35 @@ def split(batch: Batch, k: int, g: int) -> list[Batch]:
 class PPOOffPolicy:
     """One big generation (k x prompts_per_step prompts), then k optimizer steps on its parts.
 
-    With vllm, one engine serves the job: rank 0 holds it and generates, the loop broadcasts
-    rank 0's batch, and the other ranks only join the ZeRO-3 gathers of each weight push (an
-    engine per rank would put several engines on the same generation GPUs). With hf every rank
-    decodes the same batch itself (under ZeRO-3 the decode's all-gathers need every rank)."""
+    With vllm the engines are every node's (trainer/plan/topology.py: the same per-node split
+    as pipeline mode, run synchronously): each node's local rank 0 is a feeder
+    (trainer/generation/feeders.py) and generates its dealt share of the big generation on its
+    node's engines, all nodes at once; the shares are then joined in node order on every rank
+    (an all-gather) and rank 0 keeps the k minibatches, which the loop broadcasts one a step
+    (`step_ranks`). Meanwhile every rank polls (`_in_turns`) instead of waiting hours in one
+    collective. The other ranks only join the ZeRO-3 gathers of each weight push. The
+    shares are contiguous slices of the one draw a single feeder would make, each sampled with
+    that draw's seeds (prompt j with seed + j x G), so the big batch is the one-node run's
+    whatever the node count, and every feeder's pool advances alike. Evals go over every
+    node's engines at their step's weights (trainer/loop/final_eval.py: the source's
+    `feeders`); no rollout is in flight between steps. With hf every rank decodes the same
+    batch itself (under ZeRO-3 the decode's all-gathers need every rank)."""
+
+    # The step's batch is rank 0's, broadcast by the loop (trainer/loop/train.py next_batch):
+    # the feeders' shares were joined at the big generation already.
+    step_ranks = (0,)
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         c = ctx.config
-        self.feeds = rank() == 0 or c.rollout.backend == "hf"
+        self.feeders = feeders(c)  # collective: every rank, in the same place
+        self.feeds = self.feeders.share is not None or c.rollout.backend == "hf"
+        # who holds the minibatches: rank 0 (vllm: the loop broadcasts them), or every rank
+        # under hf (each decoded the same batch itself)
+        self.keeps = rank() == 0 or c.rollout.backend == "hf"
         self.gen = make_generator(c, ctx.model, ctx.tokenizer) if self.feeds else None
         if not self.feeds:
-            _join_push(ctx.model)  # the engine's start-up push (VLLMGenerator.__init__)
+            _join_push(ctx.model)  # the engines' start-up push (VLLMGenerator.__init__)
         self.buffer: list[Batch] = []
         self.left = 0  # steps still to take from the current big generation (every rank)
         if isinstance(ctx.restored, dict) and ctx.restored.get("source") == "ppo_off_policy":
@@ -134,18 +154,48 @@ class PPOOffPolicy:
     def next(self, version: int) -> Batch | None:
         c = self.ctx.config
         if self.left == 0:  # a new big generation, on the same step on every rank
-            self.left = c.off_policy.k
-            if self.feeds:
+            if self.gen is not None:
                 self.gen.sync_weights(self.ctx.model, version)
-                big = sample(self.gen, self.ctx, c.rollout.prompts_per_step * c.off_policy.k)
-                self.buffer = split(big, c.off_policy.k, c.rollout.generations_per_prompt)
             else:
                 _join_push(self.ctx.model)
+            big = self._generate()
+            self.buffer = split(big, c.off_policy.k, c.rollout.generations_per_prompt) \
+                if big is not None else []
+            self.left = c.off_policy.k
         self.left -= 1
-        return self.buffer.pop(0) if self.feeds else None
+        return self.buffer.pop(0) if self.keeps else None
+
+    def _generate(self) -> Batch | None:
+        """The big generation: this feeder's dealt share (placement.py shares, dealt_groups),
+        the shares joined in node order on every rank where several nodes generate; kept on
+        rank 0 (under hf on every rank, each of which decodes it all). A stop signal inside
+        any node's generation reaches every rank as preempt.Stopped."""
+        c, f = self.ctx.config, self.feeders
+        work = self._share if self.gen is not None else None
+        if c.rollout.backend == "vllm" and world_size() > 1:
+            mine = _in_turns(work, next(self.ctx.model.parameters()).device)
+        else:  # one process, or hf (every rank decodes in lockstep): nobody waits
+            mine = work() if work is not None else None
+        if f.count == 1:
+            return mine
+        # every share is done (a stop raised above): the join is quick, on every rank
+        return step_batch(mine, f.ranks, preempt.STOP, _joined if self.keeps else _dropped)
+
+    def _share(self) -> Batch:
+        """This feeder's contiguous slice of the draw one feeder would make, sampled with that
+        draw's seeds (the class doc): every feeder draws alike, so the pools stay equal."""
+        c, ctx, f = self.ctx.config, self.ctx, self.feeders
+        n, G = c.rollout.prompts_per_step * c.off_policy.k, c.rollout.generations_per_prompt
+        idx = ctx.data.pool.next_batch(n)
+        seed = ctx.data.next_call_seed(c.seed)
+        a, b = _bounds(n, f.count, f.share or 0)
+        t0 = time.perf_counter()
+        ro = generate_rollout(self.gen, [ctx.prompts[i] for i in idx[a:b]], c, ctx.tokenizer,
+                              seed + a * G, n=G, temperature=c.rollout.temperature)
+        return Batch(idx[a:b], ro, time.perf_counter() - t0)
 
     def after_step(self, model: nn.Module, version: int) -> None:
-        pass  # weights reach the generator only at the next big generation
+        pass  # weights reach the engines only at the next big generation (or an eval)
 
     def stop_generating(self) -> None:
         pass  # it generates only inside next()
@@ -158,6 +208,78 @@ class PPOOffPolicy:
     def close(self) -> None:
         if self.gen is not None:
             _close(self.gen)
+
+
+POLL_S = 1.0  # seconds between the ranks' agreements while a big generation runs
+
+
+def _stopped(e: BaseException) -> bool:
+    return isinstance(e, preempt.Stopped) or isinstance(e.__cause__, preempt.Stopped)
+
+
+def _in_turns(work: Callable[[], Batch] | None, device) -> Batch | None:
+    """Run `work` (this rank's share of a big generation; None on a rank that generates
+    nothing) in a thread while every rank agrees every POLL_S whether any is still busy, a
+    stop arrived or one failed: one small all-reduce, as trainer/loop/final_eval.py does for
+    an eval. Why: the other ranks would otherwise wait for the whole big generation (k steps'
+    decoding: ~2.5 h for the paper recipe on 2 nodes) inside one collective, which the
+    group's timeout (engine.collective_timeout_minutes, 120 min) ends. A stop anywhere raises
+    preempt.Stopped on every rank (this rank's decode ends at its next step); a failure
+    raises on every rank, the failing one's own error."""
+    out: list[Batch] = []
+    errors: list[BaseException] = []
+    thread = None
+    if work is not None:
+        def run() -> None:
+            try:
+                out.append(work())
+            except BaseException as e:  # noqa: BLE001 - a stop, or the failure all must see
+                errors.append(e)
+
+        thread = threading.Thread(target=run, name="ablate-big-generation", daemon=True)
+        thread.start()
+    while True:
+        if thread is not None:
+            thread.join(timeout=POLL_S)
+        else:
+            time.sleep(POLL_S)
+        failed = any(not _stopped(e) for e in errors)
+        stop = preempt.requested() or any(_stopped(e) for e in errors)
+        busy = thread is not None and thread.is_alive()
+        busy, stop, failed_any = all_reduce_floats(
+            [float(busy and not failed), float(stop), float(failed)], device, "max")
+        if failed_any:
+            if failed:
+                raise next(e for e in errors if not _stopped(e))
+            raise RuntimeError("another node's big generation failed (its own error ends it)")
+        if stop:
+            preempt.peer_stopped()  # ends this rank's decode at its next step too
+            if thread is not None:
+                thread.join()
+            raise preempt.Stopped("stop signal inside the big generation")
+        if not busy:
+            return out[0] if out else None
+
+
+def _dropped(parts: list[Batch]) -> None:
+    """A rank that keeps no minibatches (vllm, not rank 0): the shares are not joined here."""
+    return None
+
+
+def _joined(parts: list[Batch]) -> Batch:
+    """The nodes' shares of a big generation in node order; its wall is the slowest share's
+    (the nodes generated at once), not their sum."""
+    out = concat(parts)
+    out.gen_seconds = max(b.gen_seconds for b in parts)
+    return out
+
+
+def _bounds(n: int, count: int, share: int) -> tuple[int, int]:
+    """Feeder `share`'s contiguous slice [a, b) of a big generation of `n` prompt groups dealt
+    over `count` nodes (trainer/plan/placement.py shares: the first n % count one more)."""
+    sizes = shares(n, count)
+    a = sum(sizes[:share])
+    return a, a + sizes[share]
 
 
 def _join_push(model: nn.Module) -> None:

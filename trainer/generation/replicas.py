@@ -10,9 +10,9 @@ How:
 - Each replica is a VLLMGenerator whose engine runs in its own process, started with its own
   GPUs (CUDA_VISIBLE_DEVICES: its tensor-parallel group, from this process's binding,
   trainer/dist/binding.py). Every node's local rank 0 is bound to its node's engines, and this
-  factory starts them on whichever host calls it: in pipeline mode every node's local rank 0
-  (trainer/generation/feeders.py: each makes its node's share of a step), in ppo_off_policy
-  rank 0 only (trainer/generation/offpolicy.py). As vLLM's own
+  factory starts them on whichever host calls it: every node's local rank 0 (trainer/generation/
+  feeders.py: each makes its node's share of a step in pipeline mode, of a big generation in
+  ppo_off_policy, trainer/generation/offpolicy.py). As vLLM's own
   offline data parallelism does, each engine is one LLM in its own process group (vLLM 0.32
   refuses LLM(data_parallel_size>1) in one process: vllm/entrypoints/llm.py LLM.__init__,
   pointing to examples/features/data_parallel/data_parallel_offline.py).
@@ -43,7 +43,7 @@ import torch
 
 from trainer.config import TrainConfig
 from trainer.dist.binding import current_binding
-from trainer.generation.rollout import Generation
+from trainer.rollouts import Generation
 from trainer.generation.vllm_engine import VLLMGenerator
 from trainer.generation.push import PushStop, named_weights, push_to_all, weight_specs
 from trainer.generation.pins import Pins

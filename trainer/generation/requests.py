@@ -10,7 +10,7 @@ from typing import Hashable, Iterator, Optional, Union
 
 from torch import nn
 
-from trainer.generation.rollout import Rollout
+from trainer.rollouts import Rollout
 
 Weights = Union[nn.Module, dict]  # the trainer's module, or a snapshot of its state dict
 

@@ -1,10 +1,10 @@
 """Rollout backends: something that turns prompts into sampled completions.
 
-The contract other backends plug into (vLLM lives in `trainer.generation.vllm_engine`): `Generation`
-(per-sample tokens, behaviour log-probs, per-token policy versions, finished) and the `Generator`
-protocol (generate, sync_weights); `Rollout`, a generation with its length control applied
-(trainer/algo/length.py), is what the loop trains on. Length control, the fp32 head choice for the
-trainer, rewards and losses live outside the backends so every backend gets them.
+The contract other backends plug into (vLLM lives in `trainer.generation.vllm_engine`) is
+trainer/rollouts.py's: `Generation` and the `Generator` protocol (generate, sync_weights);
+`Rollout`, a generation with its length control applied (trainer/algo/length.py), is what the
+loop trains on. Length control, the fp32 head choice for the trainer, rewards and losses live
+outside the backends so every backend gets them. Here: the backend registry and "hf".
 
 "hf" is a lean sampling loop over any HF causal LM: one prefill, then one forward per token with a
 KV cache and no per-token Python beyond sampling (HF generate() pays a lot of per-step overhead at
@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable
 
 import torch
 from torch import nn
@@ -30,54 +29,8 @@ from trainer.config import TrainConfig
 from trainer.dist.groups import world_size
 from trainer.models.precision import LMHead
 from trainer.registry import Registry
+from trainer.rollouts import Generation, Generator, WeightPlan
 from trainer.generation.sampler import left_pad, static_sampler
-
-
-@dataclass
-class Generation:
-    """Completions, prompt-major: prompt i's n samples are at i*n .. i*n+n-1."""
-
-    tokens: list[list[int]]  # completion ids (EOS included when the sample stopped)
-    logprobs: list[list[float]]  # behaviour log-prob of each token under the weights that sampled it
-    versions: list[list[int]]  # policy version that produced each token
-    finished: list[bool]  # True: stopped by EOS; False: hit max_new_tokens
-
-
-@dataclass
-class Rollout:
-    """Samples of one generate call, prompt-major (prompt i's n samples at i*n .. i*n+n-1)."""
-
-    prompts: list[list[int]]  # per sample
-    tokens: list[list[int]]
-    logprobs: list[list[float]]
-    versions: list[list[int]]
-    loss_mask: list[list[int]]  # 0 for tokens the policy did not sample (interruption text)
-    finished: list[bool]
-    interrupted: list[bool] = field(default_factory=list)
-    penalty: list[float] = field(default_factory=list)  # added to the reward
-    # Tokens the generator ran per sample (prompt prefill + every decoded token), for the
-    # generation FLOPs: more than prompt + final tokens when interruption cuts thinking tokens
-    # and re-prefills prompt + thinking + interruption text for the answer.
-    gen_tokens: list[int] = field(default_factory=list)
-
-
-class Generator(Protocol):
-    def generate(self, prompts: list[list[int]], *, n: int, max_new_tokens: int,
-                 temperature: float, top_p: float, seed: int) -> Generation: ...
-
-    def sync_weights(self, model: nn.Module, version: int) -> None: ...
-
-
-class WeightPlan(Protocol):
-    """Which weights sample each token of one rollout (data-timed in-flight updates)."""
-
-    def version_at(self, token: int) -> int:
-        """Version that samples token `token` (counted over the rollout's generate calls)."""
-        ...
-
-    def weights(self, version: int) -> dict[str, torch.Tensor]:
-        """That version's state dict; blocks until the trainer has pushed it."""
-        ...
 
 
 GeneratorFactory = Callable[..., Generator]  # (config, model, tokenizer) -> Generator

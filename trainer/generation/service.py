@@ -33,7 +33,7 @@ import torch
 from trainer.dist import preempt
 from trainer.config import TrainConfig
 from trainer.generation.requests import Request, Result, Weights, finished, version_range
-from trainer.generation.rollout import Generator
+from trainer.rollouts import Generator
 from trainer.algo.length import generate_rollout
 
 __all__ = ["GenerationService", "CallService", "Request", "Result", "Weights", "make_service"]

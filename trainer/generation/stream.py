@@ -50,7 +50,7 @@ from trainer.config import TrainConfig
 from trainer.generation.requests import Request, Result, Weights, finished, version_range
 from trainer.algo.length import closed_at, marker_ids, overlong
 from trainer.generation.dealing import footprint, pick
-from trainer.generation.rollout import Rollout
+from trainer.rollouts import Rollout
 from trainer.generation.vllm_outputs import sampled_versions
 
 

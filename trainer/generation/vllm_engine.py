@@ -61,7 +61,7 @@ import torch
 from trainer.dist import preempt
 from trainer.dist.groups import group_timeout_s, rank
 from trainer.config import TrainConfig
-from trainer.generation.rollout import Generation
+from trainer.rollouts import Generation
 from trainer.generation.vllm_args import CPU_STEP_TOKENS  # noqa: F401  (gen_service's eval chunks)
 from trainer.generation.vllm_args import engine_args, engine_start, set_vllm_env
 from trainer.generation.push import (PushStop, WeightBroadcast, named_weights, save_for_vllm,

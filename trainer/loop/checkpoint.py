@@ -34,15 +34,19 @@ from trainer.loop.setup import Parts
 from trainer.loop.state import TrainState
 
 # Where the classes a checkpoint pickles (a rollout source's batches and calls) lived before
-# trainer/ had subpackages: a run checkpointed then resumes now.
+# trainer/ had subpackages, and before the rollout types moved below the generation service
+# (trainer/rollouts.py): a run checkpointed then resumes now.
 _MOVED = {"trainer.offpolicy": "trainer.generation.offpolicy",
           "trainer.pipeline_data": "trainer.generation.pipeline_data",
-          "trainer.length": "trainer.generation.rollout"}
+          "trainer.length": "trainer.rollouts"}
+_MOVED_TYPES = {("trainer.generation.rollout", "Rollout"): "trainer.rollouts",
+                ("trainer.generation.rollout", "Generation"): "trainer.rollouts"}
 
 
 class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
-        return super().find_class(_MOVED.get(module, module), name)
+        module = _MOVED.get(module, module)
+        return super().find_class(_MOVED_TYPES.get((module, name), module), name)
 
 
 def load_state(path: Path) -> dict:

@@ -32,7 +32,8 @@ How (every rank; `finish`):
   the rest), and rank 0 waits for its worker's earlier evals (rows land in step order) and
   writes the row: the same pass rate and eval/version_min/max a single node's eval computes.
 
-Where it does not apply (the hf backend, one feeder: one node, ppo_off_policy) evals go to
+ppo_off_policy with vLLM has the same feeders (no rollout is in flight between its steps, so
+nothing is held). Where it does not apply (the hf backend, one feeder: one node) evals go to
 rank 0's eval worker beside training (trainer/generation/eval_service.py, pins.py).
 """
 

@@ -19,7 +19,7 @@ from trainer.config import TrainConfig
 from trainer.dist.groups import group_timeout_s, join_process_group, rank, world_size
 from trainer.engine import make_engine
 from trainer.models.chat import prompt_encoder
-from trainer.models.load import load_model, pick_device
+from trainer.policy import load_model, pick_device
 from trainer.models.logprobs import on_pass_start
 from trainer.models.precision import LMHead
 from trainer.tasks import Problem, Task, build_task

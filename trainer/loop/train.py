@@ -240,7 +240,8 @@ def next_batch(source, step: int):
             raise
         mine = preempt.STOP
     feeders = getattr(source, "feeders", None)  # the sources that can have several
-    got = step_batch(mine, feeders.ranks if feeders else (0,), preempt.STOP, concat)
+    ranks = getattr(source, "step_ranks", feeders.ranks if feeders else (0,))  # ppo: (0,)
+    got = step_batch(mine, ranks, preempt.STOP, concat)
     if isinstance(got, str) and got == preempt.STOP:
         raise preempt.Stopped("stop signal inside generation")
     return got

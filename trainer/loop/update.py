@@ -43,7 +43,7 @@ from trainer.models.logprobs import (
     right_padded_logprobs,
     shared_prefix_logprobs,
 )
-from trainer.algo.losses import LOSSES, policy_loss_and_stats
+from trainer.algo.losses import LOSSES, LossStats, policy_loss_and_stats
 from trainer.loop.microbatch import StepTotals, deal_groups, plan_micro_batches, rows_token_weights
 
 
@@ -106,11 +106,11 @@ class PolicyUpdate:
                     raise preempt.Stopped(f"stop signal inside the update (micro-batch {i})")
                 b = self.loss_batch(ro, mb, adv_of, weight_of if real and live else None)
                 logp, ent, n_proc = self.forward(ro, b)
-                loss, st = self.policy_loss(logp, b, step)
+                loss, st, mismatch = self.policy_loss(logp, b, step)
                 self.engine.backward(loss, boundary=i == len(micro) - 1)
                 if real and live:  # a zero-weighted line-up micro-batch counts for nothing
-                    totals.add(float(loss.detach()), b.mask, ent, st["mismatch"], st["ratio"],
-                               st["clipped"], float(b.packed["attention_mask"].sum()),
+                    totals.add(float(loss.detach()), b.mask, ent, mismatch, st.ratio,
+                               st.clipped, float(b.packed["attention_mask"].sum()),
                                float(b.packed["attention_mask"].numel()), n_proc)
             gnorm = self.engine.step()
         finally:
@@ -211,10 +211,10 @@ class PolicyUpdate:
         return logp, ent, n_proc
 
     def policy_loss(self, logp: torch.Tensor, b: LossBatch,
-                    step: int) -> tuple[torch.Tensor, dict]:
+                    step: int) -> tuple[torch.Tensor, LossStats, torch.Tensor]:
         """This micro-batch's part of the whole batch's loss: the configured loss type's
         per-token terms weighted by `b.weight` (the aggregation's, whole-batch denominators,
-        trainer/loop/microbatch.py). A non-finite loss on any rank stops the run on every rank,
+        trainer/loop/microbatch.py), its stats, and each token's |old - new| log-prob. A non-finite loss on any rank stops the run on every rank,
         before anyone enters the engine's collectives."""
         dev, cfg = self.device, self.c.loss
         options = {k: getattr(cfg, k) for k in LOSSES.options(cfg.type)}  # None: the default
@@ -224,8 +224,8 @@ class PolicyUpdate:
         if all_reduce_floats([float(not torch.isfinite(loss))], dev, "max")[0]:
             raise Diverged(step + 1)
         with torch.no_grad():
-            st["mismatch"] = (b.old_logp - logp.detach()).abs()
-        return loss, st
+            mismatch = (b.old_logp - logp.detach()).abs()
+        return loss, st, mismatch
 
     def count_and_average(self, t: StepTotals, real: bool, n_micro: int) -> Trained:
         """The step's tokens and training FLOPs (all ranks), and its loss statistics: the loss

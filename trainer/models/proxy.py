@@ -1,27 +1,24 @@
-"""The CPU proxy: a tiny Llama built from a config with a character tokenizer, warmed up by a
-supervised phase on the task so that RL starts from a non-zero pass rate, cached on disk."""
+"""The CPU proxy's model: a tiny Llama built from `model.proxy` with a character tokenizer
+(`new_proxy`), and what names its warmed copy in the cache (`proxy_key`).
+
+The warm-up that teaches it the task measures a pass rate by sampling, so it sits above the
+generation service: trainer/warmup.py (build_proxy); the cache and loading: trainer/policy.py
+(proxy_path, load_model). This module imports nothing of either.
+"""
 
 from __future__ import annotations
 
-import copy
-import fcntl
 import hashlib
 import json
 import os
-import shutil
-import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
-from trainer.config import LengthConfig, PrecisionConfig, RolloutConfig, TrainConfig
-from trainer.evaluate import pass_rate
-from trainer.models.logprobs import completion_logprobs, pack
-from trainer.models.precision import LMHead
-from trainer.generation.rollout import HFGenerator
-from trainer.tasks import build_task
+import torch
+
+if TYPE_CHECKING:  # types only: nothing here reads the config's code
+    from trainer.config import TrainConfig
 
 
 def cache_root() -> Path:
@@ -31,8 +28,6 @@ def cache_root() -> Path:
 # Bump whenever the warm-up code changes what it builds: cached proxies built by older code
 # then miss the cache instead of outliving it.
 WARMUP_VERSION = 3  # 3: built with denormals flushed in every process
-# The warm-up's stopping rule measures with a fixed sampling seed, like eval does.
-WARMUP_EVAL_SEED = 20251014
 
 
 class WarmupError(ValueError):
@@ -52,28 +47,6 @@ def proxy_key(config: TrainConfig) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def proxy_path(config: TrainConfig) -> Path:
-    """Directory of the warmed proxy; built under a file lock + atomic rename on first use so
-    concurrent jobs of a sweep neither build it twice nor see a half-written model."""
-    root = cache_root() / "proxy"
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / proxy_key(config)
-    if (final / "config.json").exists():
-        return final
-    with open(root / f"{final.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (final / "config.json").exists():
-            tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}-"))
-            try:
-                model, tok = build_proxy(config)
-                model.save_pretrained(tmp)
-                tok.save_pretrained(tmp)
-                os.rename(tmp, final)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-    return final
-
-
 def warmup_task_config(config: TrainConfig):
     """The task the warm-up teaches and measures: the run's, minus the calibration cap (the cap
     lowers what the held-out measurement can score, so the warm-up would stop elsewhere; a
@@ -82,8 +55,9 @@ def warmup_task_config(config: TrainConfig):
     return config.task.model_copy(update={"unanswerable_fraction": 0.0, "rl_pool": None})
 
 
-def build_proxy(config: TrainConfig):
-    """Tiny Llama from a config + char tokenizer, warmed up on the task to a target pass rate."""
+def new_proxy(config: TrainConfig):
+    """The proxy before any warm-up: a tiny Llama from `model.proxy` with the character
+    tokenizer, its weights drawn from the task's data seed; (model, tokenizer)."""
     # transformers is slow to import (and trainer.models.tokenizer imports it): only a build pays.
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -105,138 +79,4 @@ def build_proxy(config: TrainConfig):
     # the process stays in the trainer's mode afterwards.
     torch.set_flush_denormal(True)
     torch.manual_seed(config.task.data_seed)
-    model = LlamaForCausalLM(cfg)
-    if p.warmup_target is not None:
-        log = supervised_warmup(model, tok, build_task(warmup_task_config(config)), config)
-        # Saved in config.json: where this model starts, and how it got there.
-        model.config.ablate_warmup = {"version": WARMUP_VERSION, "target": p.warmup_target,
-                                      "band": p.warmup_band, "steps": log.steps,
-                                      "pass_rate": log.pass_rate, "checks": log.checks}
-    model.eval()
-    return model, tok
-
-
-@dataclass
-class WarmupLog:
-    """Where the warm-up stopped: (step, measured pass rate) at every check."""
-
-    checks: list[tuple[int, float]] = field(default_factory=list)
-
-    @property
-    def steps(self) -> int:
-        return self.checks[-1][0]
-
-    @property
-    def pass_rate(self) -> float:
-        return self.checks[-1][1]
-
-
-class _Warmup:
-    """The warm-up's state (model, optimizer, batch sampler) and its moves: measure the held-out
-    pass rate, train some steps, take a snapshot and go back to one."""
-
-    def __init__(self, model: nn.Module, tok, task, config: TrainConfig) -> None:
-        p = config.model.proxy
-        self.model, self.task, self.tok, self.batch_size = model, task, tok, p.warmup_batch_size
-        self.g = torch.Generator().manual_seed(config.task.data_seed)
-        enc = lambda s: tok(s, add_special_tokens=False).input_ids
-        self.prompts = [enc(x.prompt) for x in task.train]
-        self.targets = [enc(task.target(x)) + [tok.eos_token_id] for x in task.train]
-        self.problems = task.eval[: p.warmup_eval_prompts]
-        self.eval_prompts = [enc(x.prompt) for x in self.problems]
-        # Measured with plain sampling (no length control) and an answer-sized cap, so every
-        # variant's settings share one warmed model; a run whose eval is held-out mean@16 at
-        # temperature 1 measures the same quantity at its first point (the CPU proxy recipe's
-        # own eval scores its RL pool near-greedily: another quantity).
-        longest = max(len(enc(task.target(x))) for x in self.problems)
-        self.measure_cfg = config.model_copy(update={
-            "precision": PrecisionConfig(dtype="fp32"),
-            "length": LengthConfig(control="none"),
-            "rollout": RolloutConfig(backend="hf", max_new_tokens=longest + 2)})
-        # Constant LR, no schedule: the state at any step is a valid place to stop.
-        self.opt = torch.optim.AdamW(model.parameters(), lr=p.warmup_lr, weight_decay=0.0)
-        self.body = model.get_decoder()
-        self.head = LMHead(model.get_output_embeddings(), fp32=True)
-
-    def measure(self) -> float:
-        self.model.eval()
-        gen = HFGenerator(self.measure_cfg, self.model, self.tok)
-        return pass_rate(gen, self.task, self.problems, self.eval_prompts, self.measure_cfg,
-                         self.tok, seed=WARMUP_EVAL_SEED, k=16, temperature=1.0)
-
-    def train(self, n: int) -> None:
-        self.model.train()
-        for _ in range(n):
-            idx = torch.randint(len(self.prompts), (self.batch_size,), generator=self.g).tolist()
-            b = pack([self.prompts[i] for i in idx], [self.targets[i] for i in idx],
-                     self.tok.pad_token_id)
-            logp, _ = completion_logprobs(self.body, self.head, b, torch.device("cpu"), "fp32")
-            loss = -(logp * b["mask"]).sum() / b["mask"].sum()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
-            self.opt.step(), self.opt.zero_grad(set_to_none=True)
-
-    def snapshot(self) -> tuple:
-        return (copy.deepcopy(self.model.state_dict()), copy.deepcopy(self.opt.state_dict()),
-                self.g.get_state())
-
-    def restore(self, snap: tuple) -> None:
-        ms, os_, gs = snap
-        self.model.load_state_dict(ms), self.opt.load_state_dict(os_), self.g.set_state(gs)
-
-
-def supervised_warmup(model: nn.Module, tok, task, config: TrainConfig,
-                      on_check=None) -> WarmupLog:
-    """Teacher-forced steps on (prompt, answer+EOS) pairs until the held-out pass rate, measured
-    the way eval measures it, lies in the target band.
-
-    Why a measured target: the warm-up's learning curve is steep (a fixed step count lands
-    anywhere from 0.05 to 0.5 depending on the machine's floating-point path), so where RL
-    starts must be measured, not assumed. Checks are spaced by the measured slope (far from
-    the band: long strides; near it: short ones); a check above the band restores the last
-    state below it and retries with shorter strides, so the band cannot be stepped over.
-    """
-    p = config.model.proxy
-    target, band = p.warmup_target, p.warmup_band
-    w = _Warmup(model, tok, task, config)
-    log, step, stride, trained, cap = WarmupLog(), 0, 100, 0, 100
-    below = None  # (step, snapshot) of the last checked state below the band
-    while True:
-        rate = w.measure()
-        log.checks.append((step, rate))
-        if on_check is not None:
-            on_check(step, rate)
-        if abs(rate - target) <= band:
-            return log
-        if rate > target + band:
-            if below is None:
-                raise WarmupError(
-                    f"model.proxy.warmup_target: the model's pass rate is {rate:.3f} before any "
-                    f"warm-up, above the band {target} +- {band}; raise warmup_target")
-            step = below[0]
-            w.restore(below[1])
-            cap = max(1, stride // 4)  # strides never again reach the one that overshot
-            stride = cap
-        else:
-            slope = _slope(log.checks)
-            stride = cap if slope <= 0 else int(min(cap, max(2, 0.5 * (target - rate) / slope)))
-            below = (step, w.snapshot())
-        if step + stride > p.warmup_max_steps or trained + stride > 2 * p.warmup_max_steps:
-            best = max(r for _, r in log.checks)
-            raise WarmupError(
-                f"model.proxy: the supervised warm-up reached a held-out pass rate of {best:.3f} "
-                f"at most in {p.warmup_max_steps} steps (warmup_max_steps), never the band "
-                f"{target} +- {band}; raise warmup_max_steps or warmup_lr, or lower warmup_target")
-        w.train(stride)
-        step += stride
-        trained += stride
-
-
-def _slope(checks: list[tuple[int, float]]) -> float:
-    """Pass-rate gain per step over the last two checks that moved forward in steps."""
-    for (s0, r0), (s1, r1) in zip(reversed(checks[:-1]), reversed(checks[1:])):
-        if s1 > s0:
-            return (r1 - r0) / (s1 - s0)
-    return 0.0
-
-
+    return LlamaForCausalLM(cfg), tok

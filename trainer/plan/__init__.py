@@ -8,7 +8,8 @@ same functions, so what the plan prints is what the trainer does.
     model_shape.py  a model's layers, widths, vocabulary: its HF config, known shapes, the proxy
     split_choice.py the split of each node's GPUs under generation_gpus `auto` (the shortest
                     planned step that fits); with topology/memory/time_plan an import cycle
-                    (they plan every candidate split): named in tests/test_layers.py
+                    (they plan every candidate split): named in tests/test_layers.py and
+                    docs/ARCHITECTURE.md with why
     engine_fit.py   whether a vLLM engine of tp GPUs holds the model: the default tp size
     placement.py    what each engine is sent, and the sentence saying where the engines run
     memory.py       GiB per training rank and per generation GPU, term by term

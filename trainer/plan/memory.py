@@ -271,8 +271,8 @@ def _vllm_generation(c: TrainConfig, m: ModelShape, t: Topology,
     shape = t.shape
     gpus, gpu = shape.gpus_per_node or 0, shape.gpu_memory_gib
     # The engine's arguments (trainer/generation/vllm_engine.py, see vllm_args.py): 0.3 only on a
-    # one-GPU node; on a multi-GPU node vLLM takes 0.9 of its replica's GPUs, which outside
-    # pipeline mode are training GPUs too.
+    # one-GPU node (a training GPU too; refused on GPUs by trainer/validate.py, planned all the
+    # same); on a multi-GPU node vLLM takes 0.9 of its replica's own generation GPUs.
     util = c.rollout.vllm.gpu_memory_utilization or (
         VLLM_UTILIZATION if gpus >= 2 else VLLM_SHARED_UTILIZATION)
     gen, p.kv_sequences = vllm_terms(c, m, t, gpu, util)
@@ -306,8 +306,7 @@ def advice(c: TrainConfig, p: Plan) -> str:
     if p.generation_where.startswith("training GPUs (shared)") and p.gpu_gib is not None \
             and p.train_gib_per_gpu is not None and p.train_gib_per_gpu <= p.gpu_gib:
         return ("vLLM takes rollout.vllm.gpu_memory_utilization of GPUs the trainer also uses "
-                "(off_policy.mode is not pipeline): lower it (e.g. 0.3), or use off_policy.mode: "
-                "pipeline")
+                "(one-GPU nodes): lower it (e.g. 0.3), or use nodes of at least 2 GPUs")
     if term in ("weights", "gradients", "optimizer states"):
         if c.engine.type != "deepspeed":
             return "use engine.type: deepspeed with engine.zero_stage: 3, or more GPUs"

@@ -3,14 +3,15 @@ plan's view of the engines (memory.py sizes each engine's KV cache for the seque
 decodes; time_plan.py its decode rate).
 
 Where the engines run is the job's topology (topology.py, the one statement the trainer's
-binding also reads): in pipeline mode with vLLM every node's local rank 0 starts its node's
-engines and generates its node's share of each step, rollout.prompts_per_step dealt over the
-nodes (`shares`: the first prompts_per_step % nodes nodes one group more; trainer/generation/
-feeders.py), so the rollouts decode on nodes x replicas engines; with several nodes every
-eval decodes on all of them at its step's weights, rollouts paused and training waiting
-(trainer/loop/final_eval.py; `fleet_eval`), on one node on rank 0's engines beside the
-rollouts (rank 0's eval service, trainer/generation/eval_service.py, pins.py). In the other modes
-(ppo_off_policy) rank 0 alone starts engines, on its own node, and generates the whole step.
+binding also reads): with vLLM every node's local rank 0 starts its node's engines and
+generates its node's share of each generate call, the call's prompt groups dealt over the
+nodes (`shares`: the first groups % nodes nodes one group more; trainer/generation/
+feeders.py): a step's rollout.prompts_per_step in pipeline mode, a big generation's k x
+prompts_per_step in ppo_off_policy (`dealt_groups`). So the rollouts decode on nodes x
+replicas engines; with several nodes every eval decodes on all of them at its step's weights,
+rollouts paused and training waiting (trainer/loop/final_eval.py; `fleet_eval`), on one node
+on rank 0's engines beside the rollouts (rank 0's eval service, trainer/generation/
+eval_service.py, pins.py).
 A job holds GPUs it may leave idle (an engine set smaller than the node's generation GPUs,
 fewer tasks than training GPUs): counted in gpu_hours all the same, and said here.
 
@@ -34,22 +35,31 @@ def shares(per_step: int, count: int) -> list[int]:
     return [q + (1 if j < r else 0) for j in range(max(1, count))]
 
 
+def dealt_groups(c: TrainConfig) -> int:
+    """Prompt groups one generation of the job deals over its nodes: a step's
+    (rollout.prompts_per_step, pipeline mode) or a big generation's, k steps' at once
+    (ppo_off_policy: trainer/generation/offpolicy.py PPOOffPolicy)."""
+    k = 1 if c.off_policy.mode == "pipeline" else c.off_policy.k
+    return c.rollout.prompts_per_step * k
+
+
 def largest_share(c: TrainConfig, nodes: int = 1) -> int:
-    """Prompt groups of a step the busiest generating node makes (the first node's share):
-    a step waits for its last group, so the plan charges every node this share."""
-    return shares(c.rollout.prompts_per_step, nodes)[0]
+    """Prompt groups of a generation (`dealt_groups`) the busiest node makes (the first
+    node's share): the generation waits for its last group, so the plan charges every node
+    this share."""
+    return shares(dealt_groups(c), nodes)[0]
 
 
 def rollout_rows(c: TrainConfig, nodes: int = 1) -> int:
     """Sequences one node's rollout generate call sends (trainer/generation/offpolicy.py):
     pipeline, a call of off_policy.groups_per_call (default the node's share of a step, the
-    largest where prompts_per_step does not divide over the nodes) groups; ppo_off_policy, one
-    big generation of k x prompts_per_step prompts on rank 0's node; G samples each."""
+    largest where prompts_per_step does not divide over the nodes) groups; ppo_off_policy, the
+    node's share of one big generation of k x prompts_per_step prompts; G samples each."""
     g = c.rollout.generations_per_prompt
+    share = max(1, largest_share(c, nodes))
     if c.off_policy.mode == "pipeline":
-        share = max(1, largest_share(c, nodes))
         return (c.off_policy.groups_per_call or share) * g
-    return c.off_policy.k * c.rollout.prompts_per_step * g
+    return share * g
 
 
 def eval_rows(c: TrainConfig) -> int:
@@ -60,10 +70,10 @@ def eval_rows(c: TrainConfig) -> int:
 
 def fleet_eval(c: TrainConfig, t: Topology) -> bool:
     """Evals decode on every engine of every node with rollouts paused, training waiting
-    (trainer/loop/final_eval.py: pipeline mode with vLLM on several nodes, each node's feeder
-    over its own engines); elsewhere on rank 0's engines (pinned, eval_engines)."""
-    return (c.off_policy.mode == "pipeline" and c.rollout.backend == "vllm"
-            and t.engine_nodes >= 2 and bool(t.engines))
+    (trainer/loop/final_eval.py: vLLM on several nodes, each node's feeder over its own
+    engines; ppo_off_policy has no rollouts in flight between its steps); elsewhere on rank
+    0's engines (pinned, eval_engines)."""
+    return c.rollout.backend == "vllm" and t.engine_nodes >= 2 and bool(t.engines)
 
 
 def eval_engines(replicas: int) -> int:
@@ -85,8 +95,8 @@ def rows_per_engine(c: TrainConfig, t: Topology) -> int:
     between steps, never beside the big generation."""
     rows = rollout_rows(c, t.engine_nodes)
     if fleet_eval(c, t):  # the eval dealt over every node's engines, beside rollouts in flight
-        return math.ceil(rows / len(t.engines)
-                         + eval_rows(c) / (len(t.engines) * t.engine_nodes))
+        gen, ev = rows / len(t.engines), eval_rows(c) / (len(t.engines) * t.engine_nodes)
+        return math.ceil(gen + ev if c.off_policy.mode == "pipeline" else max(gen, ev))
     rows = rows + eval_rows(c) if c.off_policy.mode == "pipeline" else max(rows, eval_rows(c))
     return math.ceil(rows / len(t.engines))
 
@@ -100,12 +110,14 @@ def _where(c: TrainConfig, t: Topology, gpus: int) -> str:
     if nodes > 1:
         host = ("on each node's local rank 0's GPU, shared with its trainer rank" if gpus == 1
                 else "on each node's local rank 0's machine" if not gpus else "on every node")
-        dealt = shares(c.rollout.prompts_per_step, nodes)
+        dealt = shares(dealt_groups(c), nodes)
         share = (f"{dealt[0]}" if dealt[0] == dealt[-1] else f"{dealt[-1]}-{dealt[0]}")
+        of = (f"a step's {c.rollout.prompts_per_step}" if c.off_policy.mode == "pipeline" else
+              f"each generation's {dealt_groups(c)} ({c.off_policy.k} steps', then "
+              f"{c.off_policy.k} training steps)")
         return (f"{n}{size} {host} ({nodes} nodes, {nodes * replicas} in all) serve the "
-                f"job's rollouts, each node {share} of a step's {c.rollout.prompts_per_step} "
-                f"prompt groups, and every eval, all of them at the step's weights with "
-                f"rollouts paused")
+                f"job's rollouts, each node {share} of {of} prompt groups, and every eval, "
+                f"all of them at the step's weights with rollouts paused")
     where = ("on rank 0's node" if gpus >= 2 else
              "on rank 0's GPU, shared with its trainer rank" if gpus else "on rank 0's machine")
     verb = "serves" if replicas == 1 else "serve"

@@ -162,6 +162,6 @@ def _choose(c: TrainConfig, shape: JobShape) -> SplitChoice:
 def _no_room(shape: JobShape) -> str:
     gpus, ranks = shape.gpus_per_node or 0, shape.ranks_per_node
     return (f"rollout.vllm.generation_gpus=auto: {ranks} ranks per node (slurm.tasks_per_node) "
-            f"leave none of a node's {gpus} GPUs to the vLLM engines (off_policy.mode=pipeline, "
-            f"rollout.backend=vllm); use slurm.tasks_per_node: auto (one rank per training GPU "
-            f"of the split the plan picks) or at most {gpus - 1}")
+            f"leave none of a node's {gpus} GPUs to the vLLM engines (rollout.backend=vllm); "
+            f"use slurm.tasks_per_node: auto (one rank per training GPU of the split the plan "
+            f"picks) or at most {gpus - 1}")

@@ -16,8 +16,8 @@ reward scorer, data loading, the hf sampler's Python overhead on GPUs.
 The plan in three modules: the device constants and rates, each formula with its source
 (time_model.py: decode rooflines, training FLOPs, the CPU proxy's measured constants); a step,
 an eval and the run to its budget from those, on the engines and ranks of the job's topology
-(here: in pipeline mode with vLLM every node's engines decode their node's share of a step,
-and with several nodes every eval, rollouts paused; on one node eval goes to rank 0's pinned
+(here: with vLLM every node's engines decode their node's share of a step, or in
+ppo_off_policy of a big generation, and with several nodes every eval, rollouts paused; on one node eval goes to rank 0's pinned
 engines; pipeline mode overlaps generation and training, a step
 is the slower of them, while ppo_off_policy and the hf backend take turns); the jobs and
 requeues under the profile's limits and whether an eval fits (time_jobs.py).
@@ -30,8 +30,8 @@ import math
 from trainer.config import TrainConfig
 from trainer.plan.memory import on_cpu
 from trainer.plan.model_shape import ModelShape, model_shape, proxy_shape
-from trainer.plan.placement import (eval_engines, eval_rows, fleet_eval, largest_share,
-                                    rollout_rows)
+from trainer.plan.placement import (dealt_groups, eval_engines, eval_rows, fleet_eval,
+                                    largest_share, rollout_rows)
 from trainer.plan.time_jobs import Limits, TimePlan, dur, eval_checks, jobs  # noqa: F401 (dur)
 from trainer.plan.time_model import (  # noqa: F401 (lengths: ablate reads the plan's here)
     CHECKPOINT_BYTES_PER_S, COMPLETION_SHARE, CPU_DECODE_FLOPS, CPU_DECODE_ITER_S,
@@ -88,14 +88,14 @@ def _gpu_step(c: TrainConfig, m: ModelShape, topo: Topology, limits: Limits,
     gen_tokens = samples * completion
     prefill = c.rollout.prompts_per_step * prompt
     if c.rollout.backend == "vllm":
-        # Rollouts: every node's engines, each its node's call over its replicas (in pipeline
-        # mode every node generates its dealt share of a step's groups; otherwise one node);
-        # eval: rank 0's node's engines only (trainer/plan/placement.py).
+        # Rollouts: every node's engines, each its node's call over its replicas (every node
+        # generates its dealt share of a step's groups, ppo_off_policy of a big generation's);
+        # eval: every node's engines, or on one node rank 0's pinned ones (placement.py).
         # A step's prompts are dealt over the nodes (placement.py shares): the step waits for
         # the node with the largest share, so the job's rate is the node rate times the step's
         # prompts over that share (nodes, where they divide; 48 / 5 = 9.6 on 10 nodes).
         nodes, replicas, size = topo.engine_nodes, len(topo.engines), topo.tp
-        dealt = c.rollout.prompts_per_step / largest_share(c, nodes)
+        dealt = dealt_groups(c) / largest_share(c, nodes)  # ppo_off_policy: a big generation's
         # the stream reserves each sample's whole footprint (dealing.py): the same rule here
         foot = prompt + completion
         b = engine_concurrency(c, m, topo, math.ceil(rollout_rows(c, nodes) / replicas), foot)
@@ -257,3 +257,20 @@ def _to_budget(c: TrainConfig, m: ModelShape, shape: JobShape, limits: Limits,
     tp.wall_parts_h["job ends"] = max(0.0, tp.wall_h - sum(tp.wall_parts_h.values()))
     tp.gpu_hours = tp.wall_h * (tp.devices or 1)
     eval_checks(c, tp, limits)
+    big_generation_check(c, tp, limits, start)
+
+
+def big_generation_check(c: TrainConfig, tp: TimePlan, limits: Limits, start: float) -> None:
+    """ppo_off_policy generates k steps' prompts in one go, and a stop inside it abandons it
+    (trainer/generation/offpolicy.py PPOOffPolicy: its minibatches are kept only once it has
+    ended), so a job must hold a whole one after its start: else no job ever finishes one."""
+    if c.off_policy.mode != "ppo_off_policy" or not limits.time_min or not tp.generation_s:
+        return
+    big = c.off_policy.k * tp.generation_s
+    usable = limits.time_min * 60 - start - (limits.signal_delay_s or 0)
+    if big > usable and not tp.problem:
+        tp.reaches_budget = False
+        tp.problem = (f"one big generation (off_policy.k={c.off_policy.k} steps' prompts) takes "
+                      f"{dur(big)}, longer than a {dur(limits.time_min * 60)} job after its "
+                      f"start: a stop inside it abandons it, so no job finishes one; lower "
+                      f"off_policy.k or raise {limits.time_key}")

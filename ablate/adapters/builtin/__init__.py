@@ -61,6 +61,12 @@ class BuiltinAdapter:
 
         return plan_time(config, shape, limits)
 
+    def topology(self, config: TrainConfig, shape: Any) -> Any:
+        """Where the run's ranks and engines go on the job (trainer/plan/topology.py)."""
+        from trainer.plan.topology import topology
+
+        return topology(config, shape)
+
     def check_fit(self, loaded: Any, fit: dict[str, Any], where: Callable[[str], str]) -> None:
         """The columns are declared once in trainer/rundir.py: `x` one of COMPUTE_COLUMNS, `y`
         one of SCORE_COLUMNS (a rate in [0, 1], what the sigmoid fits)."""

@@ -7,17 +7,30 @@ pdb on an exception. Nothing runs in the background, so `ablate sweep` returns w
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import submitit
 
+from ablate.studies.launch.executor import Capacity, RunResources
 from ablate.studies.launch.job import RunJob, stdout_to_stderr
+from ablate.validation import Strict
+from trainer.plan.time_plan import Limits
+from trainer.validate import JobShape
 
 if TYPE_CHECKING:
     from ablate.studies.launch.profile import Profile
 
 
 UNAVAILABLE = "cannot happen: debug jobs run inside this process"
+DEFAULT_PREFERENCE = None  # only when asked for: it blocks the command until all is done
+CHOSEN_BECAUSE = ""
+SHARES_JOBS = False
+RUNS_IN_SUBMIT = True
+STOP_DEQUEUES = False
+
+
+class Section(Strict):
+    """The profile's `debug:` section: no settings (every run trains in this process)."""
 
 
 def available() -> bool:
@@ -25,12 +38,38 @@ def available() -> bool:
     return True
 
 
-def submit(run_dirs: list[Path], folder: Path, profile: Profile, *, entry: str,
+def job_shape(profile: Profile) -> JobShape:
+    """One process; GPUs not known here (the trainer checks at start)."""
+    return JobShape(gpu_memory_gib=profile.gpu_memory_gib, gpu_model=profile.gpu_model)
+
+
+def limits(profile: Profile) -> Limits:
+    """In-process: no limit."""
+    return Limits(gpu_model=profile.gpu_model)
+
+
+def capacity(profile: Profile) -> Capacity:
+    return Capacity("debug", 1, "one at a time (in this process)")
+
+
+def describe(profile: Profile, cap: Capacity) -> dict[str, Any]:
+    return dict(runs_at_once=1, gpu_memory_gib=profile.gpu_memory_gib)
+
+
+def sentence(info: dict[str, Any]) -> str:
+    return ": in this process, one run after another"
+
+
+def stop_command(job_ids: list[str]) -> str:
+    return ""  # they ended before submit() returned
+
+
+def submit(runs: list[RunResources], folder: Path, profile: Profile, *, entry: str,
            job_name: str) -> dict[str, str]:
     """Run each run's job now, in this process; the profile has no debug settings."""
     ex = submitit.DebugExecutor(folder=folder)
     out: dict[str, str] = {}
-    for d in run_dirs:
+    for d in (r.run_dir for r in runs):
         job = ex.submit(RunJob([str(d)], entry=entry))
         out[d.name] = f"debug:{job.job_id}"
         try:

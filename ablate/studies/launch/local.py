@@ -24,18 +24,45 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import submitit
+from pydantic import Field
 
+from ablate.studies.launch.executor import Capacity, RunResources
 from ablate.studies.launch.job import RunJob
+from ablate.validation import Strict
 from trainer.dist import preempt
+from trainer.plan.time_plan import Limits
+from trainer.validate import JobShape
 
 if TYPE_CHECKING:
     from ablate.studies.launch.profile import Profile
 
 
 UNAVAILABLE = "cannot happen: local jobs run wherever ablate runs"
+DEFAULT_PREFERENCE = 1  # after Slurm (launch.pick): always available, so the fallback
+CHOSEN_BECAUSE = "no executor named and no working Slurm here"
+SHARES_JOBS = True  # `max_parallel` shares, each training its runs in turn
+RUNS_IN_SUBMIT = False
+STOP_DEQUEUES = False  # a signal to a waiting share would end its queued runs as interrupted
+
+# submitit.LocalExecutor.__init__'s max_num_timeout default (submit() does not pass one): a
+# local background job is requeued at most this often after timeouts.
+LOCAL_MAX_NUM_TIMEOUT = 3
+
+
+class Section(Strict):
+    """The profile's `local:` section."""
+
+    max_parallel: int = Field(
+        1, ge=1, description="Runs at once on this machine; the runs are split into this many "
+        "background jobs that each run their share one after another."
+    )
+    timeout_min: float = Field(
+        7 * 24 * 60, gt=0, description="Wall-clock limit of one background job (then requeued)."
+    )
+    setup: list[str] = Field(default_factory=list, description="Shell lines run before each job.")
 
 
 def available() -> bool:
@@ -43,9 +70,37 @@ def available() -> bool:
     return True
 
 
-def submit(run_dirs: list[Path], folder: Path, profile: Profile, *, entry: str,
+def job_shape(profile: Profile) -> JobShape:
+    """One process; GPUs not known here (the trainer checks at start)."""
+    return JobShape(gpu_memory_gib=profile.gpu_memory_gib, gpu_model=profile.gpu_model)
+
+
+def limits(profile: Profile) -> Limits:
+    """The background job's timeout and submitit's default requeues."""
+    return Limits(time_min=profile.local.timeout_min, max_requeues=LOCAL_MAX_NUM_TIMEOUT,
+                  gpu_model=profile.gpu_model, time_key="local.timeout_min", requeue_key=None)
+
+
+def capacity(profile: Profile) -> Capacity:
+    n = profile.local.max_parallel
+    return Capacity("local", n, f"{n} at once (local.max_parallel)")
+
+
+def describe(profile: Profile, cap: Capacity) -> dict[str, Any]:
+    return dict(timeout_min=profile.local.timeout_min, runs_at_once=cap.runs_at_once,
+                gpu_memory_gib=profile.gpu_memory_gib, gpu_model=profile.gpu_model)
+
+
+def sentence(info: dict[str, Any]) -> str:
+    return (f": background jobs on this machine, {info['runs_at_once']} at once, "
+            f"{info['timeout_min']:g} min per job")
+
+
+def submit(runs: list[RunResources], folder: Path, profile: Profile, *, entry: str,
            job_name: str) -> dict[str, str]:
-    """Start background jobs (profile.local); returns run_id -> job id (the controller's pid)."""
+    """Start background jobs (profile.local); returns run_id -> job id (the controller's pid).
+    A job is one process on this machine: the runs' resources ask nothing of it."""
+    run_dirs = [r.run_dir for r in runs]
     if not run_dirs:
         return {}
     prof = profile.local
@@ -116,14 +171,22 @@ def _alive(pid: int) -> bool:
 CONTROLLER, TASK = "submitit.local._local", "submitit.core._submit"  # what their processes run
 
 
+def stop_command(job_ids: list[str]) -> str:
+    """`kill -INT` of the jobs' task processes (stop_pids says why SIGINT), "" when none
+    lives."""
+    pids = stop_pids(job_ids)
+    return f"kill -INT {' '.join(map(str, pids))}" if pids else ""
+
+
 def stop_pids(job_ids: list[str]) -> list[int]:
     """The processes to send SIGINT to (`kill -INT`) to stop local jobs: each job's own
     process (submitit's task, which runs the trainer), found under the job's controller.
     Not SIGTERM: submitit's job environment bypasses it in the task (job_environment.py,
     _handle_signals: Slurm sends it before a preemption), so the run would go on; nor the job
     id's pid, which is a shell around the controller when the profile has `setup:` lines.
-    The task dies with KeyboardInterrupt, its controller then ends, and `ablate status` reads
-    the runs as interrupted (`ablate sweep` resumes them from their checkpoints)."""
+    The task takes SIGINT as a stop (`_Detached`): its run checkpoints at the next step
+    boundary and ends, its controller then ends, and `ablate status` reads the runs as stopped
+    (`ablate sweep` resumes them from their checkpoints)."""
     out = []
     for jid in job_ids:
         pid = int(jid.split(":", 1)[1])

@@ -28,13 +28,38 @@ from typing import TYPE_CHECKING
 import submitit
 
 from ablate.errors import InputError
+from ablate.studies.launch.executor import RunResources
 from ablate.studies.launch.job import RunJob
+from ablate.studies.launch.slurm_profile import (  # noqa: F401  (the executor's parts)
+    Section,
+    capacity,
+    describe,
+    job_shape,
+    limits,
+    sentence,
+)
+from ablate.studies.launch.slurm_gpu_nodes import (  # noqa: F401  (its GpuNodes capability)
+    CALLED,
+    GPU_PROFILE,
+    cpu_cores,
+    keeps_proposal,
+    key,
+    nodes_per_run,
+    proposal_profile,
+    with_study_nodes,
+)
+from ablate.studies.launch.slurm_nodes import nodes_capacity, study_nodes  # noqa: F401
 
 if TYPE_CHECKING:
-    from ablate.studies.launch.profile import Profile, SlurmProfile
+    from ablate.studies.launch.profile import Profile
 
 DEFAULT_MAX_ARRAY_SIZE = 1001  # Slurm's default when scontrol says nothing
 UNAVAILABLE = "no working Slurm here (`sinfo` missing or failing); use --executor local"
+DEFAULT_PREFERENCE = 0  # first (launch.pick): a cluster that answers wins
+CHOSEN_BECAUSE = "no executor named; Slurm answers here (`sinfo`)"
+SHARES_JOBS = False  # one array task per run
+RUNS_IN_SUBMIT = False
+STOP_DEQUEUES = True  # scancel dequeues a pending job as well
 
 
 def available() -> bool:
@@ -71,74 +96,46 @@ def max_array_size() -> int:
 AUTO_FALLBACK = 20
 
 
-def max_num_timeout(run_dirs: list[Path], profile: Profile) -> int:
+def max_num_timeout(runs: list[RunResources], profile: Profile) -> int:
     """submitit's max_num_timeout for these runs: the profile's integer, or under `auto` the
-    most any of them needs by its time plan (trainer/plan/time_plan.py auto_max_num_timeout). One
-    array shares one executor, so every task gets the largest: it is a cap, not a target.
-    submitit stores it in each job's pickle (slurm/slurm.py _internal_process_submissions:
-    d.set_timeout(timeout_min, self.max_num_timeout)) and requeues after a time limit while
-    that countdown lasts (core/job_environment.py checkpoint_and_try_requeue)."""
+    most any of them needs by its time plan (RunResources.requeues, trainer/plan/time_plan.py
+    auto_max_num_timeout). One array shares one executor, so every task gets the largest: it
+    is a cap, not a target. submitit stores it in each job's pickle (slurm/slurm.py
+    _internal_process_submissions: d.set_timeout(timeout_min, self.max_num_timeout)) and
+    requeues after a time limit while that countdown lasts (core/job_environment.py
+    checkpoint_and_try_requeue)."""
     cap = profile.slurm.max_num_timeout
     if cap != "auto":
         return int(cap)
-    from trainer import rundir
-    from trainer.config import TrainConfig
-    from trainer.plan.time_plan import plan_time
-
-    shape, limits, need = profile.job_shape("slurm"), profile.limits("slurm"), []
-    for d in run_dirs:
-        try:
-            c = TrainConfig.model_validate(rundir.read_config(Path(d)))
-        except Exception:  # noqa: BLE001 - another trainer's config: no plan, the fallback
-            need.append(AUTO_FALLBACK)
-            continue
-        n = plan_time(c, shape, limits).max_num_timeout
-        need.append(AUTO_FALLBACK if n is None else n)
-    return max(need, default=AUTO_FALLBACK)
+    return max((AUTO_FALLBACK if r.requeues is None else r.requeues for r in runs),
+               default=AUTO_FALLBACK)
 
 
-def tasks_per_node(run_dir: Path, profile: Profile) -> int:
+def tasks_per_node(run: RunResources, profile: Profile) -> int:
     """The Slurm tasks of one run's job on each node: the profile's number, or under
-    `tasks_per_node: auto` one per training GPU of the run's topology (trainer/plan/topology.py
-    on the profile's job shape: the split `auto` resolves to, as the dry run showed it); a run
-    of another trainer, whose config the topology cannot read, gets one per GPU."""
+    `tasks_per_node: auto` one per training GPU of the run's topology (the split `auto`
+    resolves to, as the dry run showed it); a run of another trainer, which has no topology
+    here, gets one per GPU."""
     n = profile.slurm.tasks_per_node
     if n != "auto":
         return int(n)
-    from trainer import rundir
-    from trainer.config import TrainConfig
-    from trainer.plan.topology import topology
-
-    try:
-        c = TrainConfig.model_validate(rundir.read_config(Path(run_dir)))
-    except Exception:  # noqa: BLE001 - another trainer's config: one task per GPU
+    if run.ranks_per_node is None:
         return max(1, profile.slurm.gpus_per_node)
-    return topology(c, profile.job_shape("slurm")).shape.ranks_per_node
+    return run.ranks_per_node
 
 
-def cpus_per_task(run_dir: Path, profile: Profile) -> int:
-    """CPU cores of each task of one run's GPU job: the profile's cpus_per_task, plus, for a
-    run whose local rank 0 hosts vLLM engines (trainer/plan/topology.py `engines`), one core per
-    engine process (its EngineCore and each tensor-parallel worker busy-loop one) and one for
-    its client in the host (stream driver, output thread, reward scoring). srun gives every
-    task of a step the same count, so every task gets the host's. A CPU job (no gpus_per_node:
-    the proxy, the test clusters) keeps the profile's: its engines share the rank's cores."""
+def cpus_per_task(run: RunResources, profile: Profile) -> int:
+    """CPU cores of each task of one run's GPU job: the profile's cpus_per_task, plus the
+    cores the vLLM engines of its local rank 0 want (RunResources.engine_cores: one per engine
+    process, its EngineCore and each tensor-parallel worker busy-loop one, and one for its
+    client in the host: stream driver, output thread, reward scoring). srun gives every task
+    of a step the same count, so every task gets the host's. A CPU job (no gpus_per_node: the
+    proxy, the test clusters) keeps the profile's: its engines share the rank's cores."""
     base = profile.slurm.cpus_per_task
-    if not profile.slurm.gpus_per_node:
-        return base
-    from trainer import rundir
-    from trainer.config import TrainConfig
-    from trainer.plan.topology import topology
-
-    try:
-        c = TrainConfig.model_validate(rundir.read_config(Path(run_dir)))
-        engines = topology(c, profile.job_shape("slurm")).engines
-    except Exception:  # noqa: BLE001 - another trainer's config, or no layout: the profile's
-        return base
-    return base + sum(1 + max(1, len(gpus)) for gpus in engines)
+    return base + run.engine_cores if profile.slurm.gpus_per_node else base
 
 
-def executor(folder: Path, prof: SlurmProfile, job_name: str,
+def executor(folder: Path, prof: Section, job_name: str,
              max_num_timeout: int, tasks: int, cpus: int | None = None) -> submitit.SlurmExecutor:
     """submitit's executor for runs of `tasks` tasks per node (`tasks_per_node`) of `cpus`
     cores each (cpus_per_task; None: the profile's). The count is given to srun too, as
@@ -167,21 +164,21 @@ def executor(folder: Path, prof: SlurmProfile, job_name: str,
     return ex
 
 
-def submit(run_dirs: list[Path], folder: Path, profile: Profile, *, entry: str,
+def submit(runs: list[RunResources], folder: Path, profile: Profile, *, entry: str,
            job_name: str) -> dict[str, str]:
     """Submit one array task per run (several arrays if above MaxArraySize, or where the runs'
-    tasks per node differ under `tasks_per_node: auto`), per profile.slurm."""
-    if not run_dirs:
+    tasks or cores per node differ under `tasks_per_node: auto`), per profile.slurm."""
+    if not runs:
         return {}
-    by_tasks: dict[tuple[int, int], list[Path]] = {}
-    for d in run_dirs:
-        by_tasks.setdefault((tasks_per_node(d, profile), cpus_per_task(d, profile)),
-                            []).append(d)
+    by_tasks: dict[tuple[int, int], list[RunResources]] = {}
+    for r in runs:
+        by_tasks.setdefault((tasks_per_node(r, profile), cpus_per_task(r, profile)),
+                            []).append(r)
     out: dict[str, str] = {}
-    for (tasks, cpus), dirs in by_tasks.items():
-        ex = executor(folder, profile.slurm, job_name, max_num_timeout(dirs, profile), tasks,
+    for (tasks, cpus), group in by_tasks.items():
+        ex = executor(folder, profile.slurm, job_name, max_num_timeout(group, profile), tasks,
                       cpus)
-        out.update(_submit_arrays(ex, dirs, profile, entry))
+        out.update(_submit_arrays(ex, [r.run_dir for r in group], profile, entry))
     return out
 
 
@@ -209,7 +206,7 @@ def _submit_arrays(ex: submitit.SlurmExecutor, run_dirs: list[Path], profile: Pr
     return out
 
 
-def requeue_within(prof: SlurmProfile) -> float:
+def requeue_within(prof: Section) -> float:
     """Seconds after USR2 by which the job requeues itself even if the trainer has not
     checkpointed (job.py Fallback): the signal's warning less a margin for submitit's pickle
     and `scontrol requeue` (30 s, or a tenth of a long warning)."""
@@ -272,3 +269,11 @@ def job_states(job_ids: list[str]) -> dict[str, str]:
                 found[jid] = state.split()[0] if state else "UNKNOWN"
     return {f"slurm:{i}": found.get(i, "UNKNOWN" if text is None else "GONE") for i in ids}
 
+
+
+def stop_command(job_ids: list[str]) -> str:
+    """`scancel` of the jobs (an array task `slurm:123_4` cancels as 123_4, the whole array
+    as 123): the job's USR2 handler is not involved, the run resumes from its last
+    checkpoint on the next sweep."""
+    ids = sorted({j.split(":", 1)[1] for j in job_ids})
+    return f"scancel {' '.join(ids)}" if ids else ""

@@ -28,7 +28,12 @@ import functools
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+from ablate.studies.launch.executor import Capacity, StudyNodes
+
+if TYPE_CHECKING:
+    from ablate.studies.launch.profile import Profile
 
 SINFO_FORMAT = "%N|%P|%a|%T"
 SINFO_ARGS = ("sinfo", "--noheader", "--Node", f"--format={SINFO_FORMAT}")
@@ -119,3 +124,37 @@ def ask_sinfo(partition: Optional[str]) -> tuple[Optional[PartitionNodes], str]:
         which = f"partition {partition}" if partition else "default partition"
         return None, f"`sinfo` lists no {which}"
     return found, ""
+
+
+def study_nodes(profile: Profile) -> StudyNodes:
+    """The profile's `slurm.study_nodes`, else the partition's usable nodes from `sinfo`,
+    else the profile's `slurm.nodes` (one run at a time), assumed."""
+    s = profile.slurm
+    if s.study_nodes is not None:
+        return StudyNodes(s.study_nodes, "slurm.study_nodes", "slurm.study_nodes")
+    found, why = ask_sinfo(s.partition)
+    if found is not None:
+        return StudyNodes(found.usable, "sinfo",
+                          f"usable in partition {found.partition} per `sinfo`: {found.text()}")
+    return StudyNodes(s.nodes, "assumed", why)
+
+
+def nodes_capacity(profile: Profile, nodes_per_run: Optional[int] = None,
+                   array_cap: Optional[int] = -1) -> Capacity:
+    """Runs at once on Slurm: the study's nodes // `nodes_per_run` (default the profile's
+    `slurm.nodes`), at most `array_cap` (default the profile's `slurm.array_parallelism`;
+    None: no cap, for a proposal that writes its own). Said as `1 at once: 2-node runs on
+    assumed 2 nodes (the profile's; ...)`."""
+    n = nodes_per_run or profile.slurm.nodes
+    cap = profile.slurm.array_parallelism if array_cap == -1 else array_cap
+    where = study_nodes(profile)
+    fit = where.nodes // n
+    binds = cap is not None and 0 < cap < fit
+    at_once = cap if binds else fit
+    on = f"{n}-node runs on {where.text()}"
+    if at_once == 0:
+        said = f"no run can start: {on}"
+    else:
+        said = (f"{at_once} at once: {on}"
+                + (f", capped by slurm.array_parallelism {cap}" if binds else ""))
+    return Capacity("slurm", at_once, said, n, where, cap if binds else None)
