@@ -8,6 +8,7 @@ Prints a markdown table for benchmarks/RESULTS.md and, with --json, one object p
 
     python benchmarks/bench_proxy_warmup.py                    # 5 seeds x threads 1, 2
     python benchmarks/bench_proxy_warmup.py --seeds 1234 --threads 1 --parallel 1
+    python benchmarks/bench_proxy_warmup.py --smoke --json   # one build of a mini proxy (CI)
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ from trainer.tasks import build_task
 torch.set_num_threads({threads})
 torch.set_flush_denormal(True)
 d = yaml.safe_load(open({recipe!r}))
+def merge(a, b):
+    for k, v in b.items():
+        a[k] = merge(a.get(k) or {{}}, v) if isinstance(v, dict) else v
+    return a
+merge(d, json.loads({override!r}))
 d.setdefault("task", {{}})["data_seed"] = {seed}
 c = TrainConfig.model_validate(d)
 t0 = time.perf_counter()
@@ -56,11 +62,22 @@ print(json.dumps({{"seed": {seed}, "threads": {threads}, "target": log["target"]
 """
 
 
-def build_one(seed: int, threads: int, recipe: Path) -> dict:
+# --smoke: the recipe's model and task shrunk to a 1-layer, 32-wide proxy on 1-digit addition,
+# which warms up in seconds (tests/test_axes.py's MINI): that the harness runs, no figure.
+SMOKE = {"model": {"proxy": {"hidden_size": 32, "num_layers": 1, "num_heads": 2,
+                             "intermediate_size": 64, "max_position_embeddings": 16,
+                             "warmup_target": 0.2, "warmup_band": 0.15, "warmup_eval_prompts": 20,
+                             "warmup_lr": 1e-2, "warmup_batch_size": 32}},
+         "task": {"digits": 1, "num_train_prompts": 60, "num_eval_prompts": 8, "rl_pool": None},
+         "rollout": {"max_new_tokens": 3}}
+
+
+def build_one(seed: int, threads: int, recipe: Path, override: dict | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="ablate-bench-warmup-") as cache:
         env = dict(os.environ, ABLATE_CACHE=cache, OMP_NUM_THREADS=str(threads),
                    HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-        code = ONE.format(root=str(ROOT), threads=threads, seed=seed, recipe=str(recipe))
+        code = ONE.format(root=str(ROOT), threads=threads, seed=seed, recipe=str(recipe),
+                          override=json.dumps(override or {}))
         r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
         if r.returncode != 0:
             row = {"seed": seed, "threads": threads, "error": r.stderr.strip().splitlines()[-1]}
@@ -77,10 +94,15 @@ def main() -> None:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--parallel", type=int, default=1, help="builds at once")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--smoke", action="store_true",
+                    help="one build (seed 1234, 1 thread) of a mini proxy, in seconds (CI)")
     a = ap.parse_args()
+    if a.smoke:
+        a.seeds, a.threads = [1234], [1]
     jobs = [(s, t) for s in a.seeds for t in a.threads]
     with ThreadPoolExecutor(a.parallel) as ex:
-        rows = list(ex.map(lambda j: build_one(j[0], j[1], a.recipe), jobs))
+        rows = list(ex.map(lambda j: build_one(j[0], j[1], a.recipe, SMOKE if a.smoke else None),
+                           jobs))
     if a.json:
         print(json.dumps(rows, indent=1))
         return

@@ -12,6 +12,7 @@ fits it (the same analysis pipeline, one shared window).
 
     ablate sweep /tmp/qsc/c1.yaml --wait --results /tmp/qsc/c1      # the dense sweep
     python benchmarks/bench_quickstart.py /tmp/qsc/c1/quickstart [--check /tmp/qsc/c0/quickstart]
+    python benchmarks/bench_quickstart.py STUDY --quick   # the first candidate only (CI)
 
 `--check` compares the points two sweeps of the same training share (a partial sweep at the
 quickstart's own schedule, say): equal FLOPs and pass rate at every common step, or it says
@@ -105,14 +106,16 @@ def main() -> None:
     ap.add_argument("study", type=Path, help="results dir of the dense sweep")
     ap.add_argument("--check", type=Path, help="another sweep of the same training")
     ap.add_argument("--json", type=Path, help="write every candidate here")
+    ap.add_argument("--quick", action="store_true",
+                    help="the first candidate only: that the harness runs, in seconds (CI)")
     args = ap.parse_args()
     if args.check:
         print("check:", check(args.study, args.check))
     all_runs = runs(args.study)
     have = sorted({s for _, s, _ in all_runs})
     results = []
-    for per_decade, every, n_seeds in itertools.product((4, 8, 16), (None, 100, 50, 25),
-                                                        (2, 3)):
+    grid = list(itertools.product((4, 8, 16), (None, 100, 50, 25), (2, 3)))
+    for per_decade, every, n_seeds in grid[:1] if args.quick else grid:
         if n_seeds > len(have):
             continue
         r = candidate(all_runs, per_decade, every, have[:n_seeds])

@@ -15,7 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+import synthetic as syn
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
@@ -63,6 +66,59 @@ def _trl(out: str, tmp: Path) -> None:
     assert all(v > 0 for v in doc["median_samples_per_s"].values()), doc
 
 
+def _warmup(out: str, tmp: Path) -> None:
+    (row,) = _json_tail(out)  # one build; a failed one is a row with "error"
+    assert {"target", "warmup_steps", "warmup_rate", "start_rate", "build_s"} <= set(row), row
+
+
+def _finished_study(folder: Path, truths: dict, seeds: int = 2, steps: int = 60) -> None:
+    """A finished study in the run-dir layout the study readers take (variants.json; per run
+    RUN_ID/metrics.jsonl with step, flops, samples, tokens, eval/pass_rate; status.json done),
+    every step evaluated, its scores drawn from known curves (tests/synthetic.py): what
+    bench_proxy_findings and bench_quickstart read, written in milliseconds, not a sweep's
+    minutes."""
+    rng = np.random.default_rng(0)
+    variants = []
+    for name, truth in truths.items():
+        for seed in range(seeds):
+            rid = f"r{len(variants):03d}"
+            variants.append({"run_id": rid, "name": name, "seed": seed, "config": {}})
+            (folder / rid).mkdir(parents=True)
+            c, y = syn.curve(truth, rng, n_points=steps)
+            (folder / rid / "metrics.jsonl").write_text("".join(
+                json.dumps({"step": j, "flops": float(c[j]) * 1e15, "samples": 128 * j,
+                            "tokens": 512 * j, "eval/pass_rate": float(y[j])}) + "\n"
+                for j in range(c.size)))
+            (folder / rid / "status.json").write_text(json.dumps({"state": "done"}))
+    (folder / "variants.json").write_text(json.dumps(variants))
+
+
+def _proxy_studies(tmp: Path) -> None:
+    """The quickstart's axis and the calibration's known answers (a ceiling capped to 0.70 of
+    the base's by --fraction 0.3, a slowed start): the shapes bench_proxy_findings reads."""
+    base = syn.Truth(A=0.85, B=1.5, C_mid=0.2, R0=0.1)
+    cold = syn.Truth(A=0.75, B=1.5, C_mid=0.2, R0=0.1)
+    _finished_study(tmp / "quickstart", {"rollout.temperature=1.0": base,
+                                         "rollout.temperature=0.3": cold})
+    _finished_study(tmp / "calibration", {
+        "base": base, "task.unanswerable_fraction=0.3": syn.Truth(0.6, 1.5, 0.2, 0.1),
+        "optim.lr=0.0003": syn.Truth(0.85, 1.5, 0.5, 0.1)})
+
+
+def _findings(out: str, tmp: Path) -> None:
+    for part in ("#### Finding 1", "#### Calibration", "#### Known-answer controls",
+                 "#### Finding 3", "variants within 0.02"):
+        assert part in out, (part, out[-3000:])
+    assert out.count("| task.unanswerable_fraction=0.3 |") >= 3, out[-3000:]
+
+
+def _quickstart(out: str, tmp: Path) -> None:
+    (one,) = json.loads((tmp / "o.json").read_text())
+    assert {"per_decade", "every_steps", "seeds", "points_per_run", "fits", "targets_met",
+            "answer_unchanged"} <= set(one), one
+    assert set(one["fits"]) == {"rollout.temperature=1.0", "rollout.temperature=0.3"}, one
+
+
 def _compare_metrics_case(tmp: Path) -> list[str]:
     """Two identical fixed rows but for a time column, and a third folder that differs."""
     for name, loss in (("a", 0.5), ("b", 0.5), ("c", 0.25)):
@@ -89,8 +145,17 @@ ANALYSIS = {
     "bench_watch.py": (["--quick", "--out", "{tmp}/o.json"],
                        _file_keys("o.json", "published", "all_healthy", "all_collapse")),
     "bench_window.py": (["--quick", "--out", "{tmp}/o.json"], _file_keys("o.json", "quickstart")),
+    "bench_late_start.py": (["--smoke", "--out", "{tmp}/o.json"],
+                            _file_keys("o.json", "cells", "pooled_late", "curves_per_cell")),
+    "bench_proxy_findings.py": (["--quickstart", "{tmp}/quickstart", "--calibration",
+                                 "{tmp}/calibration"], _findings),
+    "bench_quickstart.py": (["{tmp}/quickstart", "--quick", "--json", "{tmp}/o.json"],
+                            _quickstart),
     "behaviour/compare_metrics.py": (None, None),  # its own test below
 }
+# What a harness reads that the test writes first (a finished study, in the run-dir layout).
+INPUTS = {"bench_proxy_findings.py": _proxy_studies,
+          "bench_quickstart.py": _proxy_studies}
 TRAINING = {
     "bench_trainer_vs_trl.py": (["--quick"], _trl),
     "bench_sampler.py": (["--quick"], _keys("proxy", "long")),
@@ -98,6 +163,7 @@ TRAINING = {
     "bench_inflight_lag.py": (["--quick"], _regex(r"^inflight_switch_tokens=None: tokens \d+")),
     "bench_async_eval.py": (["--quick", "--json"], _keys("this tree")),
     "bench_proxy_grid.py": (["{tmp}/grid", "--quick"], _regex(r'"variant"')),
+    "bench_proxy_warmup.py": (["--smoke", "--json"], _warmup),
     "gpu/bench_rl_step.py": (["--tiny", "--shapes", "short", "--steps", "1", "--warmup", "0",
                               "--only", "ours", "--json", "{tmp}/o.json"],
                              _file_keys("o.json", "device", "shapes")),
@@ -107,10 +173,6 @@ NOT_RUN = {
     "gpu/bench_memory_plan.py": "measures CUDA memory: needs a GPU",
     "bench_weight_push.py": "pushes Qwen2.5-0.5B-sized weights into a vLLM engine (the vllm tier)",
     "behaviour/run_cases.sh": "three whole trainer runs of 2-4 min each, twice",
-    "bench_proxy_warmup.py": "builds the proxy model from nothing per data seed (minutes each)",
-    "bench_proxy_findings.py": "reads finished proxy studies (quickstart, calibration sweeps)",
-    "bench_quickstart.py": "reads a finished dense quickstart sweep",
-    "bench_late_start.py": "its --quick mode still fits 5 curves a cell over every cell (~1 min)",
 }
 
 
@@ -135,6 +197,7 @@ def test_every_harness_in_results_md_is_run_or_says_why_not():
 @pytest.mark.parametrize("name", [n for n, (a, _) in ANALYSIS.items() if a is not None])
 def test_analysis_harness_quick_mode(name, tmp_path):
     args, check = ANALYSIS[name]
+    INPUTS.get(name, lambda tmp: None)(tmp_path)
     check(_run(name, args, tmp_path), tmp_path)
 
 

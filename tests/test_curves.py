@@ -196,6 +196,7 @@ def test_prediction_and_target_intervals():
     assert f.compute_for_interval(0.99) == (math.inf, math.inf)
 
 
+@pytest.mark.slow  # 3 bootstrapped fits, 6 rankings: 1.2 s CPU (> half the fast limit)
 def test_compare_ranking_does_not_depend_on_input_order():
     """A chain of near-ties (0.50 ~ 0.515 ~ 0.53, but 0.50 !~ 0.53) must rank the same way
     whatever order the variants come in; the pairwise margin test alone is not transitive."""

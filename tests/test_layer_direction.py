@@ -24,11 +24,16 @@ def _under(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
 
 
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    """A shared fixture: the fast tier charges the parse to it, not to the first test."""
+    return import_graph()
+
+
 @pytest.mark.parametrize("layer", sorted(FORBIDDEN))
-def test_layer_imports_nothing_above_it(layer):
+def test_layer_imports_nothing_above_it(layer, graph):
     mods = module_files()
     assert any(_under(m, layer) for m in mods), f"no module under {layer}"
-    graph = import_graph()
     bad = []
     for m in sorted(m for m in graph if _under(m, layer)):
         got = loaded_by(m, graph)

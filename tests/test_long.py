@@ -38,6 +38,7 @@ def test_a_1000_point_run_gets_honest_intervals_and_an_ok_verdict():
     assert trust.assess(f)[0] == "ok"
 
 
+@pytest.mark.slow  # a 1,000-point fit, a bootstrap: 1.3-1.5 s CPU (> half the fast limit)
 def test_binning_averages_consecutive_points_and_keeps_the_answer():
     tr, c, y = _long(1)
     full = fit_sigmoid(c, y, intervals=False)  # its A only: no bootstrap (the fast tier's CPU)
@@ -90,6 +91,7 @@ def test_repeated_steps_dropped_or_last_kept():
     assert none == [] and len(same) == 4
 
 
+@pytest.mark.slow  # a 400-point fit with its bootstrap: 0.8-1.1 s CPU (> half the fast limit)
 def test_cli_verdict_bin_and_duplicates(tmp_path, capsys):
     tr, c, y = _long(3, n=400)
     df = pd.DataFrame({"variant": "long", "compute": c, "score": y})

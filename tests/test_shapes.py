@@ -59,6 +59,7 @@ def test_quickstart_curve_fits_on_its_default_window():
     assert g.skipped == 0 and g.r2 >= 0.95
 
 
+@pytest.mark.slow  # twenty fits of 100 points: 1.3-1.4 s of CPU (> half the fast limit)
 def test_early_phase_is_skipped_and_improves_A():
     rng = np.random.default_rng(22)
     err_auto, err_all, skipped = [], [], []
@@ -192,6 +193,7 @@ def test_paper_mode_never_crashes_flags_edges_and_says_its_grid(tmp_path, capsys
     assert json.loads(out)[0]["grid"]["unit"] == "gpu-hours"
 
 
+@pytest.mark.slow  # compare twice, extrapolate once: 1.2-1.8 s of CPU (> half the fast limit)
 def test_compare_and_extrapolate_agree_or_explain(tmp_path, capsys):
     """Tied A, 'late' has the larger B but a 4x larger C_mid: the paper's rule ranks it first,
     yet it is predicted lower at every compute in the data. Both commands must say so."""
