@@ -463,6 +463,7 @@ def _verl_config_dir() -> Path | None:
     return Path(given) if given else None
 
 
+@pytest.mark.slow  # Hydra composes verl's whole config: 2.4 s of CPU in CI's fast tier
 def test_verl_overrides_composed_with_verls_config(tmp_path):
     """verl's own Hydra config (from the verl package) composes each variant: a misspelled
     key is one line naming the nearest; a valid one expands to Hydra `key=value` words."""
