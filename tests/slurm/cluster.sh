@@ -141,9 +141,18 @@ start_slurmdbd() {
 }
 
 start_slurmctld() {
-  # Already up: apply a possibly changed slurm.conf instead of restarting.
-  alive "$PIDS/slurmctld.pid" && { scontrol reconfigure >/dev/null 2>&1 || true; return 0; }
-  /usr/sbin/slurmctld
+  # Already up: apply a possibly changed slurm.conf instead of restarting, and cancel the jobs
+  # an earlier run left (a job whose test was killed holds the node: every job after it pends
+  # on "Resources" until the tests time out).
+  if alive "$PIDS/slurmctld.pid"; then
+    scontrol reconfigure >/dev/null 2>&1 || true
+    local left
+    left=$(squeue -h -o %i 2>/dev/null | wc -l)
+    [ "$left" -gt 0 ] && { log "cancelling $left job(s) left from an earlier run"; scancel --full --user "$(id -un)" || true; }
+    return 0
+  fi
+  # -c: start with no jobs; a job saved in StateSaveLocation by an earlier cluster is not run.
+  /usr/sbin/slurmctld -c
   for _ in $(seq 100); do scontrol ping >/dev/null 2>&1 && break; sleep 0.2; done
 }
 
