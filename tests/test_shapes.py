@@ -237,4 +237,4 @@ def test_blank_cells_and_single_curve_through_the_cli(tmp_path, capsys):
     assert code == 0, err
     (row,) = json.loads(out)
     assert row["variant"] == "run" and row["n_points"] == c.size - 1 - 2  # compute 0 and blanks
-    assert "dropped 2 row(s)" in err
+    assert "dropped 2 rows" in err

@@ -65,7 +65,7 @@ def test_gpu_partition_counts_what_takes_jobs():
     assert (got.total, got.usable) == (14, 8), got
     assert got.by_state["drained"] == 1 and got.by_state["down*"] == 1
     text = got.text()
-    assert text.startswith("14 node(s), 8 usable (") and "1 drained" in text, text
+    assert text.startswith("14 nodes, 8 usable (") and "1 drained" in text, text
     assert "idle~" not in text  # usable states are not listed as held
     assert parse_sinfo(GPU_CLUSTER, "long").total == 2  # a node in two partitions: each
     assert parse_sinfo(GPU_CLUSTER, None).partition == "cpu"  # the `*` one

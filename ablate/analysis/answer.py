@@ -21,7 +21,7 @@ from ablate.analysis.fitters import refit_with_A
 from ablate.analysis.labels import differing_axes, shorten
 from ablate.analysis.pipeline import Analysis, analyze
 from ablate.errors import InputError
-from ablate.number_text import compute, interval, number
+from ablate.number_text import compute, count, interval, number
 
 SURE = 0.95  # P(beats) at or beyond this (or 1 - this) reads as a difference, else "no difference"
 
@@ -233,13 +233,13 @@ def answer_sentence(analysis: Analysis) -> str:
             named.add(r.group.variant)
     more = len([r for r in fitted if r.group.variant not in named])
     if more:
-        parts.append(f"{more} more variant(s) rank below (see the table)")
+        parts.append(f"{count(more, 'more variant')} rank below (see the table)")
     parts += [_fell_clause(r, name) for r in analysis.rows if r.group.falls]
     tail = f"({where})" if len(fitted) == 1 else \
         f"(baseline {name(analysis.baseline)}; {where})"
     parts += _stage_clauses(analysis.stopped, analysis.stages, name)
     if failed:
-        parts.append(f"{len(failed)} variant(s) could not be fit: "
+        parts.append(f"{count(len(failed), 'variant')} could not be fit: "
                      + ", ".join(name(r.group.variant) for r in failed))
     parts[0] = name.prefix + parts[0]  # the axis named once, before the first variant
     return "; ".join(parts) + " " + tail + "."  # variant names keep their case

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from ablate.analysis import levenberg_marquardt as lm
-from ablate.number_text import computes_apart
+from ablate.number_text import computes_apart, count
 
 
 def duplicate_warning(c: np.ndarray, sid: np.ndarray) -> list[str]:
@@ -20,9 +20,10 @@ def duplicate_warning(c: np.ndarray, sid: np.ndarray) -> list[str]:
     n_dup = len(pairs) - len(np.unique(pairs, axis=0))
     if not n_dup:
         return []
-    return [f"{n_dup} point(s) repeat a compute value already seen in the same seed (a resumed "
-            "run re-logging steps, or several runs without a seed column); they are fit as "
-            "separate evaluations"]
+    verb = "repeats" if n_dup == 1 else "repeat"
+    return [f"{count(n_dup, 'point')} {verb} a compute value already seen in the same seed "
+            "(a resumed run re-logging steps, or several runs without a seed column); they are "
+            "fit as separate evaluations"]
 
 
 def unidentified(theta: np.ndarray, x: np.ndarray, y: np.ndarray) -> str | None:
@@ -50,7 +51,7 @@ def earlier_rise_hint(c, y, positive, lo, skipped) -> str:
     early = positive & (c < lo)
     late = positive & (c >= lo)
     if y[early].mean() < y[late].mean() - 1e-9:
-        return (f"; the curve rose before the window starts ({skipped} point(s) below "
+        return (f"; the curve rose before the window starts ({count(skipped, 'point')} below "
                 f"compute {lo:.4g} skipped): lower --min-compute, e.g. --min-compute 0")
     return ""
 
@@ -66,7 +67,8 @@ def unidentified_help(c, y, positive, lo, skipped, max_compute, r0) -> str:
             return "the window holds only the plateau" + hint
     if max_compute is not None and np.any(c > max_compute):
         return (f"the curve has not bent by --max-compute {max_compute:.4g}; "
-                f"{int(np.sum(c > max_compute))} later point(s) were held out: raise --max-compute")
+                f"{count(int(np.sum(c > max_compute)), 'later point')} held out: raise "
+                "--max-compute")
     return ("the curve is still rising at its last point without bending towards a ceiling; "
             "train longer (more compute), no window setting can identify the ceiling")
 

@@ -34,6 +34,7 @@ from scipy import stats
 
 from ablate.analysis import levenberg_marquardt as lm
 from ablate.analysis.fit import MIN_POINTS, N_BOOT, PAPER_GRIDS, Fit, FitError
+from ablate.number_text import count
 from ablate.analysis.fit_diagnosis import (bound_warnings, duplicate_warning, earlier_rise_hint,
                                            unidentified, unidentified_help)
 from ablate.analysis.intervals import parameter_draws
@@ -191,7 +192,7 @@ def _window(c: np.ndarray, y: np.ndarray, r0: float, min_compute: float | None,
                   inwin=inwin, skipped=int(np.sum(positive & (c < lo))))
     n = int(inwin.sum())
     if n < MIN_POINTS:
-        raise FitError(f"only {n} point(s) with compute in [{lo:.4g}, {hi:.4g}]; "
+        raise FitError(f"only {count(n, 'point')} with compute in [{lo:.4g}, {hi:.4g}]; "
                        f"need at least {MIN_POINTS} (widen --min-compute/--max-compute)",
                        cause="too short")
     return win

@@ -36,6 +36,7 @@ import pandas as pd
 from ablate import readers
 from ablate.analysis.gather import cache_is_fresh, gather, is_study_dir, study_fit_defaults, write_cache
 from ablate.errors import InputError, NoDataYet
+from ablate.number_text import count
 from ablate.readers.columns import scale_hint, table_axes
 from ablate.readers.common import split_seed
 from trainer.rundir import GPU_HOURS, METRICS, PASS_RATE, STATUS
@@ -374,8 +375,8 @@ def dedupe(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
              f"{first['compute']:g}")
     notes = []
     if n_same:
-        notes.append(f"dropped {n_same} duplicate row(s) repeating a step with the same score "
-                     f"({where})")
+        notes.append(f"dropped {count(n_same, 'duplicate row')} repeating a step with the same "
+                     f"score ({where})")
     if n_diff:
         notes.append(f"{n_diff} step(s) logged more than once with different scores in one run "
                      f"({where}): kept the last logged value, as a resumed run's re-logged steps "

@@ -17,7 +17,7 @@ from rich.console import Console
 from ablate.cli.app import app, margin_option
 from ablate.cli.delayed_progress import delayed_progress
 from ablate.errors import InputError, NoAnswerYet
-from ablate.number_text import compute
+from ablate.number_text import compute, count
 
 if TYPE_CHECKING:  # numpy/scipy/pandas load when a command fits, not for `ablate --help`
     from ablate.analysis.variant_fits import GroupFit
@@ -128,7 +128,7 @@ def _print_load_notes(curves: Curves, quiet: bool) -> None:
         for note in curves.notes:  # what a reader of another tool's log picked
             err.print(note, style="dim", markup=False, highlight=False)  # names as written
     if curves.dropped:  # always on stderr, --json or not: the data differs from the file
-        err.print(f"{curves.source}: dropped {curves.dropped} row(s) with a blank "
+        err.print(f"{curves.source}: dropped {count(curves.dropped, 'row')} with a blank "
                   f"{curves.x!r} or {curves.y!r} cell", markup=False)
     for note in curves.duplicates:  # also always: rows were dropped or replaced
         err.print(f"{curves.source}: {note}", markup=False)
@@ -144,7 +144,7 @@ def _print_window_note(a: Analysis) -> None:
         return
     if w.rule == "auto":
         g = skipped[0]
-        err.print(f"{g.variant}: skipped {g.fit.skipped} early point(s) below {x}="
+        err.print(f"{g.variant}: skipped {count(g.fit.skipped, 'early point')} below {x}="
                   f"{compute(g.fit.min_compute)}: they are off the sigmoid the later points follow "
                   "(an early phase); --min-compute 0 keeps them", style="dim", markup=False)
         return

@@ -77,7 +77,7 @@ def time_lines(t: Optional[TimePlan]) -> list[str]:
         return lines
     dev = _device(t)
     to = (f"  to the budget: {t.steps:,} steps, {t.evals} evals: {_hours(t.wall_h)} h wall, "
-          f"{_hours(t.gpu_hours)} {dev}-hours ({t.devices} {dev}(s) held)")
+          f"{_hours(t.gpu_hours)} {dev}-hours ({count(t.devices, dev)} held)")
     if t.job_h is not None:
         limit = (f"max {t.max_requeues}" if t.max_requeues is not None else
                  f"max_num_timeout auto: {t.max_num_timeout}" if t.max_num_timeout is not None

@@ -28,6 +28,7 @@ import typer
 from ablate.cli.app import app
 from ablate.cli.width import PIPED
 from ablate.errors import EXIT_NOT_YET, InputError
+from ablate.number_text import count
 
 WIDTH = PIPED  # the default width of line() and header(): ablate/cli/width.py
 RETRIES = 10  # --follow: re-reads of a file caught changing or shorter than before
@@ -359,7 +360,7 @@ def _parts(j) -> list[str]:
     if j.verdict == "waiting":
         return [j.reason.replace("no forecast yet: needs about ", "needs ~")]
     if j.forecast is None:  # behind on a fall from its peak alone, before any forecast
-        return [j.fall.short(), f"needs ~{j.needs} more evaluation(s) for a forecast"
+        return [j.fall.short(), f"needs ~{count(j.needs, 'more evaluation')} for a forecast"
                 if j.needs else "no forecast"]
     judged = [p for p in j.points if p.side != "past"]
     if j.verdict == "departed":

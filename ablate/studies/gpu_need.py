@@ -62,7 +62,7 @@ def gpu_reason(c: TrainConfig, prof: Profile, sizer: GpuNodes) -> Optional[str]:
         return None
     m, _ = model_shape(c.model.name_or_path)
     return (f"{c.model.name_or_path}, {m.params / 1e9:.1f}B params: one step's training alone "
-            f"takes ~{_long(step)} on the job's {cores} CPU core(s) at the time plan's CPU "
+            f"takes ~{_long(step)} on the job's {count(cores, 'CPU core')} at the time plan's CPU "
             f"rate, longer than its {time_min}-min job")
 
 

@@ -40,6 +40,7 @@ from typing import Callable
 import submitit
 
 from ablate.adapters import adapter_class
+from ablate.number_text import count
 from trainer.dist import preempt
 from trainer.rundir import FINAL_STATES, read_config, read_status, write_status
 
@@ -134,7 +135,7 @@ class RunJob(submitit.helpers.Checkpointable):
             # rank 0: requeue and exit; other ranks return
             hand_over(requeue, self.current if env.global_rank == 0 else None)
         elif failed:
-            raise RuntimeError("run(s) failed: " + "; ".join(failed))
+            raise RuntimeError(f"{count(len(failed), 'run')} failed: " + "; ".join(failed))
         return self.run_dirs
 
     @staticmethod

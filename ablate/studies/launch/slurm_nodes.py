@@ -30,6 +30,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
+from ablate.number_text import count
 from ablate.studies.launch.executor import Capacity, StudyNodes
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ class PartitionNodes:
                if not node_usable(s)]
         held = f" ({', '.join(out)})" if out else ""
         part = "" if self.available == "up" else f"; the partition is {self.available}"
-        return f"{self.total} node(s), {self.usable} usable{held}{part}"
+        return f"{count(self.total, 'node')}, {self.usable} usable{held}{part}"
 
 
 def node_usable(state: str) -> bool:

@@ -119,7 +119,7 @@ def _requeue_cap(cap: Any) -> str:
 
 def _tasks(n: Any) -> str:
     return ("a task per training GPU of each run's split (tasks_per_node auto)"
-            if n == "auto" else f"{n} task(s) per node")
+            if n == "auto" else f"{count(n, 'task')} per node")
 
 
 def sentence(info: dict[str, Any]) -> str:
