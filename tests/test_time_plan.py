@@ -298,21 +298,23 @@ def test_dry_run_text_says_where_warns_without_gpu_size_and_cuts_no_name():
     r = ablate("sweep", "recipes/loss_agg.yaml", "--profile", "slurm_gpu", "--dry-run")
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    assert "where: executor slurm (the profile's executor" in out
-    assert "partition gpu" in out and "time limit 240 min per job, requeues as each run's " \
-        "plan derives (max_num_timeout auto)" in out
-    assert "CANNOT REACH THE BUDGET" not in out and "requeues needed (max_num_timeout auto: " in out
-    assert "time on H100 SXM" in out and "eval " in out and "(blocks training)" in out
+    flat = " ".join(out.split())  # the text as said, whatever the width folded (100 piped)
+    assert "where: executor slurm (the profile's executor" in flat
+    assert "partition gpu" in flat and "time limit 240 min per job, requeues as each run's " \
+        "plan derives (max_num_timeout auto)" in flat
+    assert "CANNOT REACH THE BUDGET" not in flat and "requeues needed (max_num_timeout auto: " in flat
+    assert "time on H100 SXM" in flat and "eval " in flat and "(blocks training)" in flat
     # Piped (a subprocess): every variant name whole, on one line with its run id.
     for name in ("loss.aggregation=sample", "loss.aggregation=prompt", "loss.aggregation=token"):
         assert any(line.rstrip().endswith(name) for line in out.splitlines()), name
     assert "…" not in out
     bare = ablate("sweep", "recipes/loss_agg.yaml", "--dry-run", "--executor", "local")
     assert bare.returncode == 0, bare.stderr
-    assert "warning: the memory plan (up to" in bare.stdout
-    assert "not checked against any GPU" in bare.stdout
-    assert "where: executor local (--executor; no launch profile" in bare.stdout
-    assert "no time estimate: GPUs not known here" in bare.stdout
+    bare_flat = " ".join(bare.stdout.split())
+    assert "warning: the memory plan (up to" in bare_flat
+    assert "not checked against any GPU" in bare_flat
+    assert "where: executor local (--executor; no launch profile" in bare_flat
+    assert "no time estimate: GPUs not known here" in bare_flat
 
 
 @pytest.mark.slow
