@@ -234,7 +234,7 @@ def test_study_cache_is_readable_by_lab_mates_and_the_report_says_ok(tmp_path):
     os.umask(umask)
     assert stat.S_IMODE((d / "metrics.parquet").stat().st_mode) == 0o666 & ~umask
     page = (d / "report.html").read_text()
-    assert re.search(r'<td class="l">ok(;|</td>)', page), "verdict missing from the table"
+    assert re.search(r'<td class="l verdict">ok</td>', page), "verdict missing from the table"
     cmds = json.loads(r.stdout)["commands"]
     sweep = next(c for c in cmds if c.startswith("ablate sweep"))
     assert sweep.startswith(f"ablate sweep {(d / 'study.yaml').resolve()} "), cmds

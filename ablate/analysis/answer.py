@@ -233,7 +233,8 @@ def answer_sentence(analysis: Analysis) -> str:
             named.add(r.group.variant)
     more = len([r for r in fitted if r.group.variant not in named])
     if more:
-        parts.append(f"{count(more, 'more variant')} rank below (see the table)")
+        parts.append(f"{count(more, 'more variant')} {'ranks' if more == 1 else 'rank'} below "
+                     "(see the table)")
     parts += [_fell_clause(r, name) for r in analysis.rows if r.group.falls]
     tail = f"({where})" if len(fitted) == 1 else \
         f"(baseline {name(analysis.baseline)}; {where})"
