@@ -20,7 +20,8 @@ import yaml
 
 from trainer.config import TrainConfig
 from trainer.policy import load_model
-from trainer.generation.offpolicy import MODES, Context
+from trainer.generation.offpolicy import Context
+from trainer.torch_axes import MODES
 from trainer.algo.pool import DataPosition, PromptPool
 from trainer.tasks import build_task
 

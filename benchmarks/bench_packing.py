@@ -205,7 +205,7 @@ def bench_proxy(reps: int) -> dict:
     from _microbatch_script import config, vary_lengths
 
     from trainer.loop.train import start, train_step
-    from trainer.generation.offpolicy import MODES
+    from trainer.torch_axes import MODES
 
     work = Path(tempfile.mkdtemp(prefix="bench-packing-"))
     runs = {m: start(config("torch", 0, "prompt", m), work / f"run-{m}") for m in (None, 40)}

@@ -99,7 +99,7 @@ def concurrent_calls(gen, run, solo: list[list[int]]) -> dict:
 
 def check_eval(work: Path, replicas: int) -> None:
     from trainer import rundir
-    from trainer.generation.offpolicy import MODES
+    from trainer.torch_axes import MODES
     from trainer.loop.train import evaluate, start, train_step
 
     t0 = time.time()

@@ -98,7 +98,7 @@ def main() -> None:
 
     from trainer.dist.groups import broadcast_object
     from trainer.loop.train import start, train_step
-    from trainer.generation.offpolicy import MODES
+    from trainer.torch_axes import MODES
 
     engine, stage, work = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
     rank = int(os.environ.get("SLURM_PROCID", "0"))

@@ -32,7 +32,7 @@ if __name__ == "__main__":
     from trainer.dist.groups import broadcast_object
     from trainer.loop.setup import setup_distributed
     from trainer.loop.train import start
-    from trainer.generation.offpolicy import MODES
+    from trainer.torch_axes import MODES
 
     work = Path(sys.argv[1])
     rank = int(os.environ.get("SLURM_PROCID", "0"))

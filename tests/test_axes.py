@@ -28,7 +28,7 @@ import trainer
 from trainer.algo.advantages import NORMALIZATIONS, compute_advantages
 from trainer.algo.length import CONTROLS
 from trainer.algo.losses import AGGREGATIONS, LOSSES, policy_loss
-from trainer.generation.offpolicy import MODES
+from trainer.torch_axes import MODES
 from trainer.algo.pool import CURRICULA
 
 # A proxy small enough to warm up in seconds: 1-digit addition, one 32-wide layer. Every test

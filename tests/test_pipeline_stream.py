@@ -21,7 +21,8 @@ import torch
 
 from _trainer_util import config, tiny
 from trainer.rollouts import Rollout
-from trainer.generation.offpolicy import MODES, Batch, Context, GroupStream
+from trainer.generation.offpolicy import Batch, Context, GroupStream
+from trainer.torch_axes import MODES
 from trainer.algo.pool import DataPosition, PromptPool
 
 

@@ -1,7 +1,7 @@
 """The modules `ablate` imports to validate and plan thousands of variants import no torch:
-the config (whose allowed loss, aggregation, normalization, length control, curriculum and task
-names are read from the trainer's registries, trainer/algo/ and trainer/tasks.py, over the
-rollout types of trainer/rollouts.py), the cross-field validation, the plans (trainer/plan/)
+the config (whose allowed names of every axis are read from the trainer's registries,
+trainer/algo/, trainer/tasks.py and trainer/torch_axes.py, over the rollout types of
+trainer/rollouts.py), the cross-field validation, the plans (trainer/plan/)
 and the binding the trainer's start-up computes before CUDA starts.
 
 Read from the source, as tests/test_layers.py reads the import graph: every import that runs
@@ -17,7 +17,7 @@ from test_layers import module_files, statement_imports
 TORCH_FREE = ("trainer.config", "trainer.validate", "trainer.plan.memory", "trainer.plan.time_plan",
               "trainer.plan.topology", "trainer.dist.binding", "trainer.algo.losses",
               "trainer.algo.advantages", "trainer.algo.length", "trainer.algo.pool",
-              "trainer.tasks", "trainer.rollouts")
+              "trainer.tasks", "trainer.rollouts", "trainer.torch_axes")
 HEAVY = ("torch", "transformers", "deepspeed", "vllm", "numpy")
 
 

@@ -11,7 +11,7 @@ import torch
 from _trainer_util import config, tiny
 
 from trainer.loop.train import start, train_step
-from trainer.generation.offpolicy import MODES
+from trainer.torch_axes import MODES
 
 
 def _one_step(cfg, run_dir):

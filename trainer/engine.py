@@ -1,6 +1,7 @@
 """Optimizer engines: what turns a loss into an update.
 
-Contract (DeepSpeed plugs in as `trainer.engine_deepspeed:make_deepspeed_engine`):
+Contract (each engine registered by name in trainer/torch_axes.py; DeepSpeed's is
+`trainer.engine_deepspeed:make_deepspeed_engine`):
 `Engine.model` is the module to forward, on `Engine.device`; `backward(loss, boundary)`
 accumulates one micro-batch's gradients (`boundary`: the step's last micro-batch, where a
 data-parallel engine may reduce them); `step(loss=None)` (backward of `loss` first, if given)
@@ -22,7 +23,7 @@ from torch import nn
 
 from trainer.config import TrainConfig
 from trainer.dist.groups import average_grads
-from trainer.registry import Registry
+from trainer.torch_axes import ENGINES
 
 
 class Engine(Protocol):
@@ -41,10 +42,6 @@ class Engine(Protocol):
     def load(self, path: Path) -> None: ...
 
 
-ENGINES: Registry[Callable[..., Engine]] = Registry("engine.type")
-ENGINES.register_lazy("deepspeed", "trainer.engine_deepspeed:make_deepspeed_engine")
-
-
 def make_engine(config: TrainConfig, model: nn.Module) -> Engine:
     return ENGINES.get(config.engine.type)(config, model)
 
@@ -54,7 +51,6 @@ def constant_with_warmup(warmup: int) -> Callable[[int], float]:
     return lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
 
 
-@ENGINES.register("torch")
 def make_torch_engine(config: TrainConfig, model: nn.Module) -> Engine:
     return TorchEngine(config, model)
 

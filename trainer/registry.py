@@ -1,14 +1,14 @@
 """Name -> implementation tables: one per recipe axis.
 
 Every axis value a YAML can name (`loss.type: cispo`) is one small function registered under
-exactly that name. Where the registry imports no torch, the config's allowed names are read
-from it (trainer/config_parts/: `Literal[tuple(REGISTRY.names())]`), so registering a function
-is the only step: loss.type, loss.aggregation, advantage.normalization, length.control,
-data.curriculum and the task kinds. The registries whose implementations need torch at import
-(engine.type: trainer/engine.py, off_policy.mode: trainer/generation/offpolicy.py,
-rollout.backend: trainer/generation/rollout.py) cannot be imported by the config, which
-`ablate` validates without torch: there the config's Literal names the values too, and
-tests/test_trainer_units.py test_config_literals_equal_registry_keys keeps the two equal.
+exactly that name, and the config's allowed names are read from its registry
+(trainer/config_parts/: `Literal[tuple(REGISTRY.names())]`), so registering is the only step.
+The config imports no torch (`ablate` validates thousands of variants without it), so every
+registry it reads is torch-free: loss.type, loss.aggregation, advantage.normalization,
+length.control, data.curriculum and the task kinds register with a decorator beside their
+torch-free functions (trainer/algo/, trainer/tasks.py); engine.type, off_policy.mode and
+rollout.backend, whose implementations import torch, register `module:name` lazily in
+trainer/torch_axes.py.
 """
 
 from __future__ import annotations

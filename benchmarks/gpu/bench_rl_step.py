@@ -136,7 +136,7 @@ def bench_ours(args, path: Path, shapes: dict, mode: str = "ppo_off_policy",
     trainer's +1/-1). Eval and checkpoints are outside the timed steps on both sides."""
     from trainer.config import TrainConfig
     from trainer.loop.train import start, train_step
-    from trainer.generation.offpolicy import MODES
+    from trainer.torch_axes import MODES
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     work = Path(tempfile.mkdtemp(prefix="ablate-bench-"))

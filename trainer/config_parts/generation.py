@@ -9,10 +9,13 @@ from pydantic import Field, PositiveInt, model_validator
 
 from trainer.algo.length import CONTROLS
 from trainer.config_parts.base import Strict
+from trainer.torch_axes import BACKENDS
 
-# The allowed names are the registry's (torch-free): a length control registered in
-# trainer/algo/length.py is valid here, in the order registered.
+# The allowed names are the registries' (torch-free): a length control registered in
+# trainer/algo/length.py, a backend in trainer/torch_axes.py is valid here, in the order
+# registered.
 LengthControl = Literal[tuple(CONTROLS.names())]  # type: ignore[valid-type]
+RolloutBackend = Literal[tuple(BACKENDS.names())]  # type: ignore[valid-type]
 
 
 class VLLMConfig(Strict):
@@ -66,8 +69,7 @@ class VLLMConfig(Strict):
 
 
 class RolloutConfig(Strict):
-    # The backends need torch at import: named here too (trainer/registry.py says why).
-    backend: Literal["hf", "vllm"] = Field(
+    backend: RolloutBackend = Field(
         "hf", description="'hf': transformers generate (any device); 'vllm': vLLM engine."
     )
     prompts_per_step: int = Field(48, gt=0, description="Prompts per step (ScaleRL: 48).")

@@ -9,10 +9,14 @@ from pydantic import Field
 
 from trainer.algo.pool import CURRICULA
 from trainer.config_parts.base import Strict
+from trainer.torch_axes import ENGINES, MODES
 
 # The allowed names are the registries' (torch-free): a curriculum registered in
-# trainer/algo/pool.py is valid here, in the order registered.
+# trainer/algo/pool.py, a mode or an engine in trainer/torch_axes.py is valid here, in the
+# order registered.
 Curriculum = Literal[tuple(CURRICULA.names())]  # type: ignore[valid-type]
+OffPolicyMode = Literal[tuple(MODES.names())]  # type: ignore[valid-type]
+EngineType = Literal[tuple(ENGINES.names())]  # type: ignore[valid-type]
 
 
 class DataConfig(Strict):
@@ -35,8 +39,7 @@ class DataConfig(Strict):
 
 
 class OffPolicyConfig(Strict):
-    # The modes need torch at import: named here too (trainer/registry.py says why).
-    mode: Literal["pipeline", "ppo_off_policy"] = Field(
+    mode: OffPolicyMode = Field(
         "pipeline",
         description="pipeline (PipelineRL-k, ScaleRL): generation runs concurrently; weights are "
         "pushed in flight after every step; trainer waits when k steps ahead. ppo_off_policy: "
@@ -72,8 +75,7 @@ class OptimConfig(Strict):
 
 
 class EngineConfig(Strict):
-    # The engines need torch at import: named here too (trainer/registry.py says why).
-    type: Literal["torch", "deepspeed"] = Field("torch", description="Optimizer engine.")
+    type: EngineType = Field("torch", description="Optimizer engine.")
     zero_stage: int = Field(0, ge=0, le=3, description="deepspeed: ZeRO stage 0-3.")
     device: str = Field("auto", description="'auto' (cuda if available, else cpu), 'cpu', 'cuda'.")
     threads: Optional[int] = Field(

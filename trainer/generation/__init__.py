@@ -5,7 +5,7 @@ trainer, and pushes the trainer's new weights into whatever samples them.
                     the free-running pipeline (async_timing wall)
     pipeline_data.py  the pipeline timed by the data (async_timing data): a seed replays its run
     feeders.py      which ranks generate a step's rollouts, and how their shares are joined
-    rollout.py      the Generator contract and the backend registry (`rollout.backend`);
+    rollout.py      the configured backend's generator (`rollout.backend`: trainer/torch_axes.py);
                     "hf": a lean sampling loop over any HF causal LM
     sampler.py      the hf backend's decode loop (static KV cache)
     weights.py      how the hf generator's own copy takes pushed weights

@@ -1,4 +1,5 @@
-"""Off-policy modes (`off_policy.mode`): where each optimizer step's batch comes from.
+"""Off-policy modes (`off_policy.mode`, registered by name in trainer/torch_axes.py): where
+each optimizer step's batch comes from.
 
 ppo_off_policy (PPO-off-policy-k): generate k steps' worth of prompts with the current weights,
 then take k optimizer steps on its minibatches (k=1 is plain on-policy).
@@ -26,7 +27,6 @@ from trainer.config import TrainConfig
 from trainer.dist.groups import all_reduce_floats, rank, world_size
 from trainer.algo.length import generate_rollout
 from trainer.algo.pool import DataPosition
-from trainer.registry import Registry
 from trainer.generation.rollout import make_generator
 from trainer.rollouts import Generator, Rollout
 from trainer.dist import preempt
@@ -64,9 +64,6 @@ class Source(Protocol):
         generator and its engines stay up for the last eval until close()."""
 
     def close(self) -> None: ...
-
-
-MODES: Registry[Callable[[Context], Source]] = Registry("off_policy.mode")
 
 
 def draw(ctx: Context, n_prompts: int, share: int = 0, count: int = 1,
@@ -111,7 +108,6 @@ def split(batch: Batch, k: int, g: int) -> list[Batch]:
     return out
 
 
-@MODES.register("ppo_off_policy")
 class PPOOffPolicy:
     """One big generation (k x prompts_per_step prompts), then k optimizer steps on its parts.
 
@@ -286,11 +282,6 @@ def _join_push(model: nn.Module) -> None:
     """On a rank without the engine: take part in rank 0's push (ZeRO-3 gathers each
     parameter from every rank's shard, a collective; a no-op for unpartitioned models)."""
     join_weight_gathers(model)
-
-
-# PipelineRL-k: trainer/generation/pipeline_data.py `pipeline` picks the data-timed source there or the
-# free-running one below by rollout.async_timing (by name: that module builds on this one).
-MODES.register_lazy("pipeline", "trainer.generation.pipeline_data:pipeline")
 
 
 class Pipeline:

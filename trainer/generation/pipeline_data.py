@@ -64,7 +64,7 @@ class _Stopped(Exception):
 
 
 def pipeline(ctx: Context) -> Source:
-    """off_policy.mode pipeline (registered in trainer/generation/offpolicy.py MODES):
+    """off_policy.mode pipeline (registered in trainer/torch_axes.py MODES):
     PipelineRL-k timed by the data (DataPipeline below, reproducible) or by the wall clock
     (offpolicy.Pipeline)."""
     return Pipeline(ctx) if ctx.config.rollout.timing == "wall" else DataPipeline(ctx)

@@ -4,7 +4,8 @@ The contract other backends plug into (vLLM lives in `trainer.generation.vllm_en
 trainer/rollouts.py's: `Generation` and the `Generator` protocol (generate, sync_weights);
 `Rollout`, a generation with its length control applied (trainer/algo/length.py), is what the
 loop trains on. Length control, the fp32 head choice for the trainer, rewards and losses live
-outside the backends so every backend gets them. Here: the backend registry and "hf".
+outside the backends so every backend gets them. Here: the configured backend's generator (`make_generator`; the
+backends are registered by name in trainer/torch_axes.py) and "hf".
 
 "hf" is a lean sampling loop over any HF causal LM: one prefill, then one forward per token with a
 KV cache and no per-token Python beyond sampling (HF generate() pays a lot of per-step overhead at
@@ -28,14 +29,11 @@ from trainer.dist import preempt
 from trainer.config import TrainConfig
 from trainer.dist.groups import world_size
 from trainer.models.precision import LMHead
-from trainer.registry import Registry
+from trainer.torch_axes import BACKENDS
 from trainer.rollouts import Generation, Generator, WeightPlan
 from trainer.generation.sampler import left_pad, static_sampler
 
 
-GeneratorFactory = Callable[..., Generator]  # (config, model, tokenizer) -> Generator
-BACKENDS: Registry[GeneratorFactory] = Registry("rollout.backend")
-BACKENDS.register_lazy("vllm", "trainer.generation.replicas:make_vllm_generator")
 
 
 def make_generator(config: TrainConfig, model: nn.Module, tokenizer, *,
@@ -47,7 +45,6 @@ def make_generator(config: TrainConfig, model: nn.Module, tokenizer, *,
     return BACKENDS.get(config.rollout.backend)(config, model, tokenizer)
 
 
-@BACKENDS.register("hf")
 class HFGenerator:
     """KV-cached sampling loop over an HF causal LM (shared with the trainer or its own copy)."""
 

@@ -39,7 +39,8 @@ from trainer.dist.abort import FailFast, error_line, exit_soon
 from trainer.dist.binding import bind_devices, job_topology
 from trainer.dist.groups import broadcast_object, read_env, world_size
 from trainer.generation.feeders import step_batch
-from trainer.generation.offpolicy import MODES, Context, concat
+from trainer.generation.offpolicy import Context, concat
+from trainer.torch_axes import MODES
 from trainer.generation.vllm_args import check_vllm_version
 from trainer.loop.accounting import Budget, count_generation
 from trainer.loop.checkpoint import Checkpoints
