@@ -8,7 +8,8 @@ registry it reads is torch-free: loss.type, loss.aggregation, advantage.normaliz
 length.control, data.curriculum and the task kinds register with a decorator beside their
 torch-free functions (trainer/algo/, trainer/tasks.py); engine.type, off_policy.mode and
 rollout.backend, whose implementations import torch, register `module:name` lazily in
-trainer/torch_axes.py.
+trainer/torch_axes.py. (`logging.backends` reads trainer/trackers.py's BACKENDS, a plain dict:
+each tracker imports its package only when opened.)
 """
 
 from __future__ import annotations

@@ -30,10 +30,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
-from trainer.config import TrainConfig
 from trainer.rundir import STEP, read_identity, read_status, write_trackers
+
+if TYPE_CHECKING:  # types only: the config reads BACKENDS for the names `logging.backends` takes
+    from trainer.config import TrainConfig
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,11 @@ from typing import Literal, Optional
 from pydantic import Field, model_validator
 
 from trainer.config_parts.base import Strict
+from trainer.trackers import BACKENDS
+
+# The trackers a run may log to are trainer/trackers.py's (each imports its package only when
+# opened, so reading the names imports none of them).
+Tracker = Literal[tuple(BACKENDS)]  # type: ignore[valid-type]
 
 
 class EvalConfig(Strict):
@@ -105,7 +110,7 @@ class LoggingConfig(Strict):
     study name = W&B group / MLflow experiment. A tracker that fails is switched off with a
     warning; it never stops the run. Not part of the run id: logging changes no result."""
 
-    backends: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
+    backends: list[Tracker] = Field(
         default_factory=list,
         description="Trackers: tensorboard (event files), wandb, mlflow. wandb and mlflow are "
         "optional extras: pip install 'ablate[trackers]'.",
