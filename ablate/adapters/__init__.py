@@ -9,6 +9,15 @@ here at once and `ablate` still runs without TRL or verl installed.
 
 The adapters import nothing of ablate.studies, ablate.analysis or ablate.cli
 (tests/test_layer_direction.py): the study layer and the analysis both call them.
+
+    base.py       the `trainer:` block and the Adapter protocol
+    builtin/      the built-in trainer (trainer/)
+    foreign.py    what a trainer run as a program shares: trl.py (trl_entry.py: one TRL run
+                  from flags), verl.py, command.py (any program)
+    study.py      those trainers' studies: flat keys, their base config and runs
+    runner.py     runs one variant on such a trainer and follows its log; child.py: its
+                  process, in a process group of its own
+    curve.py      reads its curve; budget.py: the budgets ablate measures for it
 """
 
 from __future__ import annotations

@@ -1,8 +1,20 @@
 """The `ablate` command line: a thin typer shell over the typed Python API.
 
-Each area registers its commands from its own module (curves, sweep, status, tune, run...) so the CLI stays
-one small file per concern. `main()` maps `InputError` and every usage error to one line on
-stderr and exit code 2 (no traceback), whatever typer/click version is installed.
+Each area registers its commands from its own module so the CLI stays one small file per
+concern. `main()` maps `InputError` and every usage error to one line on stderr and exit code 2
+(no traceback), whatever typer/click version is installed.
+
+    app.py        the typer application and the options every command shares
+    curves.py     `fit`, `compare`, `extrapolate`         plan.py     `plan`
+    sweep.py      `sweep` (plain and adaptive)            dryrun.py   `sweep --dry-run`
+    split_text.py the dry run's line on a run's split     within.py   `sweep --within`
+    waiting.py    `sweep --wait`'s end (Ctrl-C, failed runs); live.py: its live view
+    status.py     `status`, `schema`                      init.py     `init`
+    tune.py       `tune`                                  run.py      `run`
+    report.py     `report`                                watch.py    `watch`
+    render.py, tables.py  the terminal tables; width.py: the one width every command prints at
+    delayed_progress.py  a bar shown only for slow work; usage.py: usage errors and help text
+                  alike on every typer/click version
 """
 
 from __future__ import annotations

@@ -16,6 +16,11 @@ choice is unambiguous, or as given by --x/--y: the rules, shared with plain tabl
 ablate/readers/columns.py), converts steps to compute with a per-step cost when only steps are
 logged, and says what it picked. A reader claims a file only by marks of its own format (a CSV
 of `run,step,...` with none of W&B's is a plain table, read as one).
+
+    wandb_csv.py, wandb_history.py, mlflow_store.py, tensorboard.py, jsonl_logs.py (verl's
+    file logger, flat JSONL, HF trainer_state.json): one reader each, in `READERS` below;
+    common.py: the `Wide` frame they return; pick.py and columns.py: the score and compute
+    columns
 """
 
 from __future__ import annotations

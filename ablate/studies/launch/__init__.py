@@ -8,6 +8,16 @@ protocol; tests/test_executor_names.py that no shared module names one). Job ids
 with their executor's name (`slurm:123_4`, `local:4567`) so `ablate status` asks the right
 scheduler. Profile validation, the `--executor` check, the default, submission and status
 all read this one table; so do the modules that ask for an optional capability (`gpu_nodes`).
+
+    executor.py   the Executor protocol and its optional capabilities (GpuNodes)
+    profile.py    launch profiles (sweeps/*.yaml): which executor, one section each
+    job.py        the callable every job runs: its runs in order, requeued on preemption
+    local.py      background processes on this machine (submitit's LocalExecutor)
+    debug.py      every job in this process, in order (a debugger's post-mortem)
+    slurm.py      Slurm job arrays (submitit); slurm_profile.py: its `slurm:` section, job
+                  shape and words; slurm_nodes.py: a partition's usable nodes (`sinfo`);
+                  slurm_gpu_nodes.py: its GpuNodes capability
+    ray.py        each run a Ray job; ray_job.py: what that job runs on every rank
 """
 
 from __future__ import annotations
