@@ -72,4 +72,4 @@ def test_the_paper_plan_on_one_node_evaluates_on_two_of_four_engines():
     assert t.step_s == t.generation_s  # generation-bound: the eval costs half its duration
     assert t.eval_cost_s == pytest.approx(t.eval_s / 2)
     assert t.eval_s < t.eval_interval_s  # ends before the next is due
-    assert any("eval on 2 of rank 0's node's 4 engine(s)" in a for a in t.assumptions)
+    assert any("eval on 2 of rank 0's node's 4 engines" in a for a in t.assumptions)

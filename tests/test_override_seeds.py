@@ -49,7 +49,7 @@ def test_bad_seeds_override_is_one_line_naming_the_override(value, says):
 def test_bad_seeds_override_from_the_cli_exits_2_without_traceback(tmp_path):
     r = cli("sweep", LOSS_AGG, "--override", "seeds=[0,0]", "--results", str(tmp_path), timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
-    assert "--override seeds=[0,0]: seeds: seed(s) [0] listed twice" in r.stderr
+    assert "--override seeds=[0,0]: seeds: seed 0 listed twice" in r.stderr
     assert not any(tmp_path.iterdir())  # nothing written
 
 

@@ -238,7 +238,7 @@ def test_dry_run_says_where_engines_run_and_which_gpus_idle():
     # Fewer engines than generation GPUs leave the rest idle on every node, and say so.
     two = plan_of(small(rollout__vllm__data_parallel_replicas=2), shape).note
     assert "4 of the job's 16 GPUs are idle (2 on rank 0's node, 2 on the other node)" in two, two
-    assert "2 engine(s) x tensor_parallel_size 1 use 2 of each node's 4 generation GPUs" in two
+    assert "2 engines x tensor_parallel_size 1 use 2 of each node's 4 generation GPUs" in two
     # ppo_off_policy: the same split, every node's engines making its share of each big
     # generation (k steps' prompt groups), none idle.
     ppo = plan_of(small(off_policy__mode="ppo_off_policy"), shape).note

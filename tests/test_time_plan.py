@@ -113,7 +113,7 @@ def test_every_nodes_engines_generate_in_pipeline_mode_and_every_eval_on_all_of_
     assert two.eval_s == pytest.approx(one.eval_s / 4, rel=1e-3)  # 8 engines, not 2
     assert two.eval_blocks_training and two.eval_cost_s == two.eval_s
     assert not one.eval_blocks_training and one.eval_cost_s < one.eval_s
-    assert any("4 engine(s) of 1 GPU(s) on each of 2 nodes" in a for a in two.assumptions)
+    assert any("4 engines of 1 GPU on each of 2 nodes" in a for a in two.assumptions)
     assert any("eval on all 8 engines of the 2 nodes" in a for a in two.assumptions)
 
 

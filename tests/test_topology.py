@@ -156,7 +156,7 @@ def test_what_the_engines_are_sent_and_the_idle_gpus_said():
     note = placement_note(c, shape(), t)
     assert note.startswith("3 vLLM engines of 1 GPU each on every node (2 nodes, 6 in all)")
     assert "2 of the job's 16 GPUs are idle (1 on rank 0's node, 1 on the other node)" in note
-    assert "3 engine(s) x tensor_parallel_size 1 use 3 of each node's 4 generation GPUs" in note
+    assert "3 engines x tensor_parallel_size 1 use 3 of each node's 4 generation GPUs" in note
 
 
 # --- rollout.vllm.generation_gpus: auto (trainer/plan/split_choice.py) -------------------------

@@ -15,6 +15,7 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from trainer.counted import count
 from trainer.registry import Registry
 
 if TYPE_CHECKING:  # types only: the config reads TASKS for the task kinds it accepts
@@ -177,8 +178,8 @@ def math_task(cfg: TaskConfig) -> Task:
                      difficulty=_difficulty(r.get("level"), r[pcol]))
              for _, r in rows.iterrows()]
     if len(probs) < 2:
-        raise ValueError(f"task.path {cfg.path}: {len(probs)} usable problem(s); need at least 2 "
-                         "(training and held-out sets are disjoint)")
+        raise ValueError(f"task.path {cfg.path}: {count(len(probs), 'usable problem')}; need at "
+                         "least 2 (training and held-out sets are disjoint)")
     n_eval = min(cfg.num_eval_prompts, max(1, len(probs) // 5))
     return Task(train=probs[n_eval: n_eval + cfg.num_train_prompts], eval=probs[:n_eval],
                 score=_math_verify)

@@ -115,7 +115,9 @@ class Study(Strict):
     def _unique_seeds(cls, v: list[int]) -> list[int]:
         dup = sorted({s for s in v if v.count(s) > 1})
         if dup:
-            raise ValueError(f"seed(s) {dup} listed twice; each seed once")
+            said = ", ".join(map(str, dup))
+            raise ValueError(f"{'seed' if len(dup) == 1 else 'seeds'} {said} listed twice; "
+                             "each seed once")
         return v
 
 

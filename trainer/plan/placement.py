@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 
 from trainer.config import TrainConfig
+from trainer.counted import count
 from trainer.plan.topology import JobShape, Topology
 
 
@@ -104,7 +105,7 @@ def rows_per_engine(c: TrainConfig, t: Topology) -> int:
 def _where(c: TrainConfig, t: Topology, gpus: int) -> str:
     """Where the engines run and what they serve (the placement sentence's first half)."""
     replicas, nodes = len(t.engines), t.engine_nodes
-    n = f"{replicas} vLLM engine{'s' if replicas > 1 else ''}"
+    n = count(replicas, "vLLM engine")
     size = ("" if gpus < 2 else f" of {t.tp} GPUs (tensor parallel)" if t.tp > 1 else
             f" of 1 GPU{' each' if replicas > 1 else ''}")
     if nodes > 1:
@@ -138,7 +139,7 @@ def placement_note(c: TrainConfig, shape: JobShape, t: Topology) -> str:
     why, gen, used = [], len(t.generation), len(t.engines) * t.tp
     if t.own_gpus and used < gen:
         node = "each node's" if t.engine_nodes > 1 else "rank 0's node's"
-        why.append(f"{len(t.engines)} engine(s) x tensor_parallel_size {t.tp} use {used} "
+        why.append(f"{count(len(t.engines), 'engine')} x tensor_parallel_size {t.tp} use {used} "
                    f"of {node} {gen} generation GPUs")
     if shape.ranks_per_node < len(t.training):
         why.append(f"tasks_per_node={shape.ranks_per_node} starts fewer ranks than the node's "

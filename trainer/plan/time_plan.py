@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 
 from trainer.config import TrainConfig
+from trainer.counted import count
 from trainer.plan.memory import on_cpu
 from trainer.plan.model_shape import ModelShape, model_shape, proxy_shape
 from trainer.plan.placement import (dealt_groups, eval_engines, eval_rows, fleet_eval,
@@ -103,8 +104,8 @@ def _gpu_step(c: TrainConfig, m: ModelShape, topo: Topology, limits: Limits,
                                               bw_eff=DECODE_BW_EFFICIENCY)
         gen_gpus, eval_gpus = dealt * replicas * size, replicas * size
         on = f" on each of {nodes} nodes" if nodes > 1 else ""
-        tp.assumptions.append(f"{replicas} engine(s) of {size} GPU(s){on}, {b:.0f} sequences "
-                              "decoding at once each")
+        tp.assumptions.append(f"{count(replicas, 'engine')} of {count(size, 'GPU')}{on}, "
+                              f"{b:.0f} sequences decoding at once each")
         # eval: every node's engines (fleet_eval), else rank 0's node's
         eval_engines_n = replicas * (nodes if fleet_eval(c, topo) else 1)
         eval_b = engine_concurrency(c, m, topo, math.ceil(eval_rows(c) / eval_engines_n), foot)
@@ -157,8 +158,8 @@ def eval_cost_s(c: TrainConfig, tp: TimePlan, replicas: int) -> None:
     eval: it blocks training for its whole duration. Sets eval_s (the eval's own duration),
     eval_cost_s (wall per eval, read by _to_budget) and, for R = 1, eval_blocks_training."""
     e = eval_engines(replicas)
-    tp.assumptions.append(f"eval on {e} of rank 0's node's {replicas} engine(s), pinned at its "
-                          "step's weights (no pushes there while it decodes)")
+    tp.assumptions.append(f"eval on {e} of rank 0's node's {count(replicas, 'engine')}, pinned "
+                          "at its step's weights (no pushes there while it decodes)")
     if replicas == 1 or not tp.eval_s:
         tp.eval_cost_s = tp.eval_s
         tp.eval_blocks_training = True
