@@ -232,6 +232,9 @@ TRAINER_FORBIDDEN = {
     "trainer.rollouts": ("trainer.generation", "trainer.algo", "trainer.models"),
     "trainer.config": ("trainer.generation", "trainer.evaluate", "trainer.policy",
                        "trainer.warmup", "trainer.plan", "trainer.loop"),
+    # the names of the torch axes sit below what implements them (imported by name on use)
+    "trainer.torch_axes": ("trainer.generation", "trainer.engine", "trainer.engine_deepspeed",
+                           "trainer.loop", "trainer.models", "trainer.config"),
 }
 
 
