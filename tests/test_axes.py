@@ -9,9 +9,10 @@ Two kinds of test per axis:
     config names and nothing else, and what the implementation returned on the loop's own data
     matches the same formula recomputed here in numpy.
 
-Axes (trainer/config.py Literals and the study YAMLs in recipes/): loss.type, loss.aggregation,
-advantage.normalization, data.zero_variance_filter, data.no_positive_resampling,
-data.curriculum, precision.*_lm_head_fp32, off_policy.mode / k, length.control.
+Axes (the registries trainer/config_parts/ reads their names from, and the study YAMLs in
+recipes/): loss.type, loss.aggregation, advantage.normalization, data.zero_variance_filter,
+data.no_positive_resampling, data.curriculum, precision.*_lm_head_fp32, off_policy.mode / k,
+length.control.
 """
 
 from __future__ import annotations

