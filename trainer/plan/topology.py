@@ -35,12 +35,13 @@ The rules:
   training nodes (ScaleRL, arXiv 2510.13786). Training nodes come first (node 0 holds training
   rank 0, as the launcher numbers ranks), one rank per GPU, so training's collectives stay
   on NVLink inside a node where the ZeRO group fits it; the last `generation_nodes` nodes
-  run engines on every GPU. As PipelineRL and prime-rl place them: inference servers on
-  nodes of their own, the trainer's weights broadcast to them over one NCCL group across
-  nodes (PipelineRL pipelinerl/launch.py, world.py: actor/preprocessor/trainer GPUs by
-  node; prime-rl: separate `inference` and `trainer` deployments, weights to the servers
-  through its weight broadcast). No GPU holds both a training rank and an engine, so no
-  NCCL group has two ranks on one GPU. Planned here (memory, time, `auto`); the trainer
+  run engines on every GPU. So PipelineRL places them (ServiceNow/PipelineRL 58d3934
+  pipelinerl/world.py:70-71 and 230-250: vLLM servers fill whole nodes from the last one
+  down, the finetune ranks take the GPUs left, 84-91; one weight-update group of the trainer
+  and every server GPU, 192), and prime-rl (PrimeIntellect-ai/prime-rl 559b447
+  docs/scaling.md:201-207: `[deployment] type = "multi_node"`, num_train_nodes and
+  num_infer_nodes). No GPU holds both a training rank and an engine, so no NCCL group has
+  two ranks on one GPU. Planned here (memory, time, `auto`); the trainer
   does not start a role layout yet (trainer/validate.py _node_roles refuses it at start).
 - hf: every GPU trains; generation runs in the training ranks (no engines).
 - An engine's tensor-parallel group stays inside a node (TP all-reduces every layer: NVLink,
