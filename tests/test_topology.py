@@ -184,7 +184,7 @@ def test_auto_picks_six_generating_two_training_gpus_for_the_paper_recipe():
       (g = 7 does not fit; g = 5 is generation-bound)."""
     c = paper()
     ch = choose_split(c, JobShape(**H100, ranks_auto=True))
-    by = {o.generation_gpus: o for o in ch.options if not o.generation_nodes}  # the splits
+    by = {o.generation_gpus: o for o in ch.options}
     assert by[7].train_gib == pytest.approx(89.36, abs=0.02) and "89.35 GiB of 80" in by[7].out
     assert by[6].train_gib == pytest.approx(58.85, abs=0.02) and by[6].fits and not by[6].out
     G, T = by[1].generation_s, by[1].train_s * 7
@@ -207,7 +207,7 @@ def test_auto_with_the_ranks_fixed_and_a_set_split():
     c = paper()
     assert choose_split(c, JobShape(**H100, ranks_per_node=4)).generation_gpus == 4
     assert [o.generation_gpus for o in choose_split(c, JobShape(**H100, ranks_per_node=4))
-            .options if not o.generation_nodes] == [1, 2, 3, 4]
+            .options] == [1, 2, 3, 4]
     launched = topology(c, JobShape(**H100, ranks_per_node=2))  # what the dry run chose
     assert launched.generation == tuple(range(6)) and launched.training == (6, 7)
     assert topology(paper(generation_gpus=3), JobShape(**H100, ranks_auto=True)).training == \
@@ -280,15 +280,16 @@ def test_auto_weighs_node_roles_by_the_same_plans():
     to, it takes 8 + 2 for the paper recipe on 10 nodes: generation on 64 engines of 12
     sequences each beats 60 of 14 by less than training on 16 ranks loses to 20."""
     c, at = paper(), JobShape(**PAPER10, ranks_auto=True)
-    ch = choose_split(c, at)
-    assert ch.generation_nodes == 0 and ch.generation_gpus == 6
-    roles = {o.generation_nodes: o for o in ch.options if o.generation_nodes}
+    ch = choose_split(c, at)  # today's choice: node roles not even planned
+    assert (ch.generation_nodes, ch.generation_gpus) == (0, 6)
+    assert not any(o.generation_nodes for o in ch.options)
+    free = choose_split(c, at, roles=True)
+    roles = {o.generation_nodes: o for o in free.options if o.generation_nodes}
     assert sorted(roles) == list(range(1, 10)) and not any(o.out for o in roles.values())
     four = ch.option(4)
     assert roles[5].step_s == pytest.approx(four.step_s, rel=1e-9)
     assert roles[5].train_s == pytest.approx(four.train_s, rel=1e-9)
-    assert ch.best_roles().generation_nodes == 8
-    free = choose_split(c, at, roles=True)
+    assert free.best_roles().generation_nodes == 8
     assert (free.generation_nodes, free.generation_gpus) == (8, 8)
     assert roles[8].step_s < ch.option(6).step_s and roles[8].train_s > ch.option(6).train_s
     assert [o.generation_nodes for o in free.neighbours()] == [7, 9]

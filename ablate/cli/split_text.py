@@ -48,10 +48,10 @@ def _elsewhere(c: TrainConfig, shape: JobShape, got: int) -> str:
     return f"; auto{how} would choose {_pair(o)}, step {dur(o.step_s)}{vs}"
 
 
-def _roles(ch: SplitChoice, shape: JobShape) -> str:
-    """The best node-roles candidate where `auto` weighed them but chose a per-node split
+def _roles(c: TrainConfig, ch: SplitChoice, shape: JobShape) -> str:
+    """The best node-roles layout where `auto` chose a per-node split without weighing them
     (trainer/plan/topology.py ROLES_RUN: the trainer does not start node roles yet)."""
-    o = ch.best_roles()
+    o = choose_split(c, shape, roles=True).best_roles()
     if ch.generation_nodes or o is None:
         return ""
     n, mine = o.generation_nodes, ch.chosen()
@@ -86,7 +86,7 @@ def split_lines(c: Any, shape: JobShape) -> list[str]:
     step = f": step {dur(mine.step_s)}" if mine is not None and mine.step_s else ""
     near = ", ".join(_option(o) for o in ch.neighbours())
     return [f"{head} (rollout.vllm.generation_gpus {ch.why}{pinned}){step}"
-            + (f"; neighbours {near}" if near else "") + _roles(ch, shape) + _elsewhere(c, shape, g)]
+            + (f"; neighbours {near}" if near else "") + _roles(c, ch, shape) + _elsewhere(c, shape, g)]
 
 
 def split_json(c: Any, shape: JobShape) -> Optional[dict[str, Any]]:
@@ -101,9 +101,12 @@ def split_json(c: Any, shape: JobShape) -> Optional[dict[str, Any]]:
         return None
     set_to = c.rollout.vllm.generation_gpus
     ch: SplitChoice = choose_split(_auto(c) if set_to != "auto" else c, shape)
+    weighed = choose_split(_auto(c) if set_to != "auto" else c, shape, roles=True)
+    options = ch.options + tuple(o for o in weighed.options
+                                 if o.generation_nodes and o not in ch.options)
     return {"layout": t.layout(), "generation_nodes": t.generation_nodes or None,
             "generation_gpus": len(t.generation), "training_gpus": len(t.training),
             "ranks_per_node": t.shape.ranks_per_node,
             "set": set_to if set_to != "auto" else None, "why": ch.why,
-            "options": [o.to_json() for o in ch.options]}
+            "options": [o.to_json() for o in options]}
 

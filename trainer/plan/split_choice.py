@@ -22,9 +22,10 @@ too on a job of >= 2 nodes: every count of generation nodes, 1 .. nodes - 1, pla
 way (`role_choices`). On a tie the per-node split wins (the layout that moves no weights over
 the network). The trainer does not start a role layout yet (the processes of a generation node,
 the weight push across nodes and a launch of unequal tasks per node are not built: issue 46
-point 7), so until ROLES_RUN is set `auto` weighs them and the dry run names the best one
-beside its choice, but chooses among the per-node splits only: a layout chosen here must be one
-the job it launches can start.
+point 7), so until ROLES_RUN is set `auto` chooses among the per-node splits only (a layout
+chosen here must be one the job it launches can start) and does not plan the role layouts at
+all (validation and the plans stay as cheap as before); the dry run asks for them
+(`choose_split(..., roles=True)`) to name the best one beside the choice.
 
 Where nothing can be planned (model shape unknown) the split is the GPUs the launched ranks
 leave, or half under `tasks_per_node: auto`, and the choice says why. Pure Python (no torch).
@@ -175,8 +176,9 @@ CACHE_SIZE = 512
 
 
 def choose_split(c: TrainConfig, shape: JobShape, roles: bool = ROLES_RUN) -> SplitChoice:
-    """The split `auto` resolves to on `shape` (module doc). Cached by the config's content:
-    the plans call `topology` several times a variant, and a sweep plans thousands."""
+    """The split `auto` resolves to on `shape` (module doc); `roles`: node roles planned and
+    chosen too. Cached by the config's content: the plans call `topology` several times a
+    variant, and a sweep plans thousands."""
     key = (c.model_dump_json(), shape, roles)
     if key not in _CACHE:
         if len(_CACHE) >= CACHE_SIZE:
@@ -189,10 +191,10 @@ def _choose(c: TrainConfig, shape: JobShape, roles: bool) -> SplitChoice:
     gpus = shape.gpus_per_node or 0
     choices = split_choices(c, shape)
     options = tuple(plan_option(c, shape, g) for g in choices) + tuple(
-        plan_option(c, shape, gpus, n) for n in role_choices(c, shape))
+        plan_option(c, shape, gpus, n) for n in (role_choices(c, shape) if roles else ()))
     if not options:
         return SplitChoice(None, _no_room(shape))
-    ok = [o for o in options if not o.out and (roles or not o.generation_nodes)]
+    ok = [o for o in options if not o.out]
     if ok:
         best = min(o.step_s for o in ok)
         # a tie: the per-node split first (no weights over the network), then more generating
