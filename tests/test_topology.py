@@ -266,8 +266,8 @@ def test_node_roles_put_every_engine_and_every_rank_on_nodes_of_their_own():
     with pytest.raises(ValueError, match="local rank 1 on generation node 9.*one process"):
         plan_binding(t, names, rank=30, world_size=24, node=9, local_rank=1, local_world_size=2)
     note = placement_note(paper(generation_nodes=8), t.shape, t)
-    assert note.startswith("8 vLLM engines of 1 GPU each on each of 8 generation nodes (the "
-                           "other 2 train, 16 ranks) (64 in all) serve the job's rollouts, "
+    assert note.startswith("8 vLLM engines of 1 GPU each on each of 8 generation nodes (64 in "
+                           "all; the other 2 nodes train, 16 ranks) serve the job's rollouts, "
                            "each node 6 of a step's 48 prompt groups"), note
 
 

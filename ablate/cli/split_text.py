@@ -34,15 +34,15 @@ def _auto(c: TrainConfig) -> TrainConfig:
     return c.model_copy(update={"rollout": c.rollout.model_copy(update={"vllm": vllm})})
 
 
-def _elsewhere(c: TrainConfig, shape: JobShape, got: int) -> str:
+def _elsewhere(c: TrainConfig, shape: JobShape, got: int, nodes: int = 0) -> str:
     """What `auto` would choose where the run does not choose it: a set split, or ranks per
     node the profile fixes (the candidates they leave); "" when it is the same split."""
     free = replace(shape, ranks_auto=True)
     other = choose_split(_auto(c), free)
     o = other.chosen()
-    if o is None or o.key == (0, got):
+    if o is None or o.key == (nodes, got):
         return ""
-    mine = plan_option(c, shape, got, set_roles(c) or 0)  # the run's own layout, own ranks
+    mine = plan_option(c, shape, got, nodes)  # the run's own layout on its own ranks
     vs = f" against {dur(mine.step_s)}" if mine.step_s else ""
     how = ("" if shape.ranks_auto else " with slurm.tasks_per_node: auto")
     return f"; auto{how} would choose {_pair(o)}, step {dur(o.step_s)}{vs}"
@@ -74,7 +74,8 @@ def split_lines(c: Any, shape: JobShape) -> list[str]:
     head = f"  {t.layout()}"
     set_to = c.rollout.vllm.generation_gpus
     if set_roles(c) is not None:
-        return [f"{head} (rollout.vllm.generation_nodes as set){_elsewhere(c, shape, g)}"]
+        return [f"{head} (rollout.vllm.generation_nodes as set)"
+                + _elsewhere(c, shape, g, t.generation_nodes)]
     if set_to != "auto":
         how = "as set" if set_to is not None else "null: half"
         return [f"{head} (rollout.vllm.generation_gpus {how}){_elsewhere(c, shape, g)}"]
@@ -86,7 +87,8 @@ def split_lines(c: Any, shape: JobShape) -> list[str]:
     step = f": step {dur(mine.step_s)}" if mine is not None and mine.step_s else ""
     near = ", ".join(_option(o) for o in ch.neighbours())
     return [f"{head} (rollout.vllm.generation_gpus {ch.why}{pinned}){step}"
-            + (f"; neighbours {near}" if near else "") + _roles(c, ch, shape) + _elsewhere(c, shape, g)]
+            + (f"; neighbours {near}" if near else "") + _roles(c, ch, shape)
+            + _elsewhere(c, shape, g, t.generation_nodes)]
 
 
 def split_json(c: Any, shape: JobShape) -> Optional[dict[str, Any]]:

@@ -112,15 +112,15 @@ def _where(c: TrainConfig, t: Topology, gpus: int) -> str:
         host = ("on each node's local rank 0's GPU, shared with its trainer rank" if gpus == 1
                 else "on each node's local rank 0's machine" if not gpus else "on every node")
         if t.roles:
-            host = (f"on each of {nodes} generation node{'s' if nodes > 1 else ''} (the "
-                    f"other {t.training_nodes} train, {t.training_ranks} ranks)")
+            host = f"on each of {nodes} generation node{'s' if nodes > 1 else ''}"
         dealt = shares(dealt_groups(c), nodes)
         share = (f"{dealt[0]}" if dealt[0] == dealt[-1] else f"{dealt[-1]}-{dealt[0]}")
         of = (f"a step's {c.rollout.prompts_per_step}" if c.off_policy.mode == "pipeline" else
               f"each generation's {dealt_groups(c)} ({c.off_policy.k} steps', then "
               f"{c.off_policy.k} training steps)")
-        total = f" ({nodes} nodes, {nodes * replicas} in all)" if not t.roles else (
-            f" ({nodes * replicas} in all)" if nodes > 1 else "")
+        total = (f" ({nodes} nodes, {nodes * replicas} in all)" if not t.roles else
+                 f" ({nodes * replicas} in all; the other {t.training_nodes} node"
+                 f"{'s' if t.training_nodes > 1 else ''} train, {t.training_ranks} ranks)")
         return (f"{n}{size} {host}{total} serve the "
                 f"job's rollouts, each node {share} of {of} prompt groups, and every eval, "
                 f"all of them at the step's weights with rollouts paused")
