@@ -295,3 +295,19 @@ def test_auto_weighs_node_roles_by_the_same_plans():
     assert [o.generation_nodes for o in free.neighbours()] == [7, 9]
     assert choose_split(c, JobShape(**{**H100, "nodes": 1}, ranks_auto=True), roles=True) \
         .generation_nodes == 0  # one node: no roles to weigh
+
+
+def test_node_roles_give_one_gpu_nodes_engines_of_their_own():
+    """On one-GPU nodes a per-node split has no room (the engine would share the training
+    rank's GPU: refused, two NCCL ranks on one GPU); node roles give the engine a node of its
+    own, planned at vLLM's 0.9 of that GPU, not the shared 0.3."""
+    from trainer.plan.memory import plan
+
+    one = JobShape(nodes=2, ranks_per_node=1, gpus_per_node=1, gpu_memory_gib=80)
+    shared = topology(paper(), one)
+    assert shared.shares_training_gpu and not shared.roles
+    t = topology(paper(generation_nodes=1), one)
+    assert t.roles and t.own_gpus and not t.shares_training_gpu and t.engines == ((0,),)
+    assert t.training_ranks == 1 and t.engine_nodes == 1
+    assert plan(paper(generation_nodes=1), one).generation_where == "own GPUs"
+    assert plan(paper(), one).generation_where == "training GPUs (shared)"
