@@ -240,3 +240,74 @@ def test_vllm_032_scheduler_limits_by_gpu(gib, model, limits):
     not an A100, or >= 160 GiB: 1,024 sequences, 16,384 tokens a step; else (and where the
     GPU is not known) 256 and 8,192."""
     assert scheduler_limits(gib, model) == limits
+
+
+# --- node roles: whole nodes generate, whole nodes train (issue 46 point 4) --------------------
+
+PAPER10 = dict(H100, nodes=10)
+
+
+def test_node_roles_put_every_engine_and_every_rank_on_nodes_of_their_own():
+    """The paper's 64/16 GPUs as 8 generation + 2 training nodes: training nodes first (node
+    0 holds rank 0), one rank per GPU there; 8 one-GPU engines on each generation node, hosted
+    by its one process, which trains nowhere: no GPU holds a rank and an engine."""
+    t = topology(paper(generation_nodes=8), JobShape(**PAPER10, ranks_auto=True))
+    assert t.roles and t.training_nodes == 2 and t.engine_nodes == 8
+    assert t.training == tuple(range(8)) and t.training_ranks == 16 and len(t.engines) == 8
+    assert t.devices == 80 and t.layout() == "node roles: 8 generation + 2 training nodes"
+    assert [t.idle_gpus(n) for n in range(10)] == [0] * 10
+    names = tuple(f"GPU-{i}" for i in range(8))
+    for node in range(10):
+        b = plan_binding(t, names, rank=node * 8, world_size=24, node=node, local_rank=0,
+                         local_world_size=8 if node < 2 else 1)
+        used = {b.gpu} | {g for e in b.engines for g in e}
+        assert (b.gpu is None) == bool(b.engines) == (node >= 2), node
+        assert len(used - {None}) == (8 if node >= 2 else 1) and not b.shared
+    with pytest.raises(ValueError, match="local rank 1 on generation node 9.*one process"):
+        plan_binding(t, names, rank=30, world_size=24, node=9, local_rank=1, local_world_size=2)
+    note = placement_note(paper(generation_nodes=8), t.shape, t)
+    assert note.startswith("8 vLLM engines of 1 GPU each on each of 8 generation nodes (64 in "
+                           "all; the other 2 nodes train, 16 ranks) serve the job's rollouts, "
+                           "each node 6 of a step's 48 prompt groups"), note
+
+
+def test_auto_weighs_node_roles_by_the_same_plans():
+    """Node roles are candidates of `auto` on >= 2 nodes, planned as the splits are. Worked by
+    hand: 5 generation nodes of 8 one-GPU engines and a split of 4 on each of 10 nodes both
+    have 40 engines, each sent 20 sequences (48 groups x 16 over 5 nodes x 8, or 5 groups
+    x 16 over 4 engines on the busiest of 10 nodes), and 40 training ranks: the same step.
+    Until the trainer starts node roles (ROLES_RUN) `auto` chooses a per-node split; allowed
+    to, it takes 8 + 2 for the paper recipe on 10 nodes: generation on 64 engines of 12
+    sequences each beats 60 of 14 by less than training on 16 ranks loses to 20."""
+    c, at = paper(), JobShape(**PAPER10, ranks_auto=True)
+    ch = choose_split(c, at)  # today's choice: node roles not even planned
+    assert (ch.generation_nodes, ch.generation_gpus) == (0, 6)
+    assert not any(o.generation_nodes for o in ch.options)
+    free = choose_split(c, at, roles=True)
+    roles = {o.generation_nodes: o for o in free.options if o.generation_nodes}
+    assert sorted(roles) == list(range(1, 10)) and not any(o.out for o in roles.values())
+    four = ch.option(4)
+    assert roles[5].step_s == pytest.approx(four.step_s, rel=1e-9)
+    assert roles[5].train_s == pytest.approx(four.train_s, rel=1e-9)
+    assert free.best_roles().generation_nodes == 8
+    assert (free.generation_nodes, free.generation_gpus) == (8, 8)
+    assert roles[8].step_s < ch.option(6).step_s and roles[8].train_s > ch.option(6).train_s
+    assert [o.generation_nodes for o in free.neighbours()] == [7, 9]
+    assert choose_split(c, JobShape(**{**H100, "nodes": 1}, ranks_auto=True), roles=True) \
+        .generation_nodes == 0  # one node: no roles to weigh
+
+
+def test_node_roles_give_one_gpu_nodes_engines_of_their_own():
+    """On one-GPU nodes a per-node split has no room (the engine would share the training
+    rank's GPU: refused, two NCCL ranks on one GPU); node roles give the engine a node of its
+    own, planned at vLLM's 0.9 of that GPU, not the shared 0.3."""
+    from trainer.plan.memory import plan
+
+    one = JobShape(nodes=2, ranks_per_node=1, gpus_per_node=1, gpu_memory_gib=80)
+    shared = topology(paper(), one)
+    assert shared.shares_training_gpu and not shared.roles
+    t = topology(paper(generation_nodes=1), one)
+    assert t.roles and t.own_gpus and not t.shares_training_gpu and t.engines == ((0,),)
+    assert t.training_ranks == 1 and t.engine_nodes == 1
+    assert plan(paper(generation_nodes=1), one).generation_where == "own GPUs"
+    assert plan(paper(), one).generation_where == "training GPUs (shared)"

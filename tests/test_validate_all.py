@@ -132,6 +132,19 @@ REFUSED = [
      JobShape(nodes=4, ranks_per_node=4, gpus_per_node=8),
      ["rollout.prompts_per_step=1 x off_policy.k=2 (2 prompt groups a generation) is fewer than "
       "the job's 4 nodes", "off_policy.mode=ppo_off_policy"], "valid: at least 4"),
+    # node roles (trainer/plan/topology.py roles_topology): at least one training node, and
+    # until the trainer starts them (ROLES_RUN), refused by name
+    ({"rollout": {"backend": "vllm", "vllm": {"generation_nodes": 2}}},
+     JobShape(nodes=2, ranks_per_node=8, gpus_per_node=8),
+     ["rollout.vllm.generation_nodes=2 on 2 node(s)", "at least one training node"],
+     "valid: 1..1"),
+    ({"rollout": {"backend": "vllm", "vllm": {"generation_nodes": 1, "generation_gpus": 4}}},
+     JobShape(nodes=2, ranks_per_node=4, gpus_per_node=8),
+     ["rollout.vllm.generation_nodes=1 with rollout.vllm.generation_gpus=4"], "set one of them"),
+    ({"rollout": {"backend": "vllm", "vllm": {"generation_nodes": 8}}},
+     JobShape(nodes=10, ranks_per_node=8, gpus_per_node=8),
+     ["rollout.vllm.generation_nodes=8", "the trainer does not start them yet"],
+     "valid: null"),
 ]
 
 

@@ -22,9 +22,12 @@ from typing import Callable, Optional
 from trainer.config import TrainConfig
 from trainer.plan.placement import dealt_groups
 from trainer.plan.topology import (  # noqa: F401  (JobShape, separate_generation: re-exported)
+    ROLES_RUN,
     JobShape,
     TopologyError,
+    roles_topology,
     separate_generation,
+    set_roles,
     split,
     topology,
 )
@@ -72,6 +75,34 @@ def _generation_split(c: TrainConfig, shape: JobShape) -> Optional[str]:
     return None
 
 
+def _node_roles(c: TrainConfig, shape: JobShape) -> Optional[str]:
+    # trainer/plan/topology.py roles_topology: whole generation nodes beside at least one
+    # training node, on GPUs. The plans (memory, time, `auto`'s candidates) cover node roles;
+    # the trainer does not start them yet (ROLES_RUN): a generation node's process (its
+    # engines' host, in the job's world but in no training group), the weight push from
+    # training rank 0 to other nodes' engines, and a launch of unequal tasks per node (srun
+    # starts tasks_per_node on every node) are not built, so a role job would fail at start.
+    n = set_roles(c)
+    if n is None:
+        return None
+    if isinstance(c.rollout.vllm.generation_gpus, int):
+        return (f"rollout.vllm.generation_nodes={n} with rollout.vllm.generation_gpus="
+                f"{c.rollout.vllm.generation_gpus}: node roles give whole nodes to the engines, "
+                f"a per-node split a share of every node; set one of them (the other to auto)")
+    if shape.gpus_per_node is not None:
+        try:
+            roles_topology(c, shape, n)
+        except TopologyError as e:
+            return str(e)
+    if ROLES_RUN:
+        return None
+    return (f"rollout.vllm.generation_nodes={n}: node roles ({n} generation nodes, the rest "
+            f"training) are planned but the trainer does not start them yet (no process for "
+            f"a generation node, no weight push across nodes, no launch of unequal tasks per "
+            f"node); valid: null (every node split alike: rollout.vllm.generation_gpus auto "
+            f"or a number); the dry run's split line says what the best role layout would plan")
+
+
 def _engine_on_training_gpu(c: TrainConfig, shape: JobShape) -> Optional[str]:
     # trainer/plan/topology.py (module doc): a vLLM engine on a training rank's GPU (a one-GPU
     # node) gets its weights over an NCCL group of that rank and the engine's workers
@@ -98,7 +129,7 @@ def _engine_on_training_gpu(c: TrainConfig, shape: JobShape) -> Optional[str]:
 def _engines(c: TrainConfig, shape: JobShape) -> Optional[str]:
     # trainer/plan/topology.py: the engines' tensor-parallel groups and replicas the node's
     # generation GPUs cannot hold (the binding at start raises the same).
-    if _generation_split(c, shape):
+    if _generation_split(c, shape) or _node_roles(c, shape):
         return None
     try:
         topology(c, shape)
@@ -134,12 +165,15 @@ def prompts_per_node(c: TrainConfig, shape: JobShape) -> Optional[str]:
     would hold its engines idle and its stream would wait for nothing (trainer/generation/
     feeders.py holds the feeders it finds at start to this rule too)."""
     n, per_call = shape.nodes, dealt_groups(c)
+    if set_roles(c) is not None and 1 <= set_roles(c) < n:  # only the generation nodes deal
+        n = set_roles(c)
     if not separate_generation(c) or n <= 1 or per_call >= n:
         return None
     what = (f"rollout.prompts_per_step={per_call}" if c.off_policy.mode == "pipeline" else
             f"rollout.prompts_per_step={c.rollout.prompts_per_step} x off_policy.k="
             f"{c.off_policy.k} ({per_call} prompt groups a generation)")
-    return (f"{what} is fewer than the job's {n} nodes (rollout.backend=vllm, "
+    gen = "generation " if set_roles(c) is not None else ""
+    return (f"{what} is fewer than the job's {n} {gen}nodes (rollout.backend=vllm, "
             f"off_policy.mode={c.off_policy.mode}: every node's engines generate a share of "
             f"each generation's prompt groups); valid: at least {n}, or fewer slurm.nodes")
 
@@ -147,7 +181,7 @@ def prompts_per_node(c: TrainConfig, shape: JobShape) -> Optional[str]:
 # Each returns the one-line problem, or None. Order: the most fundamental first.
 CHECKS: tuple[Callable[[TrainConfig, JobShape], Optional[str]], ...] = (
     _zero3_pipeline_hf, _chat_template_proxy, _cuda_without_gpus, _generation_split,
-    _ranks_per_gpu, _engines, _engine_on_training_gpu, prompts_per_node,
+    _node_roles, _ranks_per_gpu, _engines, _engine_on_training_gpu, prompts_per_node,
 )
 
 

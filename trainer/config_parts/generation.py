@@ -42,6 +42,15 @@ class VLLMConfig(Strict):
         "A number wins over the plan. None = half, rounded down (the layout before 'auto'). "
         "A one-GPU node is always shared.",
     )
+    generation_nodes: Optional[PositiveInt] = Field(
+        None,
+        description="Node roles (vLLM on several nodes): this many whole nodes run only vLLM "
+        "engines and the job's other nodes only train, one rank per GPU (the paper's 64/16 "
+        "GPUs as 8 generation + 2 training nodes), instead of every node split alike by "
+        "generation_gpus. None = no roles set: generation_gpus decides, and its 'auto' "
+        "weighs the role layouts too (trainer/plan/split_choice.py). Training's collectives "
+        "then stay on the training nodes, the weight push crosses the network.",
+    )
     tensor_parallel_size: Optional[int] = Field(
         None, gt=0,
         description="GPUs per vLLM replica (tensor parallel, inside one node); it must divide "

@@ -196,10 +196,17 @@ def plan_binding(t: Topology, gpus: tuple[str, ...], *, rank: int, world_size: i
     one statement of which GPUs train and which generate, and of the engines) on this node's
     GPUs as the launcher named them; a one-line ValueError when this process has no GPU of
     its own. `gpus`: the node's usable GPUs (usable_gpus), () on CPU."""
-    train = tuple(gpus[i] for i in t.training)
-    gen = tuple(gpus[i] for i in t.generation)
+    # Node roles (topology.py): a generation node holds no training GPU, a training node no
+    # engine GPU; a generation node's one process hosts its engines, on no GPU of its own.
+    gen_node = t.roles and node >= t.training_nodes
+    train = () if gen_node else tuple(gpus[i] for i in t.training)
+    gen = () if t.roles and not gen_node else tuple(gpus[i] for i in t.generation)
     gpu = None
-    if gpus:
+    if gen_node and local_rank:
+        raise ValueError(f"local rank {local_rank} on generation node {node} (node roles: "
+                         f"rollout.vllm.generation_nodes): one process per generation node "
+                         f"hosts its engines, no rank trains there")
+    if gpus and not gen_node:
         if local_rank >= len(train):  # one rank per GPU: never two ranks on one device
             raise ValueError(
                 f"local rank {local_rank} has no GPU of its own: {len(train)} training GPUs on "

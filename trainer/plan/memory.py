@@ -272,9 +272,9 @@ def _vllm_generation(c: TrainConfig, m: ModelShape, t: Topology,
     gpus, gpu = shape.gpus_per_node or 0, shape.gpu_memory_gib
     # The engine's arguments (trainer/generation/vllm_engine.py, see vllm_args.py): 0.3 only on a
     # one-GPU node (a training GPU too; refused on GPUs by trainer/validate.py, planned all the
-    # same); on a multi-GPU node vLLM takes 0.9 of its replica's own generation GPUs.
+    # same); on GPUs of their own (a multi-GPU node's split, or a generation node) vLLM takes 0.9.
     util = c.rollout.vllm.gpu_memory_utilization or (
-        VLLM_UTILIZATION if gpus >= 2 else VLLM_SHARED_UTILIZATION)
+        VLLM_UTILIZATION if t.own_gpus else VLLM_SHARED_UTILIZATION)
     gen, p.kv_sequences = vllm_terms(c, m, t, gpu, util)
     p.generation_where = "own GPUs" if t.own_gpus else "training GPUs (shared)"
     if gpus:

@@ -74,7 +74,8 @@ def fleet_eval(c: TrainConfig, t: Topology) -> bool:
     (trainer/loop/final_eval.py: vLLM on several nodes, each node's feeder over its own
     engines; ppo_off_policy has no rollouts in flight between its steps); elsewhere on rank
     0's engines (pinned, eval_engines)."""
-    return c.rollout.backend == "vllm" and t.engine_nodes >= 2 and bool(t.engines)
+    return (c.rollout.backend == "vllm" and (t.engine_nodes >= 2 or t.roles)
+            and bool(t.engines))
 
 
 def eval_engines(replicas: int) -> int:
@@ -108,15 +109,20 @@ def _where(c: TrainConfig, t: Topology, gpus: int) -> str:
     n = count(replicas, "vLLM engine")
     size = ("" if gpus < 2 else f" of {t.tp} GPUs (tensor parallel)" if t.tp > 1 else
             f" of 1 GPU{' each' if replicas > 1 else ''}")
-    if nodes > 1:
+    if nodes > 1 or t.roles:
         host = ("on each node's local rank 0's GPU, shared with its trainer rank" if gpus == 1
                 else "on each node's local rank 0's machine" if not gpus else "on every node")
+        if t.roles:
+            host = f"on each of {nodes} generation node{'s' if nodes > 1 else ''}"
         dealt = shares(dealt_groups(c), nodes)
         share = (f"{dealt[0]}" if dealt[0] == dealt[-1] else f"{dealt[-1]}-{dealt[0]}")
         of = (f"a step's {c.rollout.prompts_per_step}" if c.off_policy.mode == "pipeline" else
               f"each generation's {dealt_groups(c)} ({c.off_policy.k} steps', then "
               f"{c.off_policy.k} training steps)")
-        return (f"{n}{size} {host} ({nodes} nodes, {nodes * replicas} in all) serve the "
+        total = (f" ({nodes} nodes, {nodes * replicas} in all)" if not t.roles else
+                 f" ({nodes * replicas} in all; the other {t.training_nodes} node"
+                 f"{'s' if t.training_nodes > 1 else ''} train, {t.training_ranks} ranks)")
+        return (f"{n}{size} {host}{total} serve the "
                 f"job's rollouts, each node {share} of {of} prompt groups, and every eval, "
                 f"all of them at the step's weights with rollouts paused")
     where = ("on rank 0's node" if gpus >= 2 else
@@ -130,6 +136,10 @@ def placement_note(c: TrainConfig, shape: JobShape, t: Topology) -> str:
     gpus = shape.gpus_per_node or 0
     text = _where(c, t, gpus)
     first, other = (t.idle_gpus(0), t.idle_gpus(1)) if gpus >= 2 else (0, 0)
+    if t.roles:  # training nodes and generation nodes each alike; said in the layout line
+        idle = t.training_nodes * t.idle_gpus(0) + t.engine_nodes * t.idle_gpus(shape.nodes - 1)
+        return text if not idle else (f"{text}; {idle} of the job's {shape.nodes * gpus} GPUs "
+                                      "are idle: held and counted in gpu_hours")
     idle = first + (shape.nodes - 1) * other
     if not idle:
         return text

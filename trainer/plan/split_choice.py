@@ -17,6 +17,16 @@ launcher started: its ranks per node are fixed, so only splits that leave each r
 candidates, and with the ranks fixed more generation GPUs never lengthen a step: the launched
 job gets the split the dry run showed) resolve it the same way.
 
+Node roles (trainer/plan/topology.py: whole nodes generate, whole nodes train) are candidates
+too on a job of >= 2 nodes: every count of generation nodes, 1 .. nodes - 1, planned the same
+way (`role_choices`). On a tie the per-node split wins (the layout that moves no weights over
+the network). The trainer does not start a role layout yet (the processes of a generation node,
+the weight push across nodes and a launch of unequal tasks per node are not built: issue 46
+point 7), so until ROLES_RUN is set `auto` chooses among the per-node splits only (a layout
+chosen here must be one the job it launches can start) and does not plan the role layouts at
+all (validation and the plans stay as cheap as before); the dry run asks for them
+(`choose_split(..., roles=True)`) to name the best one beside the choice.
+
 Where nothing can be planned (model shape unknown) the split is the GPUs the launched ranks
 leave, or half under `tasks_per_node: auto`, and the choice says why. Pure Python (no torch).
 """
@@ -27,7 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from trainer.config import TrainConfig
-from trainer.plan.topology import JobShape, TopologyError, split_choices
+from trainer.plan.topology import ROLES_RUN, JobShape, TopologyError, split_choices
 
 # Two planned steps closer than this (relative) are a tie: the plans are estimates, and a tie
 # broken by rounding would make the choice depend on the last digit.
@@ -36,7 +46,9 @@ TIE = 1e-6
 
 @dataclass(frozen=True)
 class SplitOption:
-    """One candidate split of a node: its planned step and memory, or why it is out."""
+    """One candidate: a split of every node, or node roles (generation_nodes > 0: that many
+    whole nodes of generation_gpus engines' GPUs, the rest of training_gpus ranks each); its
+    planned step and memory, or why it is out."""
 
     generation_gpus: int
     training_gpus: int
@@ -46,9 +58,15 @@ class SplitOption:
     train_gib: Optional[float] = None  # per training GPU
     fits: Optional[bool] = None  # the memory plan (None: no GPU size to check against)
     out: str = ""  # why it cannot be chosen ("" = it can)
+    generation_nodes: int = 0  # node roles: whole generation nodes (0: a per-node split)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.generation_nodes, self.generation_gpus)
 
     def to_json(self) -> dict:
-        return {"generation_gpus": self.generation_gpus, "training_gpus": self.training_gpus,
+        return {"generation_nodes": self.generation_nodes or None,
+                "generation_gpus": self.generation_gpus, "training_gpus": self.training_gpus,
                 "step_s": self.step_s, "generation_s": self.generation_s,
                 "train_s": self.train_s, "train_gib_per_gpu": self.train_gib,
                 "fits": self.fits, "out": self.out or None}
@@ -61,6 +79,7 @@ class SplitChoice:
     generation_gpus: Optional[int]  # None: no candidate (the ranks leave no GPU to generate)
     why: str  # how it was chosen, in words
     options: tuple[SplitOption, ...] = ()
+    generation_nodes: int = 0  # node roles chosen: whole generation nodes (0: per-node split)
 
     def resolved(self) -> int:
         """The chosen split; TopologyError (one line) when there is none."""
@@ -68,22 +87,37 @@ class SplitChoice:
             raise TopologyError(self.why)
         return self.generation_gpus
 
-    def option(self, g: Optional[int]) -> Optional[SplitOption]:
-        return next((o for o in self.options if o.generation_gpus == g), None)
+    def option(self, g: Optional[int], nodes: int = 0) -> Optional[SplitOption]:
+        return next((o for o in self.options if o.key == (nodes, g)), None)
+
+    def chosen(self) -> Optional[SplitOption]:
+        return self.option(self.generation_gpus, self.generation_nodes)
 
     def neighbours(self) -> list[SplitOption]:
-        """The candidates one generation GPU fewer and one more than the choice."""
-        g = self.generation_gpus
-        return [o for o in (self.option(g - 1), self.option(g + 1)) if o] if g else []
+        """The candidates one generation GPU (roles: node) fewer and one more than the choice."""
+        g, n = self.generation_gpus, self.generation_nodes
+        if n:
+            near = (self.option(g, n - 1), self.option(g, n + 1))
+        else:
+            near = (self.option(g - 1), self.option(g + 1)) if g else ()
+        return [o for o in near if o and bool(o.generation_nodes) == bool(n)]
+
+    def best_roles(self) -> Optional[SplitOption]:
+        """The node-roles candidate with the shortest planned step (None: none planned)."""
+        ok = [o for o in self.options if o.generation_nodes and not o.out]
+        return min(ok, key=lambda o: (o.step_s, -o.generation_nodes)) if ok else None
 
     def to_json(self) -> dict:
-        return {"generation_gpus": self.generation_gpus, "why": self.why,
+        return {"generation_gpus": self.generation_gpus,
+                "generation_nodes": self.generation_nodes or None, "why": self.why,
                 "options": [o.to_json() for o in self.options]}
 
 
-def with_split(c: TrainConfig, g: int) -> TrainConfig:
-    """`c` with rollout.vllm.generation_gpus set to `g` (what each candidate is planned as)."""
-    vllm = c.rollout.vllm.model_copy(update={"generation_gpus": g})
+def with_split(c: TrainConfig, g: int, nodes: int = 0) -> TrainConfig:
+    """`c` with rollout.vllm.generation_gpus set to `g`, or with `nodes` > 0 generation_nodes
+    (what each candidate is planned as)."""
+    update = {"generation_nodes": nodes} if nodes else {"generation_gpus": g}
+    vllm = c.rollout.vllm.model_copy(update=update)
     return c.model_copy(update={"rollout": c.rollout.model_copy(update={"vllm": vllm})})
 
 
@@ -101,18 +135,20 @@ def _heads_refuse(c: TrainConfig, cg: TrainConfig, shape: JobShape) -> str:
     return ""
 
 
-def plan_option(c: TrainConfig, shape: JobShape, g: int) -> SplitOption:
-    """One candidate planned: the memory plan and a step of the time plan on its topology."""
+def plan_option(c: TrainConfig, shape: JobShape, g: int, nodes: int = 0) -> SplitOption:
+    """One candidate planned: the memory plan and a step of the time plan on its topology
+    (`nodes` > 0: node roles, `nodes` generation nodes of all `g` GPUs)."""
     from trainer.plan.memory import plan
     from trainer.plan.time_plan import Limits, plan_time
 
     gpus = shape.gpus_per_node or 0
-    cg = with_split(c, g)
-    at = replace(shape, ranks_per_node=gpus - g, ranks_auto=False) if shape.ranks_auto else shape
+    cg = with_split(c, g, nodes)
+    train_gpus = gpus if nodes else gpus - g
+    at = replace(shape, ranks_per_node=train_gpus, ranks_auto=False) if shape.ranks_auto else shape
     try:
         out = _heads_refuse(c, cg, at)
     except TopologyError as e:
-        return SplitOption(g, gpus - g, out=str(e))
+        return SplitOption(g, train_gpus, out=str(e), generation_nodes=nodes)
     p = plan(cg, at)
     t = plan_time(cg, at, Limits(gpu_model=shape.gpu_model))
     if not out and p.fits is False:
@@ -121,38 +157,56 @@ def plan_option(c: TrainConfig, shape: JobShape, g: int) -> SplitOption:
                f"the engines do not fit ({p.kv_sequences})")
     if not out and t.step_s is None:
         out = t.note or "no time plan"
-    return SplitOption(g, gpus - g, t.step_s, t.generation_s, t.train_s, p.train_gib_per_gpu,
-                       p.fits, out)
+    return SplitOption(g, train_gpus, t.step_s, t.generation_s, t.train_s, p.train_gib_per_gpu,
+                       p.fits, out, nodes)
+
+
+def role_choices(c: TrainConfig, shape: JobShape) -> list[int]:
+    """Generation nodes a node-roles layout could have: 1 .. nodes - 1 with vLLM on >= 2 nodes
+    of GPUs (trainer/plan/topology.py roles_topology), else none."""
+    from trainer.plan.topology import separate_generation
+
+    if not separate_generation(c) or not shape.gpus_per_node or shape.nodes < 2:
+        return []
+    return list(range(1, shape.nodes))
 
 
 _CACHE: dict[tuple[str, JobShape], SplitChoice] = {}
 CACHE_SIZE = 512
 
 
-def choose_split(c: TrainConfig, shape: JobShape) -> SplitChoice:
-    """The split `auto` resolves to on `shape` (module doc). Cached by the config's content:
-    the plans call `topology` several times a variant, and a sweep plans thousands."""
-    key = (c.model_dump_json(), shape)
+def choose_split(c: TrainConfig, shape: JobShape, roles: bool = ROLES_RUN) -> SplitChoice:
+    """The split `auto` resolves to on `shape` (module doc); `roles`: node roles planned and
+    chosen too. Cached by the config's content: the plans call `topology` several times a
+    variant, and a sweep plans thousands."""
+    key = (c.model_dump_json(), shape, roles)
     if key not in _CACHE:
         if len(_CACHE) >= CACHE_SIZE:
             _CACHE.clear()
-        _CACHE[key] = _choose(c, shape)
+        _CACHE[key] = _choose(c, shape, roles)
     return _CACHE[key]
 
 
-def _choose(c: TrainConfig, shape: JobShape) -> SplitChoice:
+def _choose(c: TrainConfig, shape: JobShape, roles: bool) -> SplitChoice:
     gpus = shape.gpus_per_node or 0
     choices = split_choices(c, shape)
-    if not choices:
+    options = tuple(plan_option(c, shape, g) for g in choices) + tuple(
+        plan_option(c, shape, gpus, n) for n in (role_choices(c, shape) if roles else ()))
+    if not options:
         return SplitChoice(None, _no_room(shape))
-    options = tuple(plan_option(c, shape, g) for g in choices)
     ok = [o for o in options if not o.out]
     if ok:
         best = min(o.step_s for o in ok)
-        g = max(o.generation_gpus for o in ok if o.step_s <= best * (1 + TIE))
-        return SplitChoice(g, "auto: the shortest planned step whose memory fits", options)
+        # a tie: the per-node split first (no weights over the network), then more generating
+        tied = [o for o in ok if o.step_s <= best * (1 + TIE)]
+        o = min(tied, key=lambda o: (o.generation_nodes > 0, -o.generation_gpus,
+                                     -o.generation_nodes))
+        return SplitChoice(o.generation_gpus, "auto: the shortest planned step whose memory "
+                           "fits", options, o.generation_nodes)
+    if not choices:
+        return SplitChoice(None, _no_room(shape), options)
     fallback = choices[-1] if not shape.ranks_auto else max(1, gpus // 2)
-    planned = [o for o in options if o.train_gib is not None]
+    planned = [o for o in options if o.train_gib is not None and not o.generation_nodes]
     near = min(planned, key=lambda o: o.train_gib) if planned else options[0]
     return SplitChoice(fallback, f"auto: no split could be planned or fits (the closest, "
                        f"{near.generation_gpus}/{near.training_gpus}: {near.out}); "

