@@ -15,6 +15,7 @@ The tiers (declared here and in pyproject's markers; README "Testing" names the 
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import signal
@@ -75,8 +76,6 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault("ABLATE_TEST_PORT", str(29577 + 10 * int(worker[2:])))
     config.addinivalue_line("markers", "fast: the fast tier (added to every test with none of "
                             + ", ".join(SLOW_TIERS) + "; select it with -m fast)")
-    config.addinivalue_line("markers", "xdist_group(name): tests pytest-xdist keeps on one "
-                            "worker (--dist loadgroup; set here for every test)")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -84,32 +83,65 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _is_fast(item):
             item.add_marker(pytest.mark.fast)
-        item.add_marker(pytest.mark.xdist_group(_group(item)))
-    if getattr(config.option, "dist", "no") == "loadgroup":
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the order it hands out
         items[:] = _longest_first(items)
 
 
+#: Seconds each test module took in the integration and system tiers, measured on the 2-core
+#: machine under `bash tests/run.sh` (regenerate: ABLATE_TEST_DURATIONS_OUT=tests/durations.json
+#: python3 -m pytest -m "not fast" -n 2 --dist loadfile --no-loadscope-reorder). Data, not a
+#: rule: a module missing from it is placed by its number of tests (SECONDS_PER_UNKNOWN_TEST).
+DURATIONS = os.path.join(os.path.dirname(__file__), "durations.json")
+SECONDS_PER_UNKNOWN_TEST = 20.0
+
+
 def _longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """Groups in the order workers should take them (tests/run.sh passes
-    --no-loadscope-reorder, so pytest-xdist hands them out in this order): a group with a
-    test that needs both Slurm and vLLM (the rehearsal: one test, the longest of all) first,
-    then by number of tests, most first (what xdist would do). By count alone the rehearsal
-    came last, and its ~9 min were the tail of the run."""
+    """Modules in the order workers should take them (tests/run.sh passes
+    --no-loadscope-reorder, so pytest-xdist hands them out in the order every worker collected
+    them; this order is the same on every worker, as xdist requires): longest measured
+    first (tests/durations.json), the rule that keeps two workers' finishing times closest
+    (longest-processing-time first). By number of tests alone a 2-test module of ~5 min (the
+    two-node engines) was handed out near the end and became the run's tail."""
     groups: dict[str, list[pytest.Item]] = {}
     for item in items:
         groups.setdefault(_group(item), []).append(item)
+    try:
+        with open(DURATIONS) as f:
+            seconds = json.load(f)
+    except (OSError, ValueError):
+        seconds = {}
 
-    def system(group: list[pytest.Item]) -> bool:
-        return any(i.get_closest_marker("slurm") and i.get_closest_marker("vllm") for i in group)
+    def cost(name: str) -> float:
+        return seconds.get(name, SECONDS_PER_UNKNOWN_TEST * len(groups[name]))
 
-    order = sorted(groups.values(), key=lambda g: (not system(g), -len(g)))
-    return [item for group in order for item in group]
+    order = sorted(groups, key=cost, reverse=True)
+    return [item for name in order for item in groups[name]]
+
+
+_durations: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Sums each module's seconds (setup, call, teardown) for ABLATE_TEST_DURATIONS_OUT."""
+    if os.environ.get("ABLATE_TEST_DURATIONS_OUT"):
+        name = report.nodeid.split("::")[0]
+        _durations[name] = _durations.get(name, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    out = os.environ.get("ABLATE_TEST_DURATIONS_OUT")
+    if out and _durations and not hasattr(session.config, "workerinput"):  # xdist: controller
+        with open(out, "w") as f:
+            json.dump({k: round(v, 1) for k, v in sorted(_durations.items())}, f, indent=0)
+            f.write("\n")
 
 
 def _group(item: pytest.Item) -> str:
-    """Which tests one pytest-xdist worker runs together (tests/run.sh: `-n 2 --dist
-    loadgroup`): a module's tests, so a module fixture (a warmed model, a trained run) is built
-    once per run, not once per worker."""
+    """What one pytest-xdist worker runs together (tests/run.sh: `--dist loadfile`): a module's
+    tests, so a module fixture (a warmed model, a trained run, an engine's checks) is built once
+    per run, not once per worker. Not `--dist loadgroup` with xdist_group marks: under pytest 9
+    xdist 3.8 cannot tag a test with its group (it sets Item._nodeid, pytest 9 reads Item._id),
+    so every test was dealt alone and ~10 module fixtures were built on both workers."""
     return item.nodeid.split("::")[0]
 
 

@@ -85,12 +85,12 @@ cat "$BESIDE/log"
 while read -r what; do unavailable "$what"; done < <(sed -n 's/^UNAVAILABLE //p' "$BESIDE/log")
 
 # Two workers (ABLATE_TEST_WORKERS): many of these tests wait on subprocesses, Slurm or an
-# engine's start rather than on this process's CPU. --dist loadgroup keeps a module's tests on
-# one worker and every vLLM test in one group (tests/conftest.py _group).
+# engine's start rather than on this process's CPU. --dist loadfile keeps a module's tests on
+# one worker, so its module fixtures are built once (tests/conftest.py _group).
 workers=${ABLATE_TEST_WORKERS:-2}
 xdist=()
 if [ "$workers" -gt 1 ] && python3 -c "import xdist" 2>/dev/null; then
-  xdist=(-n "$workers" --dist loadgroup --no-loadscope-reorder)  # order: conftest.py _longest_first
+  xdist=(-n "$workers" --dist loadfile --no-loadscope-reorder)  # order: conftest.py _longest_first
 fi
 step "pytest: integration and system tiers (-m 'not fast' ${xdist[*]})"
 python3 -m pytest -m "not fast" "${xdist[@]}" "$@"

@@ -55,6 +55,12 @@ def _regex(pattern):
     return check
 
 
+def _node_roles(out: str, tmp: Path) -> None:
+    rows = _json_tail(out)
+    assert [r["nodes"] for r in rows] == [1, 2, 3, 4, 6, 8, 10, 12], rows
+    assert rows[0]["roles"] is None and all(r["roles"]["wall_h"] > 0 for r in rows[1:]), rows
+
+
 def _time_plan(out: str, tmp: Path) -> None:
     rows = _json_tail(out)
     assert len(rows) == 1 and rows[0]["steps"] == 3 and rows[0]["ratio"] > 0, rows
@@ -145,6 +151,7 @@ ANALYSIS = {
     "bench_watch.py": (["--quick", "--out", "{tmp}/o.json"],
                        _file_keys("o.json", "published", "all_healthy", "all_collapse")),
     "bench_window.py": (["--quick", "--out", "{tmp}/o.json"], _file_keys("o.json", "quickstart")),
+    "bench_node_roles.py": (["--json"], _node_roles),  # plans only: ~1 s, no quick mode needed
     "bench_late_start.py": (["--smoke", "--out", "{tmp}/o.json"],
                             _file_keys("o.json", "cells", "pooled_late", "curves_per_cell")),
     "bench_proxy_findings.py": (["--quickstart", "{tmp}/quickstart", "--calibration",
