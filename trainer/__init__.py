@@ -20,6 +20,7 @@ trainer/"); each folder's __init__.py lists its modules:
     tasks.py       tasks and `score`, a completion's verdict; evaluate.py: pass rate (mean@k)
     rollouts.py    Generation, Rollout, the Generator protocol: what every backend returns
     rundir.py      a run dir's files, their one owner; trackers.py: TensorBoard, W&B, MLflow
+    counted.py     `1 engine`, `2 engines`: a count with its noun agreed, in plans and messages
 """
 
 from __future__ import annotations
