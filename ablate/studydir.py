@@ -1,7 +1,7 @@
 """The study directory, and the only code that reads or writes its own files.
 
     <results>/<study>/study.yaml               the study file as submitted (verbatim)
-    <results>/<study>/study.json               the study as resolved at submit (ablate/study_record.py)
+    <results>/<study>/study.json               the study as resolved at submit (study_record.py)
     <results>/<study>/variants.json            [{"run_id", "name", "seed", "config"}], the expansion
     <results>/<study>/submissions.json         {run_id: {"attempts", "jobs": [...], "submitted_at"}}
     <results>/<study>/stages.json              adaptive studies: {"budgets", "decisions": [...]}

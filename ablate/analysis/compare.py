@@ -119,7 +119,8 @@ def compare(groups: list[GroupFit], *, baseline: str | None = None, margin: floa
     (see ablate.analysis.rank_reversals).
     """
     ok = [g for g in groups if g.fit is not None]
-    base = next((g for g in ok if g.variant == baseline), None) if baseline else (ok[0] if ok else None)
+    base = (next((g for g in ok if g.variant == baseline), None) if baseline
+            else ok[0] if ok else None)
     order, ties = rank_order(groups, margin, n_boot=n_boot,
                              boot=base.variant if base is not None else None)
     c_max = rank_reversals.largest_compute(groups)
@@ -139,7 +140,8 @@ def compare(groups: list[GroupFit], *, baseline: str | None = None, margin: floa
                 f1, f2 = tie.refits[g.variant], tie.refits[base.variant]
                 p = p_greater(f1.samples.get("B", [f1.B]), f2.samples.get("B", [f2.B]))
             else:  # ranked apart by A
-                p = p_greater(g.fit.samples.get("A", [g.fit.A]), base.fit.samples.get("A", [base.fit.A]))
+                p = p_greater(g.fit.samples.get("A", [g.fit.A]),
+                              base.fit.samples.get("A", [base.fit.A]))
         rows.append(Ranked(g, i, p, tie.note(g.variant, margin) if tie is not None else "",
                            rank_reversals.predicted(g.fit, c_max),
                            None if budget is None else rank_reversals.predicted(g.fit, budget),

@@ -24,7 +24,7 @@ from typing import Any, Optional
 from ablate.errors import InputError, NoDataYet
 from ablate.analysis.gather import is_study_dir
 from ablate.study_record import StudyRecord
-from ablate.studydir import (PROBLEM_STATES, read_record, read_study_text, recorded_states,
+from ablate.studydir import (PROBLEM_STATES, STUDY, read_record, read_study_text, recorded_states,
                              where_to_look)
 from ablate.analysis.labels import shorten
 from trainer.rundir import read_status
@@ -120,7 +120,7 @@ def _study_file(study_dir: Path, text: str, name: str, base: Optional[str]) -> O
     same text is not the one these results came from (issue 32)."""
     if not text:
         return None
-    own = study_dir.resolve() / "study.yaml"
+    own = study_dir.resolve() / STUDY
     if base is None or (own.parent / base).exists():
         return own
     roots = dict.fromkeys([*study_dir.resolve().parents[:3], Path.cwd().resolve()])
