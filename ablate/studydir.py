@@ -1,6 +1,7 @@
 """The study directory, and the only code that reads or writes its own files.
 
     <results>/<study>/study.yaml               the study file as submitted (verbatim)
+    <results>/<study>/study.json               the study as resolved at submit (study_record.py)
     <results>/<study>/variants.json            [{"run_id", "name", "seed", "config"}], the expansion
     <results>/<study>/submissions.json         {run_id: {"attempts", "jobs": [...], "submitted_at"}}
     <results>/<study>/stages.json              adaptive studies: {"budgets", "decisions": [...]}
@@ -10,8 +11,10 @@
     <results>/<study>/<run_id>/                one run dir (trainer.rundir owns its files)
 
 Why a bottom-layer module: the orchestrator (ablate.studies) writes these files, and the
-analysis, the report and the CLI read them; living here (importing nothing of studies, cli or
-analysis), every reader goes through one owner without importing the layer that submits jobs.
+analysis, the report and the CLI read them (a study's name, fit, trainer and stages through
+`read_record`, never by parsing study.yaml themselves); living here (importing nothing of
+studies, cli, analysis or adapters), every reader goes through one owner without importing the
+layer that submits jobs.
 A run dir's files are read and written only through trainer.rundir: the store hands each run
 its config and identity there, so the trainer never reads this study dir.
 
@@ -36,10 +39,12 @@ from typing import Any, Optional, Protocol
 import yaml
 
 from ablate.errors import InputError
+from ablate.study_record import StudyRecord, from_study_yaml
 from trainer import rundir
 from trainer.rundir import atomic_write
 
 STUDY, VARIANTS, SUBMISSIONS = "study.yaml", "variants.json", "submissions.json"
+RECORD = "study.json"
 STAGES, STAGE_SUBMISSIONS, SUBMITIT = "stages.json", "stage_submissions.json", "_submitit"
 PROBLEM_STATES = ("failed", "diverged", "interrupted", "cancelled")  # a run that needs a look
 
@@ -143,9 +148,10 @@ class StudyStore:
                 raise InputError(f"{self.root}: another `ablate sweep` is submitting this study") from None
             yield
 
-    def write_study(self, study_text: str, variants: list[RunSpec],
+    def write_study(self, study_text: str, record: StudyRecord, variants: list[RunSpec],
                     submitting: frozenset[str] = frozenset()) -> Callable[[], None]:
-        """Write study.yaml, variants.json and each run's config.yaml and identity.json.
+        """Write study.yaml (`study_text`, as submitted), study.json (`record`, the study as
+        resolved), variants.json and each run's config.yaml and identity.json.
 
         A run's config.yaml is written once and never rewritten while it may be running; a run
         about to be (re)submitted (`submitting`: not running, by the sweep's rules) gets the
@@ -159,10 +165,11 @@ class StudyStore:
                      for name in (rundir.CONFIG, rundir.IDENTITY)]
         refreshed += [self.run_dir(v.run_id) / rundir.IDENTITY for v in variants
                       if v.run_id not in submitting]  # written where missing (older study dirs)
-        undo = self._undo([self.root / STUDY, self.variants_path, *refreshed],
-                          [self.run_dir(v.run_id) for v in variants])
+        undo = self._undo([self.root / STUDY, self.root / RECORD, self.variants_path,
+                           *refreshed], [self.run_dir(v.run_id) for v in variants])
         self.root.mkdir(parents=True, exist_ok=True)
         atomic_write(self.root / STUDY, study_text)
+        atomic_write(self.root / RECORD, record.model_dump_json(indent=1))
         atomic_write(self.variants_path, json.dumps([v.to_json() for v in variants], indent=1))
         for v in variants:
             d = self.run_dir(v.run_id)
@@ -253,6 +260,40 @@ class StudyStore:
     def stages(self) -> dict[str, Any]:
         return read_stages(self.root)
 
+    def record(self) -> StudyRecord:
+        return read_record(self.root)
+
+    def study_text(self) -> str:
+        return read_study_text(self.root)
+
+
+# -- the study's record, for every reader (analysis, report, status, stages) -------------------
+def read_record(study_dir: Path) -> StudyRecord:
+    """study.json, the study as resolved at submit; for a study dir written before it, study.yaml
+    read into the same record (ablate/study_record.py `from_study_yaml`; none: the folder's
+    name and nothing else). InputError naming the file when it cannot be read."""
+    d = Path(study_dir)
+    f = d / RECORD
+    if f.is_file():
+        try:
+            return StudyRecord.model_validate_json(f.read_text())
+        except (OSError, ValueError) as e:  # pydantic's ValidationError is a ValueError
+            raise InputError(f"{f}: unreadable study record ({str(e).splitlines()[0]}); "
+                             "`ablate sweep` of the study writes it again") from None
+    f = d / STUDY
+    text = read_study_text(d)
+    try:
+        doc = yaml.safe_load(text) if text else {}
+    except yaml.YAMLError as e:
+        raise InputError(f"{f}: not valid YAML ({str(e).splitlines()[0]})") from None
+    return from_study_yaml(doc, str(f), d.name)
+
+
+def read_study_text(study_dir: Path) -> str:
+    """study.yaml as submitted ("" when there is none)."""
+    f = Path(study_dir) / STUDY
+    return f.read_text() if f.is_file() else ""
+
 
 # -- stages.json, for every reader (status, compare, report, the controller) -----------------
 def read_stages(study_dir: Path) -> dict[str, Any]:
@@ -290,13 +331,7 @@ def adaptive_record(study_dir: Path) -> tuple[dict[str, dict[str, Any]], Optiona
     source = Path(study_dir)
     if not source.is_dir() or not (source / STAGES).is_file():
         return {}, None
-    scale_winner = True
-    try:
-        doc = yaml.safe_load((source / STUDY).read_text()) or {}
-        scale_winner = bool(((doc.get("stages") or {}) if isinstance(doc, dict) else {})
-                            .get("scale_winner", True))
-    except (OSError, yaml.YAMLError, AttributeError):
-        pass
+    scale_winner = read_record(source).scale_winner
     return stopped_variants(source), {**read_stages(source), "scale_winner": scale_winner}
 
 

@@ -172,6 +172,7 @@ def test_a_resubmitted_run_trains_the_current_config_a_running_one_keeps_its_own
     keeps the file it started with."""
     import yaml
 
+    from ablate.study_record import StudyRecord
     from ablate.studydir import StudyStore
 
     (old,) = study(tmp_path, "overrides:\n  rollout.vllm.gpu_memory_utilization: 0.3\n"
@@ -185,10 +186,11 @@ def test_a_resubmitted_run_trains_the_current_config_a_running_one_keeps_its_own
     def share() -> float:
         return yaml.safe_load(cfg.read_text())["rollout"]["vllm"]["gpu_memory_utilization"]
 
-    store.write_study("name: s\n", [old])
-    store.write_study("name: s\n", [new])  # not being submitted: may be running
+    store.write_study("name: s\n", StudyRecord(name="s"), [old])
+    store.write_study("name: s\n", StudyRecord(name="s"), [new])  # not submitted: may be running
     assert share() == 0.3
-    undo = store.write_study("name: s\n", [new], frozenset({new.run_id}))
+    undo = store.write_study("name: s\n", StudyRecord(name="s"), [new],
+                             frozenset({new.run_id}))
     assert share() == 0.5
     undo()  # a refused submission puts the old file back
     assert share() == 0.3

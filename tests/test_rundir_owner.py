@@ -171,13 +171,15 @@ def test_status_states_are_the_enum_and_final_ones_are_declared_once(tmp_path):
 
 def test_the_store_hands_the_run_its_identity_and_the_trainer_reads_no_study_file(tmp_path):
     from ablate.studies.expand import Variant
+    from ablate.study_record import StudyRecord
     from ablate.studydir import StudyStore
     from trainer import trackers
     from trainer.config import TrainConfig
 
     cfg = TrainConfig()
     store = StudyStore(tmp_path / "loss_agg")
-    store.write_study("name: loss_agg\n", [Variant("abc123", NAME, 2, cfg)])
+    store.write_study("name: loss_agg\n", StudyRecord(name="loss_agg"),
+                      [Variant("abc123", NAME, 2, cfg)])
     run = store.run_dir("abc123")
     assert rundir.read_identity(run) == {"study": "loss_agg", "variant": NAME, "seed": 2}
     assert TrainConfig.model_validate(rundir.read_config(run)) == cfg

@@ -30,6 +30,7 @@ from ablate.adapters.command import CommandAdapter
 from ablate.adapters.foreign import ForeignAdapter
 from ablate.adapters.trl import TRLAdapter
 from ablate.adapters.verl import VerlAdapter
+from ablate.study_record import StudyFit
 
 # `trainer.kind` -> its adapter (TrainerSpec.kind lists the same names)
 ADAPTERS: dict[str, Any] = {
@@ -63,6 +64,13 @@ def adapter_class(raw: Any) -> Any:
     `fit_defaults`) usable without building it. A kind no adapter has goes the way of other
     trainers, whose runner refuses the config in one line (it was written by hand)."""
     return ADAPTERS.get(kind_of(raw), ForeignAdapter)
+
+
+def fit_columns(trainer: dict[str, Any], fit: dict[str, Any]) -> StudyFit:
+    """A study's `fit:` (the keys it sets) with its trainer's default columns filled in (its
+    adapter's `fit_defaults`): what the study dir records at submit, and what the fit of an
+    older study dir (study.yaml alone) resolves to when it is read."""
+    return StudyFit(**adapter_class({"trainer": trainer}).fit_defaults(trainer, fit))
 
 
 def memory_plan(config: Any, shape: Any) -> Any:

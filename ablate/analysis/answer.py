@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ablate.analysis.fitters import refit_with_A
 from ablate.analysis.labels import differing_axes, shorten
 from ablate.analysis.pipeline import Analysis, analyze
 from ablate.errors import InputError
@@ -67,17 +66,23 @@ def _num(fit, name: str) -> str:
 def _pair(lead, follow, p_lead: Optional[float], margin: float, name: Names) -> str:
     """The clause for two fitted rows: `p_lead` = P(lead beats follow) by the paper's rule,
     said with both names: a bare "P(beats) 1.00" next to "(baseline X)" read as X beating
-    itself when X leads."""
+    itself when X leads. Two rows of one tie group are said with the group's refits at its
+    shared A (the rows' `tie`, made once by ablate.analysis.compare): the table's numbers."""
     a, b = lead.group.fit, follow.group.fit
     la, fb = name(lead.group.variant), name(follow.group.variant)
     p = "" if p_lead is None else f"P({la} beats {fb}) {p_lead:.2f}"
-    if abs(a.A - b.A) >= margin:
+    tie = lead.tie if lead.tie is not None and lead.tie is follow.tie else None
+    if tie is None:
         sure = p_lead is None or p_lead >= SURE
-        return (f"{la} has the higher ceiling: A {_num(a, 'A')} vs {_num(b, 'A')} for {fb}, more than the "
-                f"{margin:g} margin" + (f" ({p})" if sure and p else
-                                        f", but the intervals overlap ({p})" if p else ""))
-    shared = 0.5 * (a.A + b.A)
-    ba, bb = refit_with_A(a, shared, n_boot=0).B, refit_with_A(b, shared, n_boot=0).B
+        if abs(a.A - b.A) >= margin:
+            why = f"more than the {margin:g} margin"
+        else:  # within the margin of each other, but not of the top of the lead's tie group
+            top = lead.tie.anchor if lead.tie is not None else lead.group.variant
+            why = (f"within {margin:g} of each other, but {fb} is not within {margin:g} of "
+                   f"{name(top)}, the highest A of {la}'s tie group")
+        return (f"{la} has the higher ceiling: A {_num(a, 'A')} vs {_num(b, 'A')} for {fb}, {why}"
+                + (f" ({p})" if sure and p else f", but the intervals overlap ({p})" if p else ""))
+    shared, ba, bb = tie.A, tie.B(lead.group.variant), tie.B(follow.group.variant)
     # the refit values at the precision of the fits' own intervals (the shared A at the first's)
     head = (f"{la} and {fb} tie on A ({_num(a, 'A')} vs {_num(b, 'A')}, within {margin:g}); at the "
             f"shared A {number(shared, a.ci.get('A'))}, B {number(ba, a.ci.get('B'))} vs "

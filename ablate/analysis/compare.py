@@ -3,19 +3,45 @@
 The paper treats +-0.02 as the run-to-run margin on A. Where two A's differ by less than the
 margin, A cannot tell them apart, so both are refit with their shared (averaged) A and the one
 with the larger B (reaches the shared ceiling with less compute) ranks higher.
+
+The refits at a tie group's shared A are made once (`rank_order`, a `Tie` per group) and read
+by everything that speaks of them: the table's note, P(beats baseline) inside the group, and
+the answer sentence (ablate/analysis/answer.py), so the sentence cannot name another shared A
+or another B than the table.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
 from ablate.analysis import rank_reversals
 from ablate.analysis import A_MARGIN
-from ablate.analysis.fit import N_BOOT
+from ablate.analysis.fit import N_BOOT, Fit
 from ablate.analysis.fitters import refit_with_A
 from ablate.analysis.variant_fits import GroupFit
+
+
+@dataclass
+class Tie:
+    """A tie group (`tie_groups`) refit at its shared A, once: `anchor` is the variant of its
+    highest A (every member is within the margin of it), `refits` each member's fit with A held
+    at `A`, in rank order (B descending)."""
+
+    A: float
+    anchor: str
+    refits: dict[str, Fit]
+
+    def B(self, variant: str) -> float:
+        return self.refits[variant].B
+
+    def note(self, variant: str, margin: float) -> str:
+        """The table's note for one member: the others, the shared A and every B."""
+        others = [v for v in self.refits if v != variant]
+        return (f"A within {margin:g} of {', '.join(others)}: at shared A={self.A:.3f}, "
+                f"B {self.B(variant):.2f} vs " + ", ".join(f"{v} {self.B(v):.2f}" for v in others))
 
 
 @dataclass
@@ -27,6 +53,7 @@ class Ranked:
     at_max: dict | None = None  # predicted score at the largest compute observed
     at_budget: dict | None = None  # predicted score at --budget
     disagreement: str | None = None  # where the predicted ordering contradicts the rank, why
+    tie: Optional[Tie] = None  # its tie group's refits at the shared A (None: no tie)
 
     def as_dict(self) -> dict:
         return {**self.group.as_dict(), "rank": self.rank, "p_beats_baseline": self.p_beats,
@@ -38,11 +65,6 @@ def p_greater(a: np.ndarray, b: np.ndarray) -> float:
     """P(X > Y) for independent X ~ draws a, Y ~ draws b (all pairs, via sorting)."""
     b = np.sort(np.asarray(b, float))
     return float(np.mean(np.searchsorted(b, np.asarray(a, float), side="left")) / b.size)
-
-
-def _shared(g1: GroupFit, g2: GroupFit, *, n_boot: int):
-    A = 0.5 * (g1.fit.A + g2.fit.A)
-    return refit_with_A(g1.fit, A, n_boot=n_boot), refit_with_A(g2.fit, A, n_boot=n_boot), A
 
 
 def tie_groups(fits: list[GroupFit], margin: float) -> list[list[GroupFit]]:
@@ -61,27 +83,30 @@ def tie_groups(fits: list[GroupFit], margin: float) -> list[list[GroupFit]]:
     return groups
 
 
-def rank_order(groups: list[GroupFit], margin: float = A_MARGIN) -> tuple[list[GroupFit], dict[str, str]]:
-    """The paper's verdict: fitted variants in rank order, and the shared-A notes of tie groups.
+def rank_order(groups: list[GroupFit], margin: float = A_MARGIN, *, n_boot: int = 0,
+               boot: Optional[str] = None) -> tuple[list[GroupFit], dict[str, Tie]]:
+    """The paper's verdict: fitted variants in rank order, and each tied variant's `Tie`.
 
     Variants rank by A; within a tie group (see `tie_groups`) all are refit at the group's
     shared (averaged) A and rank by B — for two variants exactly the paper's rule. `extrapolate`
-    uses the same order, so the two commands can say where they disagree.
+    uses the same order, so the two commands can say where they disagree. The group holding
+    `boot` (the baseline) is refit with `n_boot` bootstrap draws (P(beats) reads them), the
+    others as points (their notes and the sentence read B alone).
     """
     ok = [g for g in groups if g.fit is not None]
     order: list[GroupFit] = []
-    notes: dict[str, str] = {}
+    ties: dict[str, Tie] = {}
     for tied in tie_groups(ok, margin):
         if len(tied) > 1:
             A = float(np.mean([g.fit.A for g in tied]))
-            B = {g.variant: refit_with_A(g.fit, A, n_boot=0).B for g in tied}
-            tied = sorted(tied, key=lambda g: -B[g.variant])
-            for g in tied:
-                others = ", ".join(f"{h.variant} {B[h.variant]:.2f}" for h in tied if h is not g)
-                notes[g.variant] = (f"A within {margin:g} of {', '.join(h.variant for h in tied if h is not g)}"
-                                    f": at shared A={A:.3f}, B {B[g.variant]:.2f} vs {others}")
+            draws = n_boot if boot in {g.variant for g in tied} else 0
+            refits = {g.variant: refit_with_A(g.fit, A, n_boot=draws) for g in tied}
+            anchor = tied[0].variant
+            tied = sorted(tied, key=lambda g: -refits[g.variant].B)
+            tie = Tie(A, anchor, {g.variant: refits[g.variant] for g in tied})
+            ties.update({g.variant: tie for g in tied})
         order += tied
-    return order, notes
+    return order, ties
 
 
 def compare(groups: list[GroupFit], *, baseline: str | None = None, margin: float = A_MARGIN,
@@ -94,7 +119,10 @@ def compare(groups: list[GroupFit], *, baseline: str | None = None, margin: floa
     (see ablate.analysis.rank_reversals).
     """
     ok = [g for g in groups if g.fit is not None]
-    order, notes = rank_order(groups, margin)
+    base = (next((g for g in ok if g.variant == baseline), None) if baseline
+            else ok[0] if ok else None)
+    order, ties = rank_order(groups, margin, n_boot=n_boot,
+                             boot=base.variant if base is not None else None)
     c_max = rank_reversals.largest_compute(groups)
     points = [("the largest compute observed", c_max)]
     if budget is not None:
@@ -103,20 +131,21 @@ def compare(groups: list[GroupFit], *, baseline: str | None = None, margin: floa
     for label, at in points:
         for v, note in rank_reversals.reversals(order, at, c_max, label).items():
             disagree.setdefault(v, []).append(note)
-    base = next((g for g in ok if g.variant == baseline), None) if baseline else (ok[0] if ok else None)
     rows = []
     for i, g in enumerate(order, 1):
         p = None
+        tie = ties.get(g.variant)
         if base is not None and g is not base:
-            if abs(g.fit.A - base.fit.A) >= margin:
-                p = p_greater(g.fit.samples.get("A", [g.fit.A]), base.fit.samples.get("A", [base.fit.A]))
-            else:
-                f1, f2, _ = _shared(g, base, n_boot=n_boot)
+            if tie is not None and tie is ties.get(base.variant):  # tied: B at the shared A
+                f1, f2 = tie.refits[g.variant], tie.refits[base.variant]
                 p = p_greater(f1.samples.get("B", [f1.B]), f2.samples.get("B", [f2.B]))
-        rows.append(Ranked(g, i, p, notes.get(g.variant, ""),
+            else:  # ranked apart by A
+                p = p_greater(g.fit.samples.get("A", [g.fit.A]),
+                              base.fit.samples.get("A", [base.fit.A]))
+        rows.append(Ranked(g, i, p, tie.note(g.variant, margin) if tie is not None else "",
                            rank_reversals.predicted(g.fit, c_max),
                            None if budget is None else rank_reversals.predicted(g.fit, budget),
-                           " | ".join(disagree.get(g.variant, [])) or None))
+                           " | ".join(disagree.get(g.variant, [])) or None, tie))
     for g in groups:
         if g.fit is None:
             rows.append(Ranked(g, None, None, f"fit failed: {g.error}"))

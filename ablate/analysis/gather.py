@@ -23,9 +23,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ablate.adapters import adapter_class
+from ablate.adapters import adapter_class, fit_columns
 from ablate.errors import InputError
-from ablate.studydir import is_study_dir, read_variants  # the study dir's one reader
+from ablate.study_record import StudyFit
+from ablate.studydir import is_study_dir, read_record, read_variants  # the study dir's one reader
 from trainer import rundir
 
 CACHE = "metrics.parquet"
@@ -76,7 +77,7 @@ def gather(study: str | Path, *, use_cache: bool = True, write_cache: bool = Tru
 
     blobs, counts = [], []
     trainer = _trainer(variants)
-    fit = study_fit_defaults(study) if trainer.reads_own_log else {}
+    fit = study_fit(study).given() if trainer.reads_own_log else {}
     for v in variants:
         blob = trainer.curve(study / v["run_id"], fit)
         blobs.append(blob)
@@ -139,28 +140,11 @@ def _trainer(variants: list[dict]):
     return adapter_class(variants[0].get("config") if variants else None)
 
 
-def study_fit_defaults(study: Path) -> dict:
-    """`fit:` defaults from results/<study>/study.yaml (x, y, min_compute, max_compute)."""
-    f = study / "study.yaml"
-    if not f.is_file():
-        return {}
-    import yaml
-
-    try:
-        doc = yaml.safe_load(f.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise InputError(f"{f}: not valid YAML ({str(e).splitlines()[0]})") from None
-    fit = doc.get("fit") if isinstance(doc, dict) else None
-    if not isinstance(fit, dict):
-        fit = {}
-    out = {k: fit[k] for k in ("x", "y", "min_compute", "max_compute") if fit.get(k) is not None}
-    trainer = doc.get("trainer") if isinstance(doc, dict) else None
-    if isinstance(trainer, dict):  # the trainer's compute/score columns, where it has its own
-        out = adapter_class({"trainer": trainer}).fit_defaults(trainer, out)
-    for k in ("min_compute", "max_compute"):
-        if k in out:
-            try:  # YAML 1.1 reads 1e12 (no dot) as a string
-                out[k] = float(out[k])
-            except (TypeError, ValueError):
-                raise InputError(f"{f}: fit.{k} = {out[k]!r} is not a number") from None
-    return out
+def study_fit(study: Path) -> StudyFit:
+    """The study's fit (columns and window) as its record holds it (ablate/studydir.py
+    `read_record`: resolved at submit by its trainer's adapter); a study dir written before
+    the record has its fit as written, resolved here by the same rule (`fit_columns`)."""
+    record = read_record(Path(study))
+    if record.fit_resolved:
+        return record.fit
+    return fit_columns(record.trainer, record.fit.given())

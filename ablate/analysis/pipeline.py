@@ -250,7 +250,13 @@ def analyze_curves(curves, options: Options, *, source: Optional[Path] = None,
     return Analysis(curves, groups, rows, base, window, options, stopped, stages)
 
 
-def analyze(source: str | Path, options: Options = Options()) -> Analysis:
-    """Load `source`, fit every variant on one window, rank: the whole pipeline."""
+def analyze(source: str | Path, options: Options = Options(), *,
+            on_loaded: Optional[Callable[[Any], None]] = None,
+            on_variant: Optional[Callable[[str], None]] = None) -> Analysis:
+    """Load `source`, fit every variant on one window, rank: the whole pipeline. The CLI
+    watches it: `on_loaded(curves)` once the source is read (its notes, a progress bar's
+    length), `on_variant(name)` before each variant's fit."""
     curves = load_curves(source, options)
-    return analyze_curves(curves, options, source=Path(source))
+    if on_loaded is not None:
+        on_loaded(curves)
+    return analyze_curves(curves, options, source=Path(source), on_variant=on_variant)

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-import yaml
-
 from ablate.errors import InputError, NoDataYet
 from ablate.analysis.gather import is_study_dir
-from ablate.studydir import PROBLEM_STATES, recorded_states, where_to_look
+from ablate.study_record import StudyRecord
+from ablate.studydir import (PROBLEM_STATES, STUDY, read_record, read_study_text, recorded_states,
+                             where_to_look)
 from ablate.analysis.labels import shorten
 from trainer.rundir import read_status
 
@@ -81,16 +81,6 @@ def _finite(v: Any) -> Any:
     return v
 
 
-def _read_study_yaml(study_dir: Path) -> tuple[str, dict[str, Any]]:
-    f = study_dir / "study.yaml"
-    text = f.read_text() if f.is_file() else ""
-    try:
-        doc = yaml.safe_load(text) or {}
-    except yaml.YAMLError as e:
-        raise InputError(f"{f}: not valid YAML ({str(e).splitlines()[0]})") from None
-    return text, doc if isinstance(doc, dict) else {}
-
-
 def _problems(study_dir: Path, states) -> list[dict[str, Any]]:
     out = []
     for s in states:
@@ -121,7 +111,7 @@ def option_flags(options) -> str:
     return " ".join(flags)
 
 
-def _study_file(study_dir: Path, text: str, name: str) -> Optional[Path]:
+def _study_file(study_dir: Path, text: str, name: str, base: Optional[str]) -> Optional[Path]:
     """The study file to sweep again: the study dir's own copy (study.yaml, the study as
     submitted) when it stands alone (no `base:`, or one that resolves from the study dir);
     else the original in the project the results live in (same text): the copy's `base:` is
@@ -130,13 +120,8 @@ def _study_file(study_dir: Path, text: str, name: str) -> Optional[Path]:
     same text is not the one these results came from (issue 32)."""
     if not text:
         return None
-    own = study_dir.resolve() / "study.yaml"
-    try:
-        doc = yaml.safe_load(text) or {}
-    except yaml.YAMLError:
-        doc = {}
-    base = doc.get("base") if isinstance(doc, dict) else None
-    if not isinstance(base, str) or (own.parent / base).exists():
+    own = study_dir.resolve() / STUDY
+    if base is None or (own.parent / base).exists():
         return own
     roots = dict.fromkeys([*study_dir.resolve().parents[:3], Path.cwd().resolve()])
     for root in roots:
@@ -146,7 +131,7 @@ def _study_file(study_dir: Path, text: str, name: str) -> Optional[Path]:
     return None
 
 
-def _commands(study_dir: Path, text: str, name: str, options, runs) -> list[str]:
+def _commands(study_dir: Path, text: str, record: StudyRecord, options, runs) -> list[str]:
     """Commands that paste: absolute paths, the same analysis options as this page."""
     q = shlex.quote
     d = q(str(study_dir.resolve()))
@@ -154,7 +139,8 @@ def _commands(study_dir: Path, text: str, name: str, options, runs) -> list[str]
     flags = f" {flags}" if flags else ""
     cmds = [f"ablate compare {d}{flags}   # the ranking and answer on this page",
             f"ablate report {d}{flags}"]
-    src = _study_file(study_dir, text, name)
+    name = record.name
+    src = _study_file(study_dir, text, name, record.base)
     if src is not None:
         cmds.append(f"ablate sweep {q(str(src))} --wait --results /tmp/ablate-repro   "
                     "# train every run again, into a fresh folder")
@@ -188,17 +174,16 @@ def collect(study_dir: Path, *, options=None, n_boot: Optional[int] = None,
     options = replace(options or Options(), **legacy)
     if n_boot is not None:
         options = replace(options, n_boot=n_boot)
-    text, doc = _read_study_yaml(study_dir)
-    name = str(doc.get("name") or study_dir.name)
+    record, text = read_record(study_dir), read_study_text(study_dir)
     states = recorded_states(study_dir) if states is None else states
     from ablate.analysis.watch_store import status_verdicts  # `ablate status`'s watch column
 
     watched = status_verdicts(study_dir, [s.run_id for s in states])
     runs = [{**s.to_json(), **v.as_json(), "watch_cell": v.cell}
             for s, v in zip(states, watched)]
-    data = ReportData(str(study_dir), name, str(doc.get("description") or ""), text, "", "",
+    data = ReportData(str(study_dir), record.name, record.description, text, "", "",
                       [], runs, _problems(study_dir, states),
-                      _commands(study_dir, text, name, options, runs))
+                      _commands(study_dir, text, record, options, runs))
     try:
         a = analyze(study_dir, options)
     except NoDataYet as e:  # the page still shows the runs; any other InputError is bad input

@@ -34,12 +34,12 @@ import numpy as np
 import pandas as pd
 
 from ablate import readers
-from ablate.analysis.gather import cache_is_fresh, gather, is_study_dir, study_fit_defaults, write_cache
+from ablate.analysis.gather import cache_is_fresh, gather, is_study_dir, study_fit, write_cache
 from ablate.errors import InputError, NoDataYet
 from ablate.number_text import count
 from ablate.readers.columns import scale_hint, table_axes
 from ablate.readers.common import split_seed
-from trainer.rundir import GPU_HOURS, METRICS, PASS_RATE, STATUS
+from trainer.rundir import METRICS, STATUS
 
 TABLE_SUFFIXES = (".csv", ".jsonl", ".parquet")
 # Columns that name runs in tables people export (W&B run tables, MLflow `runs` exports, hand
@@ -90,9 +90,9 @@ def load(source: str | Path, *, x: str | None = None, y: str | None = None,
         raise InputError(f"{p}: --step-cost converts a log's steps to compute; a study dir "
                          "has its compute columns (pass --x gpu_hours or --x flops)")
     if is_study_dir(p):
-        defaults = study_fit_defaults(p)
-        x = x or defaults.get("x", GPU_HOURS)
-        y = y or defaults.get("y", PASS_RATE)
+        fit = study_fit(p)
+        x, y = fit.axes(x, y)
+        defaults = fit.given()
         fresh = cache_is_fresh(p)
         df = gather(p, write_cache=False)
         if df.empty:  # not bad input: its runs have not evaluated yet

@@ -20,8 +20,9 @@ from typing import Optional
 import numpy as np
 
 from ablate.analysis import sources
-from ablate.analysis.gather import study_fit_defaults
+from ablate.analysis.gather import study_fit
 from ablate.errors import InputError
+from ablate.study_record import StudyFit
 from ablate.studydir import is_study_dir, read_variants
 from trainer import rundir
 
@@ -46,8 +47,8 @@ def read_runs(target: str | Path, *, x: Optional[str] = None, y: Optional[str] =
     p = sources.study_meant(Path(target)) if Path(target).exists() else Path(target)
     if p.is_dir() and not is_study_dir(p) and (p / rundir.METRICS).exists() or \
             p.is_dir() and (p / rundir.STATUS).exists() and not is_study_dir(p):
-        study = study_fit_defaults(p.parent) if is_study_dir(p.parent) else {}
-        x, y = x or study.get("x", rundir.GPU_HOURS), y or study.get("y", rundir.PASS_RATE)
+        fit = study_fit(p.parent) if is_study_dir(p.parent) else StudyFit()
+        x, y = fit.axes(x, y)
         return [_run_dir(p, x, y)], x, y
     curves = sources.load(p, x=x, y=y, step_cost=step_cost)
     ids = _run_ids(p) if is_study_dir(p) else {}

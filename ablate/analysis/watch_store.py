@@ -84,12 +84,11 @@ def status_verdicts(study_dir: Path, run_ids: list[str]) -> list[RunWatch]:
     of `ablate watch`); a run that fell from its own peak (ablate.analysis.sag, the rule compare
     names) says so, watched or not ("fell 0.83→0.70"); an empty cell for a run with neither
     (nobody watched it on that axis yet, and it has not fallen); "?" for a damaged file."""
-    from ablate.analysis.gather import study_fit_defaults
+    from ablate.analysis.gather import study_fit
     from ablate.errors import InputError
     from trainer import rundir
 
-    fit = study_fit_defaults(Path(study_dir))
-    x, y = fit.get("x", rundir.GPU_HOURS), fit.get("y", rundir.PASS_RATE)
+    x, y = study_fit(Path(study_dir)).axes()
     out = []
     for rid in run_ids:
         d = Path(study_dir) / rid

@@ -155,27 +155,29 @@ def _print_window_note(a: Analysis) -> None:
               "--min-compute 0 keeps them", style="dim", markup=False)
 
 
-def _analyze(source: Path, options: Options, quiet: bool, check=None) -> Analysis:
-    """Load (notes on stderr), validate (`check(curves)` before any work), fit every variant
-    on the comparison's one window with a progress bar, rank: ablate.analysis.pipeline."""
-    from ablate.analysis.pipeline import analyze_curves, check_baseline, load_curves
+def _analyze(source: Path, options: Options, quiet: bool) -> Analysis:
+    """The pipeline (ablate.analysis.pipeline.analyze), watched: the source's notes on stderr
+    once it is read, then a progress bar over the fits (shown only when they are slow)."""
+    from contextlib import ExitStack
 
-    from dataclasses import replace
+    from ablate.analysis.pipeline import analyze
 
-    curves = load_curves(source, options)
-    _print_load_notes(curves, quiet)
-    options = replace(options, baseline=check_baseline(curves, options.baseline))
-    if check is not None:
-        check(curves)
     con = err.console()  # no bar on a pipe: nobody watches it, and it left a blank line there
-    with delayed_progress(con, disable=quiet or not con.is_terminal) as bar:
-        task = bar.add_task("fitting", total=len(curves.variants()))
+    with ExitStack() as stack:
+        bar: list = []  # (progress, task), once the source is read
+
+        def loaded(curves: Curves) -> None:
+            _print_load_notes(curves, quiet)
+            progress = stack.enter_context(delayed_progress(
+                con, disable=quiet or not con.is_terminal))
+            bar.append((progress, progress.add_task("fitting", total=len(curves.variants()))))
 
         def step(v: str) -> None:
-            bar.update(task, description=f"fitting {v}")
-            bar.advance(task)
+            progress, task = bar[0]
+            progress.update(task, description=f"fitting {v}")
+            progress.advance(task)
 
-        a = analyze_curves(curves, options, source=Path(source), on_variant=step)
+        a = analyze(source, options, on_loaded=loaded, on_variant=step)
     if not quiet:
         _print_window_note(a)
     return a

@@ -81,13 +81,13 @@ def status(
 
 
 def _title(study_dir: Path) -> str:
-    """"NAME (DIR)": the study's name from its study.yaml, and where it is."""
-    import yaml
+    """"NAME (DIR)": the study's name from its record, and where it is."""
+    from ablate.errors import InputError
+    from ablate.studydir import read_record
 
     try:
-        doc = yaml.safe_load((Path(study_dir) / "study.yaml").read_text())
-        name = str(doc.get("name") or "") if isinstance(doc, dict) else ""
-    except (OSError, yaml.YAMLError):
+        name = read_record(Path(study_dir)).name
+    except InputError:  # a damaged record: the folder alone names it
         name = ""
     return f"{name} ({study_dir})" if name and name != Path(study_dir).name else str(study_dir)
 

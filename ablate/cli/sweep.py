@@ -14,6 +14,7 @@ from ablate.cli.width import console
 from ablate.errors import InputError
 
 if TYPE_CHECKING:
+    from ablate.studies.study import LoadedStudy
     from ablate.studies.sweep import SweepPlan
     from ablate.studydir import RunState
 
@@ -70,7 +71,7 @@ def sweep(
     up to the study's max_attempts, and adding a value to an axis adds only the new runs.
     """
     from ablate.shipped import recipe_arg
-    from ablate.studies.adaptive import has_stages
+    from ablate.studies.study import load_study
     from ablate.studies.sweep import plan_sweep, run_sweep
 
     study = recipe_arg(study, "study", studies=True)  # a shipped study by name, from any folder
@@ -87,15 +88,16 @@ def sweep(
 
         return print_dry_run(study, executor=executor, profile=profile, overrides=override,
                              as_json=as_json, results=results, force=force)
-    if has_stages(study):
+    loaded = load_study(study, override)  # once: every step below is handed the result
+    if loaded.study.stages is not None:
         if override:
             raise InputError(f"{study}: --override is not supported for a staged study; put "
                              "the values in its `overrides:` section")
-        adaptive_sweep(study, executor=executor, profile=profile, results=results,
+        adaptive_sweep(study, loaded, executor=executor, profile=profile, results=results,
                        entry=entry, wait=wait, as_json=as_json)
         return
-    plan = plan_sweep(study, executor=executor, profile=profile, results=results,
-                      overrides=override, force=force)
+    plan = plan_sweep(loaded, executor=executor, profile=profile, results=results,
+                      force=force)
     out = run_sweep(plan, entry=entry)
     failed: list[RunState] = []
     if wait:
@@ -136,7 +138,8 @@ def print_sweep(plan: SweepPlan, out: dict[str, Any], waited: bool,
         con.print(f"follow with: ablate status {out['study_dir']}")
 
 
-def adaptive_sweep(study: Path, *, executor: Optional[str], profile: Optional[str],
+def adaptive_sweep(study: Path, loaded: LoadedStudy, *, executor: Optional[str],
+                   profile: Optional[str],
                    results: Path, entry: str, wait: bool, as_json: bool) -> None:
     """What `ablate sweep` prints for an adaptive study (one with `stages:`)."""
     from ablate.cli.waiting import failed_runs, failure_lines, watch_or_stop
@@ -144,7 +147,7 @@ def adaptive_sweep(study: Path, *, executor: Optional[str], profile: Optional[st
     from ablate.studies.status import study_states
     from ablate.studydir import budget_text
 
-    rep = run_adaptive(study, executor=executor, profile=profile, results=results, entry=entry,
+    rep = run_adaptive(loaded, executor=executor, profile=profile, results=results, entry=entry,
                        wait_for=(lambda d: watch_or_stop(d, study, show=not as_json))
                        if wait else None)
     failed = failed_runs(study_states(Path(rep.study_dir))) if wait else []

@@ -32,22 +32,21 @@ from typing import TYPE_CHECKING, Any, Optional
 import yaml
 
 from ablate.analysis.pipeline import Options, common_window, fit_all
-from ablate.errors import InputError
 from ablate.studies.expand import Variant
 from ablate.studies.launch.job import set_state
 from ablate.studies.stage_rules import decide, departed_variants, score_levels
 from ablate.studies.stagespec import all_budgets
 from ablate.studies.status import run_states
-from ablate.studies.study import load_study
+from ablate.studies.study import LoadedStudy
 from ablate.studies.sweep import (RESUBMIT_BOUNDED, SweepPlan, choose_runs, load_sweep,
-                                  run_sweep)
+                                  loaded_study, run_sweep)
 from ablate.studydir import StudyStore, stopped_in
 from trainer import rundir
 
 if TYPE_CHECKING:
     from ablate.analysis.variant_fits import GroupFit
 
-__all__ = ["StageReport", "advance", "decided", "has_stages", "promote", "run_adaptive"]
+__all__ = ["StageReport", "advance", "decided", "promote", "run_adaptive"]
 
 
 @dataclass
@@ -201,12 +200,12 @@ def decide_and_promote(plan: SweepPlan, budgets: list[dict[str, float]]) -> list
 # The loop.
 
 
-def advance(study_path: Path | str, *, executor: str | None = None,
+def advance(study: Path | str | LoadedStudy, *, executor: str | None = None,
             profile: str | None = None, results: Path | str = "results",
             entry: str = "trainer:run") -> StageReport:
     """One turn of the loop: decide the stages whose runs all ended, promote the survivors,
     plan each variant at its stage's budget and submit what that stage still needs."""
-    base = load_sweep(study_path, executor=executor, profile=profile, results=results)
+    base = load_sweep(study, executor=executor, profile=profile, results=results)
     spec, store = base.loaded.study.stages, base.store
     assert spec is not None
     budgets = all_budgets(base.loaded)
@@ -228,7 +227,7 @@ def advance(study_path: Path | str, *, executor: str | None = None,
                        out["study_dir"], finished)
 
 
-def run_adaptive(study_path: Path | str, *, executor: str | None = None,
+def run_adaptive(study: Path | str | LoadedStudy, *, executor: str | None = None,
                  profile: str | None = None, results: Path | str = "results",
                  entry: str = "trainer:run",
                  wait_for: Optional[Callable[[Path], object]] = None) -> StageReport:
@@ -236,21 +235,13 @@ def run_adaptive(study_path: Path | str, *, executor: str | None = None,
     study's runs have ended, e.g. ablate.studies.status.wait_for_runs) wait and advance again,
     stage after stage, until the study is finished or nothing more can run (runs failed for
     good). Without it, one turn: rerunning `ablate sweep` takes the next."""
-    rep = advance(study_path, executor=executor, profile=profile, results=results, entry=entry)
+    loaded = loaded_study(study)  # loaded once, for every turn
+    rep = advance(loaded, executor=executor, profile=profile, results=results, entry=entry)
     while wait_for is not None and not rep.finished:
         wait_for(Path(rep.study_dir))
         stage = rep.stage
-        rep = advance(study_path, executor=executor, profile=profile, results=results,
+        rep = advance(loaded, executor=executor, profile=profile, results=results,
                       entry=entry)
         if not rep.submitted and rep.stage == stage:
             break  # nothing new to run: stuck on failures (status says which)
     return rep
-
-
-def has_stages(study_path: Path | str) -> bool:
-    """Whether a study file is adaptive (has `stages:`); a file that does not load says no and
-    lets the normal path report the error."""
-    try:
-        return load_study(study_path).study.stages is not None
-    except InputError:
-        return False

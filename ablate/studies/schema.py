@@ -12,6 +12,7 @@ from pydantic import Field, field_validator
 from ablate.adapters.base import TrainerSpec
 from ablate.adapters.builtin.config_paths import leaf_paths
 from ablate.studies.stagespec import StageSpec
+from ablate.study_record import FitSpec  # the study dir's record holds it too
 from ablate.validation import Strict
 from trainer.config import BudgetConfig
 
@@ -21,19 +22,6 @@ from trainer.config import BudgetConfig
 MAX_VARIANTS = 10_000
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-
-
-class FitSpec(Strict):
-    """Defaults for the curve engine (`ablate fit/compare` read them from the study dir)."""
-
-    x: str = Field("gpu_hours", description="Compute column of metrics.jsonl (gpu_hours, flops...).")
-    y: str = Field("eval/pass_rate", description="Score column (mean@k pass rate on held-out prompts).")
-    min_compute: Optional[float] = Field(
-        None, ge=0, description="Start of the fit window: skip the early, nearly linear phase."
-    )
-    max_compute: Optional[float] = Field(
-        None, gt=0, description="End of the fit window (fit on a prefix, extrapolate beyond)."
-    )
 
 
 class Study(Strict):

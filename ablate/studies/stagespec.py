@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ablate.analysis import A_MARGIN
 from ablate.errors import InputError
+from ablate.study_record import SCALE_WINNER_DEFAULT
 from trainer.config import BudgetConfig
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ class StageSpec(BaseModel):
         "interval rule stops variants (A's upper bound below another variant's lower bound).",
     )
     scale_winner: bool = Field(
-        False, description="When a stage leaves a single variant, the winner is decided and the "
+        SCALE_WINNER_DEFAULT, description="When a stage leaves a single variant, the winner is decided and the "
         "study ends there; true = train it on to the final budget anyway.",
     )
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from ablate.adapters import adapter_of, memory_plan, time_plan, topology
+from ablate.adapters import adapter_of, fit_columns, memory_plan, time_plan, topology
 from ablate.errors import InputError
 from ablate.studies import launch
 from ablate.studies.expand import Variant, expand
@@ -28,6 +28,7 @@ from ablate.studies.launch.executor import RunResources
 from ablate.studies.launch.profile import Profile, find_profile, load_profile
 from ablate.studies.stagespec import check_baseline, check_stages
 from ablate.studies.status import run_states
+from ablate.study_record import StudyRecord
 from ablate.studydir import StudyStore, study_dir_for
 from ablate.studies.study import LoadedStudy, load_study
 from trainer.plan.memory import advice
@@ -50,13 +51,22 @@ class SweepPlan:
     skipped: dict[str, str] = field(default_factory=dict)  # run_id -> why
 
 
-def check_inputs(study_path: Path | str, *, executor: Optional[str] = None,
+def loaded_study(study: Path | str | LoadedStudy, overrides: Sequence[str] = ()) -> LoadedStudy:
+    """The study loaded (ablate.studies.study.load_study), or as the caller already loaded it:
+    `ablate sweep` loads the file once and hands the result on."""
+    if isinstance(study, LoadedStudy):
+        return study
+    return load_study(study, overrides)
+
+
+def check_inputs(study: Path | str | LoadedStudy, *, executor: Optional[str] = None,
                  profile: Optional[str] = None, overrides: Sequence[str] = (),
                  force: bool = False) -> tuple[LoadedStudy, list[Variant], Profile]:
-    """Load and check the study, its expansion, the profile and the executor name (shared by
-    `sweep` and `sweep --dry-run`, so both reject the same input: a GPU recipe whose Slurm
-    jobs would get no GPUs too, unless `force`); writes nothing."""
-    loaded = load_study(study_path, overrides)
+    """Load (unless loaded) and check the study, its expansion, the profile and the executor
+    name (shared by `sweep` and `sweep --dry-run`, so both reject the same input: a GPU recipe
+    whose Slurm jobs would get no GPUs too, unless `force`); writes nothing."""
+    loaded = loaded_study(study, overrides)
+    study_path = loaded.path
     check_fit_columns(loaded)  # a fit column the trainer never logs: refused before training
     check_stages(loaded)
     variants = expand(loaded)
@@ -161,26 +171,26 @@ def check_plans(study_path: Path | str, variants: list[Variant], prof: Profile,
     check_time(study_path, variants, prof.job_shape(ex), prof.limits(ex))
 
 
-def plan_sweep(study_path: Path | str, *, executor: Optional[str] = None,
+def plan_sweep(study: Path | str | LoadedStudy, *, executor: Optional[str] = None,
                overrides: Sequence[str] = (),
                profile: Optional[str] = None, results: Path | str = "results",
                force: bool = False) -> SweepPlan:
     """Everything `sweep` will do, decided without writing anything. `force`: submit even
     variants whose resource plan does not fit the profile's GPUs."""
-    return choose_runs(load_sweep(study_path, executor=executor, overrides=overrides,
+    return choose_runs(load_sweep(study, executor=executor, overrides=overrides,
                                   profile=profile, results=results, force=force))
 
 
-def load_sweep(study_path: Path | str, *, executor: Optional[str] = None,
+def load_sweep(study: Path | str | LoadedStudy, *, executor: Optional[str] = None,
                overrides: Sequence[str] = (),
                profile: Optional[str] = None, results: Path | str = "results",
                force: bool = False) -> SweepPlan:
     """The checked inputs of a sweep (study, expansion, profile, executor, study dir), with no
     run chosen yet; writes nothing."""
-    loaded, variants, prof = check_inputs(study_path, executor=executor, profile=profile,
+    loaded, variants, prof = check_inputs(study, executor=executor, profile=profile,
                                           overrides=overrides, force=force)
     if not force:
-        check_plans(study_path, variants, prof, executor)
+        check_plans(loaded.path, variants, prof, executor)
     store = StudyStore(study_dir_for(Path(results), loaded.study.name))
     return SweepPlan(loaded, variants, prof, launch.choose_executor(executor, prof), store)
 
@@ -230,7 +240,7 @@ def stage_variant(v: Variant, budget: dict[str, float]) -> Variant:
     return replace(v, config=cfg)
 
 
-def study_record(loaded: LoadedStudy) -> str:
+def study_text(loaded: LoadedStudy) -> str:
     """The study file as submitted, plus the `--override`s it ran with (as comments), so the
     study dir says what was asked; variants.json and each config.yaml hold the result."""
     text = loaded.path.read_text()
@@ -240,13 +250,28 @@ def study_record(loaded: LoadedStudy) -> str:
     return text
 
 
+def study_record(loaded: LoadedStudy) -> StudyRecord:
+    """The study as resolved (study.json, ablate/study_record.py): what every reader of the
+    study dir reads. The fit is the validated `fit:` with the trainer's default columns filled
+    in by its adapter (`fit_columns`), from the keys the file sets."""
+    study = loaded.study
+    trainer = study.trainer.model_dump(mode="json")
+    written = {k: getattr(study.fit, k) for k in study.fit.model_fields_set
+               if getattr(study.fit, k) is not None}
+    return StudyRecord(name=study.name, description=study.description, base=study.base,
+                       trainer=trainer, fit=fit_columns(trainer, written),
+                       stages=None if study.stages is None else study.stages.model_dump(mode="json"),
+                       cli_overrides=list(loaded.cli_overrides))
+
+
 def run_sweep(plan: SweepPlan, *, entry: str = "trainer:run") -> dict[str, Any]:
     """Write the study dir, submit, record. Returns the `sweep --json` object."""
     store = plan.store
     fresh = [d for d in (store.root.parent, store.root) if not d.exists()]
     try:
         with store.locked():
-            undo = store.write_study(study_record(plan.loaded), plan.variants,
+            undo = store.write_study(study_text(plan.loaded), study_record(plan.loaded),
+                                     plan.variants,
                                      frozenset(v.run_id for v in plan.submit))
             shape = plan.profile.job_shape(plan.executor)
             limits = plan.profile.limits(plan.executor)

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Sequence
 from ablate.adapters.base import TrainerSpec
 from ablate.adapters.builtin.study import check_values, load_base, point_runs, run_id_of
 from ablate.errors import InputError
+from ablate.study_record import FitSpec
 from ablate.validation import suggest
 from ablate.yamlio import YamlDoc
 from trainer import rundir
@@ -93,4 +94,5 @@ class BuiltinAdapter:
 
     @staticmethod
     def fit_defaults(trainer: dict[str, Any], fit: dict[str, Any]) -> dict[str, Any]:
-        return fit  # nothing to add: the study schema's fit defaults are its columns
+        # its columns are the study schema's defaults (FitSpec: gpu_hours, eval/pass_rate)
+        return {**FitSpec().model_dump(exclude_none=True), **fit}
