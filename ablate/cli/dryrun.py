@@ -101,6 +101,7 @@ def time_lines(t: Optional[TimePlan]) -> list[str]:
 _CUTS = {"evals": "fewer or smaller evals (eval.every_steps, eval.num_prompts, eval.samples_per_prompt)",
          "checkpoints": "fewer checkpoints (checkpoint.every_steps)",
          "job starts": "longer jobs (slurm.time_min): fewer starts",
+         "refills": "longer jobs (slurm.time_min): fewer pipeline refills after a start",
          "job ends": "longer jobs (slurm.time_min): fewer job ends, each losing a tail"}
 
 
