@@ -101,8 +101,9 @@ def _heads_refuse(c: TrainConfig, cg: TrainConfig, shape: JobShape) -> str:
     return ""
 
 
-def plan_option(c: TrainConfig, shape: JobShape, g: int) -> SplitOption:
-    """One candidate planned: the memory plan and a step of the time plan on its topology."""
+def plan_option(c: TrainConfig, shape: JobShape, g: int, a=None) -> SplitOption:
+    """One candidate planned: the memory plan and a step of the time plan on its topology
+    (on the rates `a` takes: trainer/plan/time_model.py Assume; None: the constants)."""
     from trainer.plan.memory import plan
     from trainer.plan.time_plan import Limits, plan_time
 
@@ -114,7 +115,7 @@ def plan_option(c: TrainConfig, shape: JobShape, g: int) -> SplitOption:
     except TopologyError as e:
         return SplitOption(g, gpus - g, out=str(e))
     p = plan(cg, at)
-    t = plan_time(cg, at, Limits(gpu_model=shape.gpu_model))
+    t = plan_time(cg, at, Limits(gpu_model=shape.gpu_model), *([a] if a else []))
     if not out and p.fits is False:
         out = (f"training needs {p.train_gib_per_gpu:g} GiB of {p.train_budget_gib:g}"
                if p.train_gib_per_gpu > p.train_budget_gib else
@@ -129,23 +130,25 @@ _CACHE: dict[tuple[str, JobShape], SplitChoice] = {}
 CACHE_SIZE = 512
 
 
-def choose_split(c: TrainConfig, shape: JobShape) -> SplitChoice:
-    """The split `auto` resolves to on `shape` (module doc). Cached by the config's content:
-    the plans call `topology` several times a variant, and a sweep plans thousands."""
-    key = (c.model_dump_json(), shape)
+def choose_split(c: TrainConfig, shape: JobShape, a=None) -> SplitChoice:
+    """The split `auto` resolves to on `shape` (module doc); with `a`, the split the rates
+    runs measured would choose (the dry run's re-plan of runs not started: ablate/studies/
+    measured.py). Cached by the config's content: the plans call `topology` several times a
+    variant, and a sweep plans thousands."""
+    key = (c.model_dump_json(), shape, a)
     if key not in _CACHE:
         if len(_CACHE) >= CACHE_SIZE:
             _CACHE.clear()
-        _CACHE[key] = _choose(c, shape)
+        _CACHE[key] = _choose(c, shape, a)
     return _CACHE[key]
 
 
-def _choose(c: TrainConfig, shape: JobShape) -> SplitChoice:
+def _choose(c: TrainConfig, shape: JobShape, a=None) -> SplitChoice:
     gpus = shape.gpus_per_node or 0
     choices = split_choices(c, shape)
     if not choices:
         return SplitChoice(None, _no_room(shape))
-    options = tuple(plan_option(c, shape, g) for g in choices)
+    options = tuple(plan_option(c, shape, g, a) for g in choices)
     ok = [o for o in options if not o.out]
     if ok:
         best = min(o.step_s for o in ok)

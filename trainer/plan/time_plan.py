@@ -26,6 +26,7 @@ requeues under the profile's limits and whether an eval fits (time_jobs.py).
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 from trainer.config import TrainConfig
 from trainer.plan.memory import on_cpu
@@ -35,7 +36,8 @@ from trainer.plan.placement import (dealt_groups, eval_engines, eval_rows, fleet
 from trainer.plan.time_jobs import Limits, TimePlan, dur, eval_checks, jobs  # noqa: F401 (dur)
 from trainer.plan.time_model import (  # noqa: F401 (lengths: ablate reads the plan's here)
     ASSUMED, CHECKPOINT_BYTES_PER_S, COMPLETION_SHARE, CPU_DECODE_FLOPS, CPU_DECODE_ITER_S,
-    CPU_STEP_OVERHEAD_S, CPU_TRAIN_FLOPS, DECODE_BW_EFFICIENCY, DEFAULT_GPU, GPUS,
+    CPU_STEP_OVERHEAD_S, CPU_TRAIN_FLOPS, DECODE_BW_EFFICIENCY, DECODE_BW_RANGE, DEFAULT_GPU,
+    GPUS, TRAIN_MFU_RANGE, configured_completion,
     HF_GPU_DECODE_ITER_S, JOB_START_S_CPU, JOB_START_S_GPU, PREFILL_MFU, TRAIN_MFU, Assume,
     budget_steps, completion_cap, count_evals, decode_rate, engine_concurrency,
     eval_overlaps_training, hf_rate, lengths, sample_counts, train_flops, trained_tokens)
@@ -238,7 +240,7 @@ def _cpu_step(c: TrainConfig, m: ModelShape, topo: Topology, tp: TimePlan,
     per_call = c.eval.batch_size or 64 * c.eval.samples_per_prompt
     tp.eval_s = (math.ceil(rows / per_call) * (completion + 1) * CPU_DECODE_ITER_S
                  + rows * (completion + prompt) * 2.0 * m.params / CPU_DECODE_FLOPS)
-    tp.assumptions.append(f"{prompt:,.0f} prompt + {completion:,.0f} completion tokens a sample")
+    tp.assumptions.append(f"{prompt:,.0f} prompt + {_tok(completion)} completion tokens a sample")
     _combine(c, tp)
     tp.checkpoint_s = m.params * 16 / 200e6  # local disk, measured order: ~200 MB/s
     tp.devices = topo.devices
@@ -335,3 +337,44 @@ def big_generation_check(c: TrainConfig, tp: TimePlan, limits: Limits, start: fl
                       f"{dur(big)}, longer than a {dur(limits.time_min * 60)} job after its "
                       f"start: a stop inside it abandons it, so no job finishes one; lower "
                       f"off_policy.k or raise {limits.time_key}")
+
+
+def plan_range(c: TrainConfig, shape: JobShape, limits: Limits = Limits()) -> Optional[dict]:
+    """The plan before any run has measured, as a range (issue 47 point 6): at the uncertain
+    constants' fast ends (training MFU 0.35, decode at 0.8 of HBM bandwidth, completions at
+    their configured mean: time_model.configured_completion) and slow ends (0.25, 0.5, at the
+    cap); and which one constant moves the step most from the fast end to its slow end (the
+    one that sets it). On CPU only the completions are uncertain (the rest was measured).
+    None where the plan has no step."""
+    fast = ASSUMED.with_(train_mfu=TRAIN_MFU_RANGE[1], decode_bw=DECODE_BW_RANGE[1],
+                         completion=configured_completion(c), source="fast")
+    cap = completion_cap(c)
+    slow = fast.with_(train_mfu=TRAIN_MFU_RANGE[0], decode_bw=DECODE_BW_RANGE[0],
+                      completion=cap, source="slow")
+    pf, ps = plan_time(c, shape, limits, fast), plan_time(c, shape, limits, slow)
+    if pf.step_s is None or ps.step_s is None:
+        return None
+    gpu = bool(shape.gpus_per_node)
+    # name -> (its range in words, the slow end)
+    knobs = {"the completions' length": (f"completions {_tok(fast.completion)}-{_tok(cap)} "
+                                         "tokens", {"completion": cap})}
+    if gpu:
+        knobs["the training MFU"] = (f"training MFU {TRAIN_MFU_RANGE[1]:g}-"
+                                     f"{TRAIN_MFU_RANGE[0]:g}", {"train_mfu": TRAIN_MFU_RANGE[0]})
+        if c.rollout.backend == "vllm":
+            knobs["the decode bandwidth"] = (f"decode {DECODE_BW_RANGE[1]:g}-"
+                                             f"{DECODE_BW_RANGE[0]:g} of HBM bandwidth",
+                                             {"decode_bw": DECODE_BW_RANGE[0]})
+    swing = {k: (plan_time(c, shape, limits, fast.with_(**kw)).step_s or 0.0) - pf.step_s
+             for k, (_, kw) in knobs.items()}
+
+    def ends(key: str) -> Optional[list]:
+        a, b = getattr(pf, key), getattr(ps, key)
+        return None if a is None or b is None else sorted([a, b])
+    return {"step_s": ends("step_s"), "steps": ends("steps"), "wall_h": ends("wall_h"),
+            "gpu_hours": ends("gpu_hours"), "constants": [w for w, _ in knobs.values()],
+            "sets_step": max(swing, key=lambda k: swing[k])}
+
+
+def _tok(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
