@@ -147,3 +147,56 @@ def ranges(variants: list, shape: Any, limits: Any, times: dict[str, Any]) -> No
             continue
         done.add(v.name)
         t.range = plan_range(v.config, shape, limits)
+
+
+@dataclass
+class _Run:  # what learn() reads of a variant
+    run_id: str
+    name: str
+    seed: int
+    config: Any
+
+
+def study_view(study_dir: Path, width: int) -> tuple[list[str], dict[str, dict]]:
+    """`ablate status`: the planned-vs-measured lines, and each run's rates for --json; the
+    runs not started re-planned on the job shape the started runs recorded (no time limit:
+    requeues are the dry run's, which knows the profile)."""
+    from ablate.studydir import StudyStore
+    from trainer.config import TrainConfig
+    from trainer.plan.time_jobs import Limits, dur
+    from trainer.validate import JobShape
+
+    rows = StudyStore(study_dir).variants()
+    docs = started(study_dir, [r["run_id"] for r in rows])
+    if not docs:
+        return [], {}
+    runs = []
+    for r in rows:
+        try:
+            c = TrainConfig.model_validate(r["config"]) if r["run_id"] not in docs else None
+        except (ValueError, KeyError, TypeError):
+            c = None  # another trainer's config, or none recorded: nothing to re-plan
+        runs.append(_Run(r["run_id"], r["name"], int(r.get("seed", 0) or 0), c))
+    shape_doc = next(iter(docs.values())).get("shape") or {}
+    try:
+        shape = JobShape(**shape_doc)
+    except TypeError:
+        shape = JobShape()
+    got = learn([r for r in runs if r.config is not None or r.run_id in docs], shape,
+                Limits(gpu_model=shape.gpu_model), study_dir)
+    lines = ["", *comparison_lines(docs, len(rows), width)]
+    seen = set()
+    for r in runs:
+        t = got.times.get(r.run_id)
+        if t is None or t.step_s is None or r.name in seen:
+            continue
+        seen.add(r.name)
+        steps = f", {t.steps:,} steps, {t.wall_h:.3g} h" if t.steps and t.wall_h else ""
+        lines.append(f"  re-planned, not started: {r.name}: step {dur(t.step_s)}{steps} "
+                     f"({t.basis})")
+    lines += [f"{name}: {line}" for name, line in got.split.items()]
+    out = {r.run_id: got.to_json(r.run_id) for r in runs}
+    for rid, t in got.times.items():
+        out[rid] = {**out[rid], "replanned": {"step_s": t.step_s, "steps": t.steps,
+                                              "wall_h": t.wall_h}}
+    return lines, out

@@ -50,13 +50,15 @@ def planned(config, shape) -> dict:
 class RateLog:
     """Rank 0's record (the other ranks' is inert: `main` False)."""
 
-    def __init__(self, run_dir, main: bool, plan: dict, entry_s: float) -> None:
+    def __init__(self, run_dir, main: bool, plan: dict, entry_s: float,
+                 shape: Optional[dict] = None) -> None:
         self.dir, self.main = run_dir, main
         doc = rundir.read_rates(run_dir) if main else {}
         old = doc.get("sums") or {}
         self.sums = {k: float(old.get(k, 0) or 0) for k in _SUMS}
         self.attempts = list(doc.get("attempts") or [])
         self.plan, self.entry_s, self.written = plan, entry_s, 0.0
+        self.shape = shape or {}  # the job's (trainer/plan/topology.py JobShape): re-plans use it
         self.step_in_flight: dict = {}
         self.first = True
 
@@ -97,6 +99,6 @@ class RateLog:
 
     def write(self) -> None:
         if self.main:
-            rundir.write_rates(self.dir, {"version": 1, "planned": self.plan,
+            rundir.write_rates(self.dir, {"version": 1, "planned": self.plan, "shape": self.shape,
                                           "sums": self.sums, "attempts": self.attempts})
             self.written = time.monotonic()

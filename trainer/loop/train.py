@@ -21,6 +21,7 @@ metrics, config); checkpoints are written by every rank (trainer/loop/checkpoint
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -136,8 +137,9 @@ def start(config: TrainConfig, run_dir: Path, entry_s: float = 0.0) -> Run:
     ckpt = Checkpoints(config, run_dir, p)
     resumed, redo = ckpt.resume(state)
     ctx = Context(config, p.model, p.tok, state.data, p.train_prompts, restored=state.source)
-    rates = RateLog(run_dir, p.main, planned(config, job_shape(config, os.environ)[0])
-                    if p.main else {}, entry_s)
+    shape = job_shape(config, os.environ)[0]
+    rates = RateLog(run_dir, p.main, planned(config, shape) if p.main else {}, entry_s,
+                    dataclasses.asdict(shape))
     evals = EvalPoint(config, run_dir, p)
     evals.on_row = rates.eval_row
     return Run(config, run_dir, p, state, ctx,
