@@ -55,14 +55,17 @@ def learn(variants: list, shape: Any, limits: Any, root: Path) -> Learned:
     if not docs:
         return got
     names = {v.run_id: v.name for v in variants}
+    configs = {v.run_id: v.config for v in variants if isinstance(v.config, TrainConfig)}
     plans: dict[str, tuple] = {}
     for v in variants:
         c = v.config
         if v.run_id in docs or not isinstance(c, TrainConfig):  # another trainer: none
             continue
         if v.name not in plans:
-            own = [d for rid, d in docs.items() if names.get(rid) == v.name]
-            a = calibration(own or list(docs.values()), completion_cap(c), same_variant=bool(own))
+            own = [rid for rid in docs if names.get(rid) == v.name]
+            use = own or list(docs)
+            a = calibration([docs[r] for r in use], completion_cap(c), same_variant=bool(own),
+                            configs=[configs.get(r) for r in use])
             if a is None:
                 continue
             basis = f"{a.source} of {'this variant' if own else 'the study'}"

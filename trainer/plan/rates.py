@@ -101,15 +101,17 @@ def train_speed(planned: dict, got: dict) -> Optional[float]:
 
 
 def calibration(docs: list[dict], cap: float, base: Assume = ASSUMED,
-                same_variant: bool = True) -> Optional[Assume]:
+                same_variant: bool = True, configs: Optional[list] = None) -> Optional[Assume]:
     """What a plan takes from the measured runs `docs` (rates.json documents, at least one
-    step each): their mean speed-ups over their own plans (generation tokens/s, training
-    FLOP/s, eval), a step measured over its parts so combined (step_factor), job start and
-    refill; and, from the same variant's runs (`same_variant`), its completion length and the
-    share of groups it trained, else the runs' share of their own caps times `cap`. None when
-    no run has measured a step."""
-    got = [(d.get("planned") or {}, measured(d)) for d in docs]
-    got = [(p, m) for p, m in got if m and p]
+    step each; `configs`: each one's TrainConfig where known): their mean speed-ups over their
+    own plans (generation tokens/s, training FLOP/s, eval), a step measured over its plan on
+    those (step_factor: what the model leaves out), job start and refill; and, from the same
+    variant's runs (`same_variant`), its completion length and the share of groups it
+    trained, else the runs' share of their own caps times `cap`. None when no run has
+    measured a step."""
+    configs = list(configs) if configs is not None else [None] * len(docs)
+    got = [(d.get("planned") or {}, measured(d), d, c) for d, c in zip(docs, configs)]
+    got = [(p, m, d, c) for p, m, d, c in got if m and p and "step_s" in p]
     if not got:
         return None
 
@@ -118,39 +120,52 @@ def calibration(docs: list[dict], cap: float, base: Assume = ASSUMED,
         return sum(xs) / len(xs) if xs else None
 
     gen = mean([m["generation_tokens_per_s_engine"] / p["generation_tokens_per_s_engine"]
-                for p, m in got if m.get("generation_tokens_per_s_engine")
+                for p, m, _, _ in got if m.get("generation_tokens_per_s_engine")
                 and p.get("generation_tokens_per_s_engine")])
-    train = mean([train_speed(p, m) for p, m in got])
+    train = mean([train_speed(p, m) for p, m, _, _ in got])
     ev = mean([p["eval_s"] / m["eval_s"] * (m["completion_tokens"] / p["completion_tokens"])
-               for p, m in got if m.get("eval_s") and p.get("eval_s")
+               for p, m, _, _ in got if m.get("eval_s") and p.get("eval_s")
                and p.get("completion_tokens")])
     a = replace(base, gen_speed=gen or 1.0, train_speed=train or 1.0, eval_speed=ev or 1.0,
                 source=f"measured on {len(got)} run{'s' * (len(got) != 1)}")
+    factors = [step_factor(p, m, d, c, a) for p, m, d, c in got]
     if same_variant:
-        a = replace(a, completion=mean([m["completion_tokens"] for _, m in got]),
-                    kept_share=mean([m["kept_share"] for _, m in got]) or 1.0)
+        a = replace(a, completion=mean([m["completion_tokens"] for _, m, _, _ in got]),
+                    kept_share=mean([m["kept_share"] for _, m, _, _ in got]) or 1.0)
     else:
-        share = mean([m["completion_tokens"] / p["completion_cap"] for p, m in got
+        share = mean([m["completion_tokens"] / p["completion_cap"] for p, m, _, _ in got
                       if p.get("completion_cap")])
         a = replace(a, completion=share * cap if share else None)
-    start = mean([m.get("job_start_s") for _, m in got])
-    refill = mean([m.get("refill_s") for _, m in got])
-    return replace(a, job_start_s=start, refill_s=refill,
-                   step_factor=mean([step_factor(p, m, gen or 1.0, train or 1.0)
-                                     for p, m in got]) or 1.0)
+    return replace(a, job_start_s=mean([m.get("job_start_s") for _, m, _, _ in got]),
+                   refill_s=mean([m.get("refill_s") for _, m, _, _ in got]),
+                   step_factor=mean(factors) or 1.0)
 
 
-def step_factor(planned: dict, got: dict, gen_speed: float, train_speed: float
-                ) -> Optional[float]:
-    """A run's measured step over its plan's generation and training, each at the lengths
-    and tokens it measured and over the speed-ups, combined as the plan combines them (the
-    slower where they overlap, else the sum): what the model leaves out of a step."""
+def step_factor(planned: dict, got: dict, doc: dict, config, a: Assume) -> Optional[float]:
+    """A run's measured step over its own plan on the measured speed-ups, lengths and kept
+    groups (re-planned where its config is known, on the job shape it recorded; else its
+    plan's generation and training scaled by the measured tokens): what the model leaves out
+    of a step (the push, the reward, Python; on CPU one GIL)."""
+    if not got.get("step_s"):
+        return None
+    if config is not None:
+        from trainer.plan.time_jobs import Limits
+        from trainer.plan.time_plan import plan_time
+        from trainer.plan.topology import JobShape
+
+        try:
+            shape = JobShape(**(doc.get("shape") or {}))
+        except TypeError:
+            shape = JobShape()
+        t = plan_time(config, shape, Limits(gpu_model=shape.gpu_model), replace(
+            a, completion=got["completion_tokens"], kept_share=got["kept_share"]))
+        return got["step_s"] / t.step_s if t.step_s else None
     pg, pt, pc = planned.get("generation_s"), planned.get("train_s"), \
         planned.get("completion_tokens")
     pf = planned.get("train_flops_per_step")
-    if not (pg is not None and pt and pc and pf and got.get("step_s")):
+    if not (pg is not None and pt and pc and pf):
         return None
-    g = pg * got["completion_tokens"] / pc / gen_speed
-    t = pt * got["train_flops_per_step"] / pf / train_speed
+    g = pg * got["completion_tokens"] / pc / a.gen_speed
+    t = pt * got["train_flops_per_step"] / pf / a.train_speed
     both = max(g, t) if planned.get("overlap") else g + t
     return got["step_s"] / both if both > 0 else None
