@@ -12,6 +12,7 @@ the end, by rank 0, in this process (no thread, no process of its own).
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Optional
 
@@ -98,7 +99,13 @@ class RateLog:
             self.sums["eval_s"] += sec
 
     def write(self) -> None:
+        """rates.json now (rank 0). A file that cannot be written costs the record, never the
+        run (and never hides the error a failing run is being recorded with)."""
         if self.main:
-            rundir.write_rates(self.dir, {"version": 1, "planned": self.plan, "shape": self.shape,
-                                          "sums": self.sums, "attempts": self.attempts})
+            try:
+                rundir.write_rates(self.dir, {"version": 1, "planned": self.plan,
+                                              "shape": self.shape, "sums": self.sums,
+                                              "attempts": self.attempts})
+            except OSError as e:
+                print(f"[trainer] rates.json not written: {e}", file=sys.stderr, flush=True)
             self.written = time.monotonic()
