@@ -7,7 +7,8 @@ The layers, top to bottom (docs/ARCHITECTURE.md draws them):
     analysis/      pure: metrics -> fits -> rankings, answers, reports
     adapters/      every trainer a study can name, the built-in one included
     readers/       other tools' logs (W&B, MLflow, TensorBoard, JSONL) as one frame
-    studydir.py    the study dir's files, their one owner
+    studydir.py    the study dir's files, their one owner; study_record.py: the record of a
+                   study (study.json) and its fit spec, the one set of fit defaults
     validation.py  the strict pydantic base of user files and its one-line error
     yamlio.py      YAML loading that refuses duplicate keys and keeps each key's line
     shipped.py     the recipes and profiles ablate ships; a file a study names, found by name

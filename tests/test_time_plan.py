@@ -240,7 +240,9 @@ def test_budget_in_flops_and_gpu_hours_gives_steps():
     n = proxy_shape(proxy).params
     prompt, completion = lengths(proxy)
     samples = proxy.rollout.prompts_per_step * proxy.rollout.generations_per_prompt
-    per_step = 2 * n * samples * completion + 6 * n * trained_tokens(proxy)
+    # as the trainer counts them: generation's 2N a token includes the prompt's
+    # (trainer/generation/stream.py gen_tokens), training's 6N a processed token
+    per_step = 2 * n * samples * (prompt + completion) + 6 * n * trained_tokens(proxy)
     assert tp.steps == math.ceil(1e12 / per_step) and tp.device.startswith("CPU")
 
 
@@ -458,10 +460,13 @@ def test_the_wall_in_parts_sums_to_the_wall(limits):
 
     t = plan_time(paper(budget={"gpu_hours": 4000}), PAPER_SHAPE, limits)
     parts = t.wall_parts_h
-    assert set(parts) == {"steps", "evals", "checkpoints", "job starts", "job ends"}
+    assert set(parts) == {"steps", "evals", "checkpoints", "job starts", "refills", "job ends"}
     assert sum(parts.values()) == pytest.approx(t.wall_h, rel=1e-9)
     assert parts["steps"] == pytest.approx(t.steps * t.step_s / 3600)
     assert parts["job starts"] == pytest.approx(t.jobs * JOB_START_S_GPU / 3600)
+    # pipeline with vLLM: each job's first step waits for a whole generation (issue 47 point 6)
+    assert parts["refills"] == pytest.approx(
+        t.jobs * min(t.generation_s, t.train_s) / 3600) and parts["refills"] > 0
     assert (parts["job ends"] > 0) == (t.jobs > 1), (t.jobs, parts)
     line = " ".join(wall_parts_lines(t))
     assert line.startswith("  wall in parts: steps ") and "the largest beside the steps" in line

@@ -8,6 +8,9 @@
     <run_dir>/trackers.json   where the trainer's trackers log the run (TensorBoard dir,
                               MLflow run, W&B run), written when they open; `ablate watch`
                               reads it to draw the forecast band beside the score there
+    <run_dir>/rates.json      what the run's time plan assumed and what its steps measured
+                              (trainer/plan/rates.py says its fields; trainer/loop/rates.py
+                              writes it), read by the dry run and `ablate status`
     <run_dir>/checkpoint/     the latest resumable state
 
 Why one owner: the trainer writes these files and the orchestrator, the analysis and the CLI
@@ -42,6 +45,7 @@ import yaml
 
 CONFIG, STATUS, METRICS, IDENTITY = "config.yaml", "status.json", "metrics.jsonl", "identity.json"
 TRACKERS = "trackers.json"
+RATES = "rates.json"
 
 # -- metrics.jsonl columns: declared here once, imported by every reader ----------------------
 STEP, SAMPLES, TOKENS, FLOPS, GPU_HOURS = "step", "samples", "tokens", "flops", "gpu_hours"
@@ -193,6 +197,20 @@ def read_trackers(run_dir: Path) -> dict[str, dict]:
         return {}
     got = doc.get("backends") if isinstance(doc, dict) else None
     return {k: v for k, v in got.items() if isinstance(v, dict)} if isinstance(got, dict) else {}
+
+
+def write_rates(run_dir: Path, doc: dict) -> None:
+    """The run's planned and measured rates (trainer/plan/rates.py: the fields)."""
+    atomic_write(Path(run_dir) / RATES, json.dumps(doc))
+
+
+def read_rates(run_dir: Path) -> dict:
+    """The run's rates.json, or {} when there is none yet (or it cannot be read)."""
+    try:
+        doc = json.loads((Path(run_dir) / RATES).read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 # -- metrics.jsonl -------------------------------------------------------------------------

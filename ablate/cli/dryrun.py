@@ -88,6 +88,9 @@ def time_lines(t: Optional[TimePlan]) -> list[str]:
                 f"{count(t.requeues, 'requeue')} needed ({limit})")
         to += f"; jobs of {t.job_h:g} h: {jobs}"
     lines.append(to)
+    if t.basis != "assumed":
+        lines.append(f"  planned from the rates {t.basis} (runs not started re-planned)")
+    lines += range_lines(t)
     lines += wall_parts_lines(t)
     if t.reaches_budget is False:
         lines.append(f"  CANNOT REACH THE BUDGET: {t.problem}")
@@ -97,10 +100,31 @@ def time_lines(t: Optional[TimePlan]) -> list[str]:
     return lines
 
 
+def range_lines(t: TimePlan) -> list[str]:
+    """Before any run has measured: the plan's range over the uncertain constants, and the
+    one that sets the step (trainer/plan/time_plan.py plan_range)."""
+    r = t.range
+    if not r or not r.get("step_s"):
+        return []
+
+    def span(key: str, f) -> str:
+        lo, hi = r[key]
+        return f(lo) if f(lo) == f(hi) else f"{f(lo)}-{f(hi)}"
+    dev = _device(t)
+    parts = [f"step {span('step_s', dur)}"]
+    if r.get("steps"):
+        parts.append(f"{span('steps', lambda x: f'{x:,}')} steps")
+    if r.get("wall_h"):
+        parts += [f"{span('wall_h', _hours)} h wall", f"{span('gpu_hours', _hours)} {dev}-h"]
+    return [f"  range until a run measures: {', '.join(parts)} ({'; '.join(r['constants'])});"
+            f" the step is set by {r['sets_step']}"]
+
+
 # The one setting that cuts each part of a run's wall that is not its steps.
 _CUTS = {"evals": "fewer or smaller evals (eval.every_steps, eval.num_prompts, eval.samples_per_prompt)",
          "checkpoints": "fewer checkpoints (checkpoint.every_steps)",
          "job starts": "longer jobs (slurm.time_min): fewer starts",
+         "refills": "longer jobs (slurm.time_min): fewer pipeline refills after a start",
          "job ends": "longer jobs (slurm.time_min): fewer job ends, each losing a tail"}
 
 
@@ -200,14 +224,23 @@ def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json:
         why += "; no launch profile: default settings"
     cap = capacity(ex, prof)
     info = launch_info(ex, why, prof, cap)
+    from ablate.studies.measured import comparison_lines, learn, ranges
+
     plans = resource_plans(variants, shape)
     times = time_plans(variants, shape, prof.limits(ex))
     root = study_dir_for(Path(results), study_name or Path(study).stem)
+    # runs that have started: planned vs measured, and the rest re-planned from them;
+    # before any has: each plan's range from the constants no one has measured
+    learned = learn(variants, shape, prof.limits(ex), root)
+    times = {**times, **learned.times}
+    if not learned.docs:
+        ranges(variants, shape, prof.limits(ex), times)
     commands = {v.run_id: command_of(v, root / v.run_id) for v in variants}
     if as_json:
         print(json.dumps([{**v.to_json(), "launch": info,
                            "resources": {**resources_json(plans[v.run_id], times[v.run_id]),
                                          "split": split_json(v.config, shape)},
+                           "rates": learned.to_json(v.run_id),
                            **({"command": commands[v.run_id]} if commands[v.run_id] else {})}
                           for v in variants]))
         return
@@ -228,6 +261,9 @@ def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json:
             names.append(v.name)
     for lines, names in groups.items():
         out += [" | ".join(names) + lines[0], *lines[1:]]
+    if learned.docs:
+        out += ["", *comparison_lines(learned.docs, len(variants), width)]
+        out += [f"{name}: {line}" for name, line in learned.split.items()]
     cmds = [(v, c) for v in variants if (c := commands[v.run_id])]
     if cmds:
         out += ["", "Commands (first attempt; a retry adds the trainer's resume flag):"]

@@ -36,13 +36,18 @@ def status(
 
     watched = status_verdicts(study_dir, [s.run_id for s in states])
     stopped = stopped_variants(study_dir)  # adaptive studies: which variants stopped, why
+    from ablate.studies.measured import study_view  # planned vs measured (rates.json)
+
+    con = console()
+    rate_lines, rates = study_view(study_dir, max(60, con.width))
     if as_json:
         keys = ("run_id", "name", "seed", "state", "step", "progress", "job_id", "attempts",
                 "error")
         print(json.dumps([{**{k: getattr(s, k) for k in keys}, "stopped": stopped.get(s.name),
-                           **v.as_json()} for s, v in zip(states, watched)]))
+                           **v.as_json(), **({"rates": rates[s.run_id]}
+                                             if rates.get(s.run_id) else {})}
+                          for s, v in zip(states, watched)]))
         return
-    con = console()
     from ablate.cli.tables import Col
 
     cells = [v.cell for v in watched]
@@ -52,6 +57,10 @@ def status(
     for s in states:
         counts[s.state] = counts.get(s.state, 0) + 1
     con.print(" ".join(f"{k}={n}" for k, n in sorted(counts.items())))
+    from ablate.cli.width import fold
+
+    for line in fold(rate_lines, con.width):  # (the rates' table is laid out for the width)
+        con.print(line, markup=False, highlight=False, soft_wrap=True)
     for name, why in stopped.items():
         con.print(f"stopped at stage {why['stage']} ({budget_text(why['budget'])}): {name}: "
                   f"{why['reason']}", style="yellow", markup=False)

@@ -12,4 +12,5 @@ state to, each with its inputs in its signature.
     final_eval.py  evals on every engine of every node at the step's weights, rollouts paused
     checkpoint.py  checkpoint, resume, preemption stops (collective on every rank)
     accounting.py  compute counters and the budget they are spent against
+    rates.py       rates.json: what the run's time plan assumed and what its steps measured
 """

@@ -95,6 +95,7 @@ class EvalPoint:
         # rank 0: the eval held for every node's engines (trainer/loop/final_eval.py): the
         # step's while it decodes, or the run's last until the loop's end
         self.final: Optional[eval_service.EvalJob] = None
+        self.on_row: Optional[Callable[[dict], None]] = None  # the run's rates (rates.py)
 
     @property
     def seed(self) -> int:
@@ -197,6 +198,8 @@ class EvalPoint:
         """Append a finished eval's line (rank 0; the worker thread, or the loop under ZeRO-3)."""
         rundir.append_metrics(self.dir, row)
         trackers.log_metrics(self.c, self.dir, row)  # TensorBoard / W&B / MLflow, if chosen
+        if self.on_row is not None:
+            self.on_row(row)
 
     def redo(self, evals: list[tuple[int, dict, Optional[dict], dict]], step: int,
              source, final: bool = False) -> None:

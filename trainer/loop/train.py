@@ -21,6 +21,8 @@ metrics, config); checkpoints are written by every rank (trainer/loop/checkpoint
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
 import time
 import traceback
@@ -36,7 +38,7 @@ from trainer.algo.pool import DataPosition, PromptPool
 from trainer.algo.rewards import score_and_reward
 from trainer.config import TrainConfig
 from trainer.dist.abort import FailFast, error_line, exit_soon
-from trainer.dist.binding import bind_devices, job_topology
+from trainer.dist.binding import bind_devices, job_shape, job_topology
 from trainer.dist.groups import broadcast_object, read_env, world_size
 from trainer.generation.feeders import step_batch
 from trainer.generation.offpolicy import Context, concat
@@ -46,6 +48,7 @@ from trainer.loop.accounting import Budget, count_generation
 from trainer.loop.checkpoint import Checkpoints
 from trainer.loop import final_eval
 from trainer.loop.eval_point import EvalPoint, metrics_row, rollout_stats
+from trainer.loop.rates import RateLog, planned
 from trainer.loop.setup import Parts, build, setup_distributed
 from trainer.loop.state import TrainState, StepMark
 from trainer.loop.update import Diverged, PolicyUpdate
@@ -60,6 +63,7 @@ def run(config: TrainConfig, run_dir: Path) -> None:
     rank that raises ends every rank of the job within seconds (trainer/dist/abort.py
     FailFast), and status.json's `error` is the failing rank's root cause in one line."""
     run_dir = Path(run_dir)
+    entry_s = time.perf_counter()
     try:
         bind_devices(config)
         if config.rollout.backend == "vllm":
@@ -88,7 +92,7 @@ def run(config: TrainConfig, run_dir: Path) -> None:
         if broadcast_object(rundir.read_status(run_dir).get("state") == "diverged"
                             and rundir.checkpoint_dir(run_dir) is not None):
             return
-        r = start(config, run_dir)
+        r = start(config, run_dir, entry_s)
         step[0] = r.state.step
         train(r)
     except Diverged as e:  # every rank sees the same verdict (it is all-reduced)
@@ -123,9 +127,10 @@ class Run:
     ckpt: Checkpoints  # checkpoint.py
     resumed: bool  # this attempt started from a checkpoint
     redo: list  # the checkpoint's evals not written yet (checkpoint.py unwritten_evals)
+    rates: RateLog  # planned and measured rates (rates.py: rates.json)
 
 
-def start(config: TrainConfig, run_dir: Path) -> Run:
+def start(config: TrainConfig, run_dir: Path, entry_s: float = 0.0) -> Run:
     """The run's parts, and its state: fresh, or the latest checkpoint's."""
     p = build(config, run_dir)
     pool = PromptPool([x.difficulty for x in p.task.train], config.data, config.seed)
@@ -133,9 +138,14 @@ def start(config: TrainConfig, run_dir: Path) -> Run:
     ckpt = Checkpoints(config, run_dir, p)
     resumed, redo = ckpt.resume(state)
     ctx = Context(config, p.model, p.tok, state.data, p.train_prompts, restored=state.source)
+    shape = job_shape(config, os.environ)[0]
+    rates = RateLog(run_dir, p.main, planned(config, shape) if p.main else {}, entry_s,
+                    dataclasses.asdict(shape))
+    evals = EvalPoint(config, run_dir, p)
+    evals.on_row = rates.eval_row
     return Run(config, run_dir, p, state, ctx,
                Budget(config, job_topology(config).devices), PolicyUpdate(config, p),
-               EvalPoint(config, run_dir, p), ckpt, resumed, redo)
+               evals, ckpt, resumed, redo, rates)
 
 
 def train(r: Run) -> None:
@@ -147,6 +157,7 @@ def train(r: Run) -> None:
     c, s, model = r.config, r.state, r.parts.model
     r.ckpt.start_attempt(s.step)
     write_status(r, "running")
+    r.rates.started(s.step)
     source = MODES.get(c.off_policy.mode)(r.ctx)
     mark: StepMark | None = None
     closed: list[bool] = []
@@ -167,6 +178,7 @@ def train(r: Run) -> None:
             t0 = time.perf_counter()
             preempt.at_step(s.step + 1)
             preempt.at_phase("generation")
+            flops0 = s.counters.flops_gen + s.counters.flops_train
             mark = s.mark(r.ctx.source_state)
             batch = next_batch(source, s.step)  # rank 0's data everywhere, or its stop
             train_step(r, batch)
@@ -174,7 +186,9 @@ def train(r: Run) -> None:
             mark = None  # (it may hold weight snapshots the push below lets go)
             preempt.at_phase("push")
             source.after_step(model, s.step)  # the weight push
-            s.counters.wall += time.perf_counter() - t0
+            dt = time.perf_counter() - t0
+            s.counters.wall += dt
+            r.rates.step(dt, s.counters.flops_gen + s.counters.flops_train - flops0)
             preempt.at_phase("boundary")
             write_status(r, "running", phase="generation")
             last = r.budget.spent(s)
@@ -182,6 +196,7 @@ def train(r: Run) -> None:
                 source.stop_generating()
             stop, timely = r.ckpt.boundary_flags(r.evals)
             if c.eval.due(s.step) or last:
+                r.rates.write()
                 evaluate(r, source, final=last)
                 r.ckpt.save(s, r.ctx.source_state, r.evals)
             elif s.step % c.checkpoint.every_steps == 0 or timely or stop:
@@ -199,6 +214,7 @@ def train(r: Run) -> None:
         return
     finally:
         close()
+        r.rates.write()  # (the last evals' seconds too: close() waited for them)
     write_status(r, "done")
 
 
@@ -217,10 +233,13 @@ def train_step(r: Run, batch) -> None:
     rows = [j * G + i for j in keep for i in range(G)]
     count_generation(s.counters, batch, p.n_params)
     stats = rollout_stats(s, batch, correct, rewards, rows, dropped)
+    r.rates.batch(batch, len(batch.prompt_ids), len(keep))
     if rows:
         preempt.at_phase("update")
         write_status(r, "running", phase="update")  # (`ablate status`; the rehearsal aims here)
+        t_update = time.perf_counter()
         trained = r.update(batch.rollout, rows, rewards, s.step)
+        r.rates.update(time.perf_counter() - t_update, trained.tokens, trained.flops)
         s.counters.tokens += trained.tokens
         s.counters.flops_train += trained.flops
         stats.update(trained.stats)

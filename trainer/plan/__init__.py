@@ -16,4 +16,6 @@ same functions, so what the plan prints is what the trainer does.
     time_plan.py    seconds per step and per eval, wall and GPU-hours to the budget
     time_model.py   the device constants and rates the time plan is built from
     time_jobs.py    jobs and requeues under a profile's time limit; whether an eval fits
+    rates.py        a run's rates.json read back: planned vs measured, and the calibration
+                    (time_model.Assume) a plan of runs not started takes from measured runs
 """

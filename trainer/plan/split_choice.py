@@ -135,9 +135,11 @@ def _heads_refuse(c: TrainConfig, cg: TrainConfig, shape: JobShape) -> str:
     return ""
 
 
-def plan_option(c: TrainConfig, shape: JobShape, g: int, nodes: int = 0) -> SplitOption:
+def plan_option(c: TrainConfig, shape: JobShape, g: int, nodes: int = 0,
+                a=None) -> SplitOption:
     """One candidate planned: the memory plan and a step of the time plan on its topology
-    (`nodes` > 0: node roles, `nodes` generation nodes of all `g` GPUs)."""
+    (`nodes` > 0: node roles, `nodes` generation nodes of all `g` GPUs), on the rates `a`
+    takes (trainer/plan/time_model.py Assume; None: the constants)."""
     from trainer.plan.memory import plan
     from trainer.plan.time_plan import Limits, plan_time
 
@@ -150,7 +152,7 @@ def plan_option(c: TrainConfig, shape: JobShape, g: int, nodes: int = 0) -> Spli
     except TopologyError as e:
         return SplitOption(g, train_gpus, out=str(e), generation_nodes=nodes)
     p = plan(cg, at)
-    t = plan_time(cg, at, Limits(gpu_model=shape.gpu_model))
+    t = plan_time(cg, at, Limits(gpu_model=shape.gpu_model), *([a] if a else []))
     if not out and p.fits is False:
         out = (f"training needs {p.train_gib_per_gpu:g} GiB of {p.train_budget_gib:g}"
                if p.train_gib_per_gpu > p.train_budget_gib else
@@ -175,23 +177,25 @@ _CACHE: dict[tuple[str, JobShape], SplitChoice] = {}
 CACHE_SIZE = 512
 
 
-def choose_split(c: TrainConfig, shape: JobShape, roles: bool = ROLES_RUN) -> SplitChoice:
+def choose_split(c: TrainConfig, shape: JobShape, roles: bool = ROLES_RUN,
+                 a=None) -> SplitChoice:
     """The split `auto` resolves to on `shape` (module doc); `roles`: node roles planned and
-    chosen too. Cached by the config's content: the plans call `topology` several times a
-    variant, and a sweep plans thousands."""
-    key = (c.model_dump_json(), shape, roles)
+    chosen too; with `a`, the split the rates runs measured would choose (the dry run's
+    re-plan of runs not started: ablate/studies/measured.py). Cached by the config's content:
+    the plans call `topology` several times a variant, and a sweep plans thousands."""
+    key = (c.model_dump_json(), shape, roles, a)
     if key not in _CACHE:
         if len(_CACHE) >= CACHE_SIZE:
             _CACHE.clear()
-        _CACHE[key] = _choose(c, shape, roles)
+        _CACHE[key] = _choose(c, shape, roles, a)
     return _CACHE[key]
 
 
-def _choose(c: TrainConfig, shape: JobShape, roles: bool) -> SplitChoice:
+def _choose(c: TrainConfig, shape: JobShape, roles: bool, a=None) -> SplitChoice:
     gpus = shape.gpus_per_node or 0
     choices = split_choices(c, shape)
-    options = tuple(plan_option(c, shape, g) for g in choices) + tuple(
-        plan_option(c, shape, gpus, n) for n in (role_choices(c, shape) if roles else ()))
+    options = tuple(plan_option(c, shape, g, a=a) for g in choices) + tuple(
+        plan_option(c, shape, gpus, n, a) for n in (role_choices(c, shape) if roles else ()))
     if not options:
         return SplitChoice(None, _no_room(shape))
     ok = [o for o in options if not o.out]

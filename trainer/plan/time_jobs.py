@@ -54,6 +54,18 @@ class TimePlan:
     eval_jobs: Optional[int] = None  # jobs an eval's progress spans (chunks kept at requeues)
     steps_per_job: Optional[int] = None
     reaches_budget: Optional[bool] = None
+    # the rates the plan took (trainer/plan/rates.py compares them with a run's measured ones)
+    completion_tokens: Optional[float] = None  # a sample's completion
+    kept_share: Optional[float] = None  # of a step's groups trained (zero-variance filter)
+    flops_per_step: Optional[float] = None  # as the trainer counts them (the FLOPs budget's)
+    train_flops_per_step: Optional[float] = None  # of those, training's (6N a processed token)
+    engines: Optional[int] = None  # what generates (generation_tokens_per_s is theirs together)
+    peak_flops: Optional[float] = None  # of one GPU (the MFU's denominator); None on CPU
+    job_start_s: Optional[float] = None  # a job's start before its first step
+    refill_s: Optional[float] = None  # a job's first step beyond a steady one
+    basis: str = "assumed"  # "assumed" (the constants) or the runs the rates were measured on
+    # before any run has measured: the plan at the uncertain constants' ends (plan_range)
+    range: Optional[dict] = None
     problem: str = ""  # why it cannot reach the budget, and what to change (one line)
     warnings: list[str] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
@@ -195,7 +207,8 @@ def eval_checks(c: TrainConfig, tp: TimePlan, limits: Limits) -> None:
     ev = tp.eval_s or 0.0
     n = c.eval.num_prompts or c.task.num_eval_prompts
     gpu = "CPU" not in tp.device
-    start = JOB_START_S_GPU if gpu else JOB_START_S_CPU
+    start = tp.job_start_s if tp.job_start_s is not None else (
+        JOB_START_S_GPU if gpu else JOB_START_S_CPU)
     job_s = limits.time_min * 60 if limits.time_min else None
     barrier = c.engine.collective_timeout_minutes * 60
     found = []

