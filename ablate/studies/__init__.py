@@ -3,7 +3,8 @@ variants (design, expand), planning and launching jobs (sweep, launch), their st
 wait loop (status), adaptive studies (adaptive, stage_rules) and recipe search (tune, pruner,
 tune_ranking: finished trials ranked on one fit window). Around them: `--override` of the
 study's own keys (study_overrides), its `fit:` columns checked against what its trainer logs
-(fitcheck), the runs at once and the study's wall time (capacity), a GPU recipe refused where
+(fitcheck), planned vs measured rates and the runs not started re-planned from them
+(measured), the runs at once and the study's wall time (capacity), a GPU recipe refused where
 its jobs get no GPUs (gpu_need), `sweep --within` (sizing searches, proposal writes), and
 `ablate init`'s starter study (starter). The study dir's files are ablate.studydir's; the live
 view of a wait is ablate.cli.live's."""
