@@ -309,10 +309,10 @@ def _validate(compute, score) -> tuple[np.ndarray, np.ndarray]:
     if c.shape != y.shape:
         raise InputError(f"compute and score differ in length ({c.size} vs {y.size})")
     if not np.all(np.isfinite(c)):
-        raise InputError(f"compute has {int(np.sum(~np.isfinite(c)))} NaN/inf value(s); "
+        raise InputError(f"compute has {count(int(np.sum(~np.isfinite(c))), 'NaN/inf value')}; "
                          "all compute values must be finite numbers >= 0")
     if not np.all(np.isfinite(y)):
-        raise InputError(f"score has {int(np.sum(~np.isfinite(y)))} NaN/inf value(s); "
+        raise InputError(f"score has {count(int(np.sum(~np.isfinite(y))), 'NaN/inf value')}; "
                          "all scores must be finite numbers in [0, 1]")
     if np.any(c < 0):
         raise InputError("compute has negative values; compute must be >= 0")

@@ -378,7 +378,7 @@ def dedupe(frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         notes.append(f"dropped {count(n_same, 'duplicate row')} repeating a step with the same "
                      f"score ({where})")
     if n_diff:
-        notes.append(f"{n_diff} step(s) logged more than once with different scores in one run "
+        notes.append(f"{count(n_diff, 'step')} logged more than once with different scores in one run "
                      f"({where}): kept the last logged value, as a resumed run's re-logged steps "
                      "replace the earlier ones; if these are separate runs, give them a seed "
                      "column or name the variants with --by COLS")

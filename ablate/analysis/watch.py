@@ -46,7 +46,7 @@ from ablate.analysis.watch_forecast import (  # noqa: F401 - the watch API in on
     identified, make_forecast, needs_more, one_eval_band, scan_freeze)
 from ablate.analysis.watch_forecast import _Scan
 from ablate.errors import InputError
-from ablate.number_text import compute, interval, number
+from ablate.number_text import compute, count, interval, number
 from ablate.number_text import compute as _c_text  # where `judge`'s argument `compute` hides it
 
 K = 3  # consecutive evaluations below the band that make a departure
@@ -388,7 +388,7 @@ def _waiting(j: Judgement, c: np.ndarray, y: np.ndarray, why: str,
     if j.needs is None and from_compute is None:
         why = ("the score is flat or falling with compute (Spearman rho <= 0): there "
                "is no rising curve to forecast")
-    j.reason = (f"no forecast yet: needs about {j.needs} more evaluation(s) ({why})"
+    j.reason = (f"no forecast yet: needs about {count(j.needs, 'more evaluation')} ({why})"
                 if j.needs else f"no forecast: {why}")
 
 
