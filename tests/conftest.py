@@ -121,13 +121,6 @@ def _longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
 _durations: dict[str, float] = {}
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Sums each module's seconds (setup, call, teardown) for ABLATE_TEST_DURATIONS_OUT."""
-    if os.environ.get("ABLATE_TEST_DURATIONS_OUT"):
-        name = report.nodeid.split("::")[0]
-        _durations[name] = _durations.get(name, 0.0) + report.duration
-
-
 def pytest_sessionfinish(session: pytest.Session) -> None:
     out = os.environ.get("ABLATE_TEST_DURATIONS_OUT")
     if out and _durations and not hasattr(session.config, "workerinput"):  # xdist: controller
@@ -286,6 +279,11 @@ _near_limit: list[tuple[float, str]] = []  # (CPU s, nodeid) of passed fast test
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Keeps the fast tests over the margin, and sums each module's seconds (setup, call,
+    teardown) for ABLATE_TEST_DURATIONS_OUT (pytest_sessionfinish writes them)."""
+    if os.environ.get("ABLATE_TEST_DURATIONS_OUT"):
+        name = report.nodeid.split("::")[0]
+        _durations[name] = _durations.get(name, 0.0) + report.duration
     cpu = dict(report.user_properties).get("fast_cpu_s")
     if report.when == "call" and report.passed and cpu is not None \
             and cpu > FAST_CPU_MARGIN * FAST_CPU_LIMIT_S:
