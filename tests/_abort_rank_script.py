@@ -17,7 +17,7 @@ from trainer.config import TrainConfig
 
 
 class _FailingRun:  # what trainer.loop.train.start returns, as far as run() reads it
-    def __init__(self, config, run_dir) -> None:
+    def __init__(self, config, run_dir, entry_s: float = 0.0) -> None:
         self.state = SimpleNamespace(step=3)
 
 
