@@ -137,6 +137,7 @@ def _pin_children(moved: dict[int, str], stop: threading.Event) -> None:
                     t = int(tid)
                     if os.sched_getaffinity(t) != {OTHER_CPU}:
                         os.sched_setaffinity(t, {OTHER_CPU})
+                    if os.getpriority(os.PRIO_PROCESS, t) < 19:
                         os.setpriority(os.PRIO_PROCESS, t, 19)  # per thread on Linux
                 moved.setdefault(pid, open(f"/proc/{pid}/comm").read().strip())
             except OSError:
@@ -308,10 +309,11 @@ def main() -> None:
                 args.append("--quick")
             if not a.pin:
                 args.append("--no-pin")
+            env = {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+            if a.pin:  # the engines' worker threads (vllm/utils/ompmultiprocessing.py: a
+                env["VLLM_CPU_OMP_THREADS_BIND"] = str(OTHER_CPU)  # CPU list, no reserve)
             launch_ranks(Path(args[0]), args[1:], cache, world=2, timeout=600,
-                         python=sys.executable,
-                         extra_env={"VLLM_CPU_KVCACHE_SPACE":
-                                    os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")})
+                         python=sys.executable, extra_env=env)
             r0, r1 = (json.loads((work / f"{mode}.rank{r}.json").read_text()) for r in (0, 1))
             out[mode] = summarize(r0, r1)
     out["load_after"] = os.getloadavg()
