@@ -356,7 +356,12 @@ def _table(out: dict) -> None:
                  for m in ("none", "stream")]
         print(f"{label:38} {cells[0]:>10} {cells[1]:>10}")
     print(f"rank 0 busy time per token, stream vs none: {out['rank0_update_slowdown']:+.1%}; "
-          f"rank 1's extra wait: {out['rank1_extra_wait_s']:+.3f} s a step")
+          f"rank 1's extra wait: {out['rank1_extra_wait_s']:+.3f} s a step (wall figures: "
+          f"they move with the machine's load, {out['load_before'][0]:.1f} -> "
+          f"{out['load_after'][0]:.1f})")
+    share = out["stream"]["client_cpu_share_of_update"]
+    print(f"the rollout client's CPU in rank 0 during its updates: {share:.1%} of their wall, "
+          f"{'over' if share > THRESHOLD else 'under'} the issue's {THRESHOLD:.0%}")
 
 
 if __name__ == "__main__":
