@@ -277,6 +277,9 @@ def summarize(r0: dict, r1: dict) -> dict:
         "client_cpu_share_of_update": client / wall,
         "client_cpu_by_role_s": {k: round(sum(u["roles"].get(k, 0.0) for u in ups), 4)
                                  for k in CLIENT + ("other",)},
+        "client_cpu_per_update_s": [round(sum(u["roles"].get(k, 0.0) for k in CLIENT), 4)
+                                    for u in ups],
+        "update_wall_per_update_s": [round(u["wall"], 4) for u in ups],
         "tokens_during_updates": sum(u["tokens"] for u in ups),
         "engine_steps_during_updates": sum(u["engine_steps"] for u in ups),
         "span": {"seconds": sp.get("seconds"), "tokens": sp.get("tokens"),
