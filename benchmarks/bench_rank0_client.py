@@ -222,7 +222,7 @@ def rank_main(mode: str, steps: int, work: Path, quick: bool, pin: bool) -> None
         roles = _by_role(before, after)
         roles.pop("update", None)
         records.append({"step": step_, "wall": wall, "cpu": cpu, "runq": runq,
-                        "collectives": coll[0], "collective_wait": coll[0] - coll[1],
+                        "collectives": coll[0], "collective_wait": max(0.0, coll[0] - coll[1]),
                         # off a CPU outside collectives: GIL waits and the like
                         "held_off": (wall - cpu - runq) - (coll[0] - coll[1]),
                         "trained_tokens": trained.tokens, "roles": roles,
