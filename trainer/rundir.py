@@ -147,13 +147,19 @@ def write_status(run_dir: Path, state: RunState | str, step: int, **extra) -> No
          "pid": os.getpid(), **extra}))
 
 
+def _json_dict(run_dir: Path, name: str) -> Optional[dict]:
+    """One of the run's JSON files as a dict, or None when it is missing, unreadable or not
+    an object: the one way every reader below treats a file a run has not written yet."""
+    try:
+        doc = json.loads((Path(run_dir) / name).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def read_status(run_dir: Path) -> dict:
     """The run's status.json, or {} when there is none yet (or it cannot be read)."""
-    try:
-        status = json.loads((Path(run_dir) / STATUS).read_text())
-    except (OSError, ValueError):
-        return {}
-    return status if isinstance(status, dict) else {}
+    return _json_dict(run_dir, STATUS) or {}
 
 
 def read_state(run_dir: Path) -> Optional[RunState]:
@@ -174,11 +180,7 @@ def write_identity(run_dir: Path, *, study: str, variant: str, seed: int) -> Non
 
 def read_identity(run_dir: Path) -> Optional[dict]:
     """The identity handed to the run ({"study", "variant", "seed"}), or None (a lone run)."""
-    try:
-        ident = json.loads((Path(run_dir) / IDENTITY).read_text())
-    except (OSError, ValueError):
-        return None
-    return ident if isinstance(ident, dict) else None
+    return _json_dict(run_dir, IDENTITY)
 
 
 def write_trackers(run_dir: Path, where: dict[str, dict]) -> None:
@@ -191,11 +193,7 @@ def write_trackers(run_dir: Path, where: dict[str, dict]) -> None:
 def read_trackers(run_dir: Path) -> dict[str, dict]:
     """{backend: where} of the run's trackers ({} when it logged to none, or the file cannot be
     read)."""
-    try:
-        doc = json.loads((Path(run_dir) / TRACKERS).read_text())
-    except (OSError, ValueError):
-        return {}
-    got = doc.get("backends") if isinstance(doc, dict) else None
+    got = (_json_dict(run_dir, TRACKERS) or {}).get("backends")
     return {k: v for k, v in got.items() if isinstance(v, dict)} if isinstance(got, dict) else {}
 
 
@@ -206,11 +204,7 @@ def write_rates(run_dir: Path, doc: dict) -> None:
 
 def read_rates(run_dir: Path) -> dict:
     """The run's rates.json, or {} when there is none yet (or it cannot be read)."""
-    try:
-        doc = json.loads((Path(run_dir) / RATES).read_text())
-    except (OSError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
+    return _json_dict(run_dir, RATES) or {}
 
 
 # -- metrics.jsonl -------------------------------------------------------------------------
