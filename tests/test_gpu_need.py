@@ -8,7 +8,7 @@ from pathlib import Path
 
 from _cli import ablate
 
-from ablate.studies.gpu_need import cpu_step_s
+from ablate.adapters.builtin.gpu_check import cpu_step_s
 from trainer.config import TrainConfig
 
 # loss_agg.yaml shrunk to a few samples of a few tokens (its prompts are still planned at the

@@ -104,10 +104,13 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
-def loaded_by(module: str, graph: dict[str, set[str]]) -> dict[str, str | None]:
+def loaded_by(module: str, graph: dict[str, set[str]],
+              stop: frozenset[str] = frozenset()) -> dict[str, str | None]:
     """Every module that importing `module` may run (function-local imports included): the
     closure of `graph` where a module also runs its parent packages' `__init__`. Maps each to
-    the module that brought it in (None for `module`), for `chain`."""
+    the module that brought it in (None for `module`), for `chain`. A module in `stop` is
+    reached but not followed (its parent packages still run): a boundary whose own imports
+    are another test's business."""
     def with_packages(name: str) -> list[str]:
         parts = name.split(".")
         return [".".join(parts[:i]) for i in range(1, len(parts))] + [name]
@@ -116,7 +119,8 @@ def loaded_by(module: str, graph: dict[str, set[str]]) -> dict[str, str | None]:
     todo = [module]
     while todo:
         node = todo.pop()
-        for name in sorted(graph.get(node, ())) + with_packages(node)[:-1]:
+        own = sorted(graph.get(node, ())) if node == module or node not in stop else []
+        for name in own + with_packages(node)[:-1]:
             if name in graph and name not in came_from:
                 came_from[name] = node
                 todo.append(name)
@@ -196,6 +200,9 @@ def test_closure_sees_packages_and_indirect_imports():
     assert set(got) == {"a", "a.x", "b", "b.p", "b.p.m", "c", "c.q", "d"}, got
     assert chain(got, "d") == "a.x -> b.p.m -> b.p -> c.q -> d", chain(got, "d")
     assert set(loaded_by("e", graph)) == {"e"}
+    # a boundary is reached, not followed: b.p's own imports stay out, its package runs
+    assert set(loaded_by("a.x", graph, stop=frozenset({"b.p"}))) == {"a", "a.x", "b", "b.p",
+                                                                     "b.p.m"}
 
 
 @pytest.fixture(scope="module")
@@ -284,3 +291,49 @@ def test_trainer_parts_import_downward():
     assert len(parts) > 10, sorted(parts)
     found = [sorted(c) for c in cycles(parts)]
     assert not found, f"import cycles among trainer/'s parts: {found}"
+
+
+# The built-in trainer behind its adapter: outside ablate/adapters/builtin, ablate reaches the
+# trainer only through the adapter's public face (the package `ablate.adapters.builtin`, its
+# `__init__`: the job-shape vocabulary and the plans the dry run, the split lines, the GPU check
+# and the sizing ask for) and trainer/rundir.py (a run dir's files, the on-disk contract every
+# layer reads). So a change inside trainer/ (a module moved, a function renamed) is the
+# adapter's to absorb, and a reader of ablate/studies or ablate/cli meets no trainer module.
+BUILTIN = "ablate.adapters.builtin"
+TRAINER_CONTRACT = "trainer.rundir"
+
+
+def _behind_adapter(module: str, graph: dict[str, set[str]]) -> list[str]:
+    """How `module` reaches past the adapter: a trainer module other than rundir, the trainer
+    package's own `run` (`import trainer`), or a module inside the adapter."""
+    got = loaded_by(module, graph, stop=frozenset({BUILTIN, TRAINER_CONTRACT}))
+    bad = [chain(got, n) for n in sorted(got)
+           if n.startswith("trainer.") and n != TRAINER_CONTRACT or n.startswith(BUILTIN + ".")]
+    bad += [chain(got, n) + " -> trainer" for n in sorted(got)
+            if "trainer" in graph.get(n, ()) and n not in (BUILTIN, TRAINER_CONTRACT)]
+    return bad
+
+
+def test_boundary_finder_sees_trainer_and_adapter_internals():
+    """The rule itself: a module reaching trainer.config through another, importing the
+    trainer package for its `run`, or importing the adapter's internals fails; one importing
+    rundir or the adapter's face (whose own imports are its business) passes."""
+    graph = {"ablate": set(), "ablate.a": {"ablate.b"}, "ablate.b": {"trainer.config"},
+             "ablate.c": {"trainer"}, "ablate.d": {"ablate.adapters.builtin.study"},
+             "ablate.e": {"trainer.rundir", BUILTIN}, "ablate.adapters": set(),
+             BUILTIN: {"trainer.config", "ablate.adapters.builtin.study"},
+             "ablate.adapters.builtin.study": set(), "trainer": set(), "trainer.rundir": set(),
+             "trainer.config": set()}
+    assert _behind_adapter("ablate.a", graph) == ["ablate.a -> ablate.b -> trainer.config"]
+    assert _behind_adapter("ablate.c", graph) == ["ablate.c -> trainer"]
+    assert _behind_adapter("ablate.d", graph) == ["ablate.d -> ablate.adapters.builtin.study"]
+    assert _behind_adapter("ablate.e", graph) == []
+
+
+def test_builtin_trainer_is_behind_its_adapter():
+    graph = trainer_graph()  # trainer/__init__'s deferred `run` import: caught by name above
+    outside = [m for m in sorted(graph) if m.startswith("ablate")
+               and m != BUILTIN and not m.startswith(BUILTIN + ".")]
+    assert len(outside) > 100, len(outside)
+    bad = [line for m in outside for line in _behind_adapter(m, graph)]
+    assert not bad, bad[:20]

@@ -99,5 +99,24 @@ def topology(config: Any, shape: Any) -> Any:
         return None
 
 
+def split_lines(config: Any, shape: Any) -> list[str]:
+    """The dry run's line on the run's GPU split, or none where its trainer has no layout."""
+    adapter = adapter_of(config)
+    return [] if adapter.split_lines is None else adapter.split_lines(config, shape)
+
+
+def split_json(config: Any, shape: Any) -> Any:
+    """`resources.split` of the dry run's --json, or None where its trainer has no layout."""
+    adapter = adapter_of(config)
+    return None if adapter.split_json is None else adapter.split_json(config, shape)
+
+
+def plans_time(config: Any) -> bool:
+    """Whether the config's trainer has a time plan here (ablate plans its own trainer only):
+    what the plans that learn from a run's measured rates can re-plan."""
+    return config is not None and adapter_of(config).time_plan is not None
+
+
 __all__ = ["ADAPTERS", "Adapter", "TrainerSpec", "adapter_class", "adapter_for", "adapter_of",
-           "kind_of", "memory_plan", "time_plan", "topology"]
+           "kind_of", "memory_plan", "plans_time", "split_json", "split_lines", "time_plan",
+           "topology"]

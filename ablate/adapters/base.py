@@ -78,9 +78,11 @@ class Adapter(Protocol):
 
     Capabilities a trainer may have, None where it has none (the dry run says so):
     `memory_plan(config, shape)`, `time_plan(config, shape, limits)`, `topology(config,
-    shape)` (where ranks and engines go; ablate plans its own trainer only) and
-    `command(config, run_dir)` (the command a run executes, for a trainer
-    run as a program).
+    shape)` (where ranks and engines go; ablate plans its own trainer only), the dry run's
+    `split_lines(config, shape)` and `split_json(config, shape)` (the GPUs split between
+    engines and ranks), `gpu_reason(config, cores, time_min)` (why a run needs GPUs where its
+    jobs would get none) and `command(config, run_dir)` (the command a run executes, for a
+    trainer run as a program).
 
     Static, for what holds only a run dir's config (nothing built from the trainer block):
     `job_config` and `run` (the job, ablate/studies/launch/job.py), `curve`, `fit_defaults`
@@ -91,6 +93,9 @@ class Adapter(Protocol):
     memory_plan: Optional[Callable[[Any, Any], Any]]
     time_plan: Optional[Callable[[Any, Any, Any], Any]]
     topology: Optional[Callable[[Any, Any], Any]]
+    split_lines: Optional[Callable[[Any, Any], list[str]]]
+    split_json: Optional[Callable[[Any, Any], Optional[dict[str, Any]]]]
+    gpu_reason: Optional[Callable[[Any, int, float], Optional[str]]]
     command: Optional[Callable[[Any, Path], str]]
 
     @classmethod

@@ -31,6 +31,9 @@ class ForeignAdapter:
     memory_plan = None
     time_plan = None
     topology = None
+    split_lines = None
+    split_json = None
+    gpu_reason = None
 
     @classmethod
     def from_spec(cls, spec: TrainerSpec) -> "ForeignAdapter":

@@ -31,7 +31,7 @@ from ablate.adapters import child
 from ablate.adapters.budget import devices, gpu_hours_limit, stop_when_reached
 from ablate.adapters.curve import log_path
 from ablate.adapters.study import ForeignConfig
-from trainer.dist import preempt
+from ablate.adapters.builtin import preempt
 from trainer.rundir import read_status, write_status
 
 POLL_S = 2.0  # status.json from the trainer's log

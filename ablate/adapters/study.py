@@ -20,7 +20,7 @@ from ablate.adapters.budget import check_budgets
 from ablate.errors import InputError
 from ablate.validation import Strict
 from ablate.yamlio import YamlDoc, load_yaml
-from trainer.config import BudgetConfig
+from ablate.adapters.builtin import BudgetConfig
 
 
 class ForeignConfig(Strict):

@@ -7,7 +7,7 @@ concern. `main()` maps `InputError` and every usage error to one line on stderr 
     app.py        the typer application and the options every command shares
     curves.py     `fit`, `compare`, `extrapolate`         plan.py     `plan`
     sweep.py      `sweep` (plain and adaptive)            dryrun.py   `sweep --dry-run`
-    split_text.py the dry run's line on a run's split     within.py   `sweep --within`
+    within.py     `sweep --within`
     waiting.py    `sweep --wait`'s end (Ctrl-C, failed runs); live.py: its live view
     status.py     `status`, `schema`                      init.py     `init`
     tune.py       `tune`                                  run.py      `run`

@@ -24,8 +24,7 @@ from ablate.cli.width import columns, fold
 from ablate.number_text import count
 from ablate.studies.expand import Variant
 from ablate.studies.launch.profile import Profile
-from trainer.plan.time_plan import TimePlan, dur
-from trainer.validate import JobShape
+from ablate.adapters.builtin import JobShape, TimePlan, dur
 
 
 def _terms(terms: dict[str, float]) -> str:
@@ -213,7 +212,7 @@ def warnings_of(shape: JobShape, plans: dict[str, Any], info: dict[str, Any]) ->
 def print_dry_run(study: str, variants: list[Variant], shape: JobShape, as_json: bool,
                   prof: Optional[Profile] = None, executor: Optional[str] = None,
                   results: Path = Path("results"), study_name: str = "") -> None:
-    from ablate.cli.split_text import split_json, split_lines
+    from ablate.adapters import split_json, split_lines
     from ablate.studies.capacity import capacity
     from ablate.studies.sweep import executor_reason, resource_plans, time_plans
     from ablate.studydir import study_dir_for

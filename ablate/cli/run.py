@@ -21,7 +21,7 @@ from trainer.rundir import read_status
 def load_train_config(path: Path):
     """Parse + validate a TrainConfig YAML (a recipe, `base:` chains included) with the same
     loader and one-line, file:line messages as study files."""
-    from ablate.adapters.builtin.provenance import load_recipe, validate_config
+    from ablate.adapters.builtin import load_recipe, validate_config
     from ablate.yamlio import load_yaml
 
     # A shipped recipe by name (`ablate run proxy.yaml` from the user's own folder): the same
@@ -42,7 +42,7 @@ def load_train_config(path: Path):
 def check_combination(path: Path, cfg) -> None:
     """Refuse what the trainer would refuse at start (trainer/validate.py), before anything is
     written. The machine's own shape (GPUs) is checked by the trainer itself at start."""
-    from trainer.validate import problems
+    from ablate.adapters.builtin import problems
 
     found = problems(cfg)
     if found:
@@ -57,17 +57,13 @@ def run_cmd(
 ) -> None:
     """Run one RL training job (the trainer every sweep job runs) into the --out folder."""
     cfg = load_train_config(config)
-    import trainer
+    from ablate.adapters.builtin import train
 
     done = threading.Event()
     if not json_out:
         threading.Thread(target=_progress, args=(out, cfg.budget.steps, done), daemon=True).start()
-    from trainer.models.proxy import WarmupError
-
     try:
-        trainer.run(cfg, out)
-    except WarmupError as e:  # the proxy settings cannot reach their target: the user's to fix
-        raise InputError(f"{config}: {e}") from None
+        train(cfg, out, str(config))  # a proxy warm-up that cannot reach its target: one line
     finally:
         done.set()
     status = read_status(out)

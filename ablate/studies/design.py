@@ -15,13 +15,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ablate.number_text import count
-from ablate.adapters.builtin.provenance import Provenance
-from ablate.adapters.builtin.study import Assignment
+from ablate.adapters.builtin import Assignment, Provenance
 from ablate.errors import InputError
 from ablate.studies.schema import Study
 from ablate.value_text import value_text
 from ablate.yamlio import YamlDoc
-from trainer.config import TrainConfig
 
 @dataclass
 class LoadedStudy:
@@ -46,7 +44,7 @@ class Variant:
     run_id: str
     name: str
     seed: int
-    config: TrainConfig
+    config: Any  # its trainer's validated config (a TrainConfig, or another trainer's)
 
     def to_json(self) -> dict[str, Any]:
         return {

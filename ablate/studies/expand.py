@@ -9,7 +9,7 @@ finds the run dir by id) and lets "add one value to an axis" add only the new ru
 from __future__ import annotations
 
 from ablate.adapters import adapter_for
-from ablate.adapters.builtin.study import run_id_of  # the built-in trainer's ids (tune, tests)
+from ablate.adapters.builtin import run_id_of  # the built-in trainer's ids (tune, tests)
 from ablate.errors import InputError
 # The design's pieces live in `design`; imported from here too.
 from ablate.studies.design import LoadedStudy, Variant, check_size, design_points, points

@@ -8,8 +8,9 @@ answers: Slurm's defaults, no GPUs) planned the paper recipe with a warning and 
 Which runs need GPUs. `engine.device: cuda` says so itself (trainer/validate.py refuses it on
 a job without GPUs). With `engine.device: auto` (the recipes' default) the trainer would fall
 back to CPUs, so the rule asks the time plan how long one step's training alone would take
-there: train_flops (trainer/plan/time_plan.py, 8N FLOPs a token with activation checkpointing,
-6N without, plus attention) over the job's CPU cores at CPU_TRAIN_FLOPS each (the plan's
+there (the adapter's `gpu_reason`, ablate/adapters/builtin/gpu_check.py): train_flops
+(trainer/plan/time_plan.py, 8N FLOPs a token with activation checkpointing, 6N without, plus
+attention) over the job's CPU cores at CPU_TRAIN_FLOPS each (the plan's
 measured CPU rate, one thread of this project's 2-core machine; a big node's core may be a few
 times faster, which moves no real case across the line: Qwen3-8B at the paper's 768 x 16k
 tokens takes ~10 months a step on one such core). A run needs GPUs when that lower bound on one
@@ -25,7 +26,7 @@ whose cores, time limit, key names and GPU profile to suggest this module asks f
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from ablate.number_text import count
 from ablate import shipped
@@ -35,35 +36,16 @@ from ablate.studies import launch
 from ablate.studies.expand import Variant
 from ablate.studies.launch.executor import GpuNodes
 from ablate.studies.launch.profile import Profile, load_profile
-from trainer.config import TrainConfig
-from trainer.plan.model_shape import model_shape
-from trainer.plan.time_plan import CPU_TRAIN_FLOPS, dur, lengths, train_flops, trained_tokens
-from trainer.validate import JobShape
+from ablate.adapters.builtin import JobShape
 
 
-def cpu_step_s(c: TrainConfig, cores: int) -> Optional[float]:
-    """Seconds one step's training takes at least on `cores` CPU cores (None: shape unknown)."""
-    m, _ = model_shape(c.model.name_or_path)
-    if m is None:
-        return None
-    prompt, completion = lengths(c)
-    flops = train_flops(c, m, trained_tokens(c), (prompt + completion) / 2)
-    return flops / (max(1, cores) * CPU_TRAIN_FLOPS)
-
-
-def gpu_reason(c: TrainConfig, prof: Profile, sizer: GpuNodes) -> Optional[str]:
+def gpu_reason(c: Any, prof: Profile, sizer: GpuNodes) -> Optional[str]:
     """Why a run of `c` needs GPUs on `prof`'s jobs under `sizer` (None: it can run on their
-    CPUs)."""
-    if c.engine.device == "cpu" or c.model.name_or_path is None:
+    CPUs, or its trainer has no such check here): its adapter's `gpu_reason`."""
+    adapter = adapter_of(c)
+    if adapter.gpu_reason is None:
         return None
-    cores, time_min = sizer.cpu_cores(prof), sizer.limits(prof).time_min
-    step = cpu_step_s(c, cores)
-    if step is None or step <= time_min * 60:
-        return None
-    m, _ = model_shape(c.model.name_or_path)
-    return (f"{c.model.name_or_path}, {m.params / 1e9:.1f}B params: one step's training alone "
-            f"takes ~{_long(step)} on the job's {count(cores, 'CPU core')} at the time plan's CPU "
-            f"rate, longer than its {time_min}-min job")
+    return adapter.gpu_reason(c, sizer.cpu_cores(prof), sizer.limits(prof).time_min)
 
 
 def check_gpus(study_path: Path | str, variants: list[Variant], prof: Profile, executor: str,
@@ -120,10 +102,3 @@ def _fits(variants: list[Variant], shape: JobShape) -> bool:
     return all(not adapter_of(c).problems(c, shape) and memory_plan(c, shape).fits is not False
                for c in configs.values())
 
-
-def _long(seconds: float) -> str:
-    """Durations past hours read in days or months (a CPU step of an 8B run is months)."""
-    days = seconds / 86400
-    if days >= 60:
-        return f"{days / 30.44:,.0f} months"
-    return f"{days:,.1f} days" if days >= 2 else dur(seconds)

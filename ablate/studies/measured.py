@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from ablate.adapters import plans_time
+from ablate.adapters.builtin import RATES, calibration, measured
 from trainer import rundir
-from trainer.plan.rates import RATES, calibration, measured
 
 
 @dataclass
@@ -46,20 +47,18 @@ def started(root: Path, run_ids: list[str]) -> dict[str, dict]:
 
 def learn(variants: list, shape: Any, limits: Any, root: Path) -> Learned:
     """The started runs' rates, and every run not started re-planned from them."""
-    from trainer.config import TrainConfig
-    from trainer.plan.split_choice import choose_split, with_split
-    from trainer.plan.time_plan import completion_cap, plan_time
+    from ablate.adapters.builtin import choose_split, completion_cap, plan_time, with_split
 
     docs = started(root, [v.run_id for v in variants])
     got = Learned(docs=docs)
     if not docs:
         return got
     names = {v.run_id: v.name for v in variants}
-    configs = {v.run_id: v.config for v in variants if isinstance(v.config, TrainConfig)}
+    configs = {v.run_id: v.config for v in variants if plans_time(v.config)}
     plans: dict[str, tuple] = {}
     for v in variants:
         c = v.config
-        if v.run_id in docs or not isinstance(c, TrainConfig):  # another trainer: none
+        if v.run_id in docs or not plans_time(c):  # another trainer: none
             continue
         if v.name not in plans:
             own = [rid for rid in docs if names.get(rid) == v.name]
@@ -107,7 +106,7 @@ def comparison(docs: dict[str, dict]) -> list[tuple[str, str, Optional[float], O
 
 def value_text(key: str, x: Optional[float]) -> str:
     """A rate as a person reads it (seconds as durations, shares as percents)."""
-    from trainer.plan.time_jobs import dur
+    from ablate.adapters.builtin import dur
 
     if x is None:
         return "-"
@@ -140,13 +139,12 @@ def comparison_lines(docs: dict[str, dict], total: int, width: int) -> list[str]
 def ranges(variants: list, shape: Any, limits: Any, times: dict[str, Any]) -> None:
     """Before any run has measured: each planned run's range from the uncertain constants
     (trainer/plan/time_plan.py plan_range), set on its TimePlan (`range`)."""
-    from trainer.config import TrainConfig
-    from trainer.plan.time_plan import plan_range
+    from ablate.adapters.builtin import plan_range
 
     done: set[str] = set()
     for v in variants:
         t = times.get(v.run_id)
-        if t is None or t.step_s is None or v.name in done or not isinstance(v.config, TrainConfig):
+        if t is None or t.step_s is None or v.name in done or not plans_time(v.config):
             continue
         done.add(v.name)
         t.range = plan_range(v.config, shape, limits)
@@ -165,9 +163,7 @@ def study_view(study_dir: Path, width: int) -> tuple[list[str], dict[str, dict]]
     runs not started re-planned on the job shape the started runs recorded (no time limit:
     requeues are the dry run's, which knows the profile)."""
     from ablate.studydir import StudyStore
-    from trainer.config import TrainConfig
-    from trainer.plan.time_jobs import Limits, dur
-    from trainer.validate import JobShape
+    from ablate.adapters.builtin import BuiltinAdapter, JobShape, Limits, dur
 
     rows = StudyStore(study_dir).variants()
     docs = started(study_dir, [r["run_id"] for r in rows])
@@ -176,7 +172,7 @@ def study_view(study_dir: Path, width: int) -> tuple[list[str], dict[str, dict]]
     runs = []
     for r in rows:
         try:
-            c = TrainConfig.model_validate(r["config"]) if r["run_id"] not in docs else None
+            c = BuiltinAdapter.job_config(r["config"]) if r["run_id"] not in docs else None
         except (ValueError, KeyError, TypeError):
             c = None  # another trainer's config, or none recorded: nothing to re-plan
         runs.append(_Run(r["run_id"], r["name"], int(r.get("seed", 0) or 0), c))

@@ -24,7 +24,7 @@ from ablate.errors import InputError
 from ablate.studies.design import LoadedStudy
 from ablate.studies.launch.executor import GpuNodes
 from ablate.studies.launch.profile import Profile, find_profile
-from ablate.adapters.builtin.provenance import find_recipe
+from ablate.adapters.builtin import find_recipe
 from ablate.studies.sizing import Option, with_seeds
 from ablate.studies.study_overrides import split_study_overrides
 from ablate.yamlio import load_yaml

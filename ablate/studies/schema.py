@@ -10,11 +10,10 @@ from typing import Any, Literal, Optional
 from pydantic import Field, field_validator
 
 from ablate.adapters.base import TrainerSpec
-from ablate.adapters.builtin.config_paths import leaf_paths
+from ablate.adapters.builtin import BudgetConfig, leaf_paths
 from ablate.studies.stagespec import StageSpec
 from ablate.study_record import FitSpec  # the study dir's record holds it too
 from ablate.validation import Strict
-from trainer.config import BudgetConfig
 
 # Default run limit. Expanding validates each run's config (~0.3 ms each on a 2-core machine),
 # so 10,000 runs expand in ~3 s while 3.2M would take ~16 min and gigabytes; and 10,000 full

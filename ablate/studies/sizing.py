@@ -38,9 +38,6 @@ from ablate.studies.design import LoadedStudy
 from ablate.studies.expand import Variant
 from ablate.studies.launch.executor import GpuNodes
 from ablate.studies.launch.profile import Profile
-from trainer.plan.memory import plan
-from trainer.plan.time_plan import plan_time
-from trainer.validate import problems
 
 # GPU-hours per run of the paper's stages (ScaleRL, arXiv 2510.13786: the staged workflow), largest first.
 STAGE_BUDGETS = {"single-axis": (4000.0, 3500.0), "leave-one-out": (16000.0,)}
@@ -152,11 +149,12 @@ def run_plans(sizer: GpuNodes, variants: list[Variant], prof: Profile, budget: f
     limits, plans = sizer.limits(prof), []
     for v in {v.name: v for v in variants}.values():
         c = stage_variant(v, {"gpu_hours": budget}).config
-        found = problems(c, shape)
-        if found or plan(c, shape).fits is False:
+        adapter = adapter_of(c)  # a trainer with a time plan here (check_sizable)
+        found = adapter.problems(c, shape)
+        if found or adapter.memory_plan(c, shape).fits is False:
             return None, f"variant {v.name}: " + (found[0] if found else "its memory plan "
                                                   "does not fit")
-        t = plan_time(c, shape, limits)
+        t = adapter.time_plan(c, shape, limits)
         if t.wall_h is None or t.reaches_budget is False:
             return None, f"variant {v.name}: {t.problem or t.note}"
         plans.append(t)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ablate.analysis import A_MARGIN
 from ablate.errors import InputError
 from ablate.study_record import SCALE_WINNER_DEFAULT
-from trainer.config import BudgetConfig
+from ablate.adapters.builtin import BudgetConfig
 
 if TYPE_CHECKING:
     from ablate.studies.expand import Variant

@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Sequence
 
 from ablate.adapters import adapter_for
+from ablate.adapters.builtin import recipe_keys
 from ablate.errors import InputError
 from ablate.studies.design import LoadedStudy  # its home is `design`; imported from here too
 from ablate.studies.schema import Study
 from ablate.studies.study_overrides import apply_study_overrides, split_study_overrides
 from ablate.validation import validate_model
 from ablate.yamlio import YamlDoc, load_yaml
-from trainer.config import TrainConfig
 
 
 def load_study(path: Path | str, overrides: Sequence[str] = ()) -> LoadedStudy:
@@ -59,9 +59,9 @@ def _check_is_a_study(doc: YamlDoc) -> None:
                          "recipes/loss_agg.yaml; `ablate schema` lists every key)")
     if not isinstance(data, dict) or "name" in data or "axes" in data:
         return
-    recipe_keys = [k for k in data if k in TrainConfig.model_fields and k not in Study.model_fields]
-    if recipe_keys:
+    found = [k for k in data if k in recipe_keys() and k not in Study.model_fields]
+    if found:
         raise InputError(
-            f"{path}: this is a TrainConfig recipe (keys {_listed(recipe_keys, 4)}), not a "
+            f"{path}: this is a TrainConfig recipe (keys {_listed(found, 4)}), not a "
             f"study: run it once with `ablate run {path} --out results/NAME`, or sweep it from a "
             f"study file with `name:`, `base: {path.name}` (relative to the study) and `axes:`")

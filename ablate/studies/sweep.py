@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from ablate.adapters import adapter_of, fit_columns, memory_plan, time_plan, topology
+from ablate.adapters.builtin import JobShape, Limits, advice
 from ablate.errors import InputError
 from ablate.studies import launch
 from ablate.studies.expand import Variant, expand
@@ -31,9 +32,6 @@ from ablate.studies.status import run_states
 from ablate.study_record import StudyRecord
 from ablate.studydir import StudyStore, study_dir_for
 from ablate.studies.study import LoadedStudy, load_study
-from trainer.plan.memory import advice
-from trainer.plan.time_plan import Limits
-from trainer.validate import JobShape
 
 # never ran to a verdict, or the user cancelled or stopped it (a stop resumes from its checkpoint)
 RESUBMIT_ALWAYS = ("pending", "cancelled", "stopped")

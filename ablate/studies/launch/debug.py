@@ -14,8 +14,7 @@ import submitit
 from ablate.studies.launch.executor import Capacity, RunResources
 from ablate.studies.launch.job import RunJob, stdout_to_stderr
 from ablate.validation import Strict
-from trainer.plan.time_plan import Limits
-from trainer.validate import JobShape
+from ablate.adapters.builtin import JobShape, Limits
 
 if TYPE_CHECKING:
     from ablate.studies.launch.profile import Profile

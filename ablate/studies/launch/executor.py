@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Any, Optional, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from ablate.studies.launch.profile import Profile
     from ablate.validation import Strict
-    from trainer.plan.time_plan import Limits
-    from trainer.validate import JobShape
+    from ablate.adapters.builtin import JobShape, Limits
 
 
 @dataclass(frozen=True)

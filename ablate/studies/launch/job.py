@@ -41,7 +41,7 @@ import submitit
 
 from ablate.adapters import adapter_class
 from ablate.number_text import count
-from trainer.dist import preempt
+from ablate.adapters.builtin import preempt
 from trainer.rundir import FINAL_STATES, read_config, read_status, write_status
 
 

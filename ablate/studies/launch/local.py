@@ -32,9 +32,7 @@ from pydantic import Field
 from ablate.studies.launch.executor import Capacity, RunResources
 from ablate.studies.launch.job import RunJob
 from ablate.validation import Strict
-from trainer.dist import preempt
-from trainer.plan.time_plan import Limits
-from trainer.validate import JobShape
+from ablate.adapters.builtin import JobShape, Limits, preempt
 
 if TYPE_CHECKING:
     from ablate.studies.launch.profile import Profile

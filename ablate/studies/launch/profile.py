@@ -18,8 +18,7 @@ from ablate.errors import InputError
 from ablate.studies.launch import EXECUTORS, pick
 from ablate.validation import Strict, format_validation_error
 from ablate.yamlio import load_yaml
-from trainer.plan.time_plan import GPUS, Limits
-from trainer.validate import JobShape
+from ablate.adapters.builtin import GPUS, JobShape, Limits
 
 Executor = Literal[tuple(EXECUTORS)]  # the registered executors' names
 

@@ -41,8 +41,7 @@ from pydantic import Field
 from ablate.errors import InputError
 from ablate.studies.launch.executor import Capacity, RunResources
 from ablate.validation import Strict
-from trainer.plan.time_plan import Limits
-from trainer.validate import JobShape
+from ablate.adapters.builtin import JobShape, Limits
 
 if TYPE_CHECKING:
     from ablate.studies.launch.profile import Profile

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from ablate.studies.launch.job import USER_STOPS, RunJob, load_entry, mark_stopped
-from trainer.dist import preempt
+from ablate.adapters.builtin import preempt
 from trainer.rundir import FINAL_STATES, read_status
 
 

@@ -12,8 +12,7 @@ from ablate.number_text import count
 from ablate.studies.launch.executor import Capacity
 from ablate.studies.launch.slurm_nodes import nodes_capacity
 from ablate.validation import Strict
-from trainer.plan.time_plan import Limits
-from trainer.validate import JobShape
+from ablate.adapters.builtin import JobShape, Limits
 
 if TYPE_CHECKING:
     from ablate.studies.launch.profile import Profile

@@ -3,7 +3,8 @@ training ranks: the split the job will get, how it was chosen, its planned step,
 neighbours' (one generation GPU fewer and one more), so a reader sees why it is that one.
 
 The choice itself is trainer/plan/split_choice.py (through trainer/plan/topology.py, which the
-trainer's start-up binding also calls); this module only says it in words and in `--json`.
+trainer's start-up binding also calls); this module only says it in words and in `--json`, as
+the adapter's `split_lines` and `split_json` (ablate/adapters/__init__.py asks the variant's).
 """
 
 from __future__ import annotations
@@ -60,11 +61,10 @@ def _roles(c: TrainConfig, ch: SplitChoice, shape: JobShape) -> str:
             f"{shape.nodes - n} training nodes, step {o.step_s:,.0f} s{vs}")
 
 
-def split_lines(c: Any, shape: JobShape) -> list[str]:
+def split_lines(c: TrainConfig, shape: JobShape) -> list[str]:
     """One line on the run's layout (a split per node, or node roles), or none where there is
-    no layout to choose (another trainer, not vLLM, one node of one GPU or unknown GPUs)."""
-    if not isinstance(c, TrainConfig) or not (split_choices(c, replace(shape, ranks_auto=True))
-                                              or set_roles(c) is not None):
+    no layout to choose (not vLLM, one node of one GPU or unknown GPUs)."""
+    if not (split_choices(c, replace(shape, ranks_auto=True)) or set_roles(c) is not None):
         return []
     try:
         t = topology(c, shape)
@@ -91,11 +91,10 @@ def split_lines(c: Any, shape: JobShape) -> list[str]:
             + _elsewhere(c, shape, g, t.generation_nodes)]
 
 
-def split_json(c: Any, shape: JobShape) -> Optional[dict[str, Any]]:
+def split_json(c: TrainConfig, shape: JobShape) -> Optional[dict[str, Any]]:
     """`resources.split` of `sweep --dry-run --json`: the split, how it was chosen, and every
     candidate `auto` weighed (with step_s and train_gib_per_gpu, or why it is out)."""
-    if not isinstance(c, TrainConfig) or not (split_choices(c, replace(shape, ranks_auto=True))
-                                              or set_roles(c) is not None):
+    if not (split_choices(c, replace(shape, ranks_auto=True)) or set_roles(c) is not None):
         return None
     try:
         t = topology(c, shape)
