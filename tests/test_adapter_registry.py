@@ -16,7 +16,8 @@ from trainer.config import TrainConfig
 
 METHODS = ("from_spec", "load_base", "check_values", "point_runs", "run_id", "problems",
            "check_fit", "job_config", "run", "curve", "fit_defaults")
-CAPABILITIES = ("memory_plan", "time_plan", "topology", "command")
+CAPABILITIES = ("memory_plan", "time_plan", "topology", "split_lines", "split_json", "gpu_reason",
+                "replan", "time_range", "command")
 STATIC = ("from_spec", "job_config", "run", "curve", "fit_defaults")
 
 
@@ -39,8 +40,9 @@ def test_every_kind_has_one_adapter_with_the_whole_protocol():
 def test_planning_is_the_built_in_trainers_and_others_say_they_have_none():
     have = {k: [c for c in CAPABILITIES if getattr(cls, c) is not None]
             for k, cls in ADAPTERS.items()}
-    assert have == {"ablate": ["memory_plan", "time_plan", "topology"], "trl": ["command"],
-                    "verl": ["command"], "command": ["command"]}, have
+    assert have == {"ablate": ["memory_plan", "time_plan", "topology", "split_lines",
+                               "split_json", "gpu_reason", "replan", "time_range"],
+                    "trl": ["command"], "verl": ["command"], "command": ["command"]}, have
     assert ADAPTERS["ablate"].reads_own_log is False
     assert all(ADAPTERS[k].reads_own_log for k in ("trl", "verl", "command"))
     trl = TrainerSpec(kind="trl")

@@ -81,8 +81,10 @@ class Adapter(Protocol):
     shape)` (where ranks and engines go; ablate plans its own trainer only), the dry run's
     `split_lines(config, shape)` and `split_json(config, shape)` (the GPUs split between
     engines and ranks), `gpu_reason(config, cores, time_min)` (why a run needs GPUs where its
-    jobs would get none) and `command(config, run_dir)` (the command a run executes, for a
-    trainer run as a program).
+    jobs would get none), `replan(config, shape, limits, docs, same_variant, configs)` (a run
+    not started, its time plan re-made on the rates other runs measured), `time_range(config,
+    shape, limits)` (its time plan's range before any has) and `command(config, run_dir)` (the
+    command a run executes, for a trainer run as a program).
 
     Static, for what holds only a run dir's config (nothing built from the trainer block):
     `job_config` and `run` (the job, ablate/studies/launch/job.py), `curve`, `fit_defaults`
@@ -96,6 +98,8 @@ class Adapter(Protocol):
     split_lines: Optional[Callable[[Any, Any], list[str]]]
     split_json: Optional[Callable[[Any, Any], Optional[dict[str, Any]]]]
     gpu_reason: Optional[Callable[[Any, int, float], Optional[str]]]
+    replan: Optional[Callable[..., Optional[tuple[Any, str, str]]]]
+    time_range: Optional[Callable[[Any, Any, Any], Any]]
     command: Optional[Callable[[Any, Path], str]]
 
     @classmethod

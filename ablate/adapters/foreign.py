@@ -34,6 +34,8 @@ class ForeignAdapter:
     split_lines = None
     split_json = None
     gpu_reason = None
+    replan = None
+    time_range = None
 
     @classmethod
     def from_spec(cls, spec: TrainerSpec) -> "ForeignAdapter":

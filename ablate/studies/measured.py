@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ablate.adapters import plans_time
-from ablate.adapters.builtin import RATES, calibration, measured
+from ablate.adapters import adapter_of, plans_time
+from ablate.adapters.builtin import RATES, measured
 from trainer import rundir
 
 
@@ -47,8 +47,6 @@ def started(root: Path, run_ids: list[str]) -> dict[str, dict]:
 
 def learn(variants: list, shape: Any, limits: Any, root: Path) -> Learned:
     """The started runs' rates, and every run not started re-planned from them."""
-    from ablate.adapters.builtin import choose_split, completion_cap, plan_time, with_split
-
     docs = started(root, [v.run_id for v in variants])
     got = Learned(docs=docs)
     if not docs:
@@ -63,22 +61,12 @@ def learn(variants: list, shape: Any, limits: Any, root: Path) -> Learned:
         if v.name not in plans:
             own = [rid for rid in docs if names.get(rid) == v.name]
             use = own or list(docs)
-            a = calibration([docs[r] for r in use], completion_cap(c), same_variant=bool(own),
-                            configs=[configs.get(r) for r in use])
-            if a is None:
+            replanned = adapter_of(c).replan(c, shape, limits, [docs[r] for r in use], bool(own),
+                                             [configs.get(r) for r in use])
+            if replanned is None:
                 continue
-            basis = f"{a.source} of {'this variant' if own else 'the study'}"
-            split = ""
-            auto = c.rollout.backend == "vllm" and c.rollout.vllm.generation_gpus == "auto"
-            if auto and shape.gpus_per_node:
-                before = choose_split(c, shape).generation_gpus
-                after = choose_split(c, shape, a=a).generation_gpus
-                if after is not None and after != before:
-                    g = shape.gpus_per_node
-                    split = (f"auto split re-chosen on the measured rates: {before}/{g - before}"
-                             f" -> {after}/{g - after} (generate/train)")
-                    c = with_split(c, after)
-            plans[v.name] = (plan_time(c, shape, limits, a), basis, split)
+            t, source, split = replanned
+            plans[v.name] = (t, f"{source} of {'this variant' if own else 'the study'}", split)
         t, basis, split = plans[v.name]
         t.basis = basis
         got.times[v.run_id], got.basis[v.run_id] = t, basis
@@ -138,16 +126,15 @@ def comparison_lines(docs: dict[str, dict], total: int, width: int) -> list[str]
 
 def ranges(variants: list, shape: Any, limits: Any, times: dict[str, Any]) -> None:
     """Before any run has measured: each planned run's range from the uncertain constants
-    (trainer/plan/time_plan.py plan_range), set on its TimePlan (`range`)."""
-    from ablate.adapters.builtin import plan_range
-
+    (its adapter's `time_range`: trainer/plan/time_plan.py plan_range), set on its TimePlan
+    (`range`)."""
     done: set[str] = set()
     for v in variants:
         t = times.get(v.run_id)
         if t is None or t.step_s is None or v.name in done or not plans_time(v.config):
             continue
         done.add(v.name)
-        t.range = plan_range(v.config, shape, limits)
+        t.range = adapter_of(v.config).time_range(v.config, shape, limits)
 
 
 @dataclass

@@ -17,8 +17,8 @@ from pydantic import Field, model_validator
 from ablate.errors import InputError
 from ablate.studies.expand import run_id_of
 from ablate.studydir import study_dir_for
-from ablate.adapters.builtin import (BudgetConfig, Provenance, check_config_path, resolve_base, set_path,
-                                     validate_config)
+from ablate.adapters.builtin import (BudgetConfig, Provenance, check_config_path, resolve_base,
+                                     set_path, validate_config)
 from ablate.studies.schema import NAME_RE as _NAME_RE
 from ablate.validation import Strict, load_model, suggest
 from ablate.yamlio import YamlDoc

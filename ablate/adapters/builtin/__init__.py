@@ -17,6 +17,7 @@ limits, durations, the preemption flag, the `budget:` section) and what only a b
     study.py        a built-in study loaded, checked and expanded into configs and run ids
     split_text.py   the dry run's line on a run's GPU split (its `split_lines`, `split_json`)
     gpu_check.py    whether a run needs GPUs where its jobs get none (its `gpu_reason`)
+    replan.py       a run not started re-planned on the rates others measured (its `replan`)
 """
 
 from __future__ import annotations
@@ -35,17 +36,14 @@ from ablate.adapters.builtin.config_paths import check_config_path, leaf_paths
 from ablate.adapters.builtin.provenance import (Provenance, find_recipe, load_recipe,
                                                 resolve_base, set_path, validate_config)
 from ablate.adapters.builtin.study import Assignment, run_id_of
-# plans of a built-in run (the sizing, the dry run, the plans that learn from rates.json)
 from trainer.plan.memory import advice
-from trainer.plan.rates import RATES, calibration, measured
-from trainer.plan.split_choice import choose_split, with_split
-from trainer.plan.time_plan import completion_cap, plan_range, plan_time
+# rates.json's fields: what a run's time plan assumed and its steps measured
+from trainer.plan.rates import RATES, measured
 from trainer.validate import problems
 
 __all__ = [
     "Assignment", "BudgetConfig", "BuiltinAdapter", "GPUS", "JobShape", "Limits", "Provenance",
-    "RATES", "TimePlan", "advice", "calibration", "check_config_path", "choose_split",
-    "completion_cap", "dur", "find_recipe", "leaf_paths", "load_recipe", "measured", "plan_range",
-    "plan_time", "preempt", "problems", "recipe_keys", "resolve_base", "run_id_of", "set_path",
-    "train", "validate_config", "with_split",
+    "RATES", "TimePlan", "advice", "check_config_path", "dur", "find_recipe", "leaf_paths",
+    "load_recipe", "measured", "preempt", "problems", "recipe_keys", "resolve_base", "run_id_of",
+    "set_path", "train", "validate_config",
 ]

@@ -82,6 +82,19 @@ class BuiltinAdapter:
 
         return gpu_reason(config, cores, time_min)
 
+    def replan(self, config: TrainConfig, shape: Any, limits: Any, docs: list[dict],
+               same_variant: bool, configs: list) -> Optional[tuple[Any, str, str]]:
+        """A run not started, re-planned on the rates other runs measured (replan.py)."""
+        from ablate.adapters.builtin.replan import replan
+
+        return replan(config, shape, limits, docs, same_variant, configs)
+
+    def time_range(self, config: TrainConfig, shape: Any, limits: Any) -> Any:
+        """The time plan's range from its uncertain constants (trainer/plan/time_plan.py)."""
+        from trainer.plan.time_plan import plan_range
+
+        return plan_range(config, shape, limits)
+
     def check_fit(self, loaded: Any, fit: dict[str, Any], where: Callable[[str], str]) -> None:
         """The columns are declared once in trainer/rundir.py: `x` one of COMPUTE_COLUMNS, `y`
         one of SCORE_COLUMNS (a rate in [0, 1], what the sigmoid fits)."""
