@@ -11,7 +11,8 @@ The adapters import nothing of ablate.studies, ablate.analysis or ablate.cli
 (tests/test_layer_direction.py): the study layer and the analysis both call them.
 
     base.py       the `trainer:` block and the Adapter protocol
-    builtin/      the built-in trainer (trainer/)
+    builtin/      the built-in trainer (trainer/); its __init__ is the one door ablate's other
+                  modules go through into trainer/ (rundir.py aside)
     foreign.py    what a trainer run as a program shares: trl.py (trl_entry.py: one TRL run
                   from flags), verl.py, command.py (any program)
     study.py      those trainers' studies: flat keys, their base config and runs
