@@ -11,7 +11,7 @@ push, bookkeeping), first step left out, median over steps, then median over rep
 evaluates nor checkpoints between timed steps.
 
     python benchmarks/bench_trainer_vs_trl.py --steps 30 --repeats 3 [--threads 1]
-    python benchmarks/bench_trainer_vs_trl.py --quick   # 4 steps, 1 repeat: a smoke run (CI)
+    python benchmarks/bench_trainer_vs_trl.py --quick   # 4 steps, 1 repeat, unwarmed: a smoke run (CI)
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPTS, G, NEW = 16, 8, 4
+# --quick: the proxy without its warm-up (~3 min on one core the first time a cache builds it):
+# the smoke run checks that the harness runs, not its speed, and its steps cost the same.
+UNWARMED = "--quick" in sys.argv
 
 
 def base_config(steps: int, mode: str):
@@ -36,6 +39,8 @@ def base_config(steps: int, mode: str):
     from trainer.config import TrainConfig
 
     d = yaml.safe_load((REPO / "recipes" / "proxy.yaml").read_text())
+    if UNWARMED:
+        d["model"]["proxy"]["warmup_target"] = None
     d["rollout"].update(prompts_per_step=PROMPTS, generations_per_prompt=G, max_new_tokens=NEW)
     d["off_policy"] = {"mode": mode, "k": 1 if mode == "ppo_off_policy" else 8}
     d["data"].update(zero_variance_filter=False, no_positive_resampling=False)  # like TRL
@@ -118,7 +123,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--quick", action="store_true", help="4 steps, 1 repeat: a smoke run (CI)")
+    ap.add_argument("--quick", action="store_true",
+                    help="4 steps, 1 repeat, the proxy not warmed up: a smoke run (CI)")
     ap.add_argument("--one", choices=["trl", "ablate", "ablate-pipeline"], help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.quick:
@@ -141,7 +147,8 @@ def main() -> None:
     for r in range(a.repeats):
         for name in res:
             out = subprocess.run([sys.executable, __file__, "--one", name, "--steps", str(a.steps),
-                                  "--threads", str(a.threads)], env=env, capture_output=True,
+                                  "--threads", str(a.threads), *(["--quick"] if a.quick else [])],
+                                 env=env, capture_output=True,
                                  text=True, cwd=REPO)
             if out.returncode != 0:
                 sys.exit(f"{name} failed:\n{out.stderr[-3000:]}")
