@@ -1,8 +1,8 @@
 """`ablate sweep STUDY --within 14d`: the study that fits the time and the nodes it has.
 
 Why: a study is sized by its budget per run, its seeds and its nodes per run, and what a lab
-has is a deadline and a share of a partition. The paper's study as shipped needs ~9.5 months
-on the 2 nodes of sweeps/slurm_gpu.yaml, and nothing said so or offered what would fit.
+has is a deadline and a share of a partition. The paper's study as shipped needs ~6 months
+on the 2 nodes of sweeps/slurm_gpu.yaml (its dry run at 61c5b79), and nothing said so or offered what would fit.
 
 What is searched (every number from the time plan, trainer/plan/time_plan.py, on the
 profile's GPUs; the nodes from the executor that counts GPU nodes, launch/executor.py
