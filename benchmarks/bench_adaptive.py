@@ -166,7 +166,7 @@ def main() -> None:
                     "adaptive_staged, both swept (benchmarks/adaptive/)")
     a = ap.parse_args()
     if a.quick:
-        a.studies = 2
+        a.studies = 1
     if a.sweeps:
         print(json.dumps(sweeps(a.sweeps), indent=1))
         return

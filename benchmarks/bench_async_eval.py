@@ -7,7 +7,7 @@ loop). Prints the run's wall time, the train loop's own wall (the gpu_hours axis
 wall_s), the evals' own seconds and the step the trainer had reached when each line landed.
 
     python benchmarks/bench_async_eval.py [--baseline /work/main] [--json]
-    python benchmarks/bench_async_eval.py --quick   # 2 steps, a small eval: a smoke run (CI)
+    python benchmarks/bench_async_eval.py --quick   # 2 steps, a small eval, unwarmed: a smoke run (CI)
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ c = tiny(budget={"steps": 2 if quick else 8},
          eval={"every_steps": 2, "num_prompts": 8 if quick else 64,
                "samples_per_prompt": 2 if quick else 8},
          checkpoint={"every_steps": 10000}, engine={"threads": 1})
+if quick:  # the proxy without its warm-up (~3 min on one core the first time a cache builds it)
+    c["model"]["proxy"]["warmup_target"] = None
 d = Path(sys.argv[1])
 landed, stop = {}, threading.Event()
 def watch():  # the trainer's step when each metrics line appeared
@@ -75,7 +77,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--baseline", type=Path, help="another checkout (eval in the loop)")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--quick", action="store_true", help="2 steps, a small eval: a smoke run (CI)")
+    ap.add_argument("--quick", action="store_true", help="2 steps, a small eval, the proxy "
+                    "unwarmed: a smoke run (CI)")
     a = ap.parse_args()
     res = {"this tree": one(ROOT, a.quick)}
     if a.baseline:

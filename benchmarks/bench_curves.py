@@ -158,7 +158,7 @@ def main():
     ap.add_argument("--skip-speed", action="store_true", help="keep the speed numbers already "
                     "in --out (the paper method takes ~4 min on 2 cores)")
     a = ap.parse_args()
-    n = 5 if a.quick else 100  # --quick: shapes, not figures (CI runs it: tests/test_benchmarks.py)
+    n = 2 if a.quick else 100  # --quick: shapes, not figures (CI runs it: tests/test_benchmarks.py)
     res = {}
     if a.skip_speed and os.path.exists(a.out):
         res["speed"] = json.load(open(a.out)).get("speed")
@@ -174,9 +174,9 @@ def main():
     res["accuracy"] = accuracy(more, fits)
     res["accuracy"]["curves"] = len(more)
     print(json.dumps(res["accuracy"], indent=1), flush=True)
-    res["white_noise_coverage"] = white_coverage(5 if a.quick else 100, 0.05, seed=5)
+    res["white_noise_coverage"] = white_coverage(n, 0.05, seed=5)
     print(json.dumps(res["white_noise_coverage"], indent=1), flush=True)
-    res["seed_coverage"] = seed_coverage(5 if a.quick else 100, 0.05, seed=4)
+    res["seed_coverage"] = seed_coverage(n, 0.05, seed=4)
     print(json.dumps(res["seed_coverage"], indent=1), flush=True)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)

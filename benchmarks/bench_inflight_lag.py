@@ -28,8 +28,10 @@ from trainer.tasks import build_task
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "proxy.yaml"
 
 
-def lag_shares(switch: int | None, steps: int) -> tuple[Counter, float]:
+def lag_shares(switch: int | None, steps: int, warmed: bool = True) -> tuple[Counter, float]:
     d = yaml.safe_load(RECIPE.read_text())
+    if not warmed:  # --quick: no warm-up (~3 min on one core the first time a cache builds it)
+        d["model"]["proxy"]["warmup_target"] = None
     d.setdefault("rollout", {}).update(async_timing="data", inflight_switch_tokens=switch)
     c = TrainConfig.model_validate(d)
     model, tok = load_model(c)
@@ -57,13 +59,13 @@ def lag_shares(switch: int | None, steps: int) -> tuple[Counter, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=60)
-    ap.add_argument("--quick", action="store_true", help="a smoke run of a few seconds (CI)")
+    ap.add_argument("--quick", action="store_true", help="3 steps on the unwarmed proxy: a smoke run (CI)")
     a = ap.parse_args()
     if a.quick:
         a.steps = 3
     torch.set_num_threads(1)
     for switch in (0, None):
-        lags, mean = lag_shares(switch, a.steps)
+        lags, mean = lag_shares(switch, a.steps, warmed=not a.quick)
         total = sum(lags.values())
         shares = "  ".join(f"{k}:{lags[k] / total:.3f}" for k in sorted(lags))
         print(f"inflight_switch_tokens={switch}: tokens {total}, lag_mean {mean:.2f}, "

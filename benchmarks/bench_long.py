@@ -149,12 +149,12 @@ def main() -> None:
     ap.add_argument("--only", choices=["speed", "coverage", "published"])
     ap.add_argument("--curves", type=int, default=60, help="synthetic curves per coverage set")
     ap.add_argument("--quick", action="store_true", help="a smoke run of a few seconds (CI): "
-                    "2 curves' coverage at one drift, no CLI timing, no published fits")
+                    "1 curve's coverage at one drift, no CLI timing, no published fits")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results_long.json"))
     a = ap.parse_args()
     res = json.loads(Path(a.out).read_text()) if Path(a.out).exists() else {}
     if a.quick:
-        res = {"coverage": [coverage(2, 0.9, seed=43)]}
+        res = {"coverage": [coverage(1, 0.9, seed=43)]}
         print(json.dumps(res, indent=1))
         Path(a.out).write_text(json.dumps(res, indent=1))
         return

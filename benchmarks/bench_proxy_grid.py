@@ -129,6 +129,10 @@ SETS = {
     "offpol": seeds({"ppo_off": {**GREEDY, "optim.lr": 5e-5, "off_policy.mode": "ppo_off_policy"}}),
 }
 
+# --quick: the proxy without its warm-up (~3 min on one core the first time a cache builds it)
+# and 16 eval prompts, not 256 (steps 1, 2 and 3 are each evaluated): that the harness runs.
+QUICK = {"model.proxy.warmup_target": None, "eval.num_prompts": 16}
+
 # One run in its own process with one thread, like a sweep job on a 1-core slot.
 ONE = ("import sys, torch; torch.set_num_threads(1); import yaml, trainer; from pathlib import Path;"
        "from trainer.config import TrainConfig;"
@@ -209,14 +213,16 @@ def main() -> None:
     ap.add_argument("--fit-only", action="store_true")
     ap.add_argument("--max-step", type=int, help="fit only points up to this step")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--quick", action="store_true", help="the set's first variant for 3 steps, "
-                    "JSON out: a smoke run (CI)")
+    ap.add_argument("--quick", action="store_true", help="the set's first variant for 3 steps "
+                    "on the unwarmed proxy, a small eval, JSON out: a smoke run (CI)")
     a = ap.parse_args()
     variants = SETS[a.set]
     if a.quick:
         a.only, a.steps, a.json = next(iter(variants)), 3, True
     if a.only:
         variants = {k: variants[k] for k in a.only.split(",")}
+    if a.quick:
+        variants = {k: {**v, **QUICK} for k, v in variants.items()}
     if not a.fit_only:
         run_all(a.out, variants, a.steps)
     table = fit_all(a.out, a.max_step)

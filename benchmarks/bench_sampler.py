@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def proxy_setup():
+def proxy_setup(warmed: bool = True):
     import yaml
 
     from trainer.config import TrainConfig
@@ -38,6 +38,8 @@ def proxy_setup():
     from trainer.tasks import build_task
 
     d = yaml.safe_load((REPO / "recipes" / "proxy.yaml").read_text())
+    if not warmed:  # --quick: no warm-up (~3 min on one core the first time a cache builds it)
+        d["model"]["proxy"]["warmup_target"] = None
     cfg = TrainConfig.model_validate(d)
     model, tok = load_model(cfg)
     model.eval()
@@ -57,8 +59,8 @@ def swap(gen, kind: str) -> None:
     gen.sampler = cache[kind]
 
 
-def bench_proxy(repeats: int) -> dict:
-    cfg, gen, prompts = proxy_setup()
+def bench_proxy(repeats: int, warmed: bool = True) -> dict:
+    cfg, gen, prompts = proxy_setup(warmed)
     r = cfg.rollout
     times: dict[str, list[float]] = {"static": [], "dynamic": []}
     for i in range(repeats + 1):
@@ -149,7 +151,7 @@ def main() -> None:
     ap.add_argument("--long-repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quick", action="store_true", help="a smoke run of a few seconds (CI): "
-                    "1 proxy repeat, 256 long tokens, no trainer steps")
+                    "1 proxy repeat on the unwarmed proxy, 128 long tokens, no trainer steps")
     ap.add_argument("--step-repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--only", choices=["proxy", "long", "step"], default=None)
@@ -163,7 +165,8 @@ def main() -> None:
     torch.set_flush_denormal(True)  # as the trainer does
     out = {}
     if a.quick:
-        out = {"proxy": bench_proxy(1), "long": bench_long(1, T=256, window=64)}
+        out = {"proxy": bench_proxy(1, warmed=False),
+               "long": bench_long(1, T=128, window=32)}
         out["proxy"].pop("runs")
         print(json.dumps(out))
         return

@@ -213,7 +213,9 @@ def test_analysis_harness_quick_mode(name, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(TRAINING))
 def test_training_harness_quick_mode(name, tmp_path):
-    """On the warmed proxy model of the session's ABLATE_CACHE (built once, shared)."""
+    """On the recipe's proxy without its warm-up (each quick mode sets
+    model.proxy.warmup_target None: the warm-up costs ~3 min on one core from an empty cache),
+    built in seconds once per session's ABLATE_CACHE and shared; or a model of their own."""
     args, check = TRAINING[name]
     check(_run(name, args, tmp_path), tmp_path)
 
