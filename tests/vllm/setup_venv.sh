@@ -32,7 +32,9 @@ fi
 [ -x "$PY" ] || python3 -m venv --system-site-packages "$VENV" || fail "python3 -m venv $VENV did not work (apt-get install python3-venv)"
 constraints=$VENV/constraints.txt
 printf 'torch==2.13.0\ntransformers<5.20\n' >"$constraints"
-pip=("$PY" -m pip install -q -c "$constraints")
+# --no-compile: pip byte-compiles every file it installs (vllm and its dependencies: ~20 s of
+# CPU here, while the fast tier runs beside it); Python compiles what is imported, once, instead.
+pip=("$PY" -m pip install -q --no-compile -c "$constraints")
 quiet() { grep -v "^WARNING: Location" >&2; }  # pip's noise about absent local find-links
 
 echo "setup_venv.sh: torch==2.13.0 (CPU build)"
