@@ -95,6 +95,8 @@ def find(ref: str, kind: Kind, near: Optional[Path] = None, folders: Sequence[st
     names) when none exists. `where` prefixes the message (`study.yaml:3`); `shown` is the name
     as the user wrote it (a profile's bare NAME) when `ref` is not."""
     looked = candidates(ref, kind, near, folders, cwd_folders)
+    if not Path(ref).suffix:  # `base: proxy`, `ablate sweep loss_agg`: the file is NAME.yaml
+        looked = _unique([*looked, *candidates(f"{ref}.yaml", kind, near, folders, cwd_folders)])
     for c in looked:
         if c.is_file():
             return Path(_short(c))  # as error messages then name it: relative when under here

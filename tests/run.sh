@@ -10,6 +10,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# Bytecode is written: with PYTHONDONTWRITEBYTECODE set (some sandboxes and CI images set it),
+# every process would compile from source what has no .pyc yet: this checkout's packages
+# (editable: ~1 s a trainer process) and the vllm venv's (~4-5 s an engine start here), in
+# the hundreds of processes the slow tier starts.
+unset PYTHONDONTWRITEBYTECODE
 t0=$(date +%s)
 step() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
 # A stage that cannot start skips its tests elsewhere; under CI it fails the run, so a broken

@@ -120,6 +120,7 @@ def test_one_run_is_one_run_and_run_help_names_its_option(tmp_path, columns):
                tmp_path / "res", cwd=tmp_path, columns=columns)
     assert r.returncode == 0, r
     assert "one.yaml: 1 run" in r.stdout and "1 runs" not in r.stdout, r.stdout
+    assert "study: 1 planned run," in " ".join(r.stdout.split()), r.stdout
     h = ablate("run", "--help", cwd=tmp_path, columns=columns)
     text = " ".join(h.stdout.split())
     assert "into the --out folder" in text and "RUN_DIR" not in text, h.stdout

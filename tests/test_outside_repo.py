@@ -102,14 +102,15 @@ def test_wheel_ships_every_recipe_and_profile(tmp_path):
 @pytest.mark.slow
 @needs_script
 def test_study_in_own_folder_uses_shipped_recipe_and_profile(tmp_path):
-    (tmp_path / "study.yaml").write_text(
-        "name: mine\nbase: scalerl.yaml\naxes:\n  loss.aggregation: [sample, token]\n"
-        "profile: slurm_gpu\n")
-    r = ablate("sweep", "study.yaml", "--dry-run", "--json", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-2000:]
-    runs = json.loads(r.stdout)
-    assert len(runs) == 2
-    assert {x["config"]["model"]["name_or_path"] for x in runs} == {"Qwen/Qwen3-8B"}  # scalerl
+    for base in ("scalerl.yaml", "scalerl"):  # a bare name is NAME.yaml, as `profile:` is
+        (tmp_path / "study.yaml").write_text(
+            f"name: mine\nbase: {base}\naxes:\n  loss.aggregation: [sample, token]\n"
+            "profile: slurm_gpu\n")
+        r = ablate("sweep", "study.yaml", "--dry-run", "--json", cwd=tmp_path)
+        assert r.returncode == 0, (base, r.stderr[-2000:])
+        runs = json.loads(r.stdout)
+        assert len(runs) == 2
+        assert {x["config"]["model"]["name_or_path"] for x in runs} == {"Qwen/Qwen3-8B"}
     assert not (tmp_path / "results").exists()  # a dry run writes nothing
 
 
@@ -311,7 +312,7 @@ def test_sweep_takes_a_shipped_study_by_name(tmp_path):
     """`ablate sweep loss_agg.yaml` (or `recipes/loss_agg.yaml`, as the README writes it) from a
     user's folder finds the shipped study; a missing name is one line listing where it looked
     and the shipped studies (not the base recipes), exit 2, nothing written."""
-    for name in ("loss_agg.yaml", "recipes/loss_agg.yaml"):
+    for name in ("loss_agg.yaml", "recipes/loss_agg.yaml", "loss_agg"):
         r = ablate("sweep", name, "--dry-run", "--json", "--executor", "local", cwd=tmp_path)
         assert r.returncode == 0, (name, r.stderr)
         assert len(json.loads(r.stdout)) == 6, r.stdout[:500]  # 3 aggregations x 2 seeds

@@ -358,7 +358,7 @@ def study_total(variants: list[Variant], times: dict[str, Any], cap: Any) -> lis
         return []
     gpu_h = sum(t.gpu_hours for t in planned)
     wall = study_wall_h([t.wall_h for t in planned], cap.runs_at_once)
-    line = (f"study: {len(planned)} planned runs, {_hours(gpu_h)} {_device(planned[0])}-hours; "
+    line = (f"study: {count(len(planned), 'planned run')}, {_hours(gpu_h)} {_device(planned[0])}-hours; "
             f"{cap.text()}"
             + (f": {wall_text(wall)}; queue waits not counted" if wall is not None else ""))
     refused = sum(1 for t in planned if t.reaches_budget is False)

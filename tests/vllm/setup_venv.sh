@@ -33,7 +33,9 @@ fi
 constraints=$VENV/constraints.txt
 printf 'torch==2.13.0\ntransformers<5.20\n' >"$constraints"
 # --no-compile: pip byte-compiles every file it installs (vllm and its dependencies: ~20 s of
-# CPU here, while the fast tier runs beside it); Python compiles what is imported, once, instead.
+# CPU here, while the fast tier runs beside it); Python compiles what is imported, once, instead
+# (the import check at the end writes the first of it), so bytecode writing must be on.
+unset PYTHONDONTWRITEBYTECODE
 pip=("$PY" -m pip install -q --no-compile -c "$constraints")
 quiet() { grep -v "^WARNING: Location" >&2; }  # pip's noise about absent local find-links
 
@@ -50,7 +52,10 @@ echo "setup_venv.sh: this project (pip install -e .) + deepspeed [$(( $(date +%s
 "${pip[@]}" -e "$ROOT" deepspeed ninja 2> >(quiet) || fail "pip install -e . deepspeed into $VENV failed"
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 
-"$PY" -c "import torch, vllm, transformers, trainer; assert torch.__version__.startswith('2.13.0'), torch.__version__" \
+# Also what an engine start imports (its client, EngineCore and CPU worker processes, the test
+# models' classes): their bytecode is then written here, beside the fast tier.
+"$PY" -c "import torch, vllm, transformers, trainer; assert torch.__version__.startswith('2.13.0'), torch.__version__
+import vllm.entrypoints.llm, vllm.v1.engine.core, vllm.v1.worker.cpu_worker, vllm.model_executor.models.llama, vllm.model_executor.models.qwen3" \
   || fail "vllm or trainer does not import in $VENV (see the traceback above)"
 echo "$stamp" >"$VENV/.ablate-stamp"
 echo "setup_venv.sh: ready in $(( $(date +%s) - t0 ))s: $("$PY" -c 'import vllm, torch, transformers; print("vllm", vllm.__version__, "torch", torch.__version__, "transformers", transformers.__version__)' 2>/dev/null)"
