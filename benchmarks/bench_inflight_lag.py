@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-import yaml
+from _proxy import proxy_tree
 
 from trainer.config import TrainConfig
 from trainer.policy import load_model
@@ -25,13 +25,9 @@ from trainer.torch_axes import MODES
 from trainer.algo.pool import DataPosition, PromptPool
 from trainer.tasks import build_task
 
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "proxy.yaml"
-
 
 def lag_shares(switch: int | None, steps: int, warmed: bool = True) -> tuple[Counter, float]:
-    d = yaml.safe_load(RECIPE.read_text())
-    if not warmed:  # --quick: no warm-up (~3 min on one core the first time a cache builds it)
-        d["model"]["proxy"]["warmup_target"] = None
+    d = proxy_tree(warmed)
     d.setdefault("rollout", {}).update(async_timing="data", inflight_switch_tokens=switch)
     c = TrainConfig.model_validate(d)
     model, tok = load_model(c)

@@ -24,22 +24,20 @@ import time
 from pathlib import Path
 
 import torch
+from _proxy import proxy_tree
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
 def proxy_setup(warmed: bool = True):
-    import yaml
 
     from trainer.config import TrainConfig
     from trainer.policy import load_model
     from trainer.generation.rollout import HFGenerator
     from trainer.tasks import build_task
 
-    d = yaml.safe_load((REPO / "recipes" / "proxy.yaml").read_text())
-    if not warmed:  # --quick: no warm-up (~3 min on one core the first time a cache builds it)
-        d["model"]["proxy"]["warmup_target"] = None
+    d = proxy_tree(warmed)
     cfg = TrainConfig.model_validate(d)
     model, tok = load_model(cfg)
     model.eval()

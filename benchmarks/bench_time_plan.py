@@ -28,6 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _proxy import proxy_tree
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -96,12 +98,7 @@ def merge(base: dict, over: dict) -> dict:
 
 
 def config_tree(over: dict) -> dict:
-    import yaml
-
-    base = yaml.safe_load((ROOT / "recipes" / "proxy.yaml").read_text())
-    tree = merge(base, over)
-    if not WARMED:
-        tree["model"]["proxy"]["warmup_target"] = None
+    tree = merge(proxy_tree(WARMED), over)
     tree["budget"] = {"steps": STEPS}
     tree["eval"] = {**tree["eval"], "every_steps": 10_000, "per_decade": None}
     tree["checkpoint"] = {"every_steps": 10_000}

@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _proxy import proxy_tree
+
 REPO = Path(__file__).resolve().parents[1]
 PROMPTS, G, NEW = 16, 8, 4
 # --quick: the proxy without its warm-up (~3 min on one core the first time a cache builds it):
@@ -34,13 +36,9 @@ UNWARMED = "--quick" in sys.argv
 
 
 def base_config(steps: int, mode: str):
-    import yaml
-
     from trainer.config import TrainConfig
 
-    d = yaml.safe_load((REPO / "recipes" / "proxy.yaml").read_text())
-    if UNWARMED:
-        d["model"]["proxy"]["warmup_target"] = None
+    d = proxy_tree(warmed=not UNWARMED)
     d["rollout"].update(prompts_per_step=PROMPTS, generations_per_prompt=G, max_new_tokens=NEW)
     d["off_policy"] = {"mode": mode, "k": 1 if mode == "ppo_off_policy" else 8}
     d["data"].update(zero_variance_filter=False, no_positive_resampling=False)  # like TRL
