@@ -15,6 +15,12 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 T
 # (editable: ~1 s a trainer process) and the vllm venv's (~4-5 s an engine start here), in
 # the hundreds of processes the slow tier starts.
 unset PYTHONDONTWRITEBYTECODE
+# One torch/OpenMP thread a process unless a test sets its own: the tiers run two processes (or
+# two xdist workers) on two cores, and torch's default (a thread per core) makes OpenMP threads
+# spin-wait for each other whenever another process holds a core. The rehearsal's SFT warm-up
+# (tests/_rehearsal_util.py) used 78 s of CPU quiet with 2 threads, 60 s with 1, and ~250 s
+# with 2 inside the slow tier.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 t0=$(date +%s)
 step() { echo "== [$(( $(date +%s) - t0 ))s] $*"; }
 # A stage that cannot start skips its tests elsewhere; under CI it fails the run, so a broken

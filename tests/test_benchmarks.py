@@ -140,7 +140,7 @@ ANALYSIS = {
     "bench_adaptive.py": (["--quick"], _keys("same_winner", "compute_fraction", "studies")),
     "bench_coverage.py": (["--quick", "--out", "{tmp}/o.json"],
                           _file_keys("o.json", "published", "published_splits", "sigmoid")),
-    "bench_curves.py": (["--quick", "--skip-speed", "--out", "{tmp}/o.json"],
+    "bench_curves.py": (["--quick", "--out", "{tmp}/o.json"],
                         _regex(r'"coverage"')),
     "bench_expand.py": (["--quick"], _regex(r"^variants=200 best=[\d.]+s")),
     "bench_gather.py": (["--quick"], _keys("rows", "cold_s_median", "warm_s_median")),
