@@ -43,7 +43,9 @@ install_packages() {
 
 write_configs() {
   local cpus mem
-  cpus=$(nproc)
+  # Not plain `nproc`: it honours OMP_NUM_THREADS (tests/run.sh sets 1), and the node would
+  # then declare 1 CPU and refuse every 2-task job (squeue: PartitionConfig).
+  cpus=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
   mem=$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
   mkdir -p "$CONF_DIR" "$STATE"/{ctld,spool,mysql,run} "$PIDS" "$LOGS"
   cat >"$CONF_DIR/slurm.conf" <<EOF
