@@ -38,7 +38,8 @@ c = tiny(budget={"steps": 2 if quick else 8},
          checkpoint={"every_steps": 10000}, engine={"threads": 1})
 if quick:
     sys.path.insert(0, str(Path(sys.argv[3]).parent / "benchmarks"))
-    __import__("_proxy").unwarmed(c)
+    from _proxy import unwarmed
+    unwarmed(c)
 d = Path(sys.argv[1])
 landed, stop = {}, threading.Event()
 def watch():  # the trainer's step when each metrics line appeared

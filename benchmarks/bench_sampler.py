@@ -31,7 +31,6 @@ sys.path.insert(0, str(REPO))
 
 
 def proxy_setup(warmed: bool = True):
-
     from trainer.config import TrainConfig
     from trainer.policy import load_model
     from trainer.generation.rollout import HFGenerator

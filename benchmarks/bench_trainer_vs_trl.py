@@ -30,8 +30,7 @@ from _proxy import proxy_tree
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPTS, G, NEW = 16, 8, 4
-# --quick: the proxy without its warm-up (~3 min on one core the first time a cache builds it):
-# the smoke run checks that the harness runs, not its speed, and its steps cost the same.
+# --quick: a smoke run on the proxy without its warm-up (benchmarks/_proxy.py says why).
 UNWARMED = "--quick" in sys.argv
 
 

@@ -149,17 +149,15 @@ def tiny_qwen3_chat_model(folder: Path, rows: list[dict], *, answered: float = 0
                       pad_token_id=tok.pad_token_id)
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(cfg)
-    # As the trainer runs a tiny model (trainer/loop/setup.py build): denormals flushed and
-    # one thread. Two threads spin-wait for each other when the CI's other worker holds a core:
-    # this warm-up took 4 min (~250 s of CPU) of the rehearsal's 10 in one CI run, against
-    # 60 s of CPU with one thread on a quiet machine. The worker's settings are put back after.
+    # One thread, as the trainer runs a tiny model (engine.threads: 1): two threads spin-wait for
+    # each other when the CI's other worker holds a core. This warm-up took 4 min (~250 s of
+    # CPU) of the rehearsal's 10 in one CI run, against 60 s of CPU with one thread on a quiet
+    # machine. The worker's thread count is put back after.
     threads = torch.get_num_threads()
-    torch.set_flush_denormal(True)
     torch.set_num_threads(1)
     try:
         reached = warm_up(model, tok, rows, answered=answered, target=target)
     finally:
-        torch.set_flush_denormal(False)
         torch.set_num_threads(threads)
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
