@@ -28,15 +28,15 @@ def config():
 
 
 if __name__ == "__main__":
-    import deepspeed
     import torch
     import torch.distributed as dist
 
-    from trainer.engine_deepspeed import make_deepspeed_engine
+    from trainer.engine_deepspeed import import_deepspeed, make_deepspeed_engine
     from trainer.policy import load_model
     from trainer.generation.push import join_weight_gathers
     from trainer.generation.push import named_weights as _named_weights
 
+    deepspeed = import_deepspeed()
     work, rank = Path(sys.argv[1]), int(os.environ["SLURM_PROCID"])
     model, _ = load_model(config())
     m = make_deepspeed_engine(config(), model).model

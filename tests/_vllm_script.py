@@ -214,10 +214,11 @@ def check_engine_process(work: Path) -> None:
 def check_zero3(work: Path) -> None:
     """DeepSpeed ZeRO-3 engine -> vLLM: the generator gets whole weights gathered from the
     partitions after a real optimizer step (one gloo rank)."""
-    import deepspeed
     import torch
 
-    from trainer.engine_deepspeed import make_deepspeed_engine
+    from trainer.engine_deepspeed import import_deepspeed, make_deepspeed_engine
+
+    deepspeed = import_deepspeed()
     from trainer.models.logprobs import completion_logprobs, pack
     from trainer.warmup import build_proxy
     from trainer.models.precision import LMHead

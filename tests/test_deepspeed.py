@@ -20,7 +20,9 @@ from _multirank_util import ROOT, launch_ranks, session_cache, warm_proxy
 pytestmark = pytest.mark.deepspeed
 
 try:
-    import deepspeed  # noqa: F401
+    from trainer.engine_deepspeed import import_deepspeed
+
+    import_deepspeed()
 except Exception as e:  # noqa: BLE001 - any import failure means: cannot test here
     print(f"SKIP deepspeed: cannot import deepspeed ({type(e).__name__}: {e})", file=sys.stderr)
     pytest.skip(f"deepspeed cannot be imported: {e}", allow_module_level=True)
@@ -91,3 +93,22 @@ def test_zero3_bf16_with_fp32_head(runs, cache, tmp_path_factory):
     r0, r1 = _run(runs, (3, "bf16"), cache, tmp_path_factory)
     assert r0["status"] == r1["status"] == "done"
     assert _max_abs_diff(r0["params"], r1["params"]) == 0.0
+
+
+def test_deepspeed_imported_without_its_autotuners_mlflow_and_mlflow_still_imports():
+    """trainer.engine_deepspeed.import_deepspeed skips deepspeed's optional `import mlflow`
+    (~1.9 s of every rank's start when mlflow is installed) and leaves mlflow importable for
+    logging.backends [mlflow]. In a fresh process: this one already imported deepspeed."""
+    import subprocess
+
+    code = ("import sys; from trainer.engine_deepspeed import import_deepspeed; import_deepspeed()\n"
+            "from deepspeed.autotuning import autotuner\n"
+            "print(autotuner.has_mlflow, 'mlflow' in sys.modules)\n"
+            "try:\n    import mlflow; print(mlflow.__name__)\n"
+            "except ImportError: print('no mlflow installed')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       env={**__import__("os").environ, "DS_ACCELERATOR": "cpu"}, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    first, after = r.stdout.splitlines()[-2:]
+    assert first == "False False", r.stdout  # autotuner without mlflow, and none left loaded
+    assert after in ("mlflow", "no mlflow installed"), r.stdout

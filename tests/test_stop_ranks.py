@@ -24,7 +24,9 @@ KEYS = ["step", "samples", "tokens", "flops", "eval/pass_rate", "train/reward", 
 
 def _deepspeed_or_skip() -> None:
     try:
-        import deepspeed  # noqa: F401
+        from trainer.engine_deepspeed import import_deepspeed
+
+        import_deepspeed()
     except Exception as e:  # noqa: BLE001 - any import failure means: cannot test here
         print(f"SKIP deepspeed: cannot import deepspeed ({type(e).__name__}: {e})",
               file=sys.stderr)

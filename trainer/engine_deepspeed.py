@@ -28,6 +28,7 @@ Every rank must call step/save/load (they are collectives).
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -87,14 +88,35 @@ def persist_head_weight(ds_engine) -> None:
     weight.all_gather([weight])
 
 
+def import_deepspeed():
+    """`deepspeed`, imported without the optional `import mlflow` of its autotuner.
+
+    deepspeed 0.19.8 imports its autotuner with the package (deepspeed/__init__.py ->
+    runtime/config.py -> autotuning/autotuner.py:30-34, `try: import mlflow`), for autotuning
+    experiments this trainer never runs. With mlflow installed (the `trackers` extra) that
+    import is ~1.9 s of CPU in every rank's start (`python -X importtime -c "import deepspeed"`:
+    mlflow 1.85 s of deepspeed's 2.28 s). A None entry in sys.modules makes it raise
+    ImportError, which the autotuner catches (has_mlflow False); the entry is removed after,
+    so logging.backends [mlflow] imports mlflow as usual. Runs before any thread of this
+    process could import mlflow (engine build, at start-up)."""
+    if "deepspeed" in sys.modules or "mlflow" in sys.modules:
+        import deepspeed
+        return deepspeed
+    sys.modules["mlflow"] = None  # type: ignore[assignment]
+    try:
+        import deepspeed
+    finally:
+        del sys.modules["mlflow"]
+    return deepspeed
+
+
 class DeepSpeedEngine:
     """The Engine protocol over a deepspeed.DeepSpeedEngine."""
 
     collective_save = True  # every rank writes its partitions (save/load are collectives)
 
     def __init__(self, config: TrainConfig, model: torch.nn.Module) -> None:
-        import deepspeed
-
+        deepspeed = import_deepspeed()
         self.config = config
         # The device is this process's one visible GPU (trainer/dist/binding.py bind_devices), and
         # LOCAL_RANK=0 there: DeepSpeed sets its device from LOCAL_RANK
