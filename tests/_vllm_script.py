@@ -208,7 +208,13 @@ def check_engine_process(work: Path) -> None:
                             .options._timeout.total_seconds()]
            + gen.llm.collective_rpc(_update_group_timeout),
            greedy_equal=greedy.tokens == ref, greedy=greedy.tokens, greedy_ref=ref)
+    import psutil  # a vLLM dependency
+
+    engine = [p for p in psutil.Process().children(recursive=True)  # engine core, its worker
+              if "resource_tracker" not in " ".join(p.cmdline())]  # ours: lives until we exit
     gen.close()
+    _, alive = psutil.wait_procs(engine, timeout=3)  # killed ones may take a moment to reap
+    report("engine_closed", engine_processes=len(engine), alive=[p.pid for p in alive])
 
 
 def check_zero3(work: Path) -> None:

@@ -133,7 +133,9 @@ def test_two_rank_slurm_job_preempted_resumes_from_the_signal_checkpoint(tmp_pat
     `--signal=USR2@delay` deliver to every task). Both ranks stop at the same boundary after a
     collective save, rank 0 hands over to submitit which requeues the same job, and the next
     attempt resumes from that step: nothing completed before the signal is redone and every
-    eval step is in metrics.jsonl exactly once."""
+    eval step is in metrics.jsonl exactly once. Also the job as a data-parallel Slurm job:
+    the profile's tasks and sbatch keys in the script, both tasks signalled, device-hours
+    counting both processes and the work counted once (was test_slurm.py's 2-task test)."""
     if os.environ.get("ABLATE_TEST_SLURM") != "1" and not _sh("sinfo", "-h"):
         pytest.skip("no Slurm cluster: run `bash tests/slurm/cluster.sh start`")
     steps = 120
@@ -141,7 +143,8 @@ def test_two_rank_slurm_job_preempted_resumes_from_the_signal_checkpoint(tmp_pat
     study.write_text(STUDY.format(name="pre", base=ROOT / "recipes" / "proxy.yaml", steps=steps))
     prof = tmp_path / "two.yaml"
     prof.write_text("executor: slurm\nslurm:\n  tasks_per_node: 2\n  cpus_per_task: 1\n"
-                    "  time_min: 10\n  setup: ['export OMP_NUM_THREADS=1']\n")
+                    "  time_min: 30\n  sbatch: {comment: ablate-test}\n"
+                    "  setup: ['export OMP_NUM_THREADS=1']\n")
     from ablate.studies.expand import expand
     from ablate.studies.study import load_study
     from trainer.policy import proxy_path
@@ -172,14 +175,26 @@ def test_two_rank_slurm_job_preempted_resumes_from_the_signal_checkpoint(tmp_pat
     # the step in flight on rank 0 (s), or the next one if it came after that boundary's check,
     # or (the stop honoured inside generation) the last finished one, s - 1.
     assert final["resumed_from"] == r and seen <= r and s - 1 <= r <= s + 1, (seen, final)
-    assert states(sdir)[rid]["job_id"] == f"slurm:{job}"  # the same job, requeued
+    after = states(sdir)[rid]
+    assert after["job_id"] == f"slurm:{job}" and after["attempts"] == 1  # the same job, requeued
     assert "REQUEUE" in _sh("sacct", "-D", "-n", "-X", "-P", "-o", "State", "-j", job)
     logs = {t: "".join(p.read_text(errors="replace")
                        for p in (sdir / "_submitit").glob(f"{job}_{t}_log.*")) for t in (0, 1)}
     assert f"stop signal: checkpointed at step {r}" in logs[0], logs[0][-3000:]
     assert f"resumed from the checkpoint at step {r}" in logs[0], logs[0][-3000:]
     assert "Caught signal SIGUSR2" in logs[0]  # submitit's handler ran after the save
+    # a preemption, not a timeout: submitit counts a signal within min(80%, limit - 10 min)
+    # of time_min as preempted (submitit/core/job_environment.py has_timed_out; time_min 30)
+    assert "this job is preempted" in logs[0]
     assert "Not checkpointing nor requeuing since I am a slave (procid=1)" in logs[1]
     assert metric_steps(run_dir) == [0, 40, 80, 120]  # each eval step once
+    script = next((sdir / "_submitit").glob("*_submission.sh")).read_text()
+    assert "#SBATCH --ntasks-per-node=2" in script and "#SBATCH --comment=ablate-test" in script
+    # One data-parallel job: device-hours count both processes; work is counted once.
+    last = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["gpu_hours"] == pytest.approx(last["time/wall_s"] * 2 / 3600, rel=1e-6)
+    assert last["samples"] == steps * 8 * 4  # prompts_per_step x generations_per_prompt
+    assert (run_dir / "checkpoint" / "state.pt").exists()
+    assert sorted(p.name for p in run_dir.glob("*metrics*")) == ["metrics.jsonl"]
     print(json.dumps({"status_step_before_signal": seen, "signal_in_step": s,
                       "checkpoint_step": r}))

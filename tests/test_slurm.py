@@ -1,4 +1,5 @@
-"""Real Slurm: arrays split by MaxArraySize, failures, cancellation, preemption requeue, reruns.
+"""Real Slurm: arrays split by MaxArraySize, failures, cancellation, reruns (preemption and
+requeue: tests/test_preempt.py, tests/test_rehearsal.py).
 
 Needs a real cluster with accounting (`bash tests/slurm/cluster.sh start`, MaxArraySize=5);
 jobs run the real trainer on a tiny CPU proxy.
@@ -11,13 +12,12 @@ import math
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from _stage_entry import truth_A
-from _study_util import cli, cli_json, metric_steps, release_requeued, states, tiny_study, wait_until
+from _study_util import cli, cli_json, states, tiny_study, wait_until
 from ablate.studies.launch import slurm
 
 pytestmark = pytest.mark.slurm
@@ -164,92 +164,6 @@ def test_cancelled_run_is_shown_and_resubmitted(tmp_path):
     s = states(sdir)[rid]
     assert s["attempts"] == 2 and s["state"] in ("queued", "running") and s["job_id"] != f"slurm:{job}"
     subprocess.run(["scancel", s["job_id"].split(":")[1]], check=True)
-
-
-def _sacct_states(job: str) -> str:
-    return subprocess.run(["sacct", "-D", "-n", "-X", "-P", "-o", "State", "-j", job],
-                          capture_output=True, text=True).stdout
-
-
-def _squeue_state(job: str) -> str:
-    return subprocess.run(["squeue", "-h", "-o", "%T", "-j", job], capture_output=True,
-                          text=True).stdout
-
-
-def _preempt_once_then_finish(sdir: Path, rid: str, steps: int, every: int, after: int) -> dict:
-    """Wait for a checkpoint past step `after`, send the preemption signal, let the requeued job
-    run to the end; check that the same job was requeued once and the metrics hold every eval
-    step exactly once. Returns the final state."""
-    run_dir = sdir / rid
-    wait_until(lambda: (run_dir / "checkpoint").is_dir() and (states(sdir)[rid]["step"] or 0) >= after,
-               240, 0.5, f"a checkpoint past step {after}")
-    job = states(sdir)[rid]["job_id"].split(":")[1]
-    # What Slurm sends on preemption (SlurmctldParameters=preempt_send_user_signal): submitit
-    # checkpoints the job object and requeues it with `scontrol requeue`.
-    subprocess.run(["scancel", "--signal=USR2", job], check=True)
-    signalled = time.time()
-
-    def started_again() -> bool:  # Slurm holds a requeued job back a while: release it now
-        if "PENDING" in _squeue_state(job):
-            release_requeued(job, signalled)
-            return False
-        return "REQUEUED" in _sacct_states(job) and "RUNNING" in _squeue_state(job) or \
-            states(sdir)[rid]["state"] == "done"
-
-    wait_until(started_again, 120, 1.0, "the requeued job to start again")
-    final = wait_until(lambda: (x := states(sdir)[rid])["state"] in ("done", "failed", "cancelled") and x,
-                       400, 1.0, "requeued run to finish")
-    assert final["state"] == "done" and final["step"] == steps, final
-    assert final["job_id"] == f"slurm:{job}" and final["attempts"] == 1  # same job, requeued
-    logs = "".join(p.read_text(errors="replace") for p in (sdir / "_submitit").glob(f"{job}*_log.*"))
-    assert "Caught signal SIGUSR2" in logs and "REQUEUE" in logs, logs[-2000:]
-    assert "REQUEUED" in _sacct_states(job)
-    got = metric_steps(run_dir)
-    assert got == sorted(set(got)) == list(range(0, steps + 1, every)), got  # none twice, none missing
-    return {**final, "logs": logs}
-
-
-def test_preemption_signal_checkpoints_requeues_and_resumes(tmp_path):
-    results = tmp_path / "results"
-    study = _long_study(tmp_path, "preempt", steps=600)
-    (rid,) = _sweep(study, results)["submitted"]
-    final = _preempt_once_then_finish(results / "preempt", rid, steps=600, every=20, after=60)
-    assert "this job is preempted" in final["logs"]
-
-
-def test_two_rank_training_job_preempted_once_resumes_and_finishes(tmp_path):
-    """A real 2-task job, no stub: srun starts two trainer ranks that form a gloo process group
-    from the Slurm environment, share one run dir (rank 0 writes it), train, checkpoint, get
-    the preemption signal once, are requeued by submitit as one job, resume from the
-    checkpoint and finish with every eval step exactly once."""
-    results = tmp_path / "results"
-    study = tiny_study(tmp_path, "mt", "  loss.type: [cispo]", steps=240, every=20)
-    prof = tmp_path / "two_tasks.yaml"
-    prof.write_text("executor: slurm\nslurm:\n  tasks_per_node: 2\n  cpus_per_task: 1\n"
-                    "  time_min: 10\n  sbatch: {comment: ablate-test}\n"
-                    "  setup: ['export OMP_NUM_THREADS=1']\n")
-    # Build the tiny proxy model first: the ranks then only load it from the cache.
-    from ablate.studies.expand import expand
-    from ablate.studies.study import load_study
-    from trainer.policy import proxy_path
-
-    proxy_path(expand(load_study(study))[0].config)
-    out = cli_json("sweep", str(study), "--profile", str(prof), "--results", str(results))
-    (rid,) = out["submitted"]
-    sdir = results / "mt"
-    final = _preempt_once_then_finish(sdir, rid, steps=240, every=20, after=40)
-    script = next((sdir / "_submitit").glob("*_submission.sh")).read_text()
-    assert "#SBATCH --ntasks-per-node=2" in script and "#SBATCH --comment=ablate-test" in script
-    job = final["job_id"].split(":")[1]
-    # Both tasks ran and got the signal: the second leaves checkpoint and requeue to rank 0.
-    rank1 = "".join(p.read_text(errors="replace") for p in (sdir / "_submitit").glob(f"{job}_1_log.*"))
-    assert "Not checkpointing nor requeuing since I am a slave (procid=1)" in rank1, rank1[-2000:]
-    # One data-parallel job: device-hours count both processes; work is counted once.
-    last = json.loads((sdir / rid / "metrics.jsonl").read_text().splitlines()[-1])
-    assert last["gpu_hours"] == pytest.approx(last["time/wall_s"] * 2 / 3600, rel=1e-6)
-    assert last["samples"] == 240 * 4 * 2
-    assert (sdir / rid / "checkpoint" / "state.pt").exists()
-    assert sorted(p.name for p in (sdir / rid).glob("*metrics*")) == ["metrics.jsonl"]
 
 
 def test_profile_rejected_by_sbatch_is_a_one_line_input_error(tmp_path):

@@ -155,6 +155,9 @@ def test_weight_sync_into_a_separate_engine_process(tmp_path):
     assert r["start_max_diff"] < 1e-3, r
     assert r["max_diff"] < 1e-3 and r["versions"] == [1], r
     assert r["greedy_equal"], r  # the replica's greedy answer is the trainer's new weights'
+    # close ends the engine's processes (trainer/generation/vllm_engine.py ENGINE_EXIT_GRACE_S)
+    closed = results["engine_closed"]
+    assert closed["engine_processes"] >= 2 and closed["alive"] == [], closed
 
 
 def test_zero3_partitions_are_gathered_into_vllm(tmp_path):

@@ -73,6 +73,16 @@ from trainer.generation.vllm_outputs import cpu_affinity_line, engine_room, samp
 # refuses n > 1; a near-greedy eval (eval.temperature 1e-6) asks for k samples per prompt.
 GREEDY_BELOW = 1e-5
 _AFFINITY_LOGGED = False  # the CPU-affinity line is printed by the first engine of a process
+# How long an engine in its own process (multi-rank jobs, replicas) gets to exit on close
+# before vLLM kills it and its worker (vllm/v1/utils.py:605-655: SIGTERM, join up to the
+# timeout, kill_process_tree). vLLM's default, 5 s, was always spent: the worker and the
+# engine-core process each run a full gc.collect() of their unfrozen heaps on the way out
+# (cleanup_dist_env_and_memory, vllm/distributed/parallel_state.py:2536-2543), 3-4 s each on
+# a CPU core, so every close waited 5.0 s and killed them anyway (on 2 cores, measured). What
+# they hold goes with the processes: memory, device memory, and their shared-memory queues,
+# which multiprocessing's resource tracker unlinks. Closes come at a run's end and before a
+# requeue, where a preempted job's seconds count.
+ENGINE_EXIT_GRACE_S = 1.0
 
 
 def _logits_head_dtype(model: torch.nn.Module) -> str:
@@ -412,7 +422,7 @@ class VLLMGenerator:
 
     def close(self) -> None:
         """Stop the engine (its worker process / KV cache memory) and drop the temp weights."""
-        self.llm.llm_engine.engine_core.shutdown()
+        self.llm.llm_engine.engine_core.shutdown(timeout=ENGINE_EXIT_GRACE_S)
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
