@@ -11,6 +11,8 @@ where stage 0 does (ZeRO only partitions state; it must not change the math).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -99,15 +101,13 @@ def test_deepspeed_imported_without_its_autotuners_mlflow_and_mlflow_still_impor
     """trainer.engine_deepspeed.import_deepspeed skips deepspeed's optional `import mlflow`
     (~1.9 s of every rank's start when mlflow is installed) and leaves mlflow importable for
     logging.backends [mlflow]. In a fresh process: this one already imported deepspeed."""
-    import subprocess
-
     code = ("import sys; from trainer.engine_deepspeed import import_deepspeed; import_deepspeed()\n"
             "from deepspeed.autotuning import autotuner\n"
             "print(autotuner.has_mlflow, 'mlflow' in sys.modules)\n"
             "try:\n    import mlflow; print(mlflow.__name__)\n"
             "except ImportError: print('no mlflow installed')\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                       env={**__import__("os").environ, "DS_ACCELERATOR": "cpu"}, timeout=120)
+                       env={**os.environ, "DS_ACCELERATOR": "cpu"}, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     first, after = r.stdout.splitlines()[-2:]
     assert first == "False False", r.stdout  # autotuner without mlflow, and none left loaded
