@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 
 import pytest
 import torch
@@ -185,6 +186,17 @@ def test_math_verify_scores_in_the_eval_workers_thread():
 CHUNKED = {**OVER, "eval": {"every_steps": 2, "batch_size": 8}}
 
 
+def _until_the_handler_ran(limit_s: float = 60.0) -> None:
+    """Wait, in the eval thread, for the main thread to run the USR2 handler. Python runs a
+    handler only when the main thread next executes bytecode; under load that can come after
+    this thread has finished its chunk and begun the next (CI saw 4 calls where 3 were
+    expected), so without the wait the chunk the stop lands in depends on the scheduler."""
+    end = time.monotonic() + limit_s
+    while not preempt.requested():
+        assert time.monotonic() < end, "the USR2 handler never ran in the main thread"
+        time.sleep(0.005)
+
+
 def _count_eval_calls(monkeypatch, version: int, stop_at_call: int | None = None) -> list:
     """Count the eval thread's generate calls on `version`'s weights (one per chunk); with
     `stop_at_call`, send USR2 from inside that call (the earlier chunks have finished)."""
@@ -195,6 +207,7 @@ def _count_eval_calls(monkeypatch, version: int, stop_at_call: int | None = None
             calls.append(len(prompts))
             if stop_at_call is not None and len(calls) == stop_at_call:
                 os.kill(os.getpid(), signal.SIGUSR2)
+                _until_the_handler_ran()
         return real(self, prompts, **kw)
 
     monkeypatch.setattr(HFGenerator, "generate", generate)
@@ -226,8 +239,9 @@ def test_an_interrupted_eval_resumes_from_its_finished_chunks(tmp_path, monkeypa
     # in the checkpoint's eval-progress file (the step-2 save came as the eval began).
     later = rundir.read_eval_progress(rundir.checkpoint_dir(d)).get(2, {})
     done = sorted({**pending["done"], **later})
-    # Chunks 0 and 4 finished before the signal; the one it was sent in (8) may finish too:
-    # the handler runs in the main thread, the eval thread decodes on until it sees the flag.
+    # Chunks 0 and 4 finished before the signal; the one it was sent in (8) began after the
+    # handler ran, so it ends at its first check between decode steps (or, were it a single
+    # decode step, finishes: the check comes between steps).
     assert pending["step"] == 2 and done in ([0, 4], [0, 4, 8]), done
     assert 2 not in [row["step"] for row in metrics(d)]
     monkeypatch.undo()
