@@ -112,6 +112,9 @@ class _View:
                 # names, errors and paths as written: "[...]" in them is not markup
                 self.con.print(f"[{STATE_STYLE[s.state]}]{s.state}[/] "
                                + escape(f"{s.name} seed {s.seed} (run {s.run_id}) at step "
-                                        f"{s.step}{why}\n  look at: "
-                                        + ", ".join(where_to_look(self.study_dir, s))))
+                                        f"{s.step}{why}"))
+                # Paths whole on one line (soft_wrap: no newline of rich's inside a path, so a
+                # long one still copies as one; the terminal folds it for the eye).
+                self.con.print("  look at: " + escape(", ".join(where_to_look(self.study_dir, s))),
+                               soft_wrap=True)
         return self.table(states)
