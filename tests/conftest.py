@@ -84,7 +84,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if _is_fast(item):
             item.add_marker(pytest.mark.fast)
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: the order it hands out
-        items[:] = _longest_first(items)
+        items[:] = _longest_first(items, config.workerinput.get("workercount", 1))
 
 
 #: Seconds each test module took in the integration and system tiers, measured on the 2-core
@@ -95,7 +95,7 @@ DURATIONS = os.path.join(os.path.dirname(__file__), "durations.json")
 SECONDS_PER_UNKNOWN_TEST = 20.0
 
 
-def _longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
+def _longest_first(items: list[pytest.Item], workers: int = 1) -> list[pytest.Item]:
     """Modules in the order workers should take them (tests/run.sh passes
     --no-loadscope-reorder, so pytest-xdist hands them out in the order every worker collected
     them; this order is the same on every worker, as xdist requires): longest measured
@@ -115,7 +115,27 @@ def _longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
         return seconds.get(name, SECONDS_PER_UNKNOWN_TEST * len(groups[name]))
 
     order = sorted(groups, key=cost, reverse=True)
+    wait_s = float(os.environ.get("ABLATE_TEST_VLLM_WAIT_S") or 0)
+    if wait_s > 0:
+        order = _venv_later(order, lambda name: any(
+            i.get_closest_marker("vllm") for i in groups[name]), cost, workers, wait_s)
     return [item for name in order for item in groups[name]]
+
+
+def _venv_later(order: list[str], needs_venv, cost, workers: int, wait_s: float) -> list[str]:
+    """While tests/run.sh still installs the vllm venv (ABLATE_TEST_VLLM_WAIT_S: the seconds it
+    expects it to take still, one number for every worker, as xdist needs one order), a worker
+    takes no module that needs it before then (it would wait idle, tests/_beside.py): the
+    dealing is played out, the next module going to the worker free first (as xdist hands
+    them out), the longest it may take then, in `order`'s order."""
+    free, left, out = [0.0] * workers, list(order), []
+    while left:
+        w = min(range(workers), key=free.__getitem__)
+        pick = next((n for n in left if free[w] >= wait_s or not needs_venv(n)), left[0])
+        left.remove(pick)
+        out.append(pick)
+        free[w] += cost(pick)
+    return out
 
 
 _durations: dict[str, float] = {}

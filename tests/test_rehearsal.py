@@ -45,6 +45,8 @@ import time
 from pathlib import Path
 
 import pytest
+from _beside import VLLM as VLLM_READY
+from _beside import wait_ready
 from _rehearsal_util import math_rows, tiny_qwen3_chat_model, write_math_jsonl
 from _study_util import ROOT, cli, metric_steps, release_requeued, states, wait_until
 
@@ -62,6 +64,8 @@ def _need(tmp_path: Path) -> str:
     reason = None
     if not have_slurm:
         reason = "no Slurm cluster: ABLATE_TEST_SLURM=1 and `bash tests/slurm/cluster.sh start`"
+    elif (why := wait_ready(VLLM_READY)) is not None:
+        reason = why
     elif not py or not Path(py).exists():
         reason = "ABLATE_TEST_VLLM_PYTHON unset or missing (bash tests/vllm/setup_venv.sh)"
     elif subprocess.run([py, "-c", "import vllm, deepspeed"], capture_output=True,

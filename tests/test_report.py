@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _beside import CHROMIUM as CHROMIUM_READY
+from _beside import wait_ready
 from synthetic import Truth, curve
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
@@ -118,13 +120,14 @@ def test_report_reproduce_block_pastes(tmp_path):
 
 
 def _chromium() -> str:
+    why = wait_ready(CHROMIUM_READY)  # tests/run.sh installs it beside the tests
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     try:
         import playwright  # noqa: F401
     except ImportError:
         exe = None
     if exe is None:
-        msg = "needs Debian's chromium and playwright (tests/run.sh installs both)"
+        msg = why or "needs Debian's chromium and playwright (tests/run.sh installs both)"
         if os.environ.get("CI") == "true":
             pytest.fail(msg)
         pytest.skip(msg)

@@ -84,9 +84,10 @@ def _render(width: int, draw) -> str:
 
 
 def _check(text: str, width: int, name: str) -> None:
-    """Every shortened label whole on a line, the legend once, no line over the width."""
+    """Every shortened label whole on a line, the legend once, no line over the width but
+    one that names a file (`look at: PATH`: whole, so it copies as one; the terminal folds it)."""
     lines = text.splitlines()
-    assert max(cell_len(line) for line in lines) <= width, text
+    assert max(cell_len(line) for line in lines if "look at: /" not in line) <= width, text
     for label in SHORT[name]:
         assert _whole(label, lines), f"{label!r} not whole:\n{text}"
     if LEGEND[name]:

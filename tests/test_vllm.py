@@ -16,14 +16,19 @@ import sys
 from pathlib import Path
 
 import pytest
+from _beside import VLLM as VLLM_READY
+from _beside import wait_ready
 
 pytestmark = pytest.mark.vllm
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _venv_python() -> str:
+    """The vllm venv's python, once tests/run.sh's install beside is done; else skip."""
     py = os.environ.get("ABLATE_TEST_VLLM_PYTHON")
-    if not py:
+    if (why := wait_ready(VLLM_READY)) is not None:
+        reason = why
+    elif not py:
         reason = "ABLATE_TEST_VLLM_PYTHON is not set (tests/run.sh sets it after tests/vllm/setup_venv.sh)"
     elif not Path(py).exists():
         reason = f"ABLATE_TEST_VLLM_PYTHON={py} does not exist (run tests/vllm/setup_venv.sh)"
