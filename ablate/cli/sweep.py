@@ -12,6 +12,7 @@ import typer
 from ablate.cli.app import app
 from ablate.cli.width import console
 from ablate.errors import InputError
+from ablate.studies.entry import TRAINER_ENTRY
 
 if TYPE_CHECKING:
     from ablate.studies.study import LoadedStudy
@@ -54,7 +55,7 @@ def sweep(
     out: Optional[Path] = typer.Option(
         None, "--out", help="With --within: where the proposed study is written (default "
         "./NAME_within_DURATION.yaml; a changed profile goes beside it)."),
-    entry: str = typer.Option("trainer:run", "--entry", hidden=True,
+    entry: str = typer.Option(TRAINER_ENTRY, "--entry", hidden=True,
                               help="module:function each job calls (tests)."),
     override: list[str] = typer.Option(
         [], "--override", metavar="KEY=VALUE",  # no -o: that is --out (ablate report)

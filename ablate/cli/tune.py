@@ -11,6 +11,7 @@ from rich.table import Table
 
 from ablate.cli.app import app
 from ablate.cli.width import console
+from ablate.studies.entry import TRAINER_ENTRY
 
 
 @app.command()
@@ -19,7 +20,7 @@ def tune(
     results: Path = typer.Option(Path("results"), "--results", help="Results root folder."),
     trials: Optional[int] = typer.Option(None, "--trials", help="Total trials (default: the file's)."),
     as_json: bool = typer.Option(False, "--json", help="Print only JSON on stdout."),
-    entry: str = typer.Option("trainer:run", "--entry", hidden=True),
+    entry: str = typer.Option(TRAINER_ENTRY, "--entry", hidden=True),
 ) -> None:
     """Search recipe knobs with Optuna (TPE); every trial is a real trainer run.
 

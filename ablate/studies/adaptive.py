@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import yaml
 
 from ablate.analysis.pipeline import Options, common_window, fit_all
+from ablate.studies.entry import TRAINER_ENTRY
 from ablate.studies.expand import Variant
 from ablate.studies.launch.job import set_state
 from ablate.studies.stage_rules import decide, departed_variants, score_levels
@@ -202,7 +203,7 @@ def decide_and_promote(plan: SweepPlan, budgets: list[dict[str, float]]) -> list
 
 def advance(study: Path | str | LoadedStudy, *, executor: str | None = None,
             profile: str | None = None, results: Path | str = "results",
-            entry: str = "trainer:run") -> StageReport:
+            entry: str = TRAINER_ENTRY) -> StageReport:
     """One turn of the loop: decide the stages whose runs all ended, promote the survivors,
     plan each variant at its stage's budget and submit what that stage still needs."""
     base = load_sweep(study, executor=executor, profile=profile, results=results)
@@ -229,7 +230,7 @@ def advance(study: Path | str | LoadedStudy, *, executor: str | None = None,
 
 def run_adaptive(study: Path | str | LoadedStudy, *, executor: str | None = None,
                  profile: str | None = None, results: Path | str = "results",
-                 entry: str = "trainer:run",
+                 entry: str = TRAINER_ENTRY,
                  wait_for: Optional[Callable[[Path], object]] = None) -> StageReport:
     """The adaptive loop: `advance`, and with `wait_for` (a function that returns when the
     study's runs have ended, e.g. ablate.studies.status.wait_for_runs) wait and advance again,

@@ -22,6 +22,7 @@ from ablate.adapters import adapter_of, fit_columns, memory_plan, time_plan, top
 from ablate.adapters.builtin import JobShape, Limits, advice
 from ablate.errors import InputError
 from ablate.studies import launch
+from ablate.studies.entry import TRAINER_ENTRY
 from ablate.studies.expand import Variant, expand
 from ablate.studies.fitcheck import check_fit_columns
 from ablate.studies.gpu_need import check_gpus
@@ -262,7 +263,7 @@ def study_record(loaded: LoadedStudy) -> StudyRecord:
                        cli_overrides=list(loaded.cli_overrides))
 
 
-def run_sweep(plan: SweepPlan, *, entry: str = "trainer:run") -> dict[str, Any]:
+def run_sweep(plan: SweepPlan, *, entry: str = TRAINER_ENTRY) -> dict[str, Any]:
     """Write the study dir, submit, record. Returns the `sweep --json` object."""
     store = plan.store
     fresh = [d for d in (store.root.parent, store.root) if not d.exists()]

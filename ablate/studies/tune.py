@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from ablate.errors import InputError
+from ablate.studies.entry import TRAINER_ENTRY
 from ablate.studies.expand import run_id_of
 from ablate.studydir import study_dir_for
 from ablate.adapters.builtin import (BudgetConfig, Provenance, check_config_path, resolve_base,
@@ -286,7 +287,7 @@ def _judge_rung(trial: Any, i: int, budget: dict[str, Any], run_dir: Path, obj: 
                                  "finished trial's lower bound")
 
 
-def tune(path: Path, results: Path, *, n_trials: int | None = None, entry: str = "trainer:run",
+def tune(path: Path, results: Path, *, n_trials: int | None = None, entry: str = TRAINER_ENTRY,
          show: bool = True) -> dict[str, Any]:
     """Run the missing trials in this process; returns {"best": {...}, "trials": [...]}."""
     import optuna

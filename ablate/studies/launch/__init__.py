@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from ablate.errors import InputError
+from ablate.studies.entry import TRAINER_ENTRY
 from ablate.studies.launch import debug, local, ray, slurm
 from ablate.studies.launch.executor import Executor, GpuNodes, RunResources
 
@@ -92,7 +93,7 @@ def executor_of(job_id: str) -> Optional[Executor]:
 
 
 def submit(executor: str, runs: list[RunResources], folder: Path, profile: Profile, *,
-           entry: str = "trainer:run", job_name: str = "ablate") -> dict[str, str]:
+           entry: str = TRAINER_ENTRY, job_name: str = "ablate") -> dict[str, str]:
     return EXECUTORS[executor].submit(runs, folder, profile, entry=entry, job_name=job_name)
 
 

@@ -42,6 +42,7 @@ import submitit
 from ablate.adapters import adapter_class
 from ablate.number_text import count
 from ablate.adapters.builtin import preempt
+from ablate.studies.entry import TRAINER_ENTRY
 from trainer.rundir import FINAL_STATES, read_config, read_status, write_status
 
 
@@ -102,7 +103,7 @@ def stdout_to_stderr():
 class RunJob(submitit.helpers.Checkpointable):
     """Train `run_dirs` one after another; a failing run is recorded and the rest still run."""
 
-    def __init__(self, run_dirs: list[str], entry: str = "trainer:run",
+    def __init__(self, run_dirs: list[str], entry: str = TRAINER_ENTRY,
                  requeue_within_s: float | None = None) -> None:
         """`requeue_within_s`: after a stop signal, requeue at the latest this many seconds
         later (the Slurm profile's signal_delay_s less a margin); None: wait for the trainer."""
