@@ -47,6 +47,17 @@ def _rows(rows: list[dict]) -> list[list]:
     return [[r.get(k) for k in KEYS] for r in rows]
 
 
+def _until_the_handler_ran(limit_s: float = 60.0) -> None:
+    """Wait, in the thread that sent USR2, for the main thread to run its handler. Python runs a
+    handler only when the main thread next executes bytecode; under load that can come after
+    this thread has finished its chunk and begun the next (CI saw 4 calls where 3 were
+    expected), so without the wait the chunk the stop lands in depends on the scheduler."""
+    end = time.monotonic() + limit_s
+    while not preempt.requested():
+        assert time.monotonic() < end, "the USR2 handler never ran in the main thread"
+        time.sleep(0.005)
+
+
 def _signal_inside_generate(monkeypatch, when) -> list:
     """Send this process USR2 from inside the first generate call for which `when(gen)` holds;
     returns a list that gets (thread name, step in flight) of that call."""
@@ -56,6 +67,7 @@ def _signal_inside_generate(monkeypatch, when) -> list:
         if not fired and when(self):
             fired.append((threading.current_thread().name, preempt._current))
             os.kill(os.getpid(), signal.SIGUSR2)
+            _until_the_handler_ran()  # (from another thread than the main one, it may lag)
         return real(self, prompts, **kw)
 
     monkeypatch.setattr(HFGenerator, "generate", generate)
@@ -184,17 +196,6 @@ def test_math_verify_scores_in_the_eval_workers_thread():
 
 # An eval in chunks of 4 prompts (eval.batch_size 8 rows / 2 samples): 24 prompts, 6 chunks.
 CHUNKED = {**OVER, "eval": {"every_steps": 2, "batch_size": 8}}
-
-
-def _until_the_handler_ran(limit_s: float = 60.0) -> None:
-    """Wait, in the eval thread, for the main thread to run the USR2 handler. Python runs a
-    handler only when the main thread next executes bytecode; under load that can come after
-    this thread has finished its chunk and begun the next (CI saw 4 calls where 3 were
-    expected), so without the wait the chunk the stop lands in depends on the scheduler."""
-    end = time.monotonic() + limit_s
-    while not preempt.requested():
-        assert time.monotonic() < end, "the USR2 handler never ran in the main thread"
-        time.sleep(0.005)
 
 
 def _count_eval_calls(monkeypatch, version: int, stop_at_call: int | None = None) -> list:
