@@ -98,7 +98,9 @@ def warm_proxy(cache: Path, config_expr: str, python: str = sys.executable) -> N
     env = dict(os.environ, ABLATE_CACHE=str(cache), PYTHONPATH=str(ROOT))
     code = ("import sys; sys.path.insert(0, 'tests'); from trainer.policy import proxy_path; "
             f"print(proxy_path({config_expr}))")
-    subprocess.run([python, "-c", code], cwd=ROOT, env=env, check=True, timeout=300)
+    # A hang guard, not a speed check: the build (or the wait on tests/prewarm.py's lock for
+    # it) took 169 s in CI beside the other worker and passed 300 s with three workers.
+    subprocess.run([python, "-c", code], cwd=ROOT, env=env, check=True, timeout=900)
 
 
 def leave_ranks() -> None:
