@@ -37,4 +37,4 @@ def wait_ready(var: str) -> str | None:
                 var, f"{var}: {path} not written within {WAIT_S:.0f} s (tests/run.sh's install beside)")
         time.sleep(1.0)
     text = Path(path).read_text().strip()
-    return None if text == "ok" else text.removeprefix("UNAVAILABLE ")
+    return None if text == "ok" else text

