@@ -22,12 +22,14 @@ from pathlib import Path
 from _vllm_script import recompute, report, script_args, tiny_config
 
 
-def signal_inside_push(after: int, when) -> list:
+def signal_inside_push(after: int, when, pusher=None) -> list:
     """USR2 to this process after the `after`-th parameter a push walks, in the first push for
-    which `when()` holds; returns a list that gets the parameters that push sent."""
+    which `when()` holds; returns a list that gets the parameters that push sent. `pusher`:
+    the module whose pushes walk the weights (default the in-process engine's)."""
     from trainer.generation import vllm_engine
 
-    real, sent = vllm_engine.named_weights, []
+    pusher = pusher or vllm_engine
+    real, sent = pusher.named_weights, []
 
     def named_weights(model, dtype, stop=None):
         armed = not sent and when()
@@ -38,7 +40,7 @@ def signal_inside_push(after: int, when) -> list:
             if armed and i + 1 == after:
                 os.kill(os.getpid(), signal.SIGUSR2)
 
-    vllm_engine.named_weights = named_weights
+    pusher.named_weights = named_weights
     return sent
 
 

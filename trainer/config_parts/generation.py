@@ -66,6 +66,20 @@ class VLLMConfig(Strict):
         "ABLATE_GPU_MEMORY_GIB) at start; unknown: one replica over all generation GPUs. "
         "trainer/plan/engine_fit.py tensor_parallel chooses it for both.",
     )
+    client: Literal["auto", "trainer", "process"] = Field(
+        "auto",
+        description="Where the engines' client runs: the vLLM clients (their output threads and "
+        "output processing), the stream's drivers that deal every sample and route its tokens, "
+        "and the eval's streams. 'trainer' = in the training rank that starts the engines "
+        "(every node's local rank 0); 'process' = an engine host process that rank spawns "
+        "(trainer/generation/host.py): requests and results cross a local connection, the "
+        "weight push stays a broadcast from the trainer's module. Why: in the rank, their CPU "
+        "and GIL time delays its update and every rank waits for it at the next collective "
+        "(measured on CPU: 6.2-42% of rank 0's update time, benchmarks/RESULTS.md); "
+        "PipelineRL's actors, prime-rl's orchestrator and verl's rollout workers keep them "
+        "out of the trainer too. 'auto' = 'process' where the engines have GPUs of their own, "
+        "'trainer' on CPU and on a GPU the engines share (a host would only add its start-up).",
+    )
     data_parallel_replicas: Optional[int] = Field(
         None, gt=0,
         description="vLLM engines (data-parallel replicas, each tensor_parallel_size GPUs, each "

@@ -82,8 +82,7 @@ def pin_for_eval(gen: Optional[Generator], poll_s: Optional[float] = None):
         return None
     while (pin := pins.take(eval_engines(pins.n))) is None and poll_s is not None:
         preempt.check()
-        with pins.cond:
-            pins.cond.wait(timeout=poll_s)
+        pins.wait(poll_s)
     return pin
 
 

@@ -381,13 +381,17 @@ class Pipeline:
 
     def _collect(self, svc, started: dict) -> None:
         """Finished groups from the stream into the GroupStream, in the order they finish."""
-        while not self.stop.is_set():
-            for r in svc.results(timeout=0.2):
-                if r.error is not None:
-                    self.error = r.error
-                    return
-                seed, j, i = r.tag
-                self.stream.put(Batch([i], r.rollout, time.perf_counter() - started.pop((seed, j))))
+        try:
+            while not self.stop.is_set():
+                for r in svc.results(timeout=0.2):
+                    if r.error is not None:
+                        self.error = r.error
+                        return
+                    seed, j, i = r.tag
+                    self.stream.put(Batch([i], r.rollout,
+                                          time.perf_counter() - started.pop((seed, j))))
+        except BaseException as e:  # the service itself failed (an engine host that died)
+            self.error = e
 
     def next(self, version: int) -> Batch | None:
         if not self.feeds:

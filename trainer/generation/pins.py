@@ -89,6 +89,11 @@ class Pins:
             return self.cond.wait_for(
                 lambda: not self.exclusive or self.holds.count(0) >= 2, timeout)
 
+    def wait(self, timeout: float) -> None:
+        """Wait up to `timeout` s for any change (a push ended, a pin released)."""
+        with self.cond:
+            self.cond.wait(timeout=timeout)
+
     def release(self, pin: Pin) -> None:
         with self.cond:
             for i in pin.engines:

@@ -147,18 +147,26 @@ def push_to_all(casts: list[WeightBroadcast], specs: list[tuple[str, str, tuple[
     announced by a flag (1: one follows); `weights` ending early (a PushStop cut) is announced
     by a 0, and the workers load what came."""
     pending = [_rpc_in_thread(c.llm, _receive_weights, (specs,)) for c in casts]
+    send_weights([(c.group, c.device) for c in casts], specs, weights)
+    for t, errors in pending:
+        _finish(t, errors)
+
+
+def send_weights(ends: list, specs: list[tuple[str, str, tuple[int, ...]]],
+                 weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """The trainer's side of a push: every parameter of `weights` broadcast over each
+    (group, device) of `ends` in turn, announced by a 1 flag; a walk that ends early (a
+    PushStop cut) is announced by a 0. The workers' side (_receive_weights) must be running."""
     sent = 0
     for _, w in weights:
         w = w.contiguous()
-        for c in casts:
-            c.group.broadcast(torch.ones(1, dtype=torch.int32, device=c.device), 0).wait()
-            c.group.broadcast(w, 0).wait()
+        for group, device in ends:
+            group.broadcast(torch.ones(1, dtype=torch.int32, device=device), 0).wait()
+            group.broadcast(w, 0).wait()
         sent += 1
     if sent < len(specs):
-        for c in casts:
-            c.group.broadcast(torch.zeros(1, dtype=torch.int32, device=c.device), 0).wait()
-    for t, errors in pending:
-        _finish(t, errors)
+        for group, device in ends:
+            group.broadcast(torch.zeros(1, dtype=torch.int32, device=device), 0).wait()
 
 
 def weight_specs(model: torch.nn.Module, dtype: torch.dtype) -> list[tuple[str, str, tuple[int, ...]]]:

@@ -92,9 +92,21 @@ class ReplicaGenerator:
 
     def __init__(self, config: TrainConfig, model: torch.nn.Module, tokenizer,
                  replicas: int) -> None:
+        self._setup(config, [VLLMGenerator(config, model, tokenizer, placement=env, push=False)
+                             for env in replica_placements(config, replicas)])
+        self.sync_weights(model, version=0)
+
+    @classmethod
+    def over(cls, config: TrainConfig, engines: list[VLLMGenerator]) -> "ReplicaGenerator":
+        """A set over engines already started, without the trainer's module (the engine host,
+        trainer/generation/host.py, whose trainer pushes the first weights itself)."""
+        self = cls.__new__(cls)
+        self._setup(config, engines)
+        return self
+
+    def _setup(self, config: TrainConfig, engines: list[VLLMGenerator]) -> None:
         self.dtype = torch.float32 if config.precision.dtype == "fp32" else torch.bfloat16
-        self.engines = [VLLMGenerator(config, model, tokenizer, placement=env, push=False)
-                        for env in replica_placements(config, replicas)]
+        self.engines = engines
         self.head_dtype = self.engines[0].head_dtype
         self._loads = [0] * len(self.engines)  # outstanding prompt tokens x samples per replica
         self._lock = threading.Lock()
@@ -104,7 +116,6 @@ class ReplicaGenerator:
         self._pool = ThreadPoolExecutor(4 * len(self.engines), thread_name_prefix="ablate-replica")
         self.pins = Pins(len(self.engines))  # engines an eval holds (trainer/generation/pins.py)
         self.last_deal: list[list[int]] = []  # the latest call's dealing (run log, tests)
-        self.sync_weights(model, version=0)
 
     def generate(self, prompts: list[list[int]], *, n: int, max_new_tokens: int,
                  temperature: float, top_p: float, seed: Optional[int]) -> Generation:
@@ -173,7 +184,12 @@ def make_vllm_generator(config: TrainConfig, model: torch.nn.Module, tokenizer):
     trainer/generation/rollout.py): one engine (trainer/generation/vllm_engine.py), or
     data-parallel replicas of it (above). It lives here, above both, so that the engine module
     does not import the replicas that import it."""
+    from trainer.generation.host import HostedGenerator, in_host
+
     replicas = len(current_binding(config).engines)
+    if in_host(config):  # the engines' client in a process of its own (host.py)
+        return HostedGenerator(config, model, tokenizer,
+                               replica_placements(config, replicas) if replicas > 1 else [None])
     if replicas > 1:
         return ReplicaGenerator(config, model, tokenizer, replicas)
     return VLLMGenerator(config, model, tokenizer)

@@ -56,10 +56,14 @@ from trainer.generation.vllm_outputs import sampled_versions
 
 def stream_service(gen, config: TrainConfig, tokenizer) -> Optional["StreamService"]:
     """A StreamService over a vLLM generator: one engine (VLLMGenerator) or data-parallel
-    replicas (trainer/generation/replicas.py ReplicaGenerator); None for anything else (hf)."""
+    replicas (trainer/generation/replicas.py ReplicaGenerator), or one in the engine host
+    (trainer/generation/host.py); None for anything else (hf)."""
+    from trainer.generation.host import HostedGenerator
     from trainer.generation.replicas import ReplicaGenerator
     from trainer.generation.vllm_engine import VLLMGenerator
 
+    if isinstance(gen, HostedGenerator):  # a stream in the engine host (host.py)
+        return gen.stream()
     return (StreamService(gen, config, tokenizer)
             if isinstance(gen, (VLLMGenerator, ReplicaGenerator)) else None)
 

@@ -153,6 +153,9 @@ class EngineStartError(RuntimeError):
         super().__init__(message)
         self.root_cause = root_cause
 
+    def __reduce__(self):  # raised in the engine host, re-raised in the trainer (host.py)
+        return (EngineStartError, (str(self), self.root_cause))
+
 
 # An exception line of a Python traceback, optionally behind vLLM's "(EngineCore pid=...)" log
 # prefix of its engine process.

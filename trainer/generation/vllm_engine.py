@@ -135,6 +135,25 @@ class _Call:
                           finished=self.finished)
 
 
+def engine_files(config: TrainConfig, model: torch.nn.Module):
+    """(the checkpoint an engine starts from, the temp dir holding it or None). vLLM starts
+    from the checkpoint the trainer loaded (HF id or local dir; the cached proxy dir), then
+    gets the trainer's current weights pushed: after a resume, or under ZeRO-3 where the
+    module itself holds only shards. Only a model that exists in memory alone is saved to a
+    temp dir first (delete it with the engine)."""
+    path = config.model.name_or_path or getattr(model, "name_or_path", None) or None
+    if path is None or (config.model.name_or_path is None and not Path(path).is_dir()):
+        tmp = tempfile.TemporaryDirectory(prefix="ablate-vllm-")
+        save_for_vllm(model, Path(tmp.name))
+        return tmp.name, tmp
+    return str(path), None
+
+
+def max_positions(model: torch.nn.Module) -> Optional[int]:
+    """The engine's max_model_len: the trainer's model's positions."""
+    return getattr(model.config, "max_position_embeddings", None)
+
+
 class VLLMGenerator:
     """Generator protocol over vllm.LLM."""
 
@@ -143,26 +162,32 @@ class VLLMGenerator:
         """`placement` (data-parallel replicas, trainer/generation/replicas.py): this engine's own
         process environment (its GPUs); None = the first replica (vllm_setup.engine_args).
         `push` False: the caller pushes the trainer's weights itself (to every replica)."""
+        path, self._tmp = engine_files(config, model)
+        kwargs, env = engine_args(config, path, max_positions(model), placement)
+        self._boot(config, kwargs, env, tokenizer.eos_token_id)
+        if push:
+            self.sync_weights(model, version=0)
+
+    @classmethod
+    def started(cls, config: TrainConfig, kwargs: dict, env: dict[str, str],
+                eos: Optional[int]) -> "VLLMGenerator":
+        """An engine started from `engine_args`' output, without the trainer's module: in the
+        engine host (trainer/generation/host.py), where the trainer pushes its weights over
+        the update group from its own process."""
+        self = cls.__new__(cls)
+        self._tmp = None
+        self._boot(config, kwargs, env, eos)
+        return self
+
+    def _boot(self, config: TrainConfig, kwargs: dict, env: dict[str, str],
+              eos: Optional[int]) -> None:
         set_vllm_env()
         from vllm import LLM
 
         self.config = config
         self.version = 0
         self.dtype = torch.float32 if config.precision.dtype == "fp32" else torch.bfloat16
-        self.eos = tokenizer.eos_token_id
-        self._tmp = None
-        # vLLM starts from the checkpoint the trainer loaded (HF id or local dir; the cached
-        # proxy dir), then gets the trainer's current weights pushed (below): after a resume,
-        # or under ZeRO-3 where the module itself holds only shards. Only a model that exists
-        # in memory alone is saved to a temp dir first.
-        path = config.model.name_or_path or getattr(model, "name_or_path", None) or None
-        if path is None or (config.model.name_or_path is None and not Path(path).is_dir()):
-            self._tmp = tempfile.TemporaryDirectory(prefix="ablate-vllm-")
-            path = self._tmp.name
-            save_for_vllm(model, Path(path))
-        kwargs, env = engine_args(config, str(path),
-                                  getattr(model.config, "max_position_embeddings", None),
-                                  placement)
+        self.eos = eos
         with engine_start(env):  # env, USR2 blocked, the engine's own error kept
             self.llm = LLM(**kwargs)
         global _AFFINITY_LOGGED
@@ -187,8 +212,6 @@ class VLLMGenerator:
         self.pins = Pins(1)  # an eval's hold on this engine (trainer/generation/pins.py)
         self.room = engine_room(self.llm)  # its KV room, what the stream deals against
         self.head_dtype = self._head_dtype()
-        if push:
-            self.sync_weights(model, version=0)
 
     @property
     def engines(self) -> list["VLLMGenerator"]:

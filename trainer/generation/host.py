@@ -1,0 +1,445 @@
+"""The engines' client in a process of its own: the engine host (rollout.vllm.client).
+
+Why: the rank that starts a node's engines also trains. In process, it steps every engine's
+client from its own interpreter: the stream's drivers (trainer/generation/stream.py: dealing,
+KV rooms, each sample's routing), vLLM's output threads (ZMQ receive and msgpack decoding,
+vllm/v1/engine/core_client.py `EngineCoreOutputQueueThread`) and its output processor. Their CPU
+and GIL time delays that rank's update, and every other rank waits for it at the next
+collective: measured on CPU at 6.2% and 42.2% of rank 0's update time (benchmarks/RESULTS.md
+"Rank 0 and the rollout client"), at a fraction of a GPU node's token rate. The trainers labs
+use keep rollout clients out of the training process: PipelineRL's actors, prime-rl's
+orchestrator, verl's Ray rollout workers. So here, where the engines have GPUs of their own
+(`auto`), the rank spawns one host process that holds them.
+
+What runs where:
+- the host (EngineHost, below): the engines (VLLMGenerator, or ReplicaGenerator's set) with their
+  vLLM clients, every stream over them (the pipeline's rollouts and each eval's), the pins;
+- the training rank (HostedGenerator): the Generator protocol and the generation service over
+  the host. Requests (prompt ids, seeds) go out and results (token ids, log-probs, versions)
+  come back over a multiprocessing manager: one connection per calling thread (the rollout
+  producer, the collector, the eval worker, the push), served by a thread each in the host, so
+  they run at once as they do in process;
+- the weights never cross it. A push is still the broadcast from the trainer's module over each
+  engine's update group (trainer/generation/push.py), the trainer its rank 0. The host does
+  the rest of VLLMGenerator.sync_weights: it pauses the engines a push reaches at their next
+  step boundary and starts their workers' receive (push_begin); after the broadcast it labels
+  the new weights and resumes them (push_end).
+- A stop signal reaches the host as it reaches the trainer (the same handler: Slurm signals
+  every process of the step), and the trainer's own flag is forwarded once; the host's
+  streams then end their requests with preempt.Stopped, as in process.
+- The host exits when the trainer's process is gone; the trainer's next call to a dead host
+  raises, and the run fails like on any engine's death.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from multiprocessing.managers import BaseManager
+from typing import Iterator, Optional
+
+import torch
+
+from trainer.config import TrainConfig
+from trainer.dist import preempt
+from trainer.dist.binding import current_binding
+from trainer.dist.groups import group_timeout_s
+from trainer.generation.pins import Pin
+from trainer.generation.push import (PushStop, _finish, _free_port, _join_update_group,
+                                     _receive_weights, _rpc_in_thread, _worker_rank,
+                                     named_weights, send_weights, update_group, weight_specs)
+from trainer.generation.requests import Request, Result, Weights
+from trainer.rollouts import Generation
+
+
+def in_host(config: TrainConfig) -> bool:
+    """Does this rank's engines' client run in a host process (rollout.vllm.client)? `auto`:
+    where its engines have GPUs of their own (a GPU node's split or generation node), never
+    on CPU, where the proxy's engines decode in the trainer's cores anyway and a host would
+    only add its start-up."""
+    set_to = config.rollout.vllm.client
+    if set_to != "auto":
+        return set_to == "process"
+    b = current_binding(config)
+    return not b.shared and any(len(gpus) for gpus in b.engines)
+
+
+class EngineHost:
+    """The host process's side: the engines and their streams (see the module doc)."""
+
+    def __init__(self, config: TrainConfig, starts: list[tuple[dict, dict]],
+                 eos: Optional[int], tokenizer, threads: int) -> None:
+        from trainer.generation.replicas import ReplicaGenerator
+        from trainer.generation.vllm_engine import VLLMGenerator
+
+        torch.set_num_threads(threads)
+        self.config, self.tok = config, tokenizer
+        engines = [VLLMGenerator.started(config, kw, env, eos) for kw, env in starts]
+        self.gen = engines[0] if len(engines) == 1 else ReplicaGenerator.over(config, engines)
+        self.streams: dict[int, object] = {}
+        self._push: Optional[tuple] = None
+        self._joins: list = []
+
+    # -- generation ------------------------------------------------------------------------
+    def generate(self, prompts: list[list[int]], n: int, max_new_tokens: int,
+                 temperature: float, top_p: float, seed: Optional[int]) -> Generation:
+        return self.gen.generate(prompts, n=n, max_new_tokens=max_new_tokens,
+                                 temperature=temperature, top_p=top_p, seed=seed)
+
+    def version(self) -> int:
+        return self.gen.version
+
+    def head_dtype(self) -> str:
+        return self.gen.head_dtype
+
+    def engine_count(self) -> int:
+        return len(self.gen.engines)
+
+    def stats(self) -> dict:
+        """Prefix-cache counts of every engine (vllm_engine.py) and the last call's dealing."""
+        es = self.gen.engines
+        return {"prompt_tokens": sum(e.prompt_tokens for e in es),
+                "cached_tokens": sum(e.cached_tokens for e in es),
+                "last_deal": getattr(self.gen, "last_deal", [])}
+
+    # -- streams (stream.py StreamService, one per caller) ---------------------------------
+    def stream_open(self) -> int:
+        from trainer.generation.stream import StreamService
+
+        svc = StreamService(self.gen, self.config, self.tok)
+        svc.start()
+        sid = len(self.streams)
+        self.streams[sid] = svc
+        return sid
+
+    def submit(self, sid: int, request: Request) -> None:
+        self.streams[sid].submit(request)
+
+    def take(self, sid: int, timeout: Optional[float]) -> list[Result]:
+        """The stream's finished requests: the first within `timeout` s, then every one ready."""
+        done = self.streams[sid].done
+        try:
+            out = [done.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                out.append(done.get_nowait())
+            except queue.Empty:
+                return out
+
+    def stream_stop(self, sid: int, timeout_s: float) -> None:
+        self.streams[sid].stop(timeout_s)
+
+    def stream_stats(self, sid: int) -> dict:
+        s = self.streams[sid]
+        return {"dealt": list(s.dealt), "peak": list(s.peak), "early_answers": s.early_answers}
+
+    # -- pins (pins.py) --------------------------------------------------------------------
+    def pin(self, want: int) -> Optional[Pin]:
+        return self.gen.pins.take(want)
+
+    def unpin(self, pin: Pin) -> None:
+        self.gen.pins.release(pin)
+
+    def pinnable(self, timeout: float) -> bool:
+        return self.gen.pins.wait_pinnable(timeout)
+
+    def pins_wait(self, timeout: float) -> None:
+        self.gen.pins.wait(timeout)
+
+    # -- the weight push (the trainer broadcasts between push_begin and push_end) ----------
+    def groups_open(self, host: str, ports: list[int], backend: str,
+                    timeout_s: float) -> list[int]:
+        """Start every engine's workers joining its update group (the trainer joins as rank 0
+        meanwhile); returns each group's size."""
+        worlds = []
+        for e, port in zip(self.gen.engines, ports):
+            world = 1 + len(e.llm.collective_rpc(_worker_rank))
+            self._joins.append(_rpc_in_thread(e.llm, _join_update_group,
+                                              (host, port, world, backend, timeout_s)))
+            worlds.append(world)
+        return worlds
+
+    def groups_done(self) -> None:
+        joins, self._joins = self._joins, []
+        for t, errors in joins:
+            _finish(t, errors)
+
+    def push_begin(self, specs: list, force: bool) -> Optional[list[int]]:
+        """Pause the engines a push reaches at their next step boundary and start their
+        workers' receive of `specs`; their indices, or None while an eval holds the one
+        engine (the trainer asks again: vllm_engine.py VLLMGenerator.sync_weights)."""
+        pins = self.gen.pins
+        targets = pins.begin_push(force=force or pins.exclusive)
+        if targets is None:
+            return None
+        engines = [self.gen.engines[i] for i in targets]
+        held: list = []
+        paused = contextlib.ExitStack()
+        try:
+            for e in engines:
+                e._take_engine()
+                held.append(e)
+                paused.enter_context(e.paused())
+            receive = [_rpc_in_thread(e.llm, _receive_weights, (specs,)) for e in engines]
+        except BaseException:
+            paused.close()
+            for e in held:
+                e._gen_lock.release()
+            pins.end_push(targets, None)
+            raise
+        self._push = (targets, engines, held, paused, receive)
+        return targets
+
+    def push_wait(self, timeout: float) -> None:
+        self.gen.pins.wait_released(timeout)
+
+    def push_end(self, version: int, cut: bool) -> None:
+        """The broadcast ended (`cut`: a stop ended it early): the workers' loads finish, the
+        new weights are labelled `version` (not when cut: the engines are `torn`), and the
+        engines resume."""
+        targets, engines, held, paused, receive = self._push
+        self._push = None
+        done = None
+        try:
+            for t, errors in receive:
+                _finish(t, errors)
+            for e in engines:
+                e.torn = cut
+                if not cut:
+                    e.loaded(version)
+            done = None if cut else version
+        finally:
+            paused.close()
+            for e in held:
+                e._gen_lock.release()
+            self.gen.pins.end_push(targets, done)
+
+    # -- stops and the end -----------------------------------------------------------------
+    def stop_signal(self) -> None:
+        """The trainer got a stop signal: this process acts as if it got it too."""
+        preempt.request(signal.SIGUSR2)
+
+    def close(self) -> None:
+        for svc in self.streams.values():
+            svc.stop(5.0)
+        self.gen.close()
+
+
+class _Manager(BaseManager):
+    pass
+
+
+_Manager.register("EngineHost", EngineHost)
+
+
+def serve(parent: int, address: str) -> None:
+    """The host process's main (`python -m trainer.generation.host PARENT SOCKET`, the
+    connection's key on stdin): serve EngineHost on the socket until the trainer shuts it down.
+    A process started from the command line, not multiprocessing's spawn, so that nothing of
+    the trainer's own __main__ (a launcher's script) runs again here. Stop signals set the
+    flag its streams check, as in the trainer; Ctrl-C reaches the trainer, which forwards it
+    (stop_signal). It ends with its trainer: its engines' processes follow it."""
+    authkey = bytes.fromhex(sys.stdin.readline().strip())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (signal.SIGUSR2, signal.SIGTERM):
+        preempt.install(sig)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="ablate-host-watch", daemon=True).start()
+    _Manager(address=address, authkey=authkey).get_server().serve_forever()
+
+
+def _start_host(timeout_s: float = 120.0) -> tuple[subprocess.Popen, "_Manager", str]:
+    """Start a host process and connect to it: (process, connected manager, its socket dir)."""
+    where = tempfile.mkdtemp(prefix="ablate-host-")
+    address = os.path.join(where, "host.sock")
+    authkey = os.urandom(16)
+    proc = subprocess.Popen([sys.executable, "-m", "trainer.generation.host", str(os.getpid()),
+                             address], stdin=subprocess.PIPE, text=True)
+    proc.stdin.write(authkey.hex() + "\n")
+    proc.stdin.close()
+    manager = _Manager(address=address, authkey=authkey)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            manager.connect()
+            return proc, manager, where
+        except (FileNotFoundError, ConnectionRefusedError):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"the engine host did not start (exit {proc.poll()}); its "
+                                   f"error is above in this job's log") from None
+            time.sleep(0.05)
+
+
+def _stop_host(proc: subprocess.Popen, manager: "_Manager", grace_s: float = 10.0) -> None:
+    """Ask the host's server to end, then make sure the process is gone."""
+    from multiprocessing.managers import dispatch
+
+    with contextlib.suppress(Exception):  # a host already gone
+        conn = manager._Client(manager._address, authkey=manager._authkey)
+        try:
+            dispatch(conn, None, "shutdown")
+        finally:
+            conn.close()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+class _HostPins:
+    """pins.py's interface, as eval_service.py and eval_point.py use it, over the host."""
+
+    def __init__(self, host, n: int) -> None:
+        self._host, self.n = host, n
+
+    def take(self, want: int) -> Optional[Pin]:
+        return self._host.pin(want)
+
+    def release(self, pin: Pin) -> None:
+        self._host.unpin(pin)
+
+    def wait_pinnable(self, timeout: float) -> bool:
+        return self._host.pinnable(timeout)
+
+    def wait(self, timeout: float) -> None:
+        self._host.pins_wait(timeout)
+
+
+class HostedGenerator:
+    """The Generator protocol on the training rank over an engine host (module doc)."""
+
+    def __init__(self, config: TrainConfig, model: torch.nn.Module, tokenizer,
+                 placements: list[Optional[dict[str, str]]]) -> None:
+        from trainer.generation.vllm_args import engine_args, set_vllm_env
+        from trainer.generation.vllm_engine import engine_files, max_positions
+
+        set_vllm_env()  # before the spawn: the host inherits this process's choice
+        self.config = config
+        self.dtype = torch.float32 if config.precision.dtype == "fp32" else torch.bfloat16
+        path, self._tmp = engine_files(config, model)
+        starts = [engine_args(config, path, max_positions(model), p) for p in placements]
+        self._proc, self._manager, self._where = _start_host()
+        self._host = self._manager.EngineHost(config, starts, tokenizer.eos_token_id,
+                                              tokenizer, torch.get_num_threads())
+        n = self._host.engine_count()
+        self.pins = _HostPins(self._host, n)
+        self.head_dtype = self._host.head_dtype()
+        self._ends: Optional[list[tuple]] = None  # each engine's update group, this end
+        self._closed = threading.Event()
+        threading.Thread(target=self._forward_stop, name="ablate-host-stop",
+                         daemon=True).start()
+        self.sync_weights(model, version=0)
+
+    @property
+    def version(self) -> int:
+        return self._host.version()
+
+    def stats(self) -> dict:
+        return self._host.stats()
+
+    def generate(self, prompts: list[list[int]], *, n: int, max_new_tokens: int,
+                 temperature: float, top_p: float, seed: Optional[int]) -> Generation:
+        return self._host.generate(prompts, n, max_new_tokens, temperature, top_p, seed)
+
+    def stream(self) -> "HostedStream":
+        return HostedStream(self)
+
+    def sync_weights(self, model: torch.nn.Module, version: int) -> None:
+        """VLLMGenerator.sync_weights with the engines in the host: the host pauses them and
+        starts their receive, this process broadcasts from the module (ZeRO-3: one gather per
+        parameter, as every push), the host labels and resumes them."""
+        if self._ends is None:
+            self._ends = self._open_groups(model)
+        specs = weight_specs(model, self.dtype)
+        while (targets := self._host.push_begin(specs, preempt.requested())) is None:
+            self._host.push_wait(0.5)  # an eval holds the one engine (pins.py)
+        stop = PushStop(model)
+        cut = True
+        try:
+            send_weights([self._ends[i] for i in targets], specs,
+                         named_weights(model, self.dtype, stop))
+            cut = stop.cut
+        finally:
+            self._host.push_end(version, cut)
+
+    def _open_groups(self, model: torch.nn.Module) -> list[tuple]:
+        on_gpu = next(model.parameters()).is_cuda
+        backend = "nccl" if on_gpu else "gloo"
+        device = torch.device("cuda", torch.cuda.current_device()) if on_gpu \
+            else torch.device("cpu")
+        timeout = group_timeout_s(self.config)
+        host = "127.0.0.1"  # the host and its engines run on this node
+        ports = [_free_port() for _ in range(self.pins.n)]
+        worlds = self._host.groups_open(host, ports, backend, timeout)
+        ends = [(update_group(host, p, 0, w, backend, timeout), device)
+                for p, w in zip(ports, worlds)]
+        self._host.groups_done()
+        return ends
+
+    def _forward_stop(self) -> None:
+        while not self._closed.wait(0.05):
+            if preempt.requested():
+                with contextlib.suppress(Exception):  # a host already gone
+                    self._host.stop_signal()
+                return
+
+    def close(self) -> None:
+        self._closed.set()
+        try:
+            self._host.close()
+        finally:
+            _stop_host(self._proc, self._manager)
+            shutil.rmtree(self._where, ignore_errors=True)
+            if self._tmp is not None:
+                self._tmp.cleanup()
+                self._tmp = None
+
+
+class HostedStream:
+    """trainer/generation/service.py's GenerationService over a stream in the host."""
+
+    def __init__(self, gen: HostedGenerator) -> None:
+        self.gen, self._host = gen, gen._host
+        self.sid = self._host.stream_open()
+
+    def start(self) -> None:  # the host started it
+        pass
+
+    def push_weights(self, weights: Weights, version: int) -> None:
+        if isinstance(weights, dict):
+            raise TypeError("the vLLM engine takes pushes from the trainer's module")
+        self.gen.sync_weights(weights, version)
+
+    def submit(self, request: Request) -> None:
+        self._host.submit(self.sid, request)
+
+    def results(self, timeout: Optional[float] = None) -> Iterator[Result]:
+        while got := self._host.take(self.sid, timeout):
+            yield from got
+
+    def stats(self) -> dict:
+        return self._host.stream_stats(self.sid)
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        self._host.stream_stop(self.sid, timeout_s)
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]), sys.argv[2])
