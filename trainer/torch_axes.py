@@ -35,4 +35,4 @@ MODES.register_lazy("ppo_off_policy", "trainer.generation.offpolicy:PPOOffPolicy
 # (config, model, tokenizer) -> a Generator
 BACKENDS: Registry[Callable[..., Generator]] = Registry("rollout.backend")
 BACKENDS.register_lazy("hf", "trainer.generation.rollout:HFGenerator")
-BACKENDS.register_lazy("vllm", "trainer.generation.replicas:make_vllm_generator")
+BACKENDS.register_lazy("vllm", "trainer.generation.host:make_vllm_generator")

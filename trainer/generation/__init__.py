@@ -14,6 +14,9 @@ trainer, and pushes the trainer's new weights into whatever samples them.
     vllm_outputs.py what an engine's outputs and config say: each token's sampling version,
                     its KV room
     replicas.py     data-parallel engines: the split of prompts, one push broadcast to all
+    host.py         the engines' client in a process of its own (`rollout.vllm.client`): the
+                    trainer's side, and the backend's factory
+    engine_host.py  that process: the engines, their streams and pins, served over a socket
     dealing.py      which engine a streamed sample goes to (most free KV room, never beyond)
     pins.py         eval engines pinned at their step's weights (pushes and rollouts leave them)
     push.py         the trainer -> generator weight push (ZeRO-3 gathers, NCCL / gloo)

@@ -177,19 +177,3 @@ class ReplicaGenerator:
         self._pool.shutdown(wait=True)
         for e in self.engines:
             e.close()
-
-
-def make_vllm_generator(config: TrainConfig, model: torch.nn.Module, tokenizer):
-    """Factory registered as rollout backend "vllm" (lazily, from
-    trainer/generation/rollout.py): one engine (trainer/generation/vllm_engine.py), or
-    data-parallel replicas of it (above). It lives here, above both, so that the engine module
-    does not import the replicas that import it."""
-    from trainer.generation.host import HostedGenerator, in_host
-
-    replicas = len(current_binding(config).engines)
-    if in_host(config):  # the engines' client in a process of its own (host.py)
-        return HostedGenerator(config, model, tokenizer,
-                               replica_placements(config, replicas) if replicas > 1 else [None])
-    if replicas > 1:
-        return ReplicaGenerator(config, model, tokenizer, replicas)
-    return VLLMGenerator(config, model, tokenizer)

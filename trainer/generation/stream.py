@@ -58,12 +58,11 @@ def stream_service(gen, config: TrainConfig, tokenizer) -> Optional["StreamServi
     """A StreamService over a vLLM generator: one engine (VLLMGenerator) or data-parallel
     replicas (trainer/generation/replicas.py ReplicaGenerator), or one in the engine host
     (trainer/generation/host.py); None for anything else (hf)."""
-    from trainer.generation.host import HostedGenerator
     from trainer.generation.replicas import ReplicaGenerator
     from trainer.generation.vllm_engine import VLLMGenerator
 
-    if isinstance(gen, HostedGenerator):  # a stream in the engine host (host.py)
-        return gen.stream()
+    if callable(hosted := getattr(gen, "stream", None)):  # in the engine host (host.py)
+        return hosted()
     return (StreamService(gen, config, tokenizer)
             if isinstance(gen, (VLLMGenerator, ReplicaGenerator)) else None)
 

@@ -170,17 +170,17 @@ class VLLMGenerator:
 
     @classmethod
     def started(cls, config: TrainConfig, kwargs: dict, env: dict[str, str],
-                eos: Optional[int]) -> "VLLMGenerator":
+                eos: Optional[int], who: str) -> "VLLMGenerator":
         """An engine started from `engine_args`' output, without the trainer's module: in the
-        engine host (trainer/generation/host.py), where the trainer pushes its weights over
-        the update group from its own process."""
+        engine host (trainer/generation/host.py; `who`: which, for the log), where the trainer
+        pushes its weights over the update group from its own process."""
         self = cls.__new__(cls)
         self._tmp = None
-        self._boot(config, kwargs, env, eos)
+        self._boot(config, kwargs, env, eos, who)
         return self
 
     def _boot(self, config: TrainConfig, kwargs: dict, env: dict[str, str],
-              eos: Optional[int]) -> None:
+              eos: Optional[int], who: Optional[str] = None) -> None:
         set_vllm_env()
         from vllm import LLM
 
@@ -193,7 +193,7 @@ class VLLMGenerator:
         global _AFFINITY_LOGGED
         if not _AFFINITY_LOGGED:  # this rank's CPUs and its first engine's, once a process
             _AFFINITY_LOGGED = True
-            print(cpu_affinity_line(rank(), self.llm), flush=True)
+            print(cpu_affinity_line(who or f"rank {rank()}", self.llm), flush=True)
         # vLLM's CPU attention plans its work for the thread count seen at start-up and checks
         # it at run time; OpenMP settings are per thread, and pipeline mode generates from
         # another thread, so generate() restores this count in whichever thread calls it.

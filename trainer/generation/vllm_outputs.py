@@ -52,26 +52,31 @@ def engine_pid(llm) -> int | None:
     return procs[0].pid if procs else None
 
 
-def cpu_affinity_line(rank: int, llm) -> str:
-    """One line for the job log: the CPUs this rank and its first engine's process may run on
-    (os.sched_getaffinity), so a job given too few cores for its engines shows it."""
+def cpus(pid: int) -> str:
+    """The CPUs process `pid` (0: this one) may run on, as "count (spans)"."""
     import os
 
-    def cpus(pid: int) -> str:
-        try:
-            got = sorted(os.sched_getaffinity(pid))
-        except (OSError, AttributeError):
-            return "unknown"
-        spans, start = [], None
-        for i, c in enumerate(got):
-            if start is None:
-                start = c
-            if i + 1 == len(got) or got[i + 1] != c + 1:
-                spans.append(f"{start}" if start == c else f"{start}-{c}")
-                start = None
-        return f"{len(got)} ({','.join(spans)})"
+    try:
+        got = sorted(os.sched_getaffinity(pid))
+    except (OSError, AttributeError):
+        return "unknown"
+    spans, start = [], None
+    for i, c in enumerate(got):
+        if start is None:
+            start = c
+        if i + 1 == len(got) or got[i + 1] != c + 1:
+            spans.append(f"{start}" if start == c else f"{start}-{c}")
+            start = None
+    return f"{len(got)} ({','.join(spans)})"
+
+
+def cpu_affinity_line(who: str, llm) -> str:
+    """One line for the job log: the CPUs this process (`who`: "rank 0", or the engine host of
+    a rank) and its first engine's process may run on (os.sched_getaffinity), so a job given
+    too few cores for its engines shows it."""
+    import os
 
     pid = engine_pid(llm)
     engine = "in this process" if pid is None else f"pid {pid} on CPUs {cpus(pid)}"
-    return (f"[trainer] CPU affinity: rank {rank} pid {os.getpid()} on CPUs {cpus(0)}; "
+    return (f"[trainer] CPU affinity: {who} pid {os.getpid()} on CPUs {cpus(0)}; "
             f"engine 0 {engine}")

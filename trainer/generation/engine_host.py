@@ -1,0 +1,223 @@
+"""The engine host's own process (trainer/generation/host.py: why, and the trainer's side):
+the engines and their streams, served to the trainer over a local socket.
+
+    python -m trainer.generation.engine_host PARENT_PID SOCKET   (the key on stdin)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from multiprocessing.managers import BaseManager
+from typing import Optional
+
+import torch
+
+from trainer.config import TrainConfig
+from trainer.dist import preempt
+from trainer.generation.pins import Pin
+from trainer.generation.push import (_finish, _join_update_group, _receive_weights,
+                                     _rpc_in_thread, _worker_rank)
+from trainer.generation.requests import Request, Result
+from trainer.rollouts import Generation
+
+
+class EngineHost:
+    """The host process's side: the engines and their streams (see the module doc)."""
+
+    def __init__(self, config: TrainConfig, starts: list[tuple[dict, dict]],
+                 eos: Optional[int], tokenizer, threads: int, rank: int) -> None:
+        from trainer.generation.replicas import ReplicaGenerator
+        from trainer.generation.vllm_engine import VLLMGenerator
+
+        torch.set_num_threads(threads)
+        self.config, self.tok = config, tokenizer
+        who = f"the engine host of rank {rank}"
+        engines = [VLLMGenerator.started(config, kw, env, eos, who) for kw, env in starts]
+        self.gen = engines[0] if len(engines) == 1 else ReplicaGenerator.over(config, engines)
+        self.streams: dict[int, object] = {}
+        self._push: Optional[tuple] = None
+        self._joins: list = []
+
+    # -- generation ------------------------------------------------------------------------
+    def generate(self, prompts: list[list[int]], n: int, max_new_tokens: int,
+                 temperature: float, top_p: float, seed: Optional[int]) -> Generation:
+        return self.gen.generate(prompts, n=n, max_new_tokens=max_new_tokens,
+                                 temperature=temperature, top_p=top_p, seed=seed)
+
+    def version(self) -> int:
+        return self.gen.version
+
+    def head_dtype(self) -> str:
+        return self.gen.head_dtype
+
+    def engine_count(self) -> int:
+        return len(self.gen.engines)
+
+    def stats(self) -> dict:
+        """Prefix-cache counts of every engine (vllm_engine.py) and the last call's dealing."""
+        es = self.gen.engines
+        return {"prompt_tokens": sum(e.prompt_tokens for e in es),
+                "cached_tokens": sum(e.cached_tokens for e in es),
+                "last_deal": getattr(self.gen, "last_deal", [])}
+
+    # -- streams (stream.py StreamService, one per caller) ---------------------------------
+    def stream_open(self) -> int:
+        from trainer.generation.stream import StreamService
+
+        svc = StreamService(self.gen, self.config, self.tok)
+        svc.start()
+        sid = len(self.streams)
+        self.streams[sid] = svc
+        return sid
+
+    def submit(self, sid: int, request: Request) -> None:
+        self.streams[sid].submit(request)
+
+    def take(self, sid: int, timeout: Optional[float]) -> list[Result]:
+        """The stream's finished requests: the first within `timeout` s, then every one ready."""
+        done = self.streams[sid].done
+        try:
+            out = [done.get(timeout=timeout)]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                out.append(done.get_nowait())
+            except queue.Empty:
+                return out
+
+    def stream_stop(self, sid: int, timeout_s: float) -> None:
+        self.streams[sid].stop(timeout_s)
+
+    def stream_stats(self, sid: int) -> dict:
+        s = self.streams[sid]
+        return {"dealt": list(s.dealt), "peak": list(s.peak), "early_answers": s.early_answers}
+
+    # -- pins (pins.py) --------------------------------------------------------------------
+    def pin(self, want: int) -> Optional[Pin]:
+        return self.gen.pins.take(want)
+
+    def unpin(self, pin: Pin) -> None:
+        self.gen.pins.release(pin)
+
+    def pinnable(self, timeout: float) -> bool:
+        return self.gen.pins.wait_pinnable(timeout)
+
+    def pins_wait(self, timeout: float) -> None:
+        self.gen.pins.wait(timeout)
+
+    # -- the weight push (the trainer broadcasts between push_begin and push_end) ----------
+    def groups_open(self, host: str, ports: list[int], backend: str,
+                    timeout_s: float) -> list[int]:
+        """Start every engine's workers joining its update group (the trainer joins as rank 0
+        meanwhile); returns each group's size."""
+        worlds = []
+        for e, port in zip(self.gen.engines, ports):
+            world = 1 + len(e.llm.collective_rpc(_worker_rank))
+            self._joins.append(_rpc_in_thread(e.llm, _join_update_group,
+                                              (host, port, world, backend, timeout_s)))
+            worlds.append(world)
+        return worlds
+
+    def groups_done(self) -> None:
+        joins, self._joins = self._joins, []
+        for t, errors in joins:
+            _finish(t, errors)
+
+    def push_begin(self, specs: list, force: bool) -> Optional[list[int]]:
+        """Pause the engines a push reaches at their next step boundary and start their
+        workers' receive of `specs`; their indices, or None while an eval holds the one
+        engine (the trainer asks again: vllm_engine.py VLLMGenerator.sync_weights)."""
+        pins = self.gen.pins
+        targets = pins.begin_push(force=force or pins.exclusive)
+        if targets is None:
+            return None
+        engines = [self.gen.engines[i] for i in targets]
+        held: list = []
+        paused = contextlib.ExitStack()
+        try:
+            for e in engines:
+                e._take_engine()
+                held.append(e)
+                paused.enter_context(e.paused())
+            receive = [_rpc_in_thread(e.llm, _receive_weights, (specs,)) for e in engines]
+        except BaseException:
+            paused.close()
+            for e in held:
+                e._gen_lock.release()
+            pins.end_push(targets, None)
+            raise
+        self._push = (targets, engines, held, paused, receive)
+        return targets
+
+    def push_wait(self, timeout: float) -> None:
+        self.gen.pins.wait_released(timeout)
+
+    def push_end(self, version: int, cut: bool) -> None:
+        """The broadcast ended (`cut`: a stop ended it early): the workers' loads finish, the
+        new weights are labelled `version` (not when cut: the engines are `torn`), and the
+        engines resume."""
+        targets, engines, held, paused, receive = self._push
+        self._push = None
+        done = None
+        try:
+            for t, errors in receive:
+                _finish(t, errors)
+            for e in engines:
+                e.torn = cut
+                if not cut:
+                    e.loaded(version)
+            done = None if cut else version
+        finally:
+            paused.close()
+            for e in held:
+                e._gen_lock.release()
+            self.gen.pins.end_push(targets, done)
+
+    # -- stops and the end -----------------------------------------------------------------
+    def stop_signal(self) -> None:
+        """The trainer got a stop signal: this process acts as if it got it too."""
+        preempt.request(signal.SIGUSR2)
+
+    def close(self) -> None:
+        for svc in self.streams.values():
+            svc.stop(5.0)
+        self.gen.close()
+
+
+class _Manager(BaseManager):
+    pass
+
+
+_Manager.register("EngineHost", EngineHost)
+
+
+def serve(parent: int, address: str) -> None:
+    """The host process's main (`python -m trainer.generation.host PARENT SOCKET`, the
+    connection's key on stdin): serve EngineHost on the socket until the trainer shuts it down.
+    A process started from the command line, not multiprocessing's spawn, so that nothing of
+    the trainer's own __main__ (a launcher's script) runs again here. Stop signals set the
+    flag its streams check, as in the trainer; Ctrl-C reaches the trainer, which forwards it
+    (stop_signal). It ends with its trainer: its engines' processes follow it."""
+    authkey = bytes.fromhex(sys.stdin.readline().strip())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in (signal.SIGUSR2, signal.SIGTERM):
+        preempt.install(sig)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="ablate-host-watch", daemon=True).start()
+    _Manager(address=address, authkey=authkey).get_server().serve_forever()
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]), sys.argv[2])
