@@ -7,6 +7,7 @@ the engines and their streams, served to the trainer over a local socket.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import queue
 import signal
@@ -40,7 +41,10 @@ class EngineHost:
         who = f"the engine host of rank {rank}"
         engines = [VLLMGenerator.started(config, kw, env, eos, who) for kw, env in starts]
         self.gen = engines[0] if len(engines) == 1 else ReplicaGenerator.over(config, engines)
+        # every stream by id; a stopped one stays, as in process: its callers read the
+        # results its stop ended (preempt.Stopped) after the stop
         self.streams: dict[int, object] = {}
+        self._ids = itertools.count()
         self._push: Optional[tuple] = None
         self._joins: list = []
 
@@ -72,7 +76,7 @@ class EngineHost:
 
         svc = StreamService(self.gen, self.config, self.tok)
         svc.start()
-        sid = len(self.streams)
+        sid = next(self._ids)
         self.streams[sid] = svc
         return sid
 

@@ -55,6 +55,7 @@ from trainer.generation.pins import Pin
 from trainer.generation.push import (PushStop, _free_port, named_weights, send_weights,
                                      update_group, weight_specs)
 from trainer.generation.requests import Request, Result, Weights
+from trainer.generation.vllm_outputs import cpus
 from trainer.rollouts import Generation
 
 
@@ -77,13 +78,23 @@ class _Manager(BaseManager):
 _Manager.register("EngineHost")  # made in the host (engine_host.py); here, its proxy
 
 
-def _start_host(timeout_s: float = 120.0) -> tuple[subprocess.Popen, "_Manager", str]:
-    """Start a host process and connect to it: (process, connected manager, its socket dir)."""
-    where = tempfile.mkdtemp(prefix="ablate-host-")
+def _start_host(timeout_s: float = 300.0) -> tuple[subprocess.Popen, "_Manager", str]:
+    """Start a host process and connect to it: (process, connected manager, its socket dir).
+    It runs this interpreter with this `trainer` package first on its path, whatever the
+    working directory; `timeout_s` bounds its imports (seconds alone, more on a busy node)."""
+    import trainer
+
+    # a socket's path has at most 107 bytes (AF_UNIX); a job's TMPDIR can be long
+    where = tempfile.mkdtemp(prefix="ablate-host-",
+                             dir=None if len(tempfile.gettempdir()) < 64 else "/tmp")
     address = os.path.join(where, "host.sock")
     authkey = os.urandom(16)
+    path = [os.path.dirname(os.path.dirname(os.path.abspath(trainer.__file__)))]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        path + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     proc = subprocess.Popen([sys.executable, "-m", "trainer.generation.engine_host",
-                             str(os.getpid()), address], stdin=subprocess.PIPE, text=True)
+                             str(os.getpid()), address], stdin=subprocess.PIPE, text=True,
+                            env=env)
     proc.stdin.write(authkey.hex() + "\n")
     proc.stdin.close()
     manager = _Manager(address=address, authkey=authkey)
@@ -95,7 +106,8 @@ def _start_host(timeout_s: float = 120.0) -> tuple[subprocess.Popen, "_Manager",
         except (FileNotFoundError, ConnectionRefusedError):
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                raise RuntimeError(f"the engine host did not start (exit {proc.poll()}); its "
+                shutil.rmtree(where, ignore_errors=True)
+                raise RuntimeError(f"the engine host did not start (exit {proc.wait()}); its "
                                    f"error is above in this job's log") from None
             time.sleep(0.05)
 
@@ -149,21 +161,23 @@ class HostedGenerator:
         self.dtype = torch.float32 if config.precision.dtype == "fp32" else torch.bfloat16
         path, self._tmp = engine_files(config, model)
         starts = [engine_args(config, path, max_positions(model), p) for p in placements]
-        self._proc, self._manager, self._where = _start_host()
-        self._host = self._manager.EngineHost(config, starts, tokenizer.eos_token_id,
-                                              tokenizer, torch.get_num_threads(), rank())
-        from trainer.generation.vllm_outputs import cpus
-
-        print(f"[trainer] CPU affinity: rank {rank()} pid {os.getpid()} on CPUs {cpus(0)}; "
-              f"its engine host pid {self._proc.pid} on CPUs {cpus(self._proc.pid)}", flush=True)
-        n = self._host.engine_count()
-        self.pins = _HostPins(self._host, n)
-        self.head_dtype = self._host.head_dtype()
-        self._ends: Optional[list[tuple]] = None  # each engine's update group, this end
         self._closed = threading.Event()
-        threading.Thread(target=self._forward_stop, name="ablate-host-stop",
-                         daemon=True).start()
-        self.sync_weights(model, version=0)
+        self._ends: Optional[list[tuple]] = None  # each engine's update group, this end
+        self._proc, self._manager, self._where = _start_host()
+        try:  # an engine that does not start (EngineStartError) ends its host too
+            self._host = self._manager.EngineHost(config, starts, tokenizer.eos_token_id,
+                                                  tokenizer, torch.get_num_threads(), rank())
+            print(f"[trainer] CPU affinity: rank {rank()} pid {os.getpid()} on CPUs {cpus(0)}; "
+                  f"its engine host pid {self._proc.pid} on CPUs {cpus(self._proc.pid)}",
+                  flush=True)
+            self.pins = _HostPins(self._host, self._host.engine_count())
+            self.head_dtype = self._host.head_dtype()
+            threading.Thread(target=self._forward_stop, name="ablate-host-stop",
+                             daemon=True).start()
+            self.sync_weights(model, version=0)
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def version(self) -> int:
@@ -219,9 +233,12 @@ class HostedGenerator:
                 return
 
     def close(self) -> None:
+        if self._closed.is_set():
+            return
         self._closed.set()
         try:
-            self._host.close()
+            if getattr(self, "_host", None) is not None:
+                self._host.close()
         finally:
             _stop_host(self._proc, self._manager)
             shutil.rmtree(self._where, ignore_errors=True)
