@@ -17,13 +17,14 @@ from pathlib import Path
 def config(steps: int, every: int | None = None):
     """The job's config: the proxy, vLLM, PipelineRL-1, eval at 0, every `every` steps
     (default: only) and at the end; 3 prompts a step, dealt 2 to node 0 and 1 to node 1
-    (trainer/plan/placement.py shares)."""
+    (trainer/plan/placement.py shares); each node's engine in its feeder's engine host, as
+    `rollout.vllm.client: auto` runs it on GPU nodes (trainer/generation/host.py)."""
     from _trainer_util import config as train_config
     from _trainer_util import tiny
 
     return train_config(tiny(
         rollout={"backend": "vllm", "prompts_per_step": 3, "generations_per_prompt": 2,
-                 "max_new_tokens": 8},
+                 "max_new_tokens": 8, "vllm": {"client": "process"}},
         off_policy={"mode": "pipeline", "k": 1},
         data={"zero_variance_filter": False},  # every step trains: the weights move
         eval={"every_steps": every or steps, "num_prompts": 8, "samples_per_prompt": 2},

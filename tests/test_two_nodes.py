@@ -10,7 +10,9 @@ feeders.py), and every rank trains on both shares. The step's 3 prompts do not d
 2 nodes (issue 46 point 3: no `prompts_per_step % nodes` rule): node 0 makes 2, node 1 makes 1.
 Every eval goes over both nodes' engines, rollouts paused (trainer/loop/final_eval.py); the job
 runs as two attempts, the first stopped in the middle of step 2's eval (a stop signal after one
-chunk), the second resuming it from the checkpoint. About 3 min on the 2-core machine.
+chunk), the second resuming it from the checkpoint. Each node's engine runs in its feeder's
+engine host (`rollout.vllm.client: process`, as `auto` runs it on GPU nodes); the ppo_off_policy
+job keeps the client in the rank. About 3 min on the 2-core machine.
 """
 
 from __future__ import annotations
@@ -43,9 +45,9 @@ def test_each_nodes_engine_makes_its_share_of_every_step(tmp_path):
     for a in (1, 2):
         r0, r1 = runs[a, 0], runs[a, 1]
         assert r0["feeders"] == r1["feeders"] == [0, 1]  # every node's local rank 0 feeds
-        # each node ran its own generator over its own vLLM engine
+        # each node ran its own generator over its own vLLM engine, in its engine host
         assert (r0["generators"], r1["generators"]) == (1, 1)
-        assert r0["engine"] == r1["engine"] == "VLLMGenerator"
+        assert r0["engine"] == r1["engine"] == "HostedGenerator"
         assert r0["params"] == r1["params"] and r0["batches"] == r1["batches"]
     # attempt 1 trained steps 0 and 1 and stopped in step 2's eval; attempt 2 trained step 2
     assert runs[1, 0]["step"] == 2 and runs[2, 0]["step"] == STEPS
