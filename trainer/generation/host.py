@@ -64,11 +64,11 @@ def in_host(config: TrainConfig) -> bool:
     where its engines have GPUs of their own (a GPU node's split or generation node), never
     on CPU, where the proxy's engines decode in the trainer's cores anyway and a host would
     only add its start-up."""
-    set_to = config.rollout.vllm.client
-    if set_to != "auto":
-        return set_to == "process"
+    from trainer.plan.placement import client_in_host
+
     b = current_binding(config)
-    return not b.shared and any(len(gpus) for gpus in b.engines)
+    return client_in_host(config.rollout.vllm.client,
+                          not b.shared and any(len(gpus) for gpus in b.engines))
 
 
 class _Manager(BaseManager):

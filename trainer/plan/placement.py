@@ -131,10 +131,21 @@ def _where(c: TrainConfig, t: Topology, gpus: int) -> str:
     return f"{n}{size} {where} {verb} the job's rollouts and eval"
 
 
+def client_in_host(client: str, own_gpus: bool) -> bool:
+    """Whether the engines' client (their vLLM clients, the stream's drivers, the eval streams)
+    runs in an engine host process beside the rank that starts them, rather than in that rank
+    (rollout.vllm.client; trainer/generation/host.py): `auto` where the engines have GPUs of
+    their own. The one rule, for the dry run's sentence and the trainer's start alike."""
+    return client == "process" or (client == "auto" and own_gpus)
+
+
 def placement_note(c: TrainConfig, shape: JobShape, t: Topology) -> str:
-    """One sentence: where the engines run, and the GPUs the job holds but leaves idle."""
+    """One sentence: where the engines run (and their client), and the GPUs the job holds but
+    leaves idle."""
     gpus = shape.gpus_per_node or 0
     text = _where(c, t, gpus)
+    if t.engines and client_in_host(c.rollout.vllm.client, bool(gpus) and t.own_gpus):
+        text += ", driven from an engine host process beside the rank that starts them"
     first, other = (t.idle_gpus(0), t.idle_gpus(1)) if gpus >= 2 else (0, 0)
     if t.roles:  # training nodes and generation nodes each alike; said in the layout line
         idle = t.training_nodes * t.idle_gpus(0) + t.engine_nodes * t.idle_gpus(shape.nodes - 1)
