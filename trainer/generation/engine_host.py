@@ -63,13 +63,6 @@ class EngineHost:
     def engine_count(self) -> int:
         return len(self.gen.engines)
 
-    def stats(self) -> dict:
-        """Prefix-cache counts of every engine (vllm_engine.py) and the last call's dealing."""
-        es = self.gen.engines
-        return {"prompt_tokens": sum(e.prompt_tokens for e in es),
-                "cached_tokens": sum(e.cached_tokens for e in es),
-                "last_deal": getattr(self.gen, "last_deal", [])}
-
     # -- streams (stream.py StreamService, one per caller) ---------------------------------
     def stream_open(self) -> int:
         from trainer.generation.stream import StreamService
@@ -98,10 +91,6 @@ class EngineHost:
 
     def stream_stop(self, sid: int, timeout_s: float) -> None:
         self.streams[sid].stop(timeout_s)
-
-    def stream_stats(self, sid: int) -> dict:
-        s = self.streams[sid]
-        return {"dealt": list(s.dealt), "peak": list(s.peak), "early_answers": s.early_answers}
 
     # -- pins (pins.py) --------------------------------------------------------------------
     def pin(self, want: int) -> Optional[Pin]:
@@ -203,7 +192,7 @@ _Manager.register("EngineHost", EngineHost)
 
 
 def serve(parent: int, address: str) -> None:
-    """The host process's main (`python -m trainer.generation.host PARENT SOCKET`, the
+    """The host process's main (`python -m trainer.generation.engine_host PARENT SOCKET`, the
     connection's key on stdin): serve EngineHost on the socket until the trainer shuts it down.
     A process started from the command line, not multiprocessing's spawn, so that nothing of
     the trainer's own __main__ (a launcher's script) runs again here. Stop signals set the

@@ -183,9 +183,6 @@ class HostedGenerator:
     def version(self) -> int:
         return self._host.version()
 
-    def stats(self) -> dict:
-        return self._host.stats()
-
     def generate(self, prompts: list[list[int]], *, n: int, max_new_tokens: int,
                  temperature: float, top_p: float, seed: Optional[int]) -> Generation:
         return self._host.generate(prompts, n, max_new_tokens, temperature, top_p, seed)
@@ -268,9 +265,6 @@ class HostedStream:
     def results(self, timeout: Optional[float] = None) -> Iterator[Result]:
         while got := self._host.take(self.sid, timeout):
             yield from got
-
-    def stats(self) -> dict:
-        return self._host.stream_stats(self.sid)
 
     def stop(self, timeout_s: float = 60.0) -> None:
         self._host.stream_stop(self.sid, timeout_s)
