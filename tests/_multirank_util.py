@@ -115,3 +115,29 @@ def leave_ranks() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def watch_pipeline(built: dict, shares: list, batches: list) -> None:
+    """In a pipeline-mode rank script (vllm, several feeders): record this rank's own share of
+    each step (its prompt ids, the versions its tokens were sampled with) in `shares`, each
+    step's joined batch as every rank trains on it in `batches`, and the pipeline in
+    built["source"]."""
+    from trainer.generation import offpolicy
+    from trainer.loop import train as loop
+
+    orig_next, orig_batch = offpolicy.Pipeline.next, loop.next_batch
+
+    def share(self, version):  # this rank's own part of the step (None: not a feeder)
+        b = orig_next(self, version)
+        built["source"] = self
+        if b is not None:
+            shares.append({"step": version, "prompts": b.prompt_ids,
+                           "versions": sorted({v for vs in b.rollout.versions for v in vs})})
+        return b
+
+    def joined(source, step):  # the step's batch as every rank trains on it
+        b = orig_batch(source, step)
+        batches.append(b.prompt_ids)
+        return b
+
+    offpolicy.Pipeline.next, loop.next_batch = share, joined

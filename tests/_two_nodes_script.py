@@ -35,8 +35,9 @@ if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import torch.distributed as dist
 
+    from _multirank_util import watch_pipeline
+
     from trainer.loop import train as loop
-    from trainer.generation import offpolicy
 
     steps, work = int(sys.argv[1]), Path(sys.argv[2])
     every = int(sys.argv[3]) if len(sys.argv) > 3 else None
@@ -66,7 +67,6 @@ if __name__ == "__main__":
     final_eval._decode = decode
     built, threads, shares, batches = {}, [], [], []
     orig_init, orig_start = loop.start, threading.Thread.start
-    orig_next, orig_batch = offpolicy.Pipeline.next, loop.next_batch
 
     def keep(*a, **k):  # the run, to read its final weights
         built["run"] = orig_init(*a, **k)
@@ -76,21 +76,8 @@ if __name__ == "__main__":
         threads.append(self.name)
         orig_start(self)
 
-    def share(self, version):  # this rank's own part of the step (None: not a feeder)
-        b = orig_next(self, version)
-        built["source"] = self
-        if b is not None:
-            shares.append({"step": version, "prompts": b.prompt_ids,
-                           "versions": sorted({v for vs in b.rollout.versions for v in vs})})
-        return b
-
-    def joined(source, step):  # the step's batch as every rank trains on it
-        b = orig_batch(source, step)
-        batches.append(b.prompt_ids)
-        return b
-
     loop.start, threading.Thread.start = keep, start
-    offpolicy.Pipeline.next, loop.next_batch = share, joined
+    watch_pipeline(built, shares, batches)
     loop.run(cfg, work / "run")
     run, src = built["run"], built["source"]
     params = [float(x) for p in run.parts.engine.model.parameters()

@@ -127,7 +127,7 @@ def test_validation_refuses_more_replicas_than_rank0s_node_holds():
 
     def found(dp):
         c = TrainConfig.model_validate({"rollout": {"backend": "vllm", "vllm": {
-            "data_parallel_replicas": dp, "tensor_parallel_size": 2}}})
+            "data_parallel_replicas": dp, "tensor_parallel_size": 2, "generation_gpus": 4}}})
         return problems(c, JobShape(nodes=2, ranks_per_node=4, gpus_per_node=8))
 
     assert found(2) == []  # 4 generation GPUs per node / tp 2

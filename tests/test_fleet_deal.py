@@ -52,17 +52,20 @@ def test_uneven_shares_never_draw_one_prompt_twice_and_together_take_the_pool_or
 
 
 def test_the_paper_step_plans_on_10_nodes_charging_the_largest_share():
-    c = paper(eval={"num_prompts": 50})
+    """Every node split alike (6/2: with node roles `auto` takes 8 + 2 on 10 nodes, whose 8
+    generation nodes divide 48 evenly)."""
+    split = {"vllm": {"generation_gpus": 6}}
+    c = paper(eval={"num_prompts": 50}, rollout=split)
     ten = replace(PAPER_SHAPE, nodes=10, ranks_auto=True)
     assert problems(c, ten) == []  # no `prompts_per_step % nodes` rule
     t48 = plan_time(c, ten, PAPER_LIMITS)
     assert t48.step_s and not t48.note, t48.note
     # The step waits for the 5-prompt nodes: the same generation time as 50 prompts (5 each),
     # longer than 40 (4 each)
-    t50 = plan_time(paper(eval={"num_prompts": 50}, rollout={"prompts_per_step": 50}), ten,
-                    PAPER_LIMITS)
-    t40 = plan_time(paper(eval={"num_prompts": 50}, rollout={"prompts_per_step": 40}), ten,
-                    PAPER_LIMITS)
+    t50 = plan_time(paper(eval={"num_prompts": 50}, rollout={"prompts_per_step": 50, **split}),
+                    ten, PAPER_LIMITS)
+    t40 = plan_time(paper(eval={"num_prompts": 50}, rollout={"prompts_per_step": 40, **split}),
+                    ten, PAPER_LIMITS)
     assert largest_share(c, 10) == 5
     assert t48.generation_s == pytest.approx(t50.generation_s, rel=1e-9)
     assert t48.generation_s > t40.generation_s

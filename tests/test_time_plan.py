@@ -31,13 +31,12 @@ PAPER_LIMITS = Limits(time_min=240, max_requeues=50, signal_delay_s=300, gpu_mod
 
 
 def paper(**tree) -> TrainConfig:
-    """recipes/scalerl.yaml (the paper recipe) with `tree` merged on top."""
+    """recipes/scalerl.yaml (the paper recipe) with `tree` merged on top (nested keys too)."""
     import yaml
+    from _trainer_util import merge
 
     base = yaml.safe_load((ROOT / "recipes" / "scalerl.yaml").read_text())
-    for k, v in tree.items():
-        base[k] = {**base.get(k, {}), **v}
-    return TrainConfig.model_validate(base)
+    return TrainConfig.model_validate(merge(base, tree))
 
 
 def test_training_flops_are_8n_per_token_under_checkpointing_plus_attention():

@@ -74,9 +74,15 @@ def test_tensor_parallel_groups_and_replicas_per_node():
 
 
 def test_colocated_and_shared_engines():
-    one_gpu = topology(cfg(), shape(nodes=2, ranks=1, gpus=1))
+    # generation_gpus null (no `auto`): on one-GPU nodes the engine shares the rank's GPU
+    one_gpu = topology(cfg(generation_gpus=None), shape(nodes=2, ranks=1, gpus=1))
     assert one_gpu.training == (0,) and one_gpu.engines == ((0,),) and not one_gpu.own_gpus
     assert one_gpu.engine_nodes == 2  # pipeline: every node generates its share
+    assert one_gpu.shares_training_gpu  # refused at validation (two NCCL ranks on one GPU)
+    # `auto` (the trainer starts node roles) gives the engine a node of its own instead
+    roles = topology(cfg(), shape(nodes=2, ranks=1, gpus=1))
+    assert roles.roles and roles.engines == ((0,),) and not roles.shares_training_gpu
+    assert roles.fed_node(0) == 1 and roles.fed_node(1) is None
     cpu = topology(cfg(), JobShape(nodes=1, ranks_per_node=2))
     assert cpu.engines == ((),) and cpu.training_ranks == 2 and cpu.devices == 2
     hf = topology(cfg(backend="hf"), shape(ranks=8))
@@ -102,14 +108,15 @@ def test_ppo_off_policy_generates_on_every_nodes_own_gpus(nodes):
     pipe = topology(cfg(model=SMALL, generation_gpus=len(t.generation)), t.shape)
     assert (pipe.generation, pipe.training, pipe.engines) == (t.generation, t.training, t.engines)
     # a one-GPU node would put the engine on the training GPU: said, for validate to refuse
-    one = topology(c, JobShape(nodes=nodes, ranks_per_node=1, gpus_per_node=1))
+    half = cfg("ppo_off_policy", model=SMALL, generation_gpus=None)
+    one = topology(half, JobShape(nodes=nodes, ranks_per_node=1, gpus_per_node=1))
     assert one.shares_training_gpu and one.engines == ((0,),) and one.engine_nodes == nodes
 
 
 @pytest.mark.parametrize("c, message", [
     (cfg(tensor_parallel_size=3), r"tensor_parallel_size=3 does not divide the 4 generation "
                                   r"GPUs per node \(8-GPU nodes\); valid: 1, 2, 4"),
-    (cfg(tensor_parallel_size=2, data_parallel_replicas=3),
+    (cfg(tensor_parallel_size=2, data_parallel_replicas=3, generation_gpus=4),
      r"data_parallel_replicas=3 needs 3 x tensor_parallel_size .* valid: 1..2"),
     (cfg(generation_gpus=8), r"generation_gpus=8 on a 8-GPU node .* 1..7, or auto \(the split"),
     (cfg("ppo_off_policy", tensor_parallel_size=3), r"tensor_parallel_size=3 does not divide "
@@ -184,7 +191,7 @@ def test_auto_picks_six_generating_two_training_gpus_for_the_paper_recipe():
       (g = 7 does not fit; g = 5 is generation-bound)."""
     c = paper()
     ch = choose_split(c, JobShape(**H100, ranks_auto=True))
-    by = {o.generation_gpus: o for o in ch.options}
+    by = {o.generation_gpus: o for o in ch.options if not o.generation_nodes}
     assert by[7].train_gib == pytest.approx(89.36, abs=0.02) and "89.35 GiB of 80" in by[7].out
     assert by[6].train_gib == pytest.approx(58.85, abs=0.02) and by[6].fits and not by[6].out
     G, T = by[1].generation_s, by[1].train_s * 7
@@ -207,16 +214,19 @@ def test_auto_with_the_ranks_fixed_and_a_set_split():
     c = paper()
     assert choose_split(c, JobShape(**H100, ranks_per_node=4)).generation_gpus == 4
     assert [o.generation_gpus for o in choose_split(c, JobShape(**H100, ranks_per_node=4))
-            .options] == [1, 2, 3, 4]
+            .options if not o.generation_nodes] == [1, 2, 3, 4]
     launched = topology(c, JobShape(**H100, ranks_per_node=2))  # what the dry run chose
     assert launched.generation == tuple(range(6)) and launched.training == (6, 7)
     assert topology(paper(generation_gpus=3), JobShape(**H100, ranks_auto=True)).training == \
         (3, 4, 5, 6, 7)
     assert len(topology(paper(generation_gpus=None), JobShape(**H100, ranks_auto=True))
                .generation) == 4
+    # 8 ranks a node on 2 nodes: one node trains, the other generates (node roles)
+    assert topology(c, JobShape(**H100, ranks_per_node=8)).layout() == \
+        "node roles: 1 generation + 1 training node"
     with pytest.raises(TopologyError, match="8 ranks per node .* leave none of a node's 8 GPUs"
                        ".*tasks_per_node: auto"):
-        topology(c, JobShape(**H100, ranks_per_node=8))
+        topology(c, JobShape(**{**H100, "nodes": 1}, ranks_per_node=8))
 
 
 def test_auto_leaves_out_what_vllm_or_the_nodes_refuse():
@@ -263,8 +273,13 @@ def test_node_roles_put_every_engine_and_every_rank_on_nodes_of_their_own():
         used = {b.gpu} | {g for e in b.engines for g in e}
         assert (b.gpu is None) == bool(b.engines) == (node >= 2), node
         assert len(used - {None}) == (8 if node >= 2 else 1) and not b.shared
-    with pytest.raises(ValueError, match="local rank 1 on generation node 9.*one process"):
-        plan_binding(t, names, rank=30, world_size=24, node=9, local_rank=1, local_world_size=2)
+        # the training world is the training nodes' ranks (Slurm starts 8 tasks on every node)
+        assert b.world_size == 16 and b.trains == (node < 2), node
+    # a generation node's other tasks (srun starts tasks_per_node everywhere) run nothing
+    idle = plan_binding(t, names, rank=73, world_size=80, node=9, local_rank=1,
+                        local_world_size=8)
+    assert not idle.trains and idle.gpu is None and idle.engines == ()
+    assert [t.fed_node(r) for r in (0, 7, 8, 15)] == [2, 9, None, None]
     note = placement_note(paper(generation_nodes=8), t.shape, t)
     assert note.startswith("8 vLLM engines of 1 GPU each on each of 8 generation nodes (64 in "
                            "all; the other 2 nodes train, 16 ranks) serve the job's rollouts, "
@@ -276,23 +291,24 @@ def test_auto_weighs_node_roles_by_the_same_plans():
     hand: 5 generation nodes of 8 one-GPU engines and a split of 4 on each of 10 nodes both
     have 40 engines, each sent 20 sequences (48 groups x 16 over 5 nodes x 8, or 5 groups
     x 16 over 4 engines on the busiest of 10 nodes), and 40 training ranks: the same step.
-    Until the trainer starts node roles (ROLES_RUN) `auto` chooses a per-node split; allowed
-    to, it takes 8 + 2 for the paper recipe on 10 nodes: generation on 64 engines of 12
+    Among per-node splits alone `auto` takes 6/2; with node roles (the trainer starts them:
+    ROLES_RUN) it takes 8 + 2 for the paper recipe on 10 nodes: generation on 64 engines of 12
     sequences each beats 60 of 14 by less than training on 16 ranks loses to 20."""
     c, at = paper(), JobShape(**PAPER10, ranks_auto=True)
-    ch = choose_split(c, at)  # today's choice: node roles not even planned
+    ch = choose_split(c, at, roles=False)  # per-node splits only: roles not even planned
     assert (ch.generation_nodes, ch.generation_gpus) == (0, 6)
     assert not any(o.generation_nodes for o in ch.options)
     free = choose_split(c, at, roles=True)
     roles = {o.generation_nodes: o for o in free.options if o.generation_nodes}
-    assert sorted(roles) == list(range(1, 10)) and not any(o.out for o in roles.values())
+    # 9 generation nodes would need 9 feeders; 1 training node has 8 ranks (Topology.fed_node)
+    assert sorted(roles) == list(range(1, 9)) and not any(o.out for o in roles.values())
     four = ch.option(4)
     assert roles[5].step_s == pytest.approx(four.step_s, rel=1e-9)
     assert roles[5].train_s == pytest.approx(four.train_s, rel=1e-9)
     assert free.best_roles().generation_nodes == 8
     assert (free.generation_nodes, free.generation_gpus) == (8, 8)
     assert roles[8].step_s < ch.option(6).step_s and roles[8].train_s > ch.option(6).train_s
-    assert [o.generation_nodes for o in free.neighbours()] == [7, 9]
+    assert [o.generation_nodes for o in free.neighbours()] == [7]
     assert choose_split(c, JobShape(**{**H100, "nodes": 1}, ranks_auto=True), roles=True) \
         .generation_nodes == 0  # one node: no roles to weigh
 
@@ -304,10 +320,10 @@ def test_node_roles_give_one_gpu_nodes_engines_of_their_own():
     from trainer.plan.memory import plan
 
     one = JobShape(nodes=2, ranks_per_node=1, gpus_per_node=1, gpu_memory_gib=80)
-    shared = topology(paper(), one)
+    shared = topology(paper(generation_gpus=None), one)
     assert shared.shares_training_gpu and not shared.roles
     t = topology(paper(generation_nodes=1), one)
     assert t.roles and t.own_gpus and not t.shares_training_gpu and t.engines == ((0,),)
     assert t.training_ranks == 1 and t.engine_nodes == 1
     assert plan(paper(generation_nodes=1), one).generation_where == "own GPUs"
-    assert plan(paper(), one).generation_where == "training GPUs (shared)"
+    assert plan(paper(generation_gpus=None), one).generation_where == "training GPUs (shared)"

@@ -110,7 +110,9 @@ REFUSED = [
      "tasks_per_node: auto"),
     # an engine on a training rank's GPU: two NCCL ranks on one GPU at the first weight push
     # (trainer/plan/topology.py module doc), in either mode
-    ({"off_policy": {"mode": "ppo_off_policy"}, "rollout": {"backend": "vllm"}},
+    # (`auto` would give the engines a node of their own: node roles; null splits every node)
+    ({"off_policy": {"mode": "ppo_off_policy"},
+      "rollout": {"backend": "vllm", "vllm": {"generation_gpus": None}}},
      JobShape(nodes=2, ranks_per_node=1, gpus_per_node=1),
      ["rollout.backend=vllm on 1-GPU nodes", "two ranks on one GPU", "Duplicate GPU detected"],
      "valid: nodes of at least 2 GPUs"),
@@ -133,7 +135,7 @@ REFUSED = [
      ["rollout.prompts_per_step=1 x off_policy.k=2 (2 prompt groups a generation) is fewer than "
       "the job's 4 nodes", "off_policy.mode=ppo_off_policy"], "valid: at least 4"),
     # node roles (trainer/plan/topology.py roles_topology): at least one training node, and
-    # until the trainer starts them (ROLES_RUN), refused by name
+    # a feeding training rank each, driven from their engine host
     ({"rollout": {"backend": "vllm", "vllm": {"generation_nodes": 2}}},
      JobShape(nodes=2, ranks_per_node=8, gpus_per_node=8),
      ["rollout.vllm.generation_nodes=2 on 2 node(s)", "at least one training node"],
@@ -141,10 +143,14 @@ REFUSED = [
     ({"rollout": {"backend": "vllm", "vllm": {"generation_nodes": 1, "generation_gpus": 4}}},
      JobShape(nodes=2, ranks_per_node=4, gpus_per_node=8),
      ["rollout.vllm.generation_nodes=1 with rollout.vllm.generation_gpus=4"], "set one of them"),
-    ({"rollout": {"backend": "vllm", "vllm": {"generation_nodes": 8}}},
+    ({"rollout": {"backend": "vllm", "vllm": {"generation_nodes": 9}}},
      JobShape(nodes=10, ranks_per_node=8, gpus_per_node=8),
-     ["rollout.vllm.generation_nodes=8", "the trainer does not start them yet"],
-     "valid: null"),
+     ["rollout.vllm.generation_nodes=9", "fed by one training rank", "hold 8"],
+     "valid: at most 8 generation nodes"),
+    ({"rollout": {"backend": "vllm", "vllm": {"generation_nodes": 8, "client": "trainer"}}},
+     JobShape(nodes=10, ranks_per_node=8, gpus_per_node=8),
+     ["rollout.vllm.generation_nodes=8 with rollout.vllm.client=trainer", "engine host"],
+     "valid: rollout.vllm.client auto or process"),
 ]
 
 

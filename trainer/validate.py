@@ -22,7 +22,6 @@ from typing import Callable, Optional
 from trainer.config import TrainConfig
 from trainer.plan.placement import dealt_groups
 from trainer.plan.topology import (  # noqa: F401  (JobShape, separate_generation: re-exported)
-    ROLES_RUN,
     JobShape,
     TopologyError,
     roles_topology,
@@ -77,11 +76,9 @@ def _generation_split(c: TrainConfig, shape: JobShape) -> Optional[str]:
 
 def _node_roles(c: TrainConfig, shape: JobShape) -> Optional[str]:
     # trainer/plan/topology.py roles_topology: whole generation nodes beside at least one
-    # training node, on GPUs. The plans (memory, time, `auto`'s candidates) cover node roles;
-    # the trainer does not start them yet (ROLES_RUN): a generation node's process (its
-    # engines' host, in the job's world but in no training group), the weight push from
-    # training rank 0 to other nodes' engines, and a launch of unequal tasks per node (srun
-    # starts tasks_per_node on every node) are not built, so a role job would fail at start.
+    # training node; each generation node is fed by one training rank (Topology.fed_node),
+    # through its engine host (trainer/generation/node_host.py), never from a rank's own
+    # interpreter.
     n = set_roles(c)
     if n is None:
         return None
@@ -89,18 +86,21 @@ def _node_roles(c: TrainConfig, shape: JobShape) -> Optional[str]:
         return (f"rollout.vllm.generation_nodes={n} with rollout.vllm.generation_gpus="
                 f"{c.rollout.vllm.generation_gpus}: node roles give whole nodes to the engines, "
                 f"a per-node split a share of every node; set one of them (the other to auto)")
+    if c.rollout.vllm.client == "trainer":
+        return (f"rollout.vllm.generation_nodes={n} with rollout.vllm.client=trainer: a "
+                f"generation node's engines are driven from their engine host on that node; "
+                f"valid: rollout.vllm.client auto or process")
     if shape.gpus_per_node is not None:
         try:
-            roles_topology(c, shape, n)
+            t = roles_topology(c, shape, n)
         except TopologyError as e:
             return str(e)
-    if ROLES_RUN:
-        return None
-    return (f"rollout.vllm.generation_nodes={n}: node roles ({n} generation nodes, the rest "
-            f"training) are planned but the trainer does not start them yet (no process for "
-            f"a generation node, no weight push across nodes, no launch of unequal tasks per "
-            f"node); valid: null (every node split alike: rollout.vllm.generation_gpus auto "
-            f"or a number); the dry run's split line says what the best role layout would plan")
+        if t.training_ranks < n:
+            return (f"rollout.vllm.generation_nodes={n}: each generation node is fed by one "
+                    f"training rank, and {t.training_nodes} training node(s) hold "
+                    f"{t.training_ranks}; valid: at most {t.training_ranks} generation nodes, or "
+                    f"more tasks a node (slurm.tasks_per_node)")
+    return None
 
 
 def _engine_on_training_gpu(c: TrainConfig, shape: JobShape) -> Optional[str]:

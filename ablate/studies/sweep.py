@@ -121,7 +121,8 @@ def resources_of(config: Any, run_dir: Path, shape: JobShape, limits: Limits) ->
     return RunResources(
         run_dir, ranks_per_node=topo.shape.ranks_per_node if topo is not None else None,
         engine_cores=sum(1 + max(1, len(gpus)) for gpus in topo.engines) if topo is not None
-        else 0, requeues=t.max_num_timeout if t is not None else None)
+        else 0, requeues=t.max_num_timeout if t is not None else None,
+        engine_nodes=topo is not None and topo.roles)
 
 
 def check_time(study_path: Path | str, variants: list[Variant], shape: JobShape,

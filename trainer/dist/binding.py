@@ -54,6 +54,7 @@ GPU_MEMORY = "ABLATE_GPU_MEMORY_GIB"  # the node's GPU size in GiB ("" = unknown
 # bind time from nvidia-smi, or set by whoever starts the trainer; it sizes the default engines
 GPU_MODEL = "ABLATE_GPU_MODEL"  # the node's GPU as the time plan names it (h100, h200, a100;
 # "" = not in its table): recorded at bind time from nvidia-smi; `auto` splits are planned on it
+NODES = "ABLATE_NODES"  # the job's nodes, recorded at bind time
 BOUND_PID = "ABLATE_BOUND_PID"  # the process these describe: a child (an engine, a test's
 # subprocess) inherits them but is not that process, and reads its launcher's variables instead
 
@@ -79,6 +80,10 @@ class Binding:
     gpu: Optional[str]  # this rank's GPU (None: CPU)
     engines: tuple[tuple[str, ...], ...]  # each engine this process starts: its GPUs
     shared: bool  # the engines share this process's training GPU (no generation GPUs)
+    # False on a generation node (node roles): its local rank 0 serves the node's engines
+    # (trainer/generation/node_host.py), its other tasks have nothing to run; in no
+    # training world (world_size there counts the training nodes' ranks only)
+    trains: bool = True
 
     @property
     def device(self) -> str:
@@ -202,10 +207,8 @@ def plan_binding(t: Topology, gpus: tuple[str, ...], *, rank: int, world_size: i
     train = () if gen_node else tuple(gpus[i] for i in t.training)
     gen = () if t.roles and not gen_node else tuple(gpus[i] for i in t.generation)
     gpu = None
-    if gen_node and local_rank:
-        raise ValueError(f"local rank {local_rank} on generation node {node} (node roles: "
-                         f"rollout.vllm.generation_nodes): one process per generation node "
-                         f"hosts its engines, no rank trains there")
+    if t.roles:  # the training world is the training nodes' ranks, numbered first
+        world_size = t.training_ranks
     if gpus and not gen_node:
         if local_rank >= len(train):  # one rank per GPU: never two ranks on one device
             raise ValueError(
@@ -219,7 +222,8 @@ def plan_binding(t: Topology, gpus: tuple[str, ...], *, rank: int, world_size: i
     return Binding(rank=rank, world_size=world_size, node=node, local_rank=local_rank,
                    local_world_size=local_world_size, node_gpus=tuple(gpus), training_gpus=train,
                    generation_gpus=gen, gpu=gpu, engines=engines,
-                   shared=bool(engines) and not t.own_gpus and gpu is not None)
+                   shared=bool(engines) and not t.own_gpus and gpu is not None,
+                   trains=not gen_node)
 
 
 def job_shape(config, env: Mapping[str, str]) -> tuple[JobShape, tuple[str, ...]]:
@@ -230,7 +234,10 @@ def job_shape(config, env: Mapping[str, str]) -> tuple[JobShape, tuple[str, ...]
     d = read_env(env)
     gpus = usable_gpus(config.engine.device,
                        () if config.engine.device == "cpu" else node_gpus(env))
-    nodes = max(1, -(-d.world_size // max(d.local_world_size, 1)))
+    # the job's nodes: as bind_devices recorded them (with node roles it exports the training
+    # world, fewer ranks than the job's tasks), else from the launcher's ranks
+    nodes = (int(env[NODES]) if NODES in env and bound_here(env)
+             else max(1, -(-d.world_size // max(d.local_world_size, 1))))
     return JobShape(nodes=nodes, ranks_per_node=d.local_world_size, gpus_per_node=len(gpus),
                     gpu_memory_gib=gpu_memory_gib(env, gpus), gpu_model=gpu_model(env, gpus)), gpus
 
@@ -262,6 +269,7 @@ def bind_devices(config, env: Optional[MutableMapping[str, str]] = None) -> Bind
     torchrun-style variables torch.distributed and DeepSpeed read (LOCAL_RANK = 0, the index of
     the one visible GPU), and the node's GPU list for later calls. Idempotent."""
     env = os.environ if env is None else env
+    shape, _ = job_shape(config, env)
     b = config_binding(config, env)
     if env is os.environ and _cuda_started() and b.visible is not None \
             and env.get("CUDA_VISIBLE_DEVICES") != b.visible:
@@ -277,7 +285,7 @@ def bind_devices(config, env: Optional[MutableMapping[str, str]] = None) -> Bind
         "LOCAL_RANK": str(b.deepspeed_local_rank), "LOCAL_WORLD_SIZE": str(b.local_world_size),
         "MASTER_ADDR": d.master_addr, "MASTER_PORT": str(d.master_port),
         LOCAL_RANK: str(b.local_rank), NODE: str(b.node), NODE_GPUS: ",".join(b.node_gpus),
-        BOUND_PID: str(os.getpid()),
+        NODES: str(shape.nodes), BOUND_PID: str(os.getpid()),
     })
     if b.node_gpus:  # the GPU the engines and split were chosen for: later calls, the same
         gib = gpu_memory_gib(env, b.node_gpus)

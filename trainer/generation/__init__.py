@@ -17,6 +17,7 @@ trainer, and pushes the trainer's new weights into whatever samples them.
     host.py         the engines' client in a process of its own (`rollout.vllm.client`): the
                     trainer's side, and the backend's factory
     engine_host.py  that process: the engines, their streams and pins, served over a socket
+    node_host.py    node roles: a generation node's host, served over TCP to its feeding rank
     dealing.py      which engine a streamed sample goes to (most free KV room, never beyond)
     pins.py         eval engines pinned at their step's weights (pushes and rollouts leave them)
     push.py         the trainer -> generator weight push (ZeRO-3 gathers, NCCL / gloo)

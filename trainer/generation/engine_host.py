@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import queue
 import signal
+import socket
+import subprocess
 import sys
 import threading
 import time
 from multiprocessing.managers import BaseManager
+from pathlib import Path
 from typing import Optional
 
 import torch
@@ -26,6 +30,10 @@ from trainer.generation.push import (_finish, _join_update_group, _receive_weigh
                                      _rpc_in_thread, _worker_rank)
 from trainer.generation.requests import Request, Result
 from trainer.rollouts import Generation
+
+
+# When a generation node's trainer last renewed its lease (time.monotonic; None: not yet)
+_LEASE: list[Optional[float]] = [None]
 
 
 class EngineHost:
@@ -47,6 +55,11 @@ class EngineHost:
         self._ids = itertools.count()
         self._push: Optional[tuple] = None
         self._joins: list = []
+        self.lease()
+
+    def lease(self) -> None:
+        """The trainer is alive (a generation node's host ends without it: serve)."""
+        _LEASE[0] = time.monotonic()
 
     # -- generation ------------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], n: int, max_new_tokens: int,
@@ -191,13 +204,36 @@ class _Manager(BaseManager):
 _Manager.register("EngineHost", EngineHost)
 
 
+def spawn(address: str, authkey: bytes, record: Optional[dict] = None) -> subprocess.Popen:
+    """Start a host process (`serve`, below) at `address`: a Unix socket, or `tcp:FILE`
+    with `record` (a generation node's, node_host.py). It runs this interpreter with this
+    `trainer` package first on its path, whatever the working directory; the key goes over
+    stdin, never on a command line."""
+    # the folder holding this `trainer` package (trainer/generation/host.py, three up)
+    path = [os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        path + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    proc = subprocess.Popen([sys.executable, "-m", "trainer.generation.engine_host",
+                             str(os.getpid()), address], stdin=subprocess.PIPE, text=True,
+                            env=env)
+    proc.stdin.write(authkey.hex() + "\n")
+    if record is not None:
+        proc.stdin.write(json.dumps(record) + "\n")
+    proc.stdin.close()
+    return proc
+
+
 def serve(parent: int, address: str) -> None:
-    """The host process's main (`python -m trainer.generation.engine_host PARENT SOCKET`, the
-    connection's key on stdin): serve EngineHost on the socket until the trainer shuts it down.
+    """The host process's main (`python -m trainer.generation.engine_host PARENT ADDRESS`, the
+    connection's key on stdin): serve EngineHost until the trainer shuts it down. ADDRESS is a
+    Unix socket (the rank's own host, trainer/generation/host.py) or `tcp:FILE` (a generation
+    node's host, trainer/generation/node_host.py: it listens on every interface and writes its
+    address, key and engines to FILE, a second stdin line giving the rest of that record).
     A process started from the command line, not multiprocessing's spawn, so that nothing of
     the trainer's own __main__ (a launcher's script) runs again here. Stop signals set the
     flag its streams check, as in the trainer; Ctrl-C reaches the trainer, which forwards it
-    (stop_signal). It ends with its trainer: its engines' processes follow it."""
+    (stop_signal). It ends with its parent (its engines' processes follow it); a generation
+    node's host also ends when its trainer stops renewing its lease (a trainer that died)."""
     authkey = bytes.fromhex(sys.stdin.readline().strip())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for sig in (signal.SIGUSR2, signal.SIGTERM):
@@ -209,7 +245,42 @@ def serve(parent: int, address: str) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="ablate-host-watch", daemon=True).start()
-    _Manager(address=address, authkey=authkey).get_server().serve_forever()
+    if not address.startswith("tcp:"):
+        _Manager(address=address, authkey=authkey).get_server().serve_forever()
+        return
+    record = json.loads(sys.stdin.readline())
+    server = _Manager(address=("", 0), authkey=authkey).get_server()
+    record.update(host=socket.gethostname(), port=server.address[1], authkey=authkey.hex(),
+                  pid=os.getpid(), ppid=parent)
+    publish(Path(address[len("tcp:"):]), record)
+    threading.Thread(target=_lease_watch, args=(record["first_s"], record["lease_s"]),
+                     name="ablate-host-lease", daemon=True).start()
+    server.serve_forever()
+
+
+def publish(path: Path, record: dict) -> None:
+    """Write a generation node's host record atomically, readable by this user only (it holds
+    the connection's key)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(record, f)
+    os.replace(tmp, path)
+
+
+def _lease_watch(first_s: float, lease_s: float) -> None:
+    """End a generation node's host whose trainer is gone: no EngineHost made within `first_s`
+    of the start (the trainer never came), or no lease renewed for `lease_s` after it was."""
+    start = time.monotonic()
+    while True:
+        time.sleep(1.0)
+        last = _LEASE[0]
+        if (last is None and time.monotonic() - start > first_s) or \
+                (last is not None and time.monotonic() - last > lease_s):
+            print(f"[engine host] no trainer for {first_s if last is None else lease_s:.0f} s: "
+                  f"exiting", file=sys.stderr, flush=True)
+            os._exit(1)
 
 
 if __name__ == "__main__":

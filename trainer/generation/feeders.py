@@ -25,6 +25,11 @@ every rank, as before: trainer/generation/push.py). Eval stays on rank 0's node'
 ppo_off_policy has the same feeders, each generating its node's share of a big generation
 (k steps' prompts: trainer/generation/offpolicy.py PPOOffPolicy, which joins the shares
 itself). With hf, or on one node, rank 0 alone feeds.
+
+Node roles (trainer/plan/topology.py: whole nodes generate): generation node j is fed by
+training rank j (Topology.fed_node), which drives that node's engine host over the network
+(trainer/generation/node_host.py); the shares and the join are the same, dealt over the
+generation nodes.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from trainer.dist.binding import current_binding
+from trainer.dist.binding import current_binding, job_topology
 from trainer.dist.groups import all_gather_objects, broadcast_object, rank
 from trainer.plan.placement import shares
 from trainer.plan.topology import JobShape, separate_generation
@@ -76,6 +81,9 @@ def feeders(config) -> Feeders:
     the answer never rests on assuming equal node sizes."""
     if not separate_generation(config):
         return Feeders((0,), rank(), config.rollout.prompts_per_step)
+    t = job_topology(config)
+    if t.roles:  # generation node j fed by training rank j (Topology.fed_node), node order
+        return Feeders(tuple(range(t.generation_nodes)), rank(), config.rollout.prompts_per_step)
     leader = current_binding(config).local_rank == 0
     flags = all_gather_objects(leader)
     ranks = tuple(r for r, f in enumerate(flags) if f) or (0,)

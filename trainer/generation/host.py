@@ -37,8 +37,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -51,6 +51,7 @@ from trainer.config import TrainConfig
 from trainer.dist import preempt
 from trainer.dist.binding import current_binding
 from trainer.dist.groups import group_timeout_s, rank
+from trainer.generation.engine_host import spawn
 from trainer.generation.pins import Pin
 from trainer.generation.push import (PushStop, _free_port, named_weights, send_weights,
                                      update_group, weight_specs)
@@ -79,24 +80,14 @@ _Manager.register("EngineHost")  # made in the host (engine_host.py); here, its 
 
 
 def _start_host(timeout_s: float = 300.0) -> tuple[subprocess.Popen, "_Manager", str]:
-    """Start a host process and connect to it: (process, connected manager, its socket dir).
-    It runs this interpreter with this `trainer` package first on its path, whatever the
-    working directory; `timeout_s` bounds its imports (seconds alone, more on a busy node)."""
-    import trainer
-
+    """Start this rank's own host and connect to it: (process, connected manager, its socket
+    dir). `timeout_s` bounds its imports (seconds alone, more on a busy node)."""
     # a socket's path has at most 107 bytes (AF_UNIX); a job's TMPDIR can be long
     where = tempfile.mkdtemp(prefix="ablate-host-",
                              dir=None if len(tempfile.gettempdir()) < 64 else "/tmp")
     address = os.path.join(where, "host.sock")
     authkey = os.urandom(16)
-    path = [os.path.dirname(os.path.dirname(os.path.abspath(trainer.__file__)))]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        path + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    proc = subprocess.Popen([sys.executable, "-m", "trainer.generation.engine_host",
-                             str(os.getpid()), address], stdin=subprocess.PIPE, text=True,
-                            env=env)
-    proc.stdin.write(authkey.hex() + "\n")
-    proc.stdin.close()
+    proc = spawn(address, authkey)
     manager = _Manager(address=address, authkey=authkey)
     deadline = time.monotonic() + timeout_s
     while True:
@@ -112,8 +103,23 @@ def _start_host(timeout_s: float = 300.0) -> tuple[subprocess.Popen, "_Manager",
             time.sleep(0.05)
 
 
-def _stop_host(proc: subprocess.Popen, manager: "_Manager", grace_s: float = 10.0) -> None:
-    """Ask the host's server to end, then make sure the process is gone."""
+def _connect_node(node: int, timeout_s: float) -> tuple["_Manager", list[dict[str, str]]]:
+    """Connect to generation node `node`'s host (node_host.py): (manager, its engines'
+    placements). `timeout_s`: how long that node may take to publish (its task starts with
+    this job's, beside the trainer's set-up)."""
+    from trainer.generation.node_host import find_host
+
+    record = find_host(node, timeout_s)
+    manager = _Manager(address=(record["host"], record["port"]),
+                       authkey=bytes.fromhex(record["authkey"]))
+    manager.connect()
+    return manager, record["placements"]
+
+
+def _stop_host(proc: Optional[subprocess.Popen], manager: "_Manager",
+               grace_s: float = 10.0) -> None:
+    """Ask the host's server to end, then make sure the process is gone (this rank's own; a
+    generation node's task waits for its own)."""
     from multiprocessing.managers import dispatch
 
     with contextlib.suppress(Exception):  # a host already gone
@@ -122,6 +128,8 @@ def _stop_host(proc: subprocess.Popen, manager: "_Manager", grace_s: float = 10.
             dispatch(conn, None, "shutdown")
         finally:
             conn.close()
+    if proc is None:
+        return
     try:
         proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
@@ -152,24 +160,35 @@ class HostedGenerator:
     """The Generator protocol on the training rank over an engine host (module doc)."""
 
     def __init__(self, config: TrainConfig, model: torch.nn.Module, tokenizer,
-                 placements: list[Optional[dict[str, str]]]) -> None:
+                 placements: list[Optional[dict[str, str]]], node: Optional[int] = None
+                 ) -> None:
+        """`placements`: each engine's (this rank's own host); `node`: a generation node's
+        host to connect to instead (node_host.py), whose engines' placements it publishes."""
         from trainer.generation.vllm_args import engine_args, set_vllm_env
         from trainer.generation.vllm_engine import engine_files, max_positions
 
         set_vllm_env()  # before the spawn: the host inherits this process's choice
         self.config = config
         self.dtype = torch.float32 if config.precision.dtype == "fp32" else torch.bfloat16
-        path, self._tmp = engine_files(config, model)
-        starts = [engine_args(config, path, max_positions(model), p) for p in placements]
         self._closed = threading.Event()
         self._ends: Optional[list[tuple]] = None  # each engine's update group, this end
-        self._proc, self._manager, self._where = _start_host()
-        try:  # an engine that does not start (EngineStartError) ends its host too
+        self._tmp = None
+        if node is None:
+            self._proc, self._manager, self._where = _start_host()
+        else:
+            self._proc, self._where = None, None
+            self._manager, placements = _connect_node(node, group_timeout_s(config))
+        self.remote = node is not None
+        try:
+            path, self._tmp = engine_files(config, model)
+            starts = [engine_args(config, path, max_positions(model), p) for p in placements]  # an engine that does not start (EngineStartError) ends its host too
             self._host = self._manager.EngineHost(config, starts, tokenizer.eos_token_id,
                                                   tokenizer, torch.get_num_threads(), rank())
+            host = (f"generation node {node}'s engine host at {self._manager.address[0]}:"
+                    f"{self._manager.address[1]}" if self.remote else
+                    f"its engine host pid {self._proc.pid} on CPUs {cpus(self._proc.pid)}")
             print(f"[trainer] CPU affinity: rank {rank()} pid {os.getpid()} on CPUs {cpus(0)}; "
-                  f"its engine host pid {self._proc.pid} on CPUs {cpus(self._proc.pid)}",
-                  flush=True)
+                  f"{host}", flush=True)
             self.pins = _HostPins(self._host, self._host.engine_count())
             self.head_dtype = self._host.head_dtype()
             threading.Thread(target=self._forward_stop, name="ablate-host-stop",
@@ -214,7 +233,9 @@ class HostedGenerator:
         device = torch.device("cuda", torch.cuda.current_device()) if on_gpu \
             else torch.device("cpu")
         timeout = group_timeout_s(self.config)
-        host = "127.0.0.1"  # the host and its engines run on this node
+        # the update groups' rendezvous is this rank (the broadcast's source): on its own
+        # node's loopback, or the address a generation node's engines reach this node by
+        host = socket.gethostname() if self.remote else "127.0.0.1"
         ports = [_free_port() for _ in range(self.pins.n)]
         worlds = self._host.groups_open(host, ports, backend, timeout)
         ends = [(update_group(host, p, 0, w, backend, timeout), device)
@@ -223,11 +244,19 @@ class HostedGenerator:
         return ends
 
     def _forward_stop(self) -> None:
+        """Forward this process's stop signal once; renew a generation node's lease."""
+        renewed, forwarded = time.monotonic(), False
         while not self._closed.wait(0.05):
-            if preempt.requested():
+            if self.remote and time.monotonic() - renewed > 5.0:
+                with contextlib.suppress(Exception):  # a host already gone: the next call says
+                    self._host.lease()
+                renewed = time.monotonic()
+            if not forwarded and preempt.requested():
+                forwarded = True
                 with contextlib.suppress(Exception):  # a host already gone
                     self._host.stop_signal()
-                return
+                if not self.remote:
+                    return
 
     def close(self) -> None:
         if self._closed.is_set():
@@ -238,7 +267,8 @@ class HostedGenerator:
                 self._host.close()
         finally:
             _stop_host(self._proc, self._manager)
-            shutil.rmtree(self._where, ignore_errors=True)
+            if self._where is not None:
+                shutil.rmtree(self._where, ignore_errors=True)
             if self._tmp is not None:
                 self._tmp.cleanup()
                 self._tmp = None
@@ -279,6 +309,11 @@ def make_vllm_generator(config: TrainConfig, model: torch.nn.Module, tokenizer):
     from trainer.generation.replicas import ReplicaGenerator, replica_placements
     from trainer.generation.vllm_engine import VLLMGenerator
 
+    from trainer.dist.binding import job_topology
+
+    node = job_topology(config).fed_node(rank())
+    if node is not None:  # node roles: the generation node this rank feeds (node_host.py)
+        return HostedGenerator(config, model, tokenizer, [], node=node)
     replicas = len(current_binding(config).engines)
     if in_host(config):
         return HostedGenerator(config, model, tokenizer,

@@ -278,10 +278,12 @@ def engine_args(config: TrainConfig, path: str, max_len: Optional[int],
     }
     env: dict[str, str] = {}
     if on_gpu:
-        env, tp, shared = generation_placement(config)
-        if placement is not None:  # a replica's own GPUs (trainer/generation/replicas.py)
-            env = dict(placement)
+        if placement is not None:  # a replica's own GPUs (trainer/generation/replicas.py), or
+            # a generation node's engine (node_host.py): its placement, not this rank's binding
+            env, shared = dict(placement), False
             tp = len(env["CUDA_VISIBLE_DEVICES"].split(","))
+        else:
+            env, tp, shared = generation_placement(config)
         kwargs["tensor_parallel_size"] = tp
         kwargs["gpu_memory_utilization"] = vc.gpu_memory_utilization or (0.3 if shared else 0.9)
     else:

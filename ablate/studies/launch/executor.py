@@ -77,6 +77,10 @@ class RunResources:
     # CPU cores the vLLM engines its local rank 0 hosts want beside that rank: one per engine
     # process and one for their client (0: no engines of their own, or no plan).
     engine_cores: int = 0
+    # Node roles (trainer/plan/topology.py): the engines fill nodes of their own, hosted by
+    # one task that takes its node's cores (trainer/generation/node_host.py node_cpus), so a
+    # per-task count may spread engine_cores over the node's tasks.
+    engine_nodes: bool = False
     # Restarts after time limits its time plan derives (auto_max_num_timeout; None: no plan).
     requeues: Optional[int] = None
 

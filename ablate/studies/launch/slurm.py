@@ -130,9 +130,17 @@ def cpus_per_task(run: RunResources, profile: Profile) -> int:
     process, its EngineCore and each tensor-parallel worker busy-loop one, and one for its
     client in the host: stream driver, output thread, reward scoring). srun gives every task
     of a step the same count, so every task gets the host's. A CPU job (no gpus_per_node: the
-    proxy, the test clusters) keeps the profile's: its engines share the rank's cores."""
+    proxy, the test clusters) keeps the profile's: its engines share the rank's cores. Under
+    node roles the generation node's host takes the cores of every task of its node (its
+    siblings there run nothing: trainer/generation/node_host.py), so each task gets its
+    share of the engines' cores, not all of them (8 tasks x 16 more cores would ask a node
+    for 128 cores beyond the ranks' own)."""
     base = profile.slurm.cpus_per_task
-    return base + run.engine_cores if profile.slurm.gpus_per_node else base
+    if not profile.slurm.gpus_per_node:
+        return base
+    if run.engine_nodes:
+        return base + -(-run.engine_cores // tasks_per_node(run, profile))
+    return base + run.engine_cores
 
 
 def executor(folder: Path, prof: Section, job_name: str,
