@@ -1,7 +1,7 @@
-"""Scale-out by the plan: the paper recipe on 1-12 nodes a run, each node split alike (what
-`rollout.vllm.generation_gpus: auto` chooses) beside the best node-roles layout (whole nodes
-generate, whole nodes train: trainer/plan/topology.py roles_topology), both planned by the
-same memory and time plans the dry run prints (trainer/plan/split_choice.py weighs both).
+"""Scale-out by the plan: the paper recipe on 1-12 nodes a run, the best layout of each kind
+(every node split alike; whole nodes generate and whole nodes train: trainer/plan/topology.py
+roles_topology) and the one `rollout.vllm.generation_gpus: auto` chooses among both
+(trainer/plan/split_choice.py), all planned by the memory and time plans the dry run prints.
 
 Plans only (no GPU, no trainer): the numbers are the dry run's, on sweeps/slurm_gpu.yaml with
 `slurm.nodes` set to each count (its limits: 4-h jobs, requeues as derived).
@@ -47,12 +47,13 @@ def table(vllm: dict) -> list[dict]:
     lim, rows = limits(prof), []
     for nodes in NODES:
         shape = replace(job_shape(prof), nodes=nodes)
-        ch = choose_split(c, shape, roles=True)  # every candidate, node roles included
-        split = ch.option(choose_split(c, shape).generation_gpus)  # what auto chooses today
+        ch = choose_split(c, shape, roles=True)  # every candidate: what `auto` chooses
+        split = choose_split(c, shape, roles=False).chosen()  # the best per-node split
         best = ch.best_roles()
         rows.append({"nodes": nodes, "split": _row(c, shape, lim, split.generation_gpus, 0),
                      "roles": best and _row(c, shape, lim, best.generation_gpus,
-                                            best.generation_nodes)})
+                                            best.generation_nodes),
+                     "auto": "roles" if ch.generation_nodes else "split"})
     return rows
 
 
@@ -72,12 +73,13 @@ def main() -> None:
     if a.json:
         print(json.dumps(rows))
         return
-    print("| nodes | split per node (auto) | step | eval | wall h | GPU-h | reach "
-          "| best node roles | step | eval | wall h | GPU-h | reach |")
-    print("|---" * 13 + "|")
+    print("| nodes | best split per node | step | eval | wall h | GPU-h | reach "
+          "| best node roles | step | eval | wall h | GPU-h | reach | auto takes |")
+    print("|---" * 14 + "|")
     for r in rows:
         roles = _cells(r["roles"]) if r["roles"] else "- (one node) | | | | |"
-        print(f"| {r['nodes']} | {_cells(r['split'])} | {roles} |")
+        auto = "node roles" if r["auto"] == "roles" else "split per node"
+        print(f"| {r['nodes']} | {_cells(r['split'])} | {roles} | {auto} |")
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ from trainer.dist import preempt
 from trainer.dist.binding import current_binding
 from trainer.dist.groups import group_timeout_s, rank
 from trainer.generation.engine_host import spawn
+from trainer.generation.node_host import find_host, hosts_dir
 from trainer.generation.pins import Pin
 from trainer.generation.push import (PushStop, _free_port, named_weights, send_weights,
                                      update_group, weight_specs)
@@ -107,7 +108,6 @@ def _connect_node(node: int, timeout_s: float) -> tuple["_Manager", list[dict[st
     """Connect to generation node `node`'s host (node_host.py): (manager, its engines'
     placements). `timeout_s`: how long that node may take to publish (its task starts with
     this job's, beside the trainer's set-up)."""
-    from trainer.generation.node_host import find_host
 
     record = find_host(node, timeout_s)
     manager = _Manager(address=(record["host"], record["port"]),
@@ -179,9 +179,12 @@ class HostedGenerator:
             self._proc, self._where = None, None
             self._manager, placements = _connect_node(node, group_timeout_s(config))
         self.remote = node is not None
-        try:
-            path, self._tmp = engine_files(config, model)
-            starts = [engine_args(config, path, max_positions(model), p) for p in placements]  # an engine that does not start (EngineStartError) ends its host too
+        try:  # an engine that does not start (EngineStartError) ends its host too
+            # a model only in memory is saved where a generation node can read it: the run
+            # folder, on the filesystem the job's nodes share
+            path, self._tmp = engine_files(config, model,
+                                           str(hosts_dir()) if self.remote else None)
+            starts = [engine_args(config, path, max_positions(model), p) for p in placements]
             self._host = self._manager.EngineHost(config, starts, tokenizer.eos_token_id,
                                                   tokenizer, torch.get_num_threads(), rank())
             host = (f"generation node {node}'s engine host at {self._manager.address[0]}:"

@@ -135,15 +135,17 @@ class _Call:
                           finished=self.finished)
 
 
-def engine_files(config: TrainConfig, model: torch.nn.Module):
+def engine_files(config: TrainConfig, model: torch.nn.Module, where: Optional[str] = None):
     """(the checkpoint an engine starts from, the temp dir holding it or None). vLLM starts
     from the checkpoint the trainer loaded (HF id or local dir; the cached proxy dir), then
     gets the trainer's current weights pushed: after a resume, or under ZeRO-3 where the
     module itself holds only shards. Only a model that exists in memory alone is saved to a
-    temp dir first (delete it with the engine)."""
+    temp dir first (under `where`, default the system's; delete it with the engine)."""
     path = config.model.name_or_path or getattr(model, "name_or_path", None) or None
     if path is None or (config.model.name_or_path is None and not Path(path).is_dir()):
-        tmp = tempfile.TemporaryDirectory(prefix="ablate-vllm-")
+        if where is not None:
+            os.makedirs(where, exist_ok=True)
+        tmp = tempfile.TemporaryDirectory(prefix="ablate-vllm-", dir=where)
         save_for_vllm(model, Path(tmp.name))
         return tmp.name, tmp
     return str(path), None

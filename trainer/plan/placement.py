@@ -144,7 +144,11 @@ def placement_note(c: TrainConfig, shape: JobShape, t: Topology) -> str:
     leaves idle."""
     gpus = shape.gpus_per_node or 0
     text = _where(c, t, gpus)
-    if t.engines and client_in_host(c.rollout.vllm.client, bool(gpus) and t.own_gpus):
+    if t.roles:  # trainer/generation/node_host.py: one host a generation node, one feeder each
+        feeders = "rank 0" if t.generation_nodes == 1 else f"ranks 0-{t.generation_nodes - 1}"
+        text += (f", each node's driven from an engine host process there, fed over the "
+                 f"network by one training rank ({feeders})")
+    elif t.engines and client_in_host(c.rollout.vllm.client, bool(gpus) and t.own_gpus):
         text += ", driven from an engine host process beside the rank that starts them"
     first, other = (t.idle_gpus(0), t.idle_gpus(1)) if gpus >= 2 else (0, 0)
     if t.roles:  # training nodes and generation nodes each alike; said in the layout line

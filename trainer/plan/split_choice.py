@@ -166,7 +166,8 @@ def role_choices(c: TrainConfig, shape: JobShape) -> list[int]:
     of GPUs (trainer/plan/topology.py roles_topology), else none."""
     from trainer.plan.topology import separate_generation
 
-    if not separate_generation(c) or not shape.gpus_per_node or shape.nodes < 2:
+    if not separate_generation(c) or not shape.gpus_per_node or shape.nodes < 2 \
+            or c.rollout.vllm.client == "trainer":  # a generation node's engines need a host
         return []
     # one training rank feeds each generation node (Topology.fed_node)
     ranks = shape.gpus_per_node if shape.ranks_auto else shape.ranks_per_node

@@ -41,8 +41,9 @@ The rules:
   and every server GPU, 192), and prime-rl (PrimeIntellect-ai/prime-rl 559b447
   docs/scaling.md:201-207: `[deployment] type = "multi_node"`, num_train_nodes and
   num_infer_nodes). No GPU holds both a training rank and an engine, so no NCCL group has
-  two ranks on one GPU. Planned here (memory, time, `auto`); the trainer
-  does not start a role layout yet (trainer/validate.py _node_roles refuses it at start).
+  two ranks on one GPU. Planned here (memory, time, `auto`); the trainer starts it
+  (trainer/generation/node_host.py: a generation node's task hosts its engines, training
+  rank j feeds generation node j, `fed_node`).
 - hf: every GPU trains; generation runs in the training ranks (no engines).
 - An engine's tensor-parallel group stays inside a node (TP all-reduces every layer: NVLink,
   not the network): rollout.vllm.tensor_parallel_size must divide the node's generation GPUs;

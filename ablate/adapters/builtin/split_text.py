@@ -15,7 +15,8 @@ from typing import Any, Optional
 from trainer.config import TrainConfig
 from trainer.plan.split_choice import SplitChoice, SplitOption, choose_split, plan_option
 from trainer.plan.time_plan import dur
-from trainer.plan.topology import JobShape, TopologyError, set_roles, split_choices, topology
+from trainer.plan.topology import (ROLES_RUN, JobShape, TopologyError, set_roles, split_choices,
+                                   topology)
 
 
 def _pair(o: SplitOption) -> str:
@@ -50,15 +51,15 @@ def _elsewhere(c: TrainConfig, shape: JobShape, got: int, nodes: int = 0) -> str
 
 
 def _roles(c: TrainConfig, ch: SplitChoice, shape: JobShape) -> str:
-    """The best node-roles layout where `auto` chose a per-node split without weighing them
-    (trainer/plan/topology.py ROLES_RUN: the trainer does not start node roles yet)."""
+    """The best node-roles layout where `auto` chose a per-node split over it (or, with
+    trainer/plan/topology.py ROLES_RUN off, without weighing it)."""
     o = choose_split(c, shape, roles=True).best_roles()
     if ch.generation_nodes or o is None:
         return ""
     n, mine = o.generation_nodes, ch.chosen()
     vs = f" against {mine.step_s:,.0f} s" if mine is not None and mine.step_s else ""
-    return (f"; node roles (planned, not yet run by the trainer): best {n} generation + "
-            f"{shape.nodes - n} training nodes, step {o.step_s:,.0f} s{vs}")
+    return (f"; node roles{'' if ROLES_RUN else ' (planned, not chosen by auto)'}: best {n} "
+            f"generation + {shape.nodes - n} training nodes, step {o.step_s:,.0f} s{vs}")
 
 
 def split_lines(c: TrainConfig, shape: JobShape) -> list[str]:
