@@ -209,7 +209,7 @@ def spawn(address: str, authkey: bytes, record: Optional[dict] = None) -> subpro
     with `record` (a generation node's, node_host.py). It runs this interpreter with this
     `trainer` package first on its path, whatever the working directory; the key goes over
     stdin, never on a command line."""
-    # the folder holding this `trainer` package (trainer/generation/host.py, three up)
+    # the folder holding this `trainer` package (trainer/generation/engine_host.py, three up)
     path = [os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         path + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))

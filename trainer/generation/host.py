@@ -108,7 +108,6 @@ def _connect_node(node: int, timeout_s: float) -> tuple["_Manager", list[dict[st
     """Connect to generation node `node`'s host (node_host.py): (manager, its engines'
     placements). `timeout_s`: how long that node may take to publish (its task starts with
     this job's, beside the trainer's set-up)."""
-
     record = find_host(node, timeout_s)
     manager = _Manager(address=(record["host"], record["port"]),
                        authkey=bytes.fromhex(record["authkey"]))
