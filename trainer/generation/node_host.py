@@ -76,7 +76,8 @@ def node_cpus(proc: Path = Path("/proc/self/cgroup"),
     step, each task then pinned inside it by sched_setaffinity), so it holds the cores of this
     node's idle sibling tasks too; else this process's own affinity. cgroup v2 (`0::PATH`,
     cpuset.cpus.effective) or v1 (`N:cpuset:PATH`, cpuset.effective_cpus), the nearest level
-    that has the file. Read, not run on a Slurm GPU node here."""
+    that has the file. Assumed from task/cgroup's design: neither read in Slurm's source nor
+    run on a Slurm GPU node here."""
     own = os.sched_getaffinity(0)
     try:
         for line in proc.read_text().splitlines():
